@@ -1,0 +1,615 @@
+//! The typed API the client crate builds on: [`Owner`] (push a payload, pop or take a claimed
+//! job), [`Thief`] (steal claimed jobs), [`ClaimedJob`] (payload, ack, nack).
+//!
+//! A push is: allocate a record (`Free -> Filling(me)`), write the payload, publish
+//! (`-> Queued`), index the handle in the owner's deque or, when that is full, in the queue's
+//! overflow ring, then wake sleepers if any. A steal or pop takes a handle from an index and
+//! claims the record (`Queued -> Claimed(me)`); a handle whose claim fails (stale generation,
+//! or claimed by someone else via a duplicate) is skipped. A crash between any two steps
+//! leaves a record in a state recovery can read (see `record::state`).
+
+use std::cell::Cell;
+use std::sync::atomic::AtomicU32 as StdAtomicU32;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::deque::{DequeOwner, DequeRef, Steal, MAX_BATCH};
+use crate::layout::WaitWord;
+use crate::overflow::{OverflowRef, RingError};
+use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
+use crate::record::state::{JobHandle, State};
+use crate::segment::{monotonic_ns, QueueError, QueueInfo, Segment};
+use crate::sync::Ordering;
+
+/// Why a push failed. The job was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// Payload bigger than a record holds.
+    #[error("payload too large: {len} > {max} bytes")]
+    PayloadTooLarge {
+        /// Given.
+        len: usize,
+        /// Record payload area.
+        max: u32,
+    },
+    /// No free record.
+    #[error(transparent)]
+    RecordsFull(#[from] ArenaFull),
+    /// Deque and overflow ring both full.
+    #[error("queue {queue} is full: its deque and its overflow ring ({overflow} jobs) are full")]
+    QueueFull {
+        /// Queue name.
+        queue: String,
+        /// Overflow ring capacity.
+        overflow: usize,
+    },
+    /// The segment holds values no correct program writes.
+    #[error("segment corruption while pushing: {0}")]
+    Corrupt(String),
+}
+
+/// Why a claimed job could not be acked, nacked or read.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The record is no longer ours: recovery or an expired lease gave it to someone else.
+    #[error("job {handle} is no longer held by this process (record is now {found}); it was re-queued or freed")]
+    NotHeld {
+        /// The job.
+        handle: JobHandle,
+        /// What the record holds now.
+        found: String,
+    },
+    /// Bad payload length.
+    #[error(transparent)]
+    BadPayload(#[from] BadPayloadLen),
+    /// The overflow ring could not take a nacked job back.
+    #[error("could not re-queue job {handle}: {source}")]
+    Requeue {
+        /// The job.
+        handle: JobHandle,
+        /// Why.
+        source: RingError,
+    },
+    /// The segment holds values no correct program writes.
+    #[error("segment corruption: {0}")]
+    Corrupt(String),
+}
+
+/// What a consumer needs of one queue: resolved once, shared by its jobs.
+#[derive(Clone, Copy, Debug)]
+struct QueueCtx<'a> {
+    queue: u32,
+    max_attempts: u32,
+    records: RecordArena<'a>,
+    overflow: OverflowRef<'a>,
+    wait: &'a WaitWord,
+}
+
+impl<'a> QueueCtx<'a> {
+    fn new(seg: &'a Segment, q: &QueueInfo) -> Result<Self, QueueError> {
+        let corrupt = |what: &str| QueueError::Corrupt {
+            index: q.index,
+            what: what.to_string(),
+        };
+        Ok(Self {
+            queue: q.index,
+            max_attempts: q.spec.max_attempts,
+            records: seg.records(),
+            overflow: seg.overflow(q.index).ok_or_else(|| corrupt("no overflow ring"))?,
+            wait: seg.wait_word(q.index).ok_or_else(|| corrupt("no wait word"))?,
+        })
+    }
+
+    /// Claims the job a deque slot word names. `None`: stale, duplicate or garbage handle.
+    #[inline]
+    fn claim_word(&self, word: u64, me: u32) -> Option<ClaimedJob<'_>> {
+        let h = JobHandle::from_word(word)?;
+        self.claim(h.index, Some(h.generation), me)
+    }
+
+    /// Claims record `index` if it is `Queued` for this queue (at `generation`, when given).
+    fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
+        let hdr = self.records.header(index)?;
+        let st = self.records.state(index)?;
+        let w = st.load();
+        if w.state() != Some(State::Queued) || generation.is_some_and(|g| g != w.generation()) {
+            return None;
+        }
+        // The queue field was written while Filling and published with the state word we
+        // just loaded (Acquire); if the record moves on, the CAS below fails.
+        if hdr.queue.load(Ordering::Relaxed) != self.queue {
+            return None;
+        }
+        st.claim(w.generation(), me).ok()?;
+        Some(ClaimedJob {
+            ctx: self,
+            handle: JobHandle {
+                index,
+                generation: w.generation(),
+            },
+            me,
+            done: false,
+        })
+    }
+
+    fn pop_overflow(&self, me: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        while let Some(i) = self.overflow.pop()? {
+            if let Some(j) = self.claim(i, None, me) {
+                return Ok(Some(j));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A producer's handle on its deque of one queue. `Send`, not `Sync`.
+pub struct Owner {
+    // Field order: the views borrow from `seg` and are declared first, so they are dropped
+    // first (they have no drop glue; this is belt and braces).
+    deque: DequeOwner<'static>,
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    deque_index: u32,
+    me: u32,
+    cursor: Cell<u32>,
+    seg: Arc<Segment>,
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("queue", &self.info.spec.name)
+            .field("deque", &self.deque_index)
+            .field("me", &self.me)
+            .finish()
+    }
+}
+
+/// Extends a borrow of the segment to `'static` for a view stored beside the `Arc` that
+/// keeps the segment alive.
+///
+/// # Safety
+/// The returned reference must not outlive `seg`'s `Arc` clone stored in the same struct, and
+/// must not escape it with the `'static` lifetime.
+unsafe fn extend(seg: &Arc<Segment>) -> &'static Segment {
+    // SAFETY: the Segment lives inside the Arc's allocation, which does not move and lives
+    // as long as any clone of the Arc; see the contract for the lifetime.
+    unsafe { &*Arc::as_ptr(seg) }
+}
+
+impl Owner {
+    /// Becomes the owner of deque `deque` of queue `queue` as process slot `me`.
+    ///
+    /// Exactly one owner per deque: across processes the daemon's lease guarantees it.
+    /// Repairs `bottom` left by a dead previous owner.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, deque: u32, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: every view below is stored in `Self` next to `seg` and only lent out with
+        // lifetimes bounded by `&self`.
+        let s = unsafe { extend(&seg) };
+        let d = s.deque(queue, deque)?;
+        let ctx = QueueCtx::new(s, queue)?;
+        Ok(Self {
+            deque: DequeOwner::adopt(d),
+            ctx,
+            info: queue.clone(),
+            deque_index: deque,
+            me,
+            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
+            seg,
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// The deque's shared view (what thieves steal from).
+    pub fn deque(&self) -> DequeRef<'_> {
+        self.deque.deque()
+    }
+
+    /// Handles in our deque.
+    pub fn len(&self) -> usize {
+        self.deque.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.deque.is_empty()
+    }
+
+    /// Queues a job with `payload`. Goes to our deque, or to the overflow ring when the deque
+    /// is full; wakes sleeping consumers if there are any.
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        if self.deque.push(h.to_word()).is_err() {
+            index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        }
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+
+    /// The next job in the queue's flavor order from our deque (newest first for LIFO,
+    /// oldest first for FIFO), else from the overflow ring; claimed for us.
+    pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        while let Some(w) = self.deque.pop() {
+            if let Some(j) = self.ctx.claim_word(w, self.me) {
+                return Ok(Some(j));
+            }
+        }
+        self.ctx.pop_overflow(self.me)
+    }
+
+    /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
+    pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        while let Some(w) = self.deque.take() {
+            if let Some(j) = self.ctx.claim_word(w, self.me) {
+                return Ok(Some(j));
+            }
+        }
+        self.ctx.pop_overflow(self.me)
+    }
+}
+
+/// Allocates, fills and publishes a record; returns its handle (not yet indexed).
+fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
+    let max = ctx.records.payload_capacity();
+    if payload.len() > max as usize {
+        return Err(PushError::PayloadTooLarge {
+            len: payload.len(),
+            max,
+        });
+    }
+    let mut c = cursor.get();
+    let (index, generation) = ctx.records.allocate(me, &mut c)?;
+    cursor.set(c);
+    let hdr = ctx
+        .records
+        .header(index)
+        .ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    // SAFETY: `allocate` moved the record to Filling(me); we are its only writer.
+    unsafe { ctx.records.write_payload(index, payload) }.map_err(|e| PushError::Corrupt(e.to_string()))?;
+    // Relaxed: published by the Release CAS in `publish` below.
+    hdr.queue.store(ctx.queue, Ordering::Relaxed);
+    hdr.attempts.store(0, Ordering::Relaxed);
+    hdr.deadline_ns.store(0, Ordering::Relaxed);
+    hdr.enqueued_ns.store(monotonic_ns(), Ordering::Relaxed);
+    let st = ctx
+        .records
+        .state(index)
+        .ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    st.publish(generation, me).map_err(|c| {
+        PushError::Corrupt(format!(
+            "record {index} changed while we were filling it (now {:#x})",
+            c.found.0
+        ))
+    })?;
+    Ok(JobHandle { index, generation })
+}
+
+/// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
+/// push fails cleanly rather than leaving an unindexed job behind.
+fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<(), PushError> {
+    match ctx.overflow.push(h.index) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let withdrawn = ctx
+                .records
+                .state(h.index)
+                .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
+                .unwrap_or(false);
+            match e {
+                RingError::Full if withdrawn => Err(PushError::QueueFull {
+                    queue: queue.to_string(),
+                    overflow: ctx.overflow.capacity(),
+                }),
+                RingError::Full => Err(PushError::Corrupt(format!(
+                    "queue {queue} is full and job {h} could not be withdrawn"
+                ))),
+                RingError::Corrupt(m) => Err(PushError::Corrupt(m)),
+            }
+        }
+    }
+}
+
+/// A producer without a deque: pushes go straight to the overflow ring. For one-shot pushes
+/// (`xtcq push`) and for processes that only feed a queue now and then.
+pub struct Injector {
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    me: u32,
+    cursor: Cell<u32>,
+    _seg: Arc<Segment>,
+}
+
+impl Injector {
+    /// An injector for `queue` as process slot `me`.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: as in `Owner::new`.
+        let s = unsafe { extend(&seg) };
+        Ok(Self {
+            ctx: QueueCtx::new(s, queue)?,
+            info: queue.clone(),
+            me,
+            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
+            _seg: seg,
+        })
+    }
+
+    /// Queues a job in the overflow ring.
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+}
+
+/// A consumer's handle on one queue: steals from any of its deques and its overflow ring.
+/// `Clone` and `Sync`.
+pub struct Thief {
+    deques: Arc<[DequeRef<'static>]>,
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    me: u32,
+    next: StdAtomicU32,
+    seg: Arc<Segment>,
+}
+
+impl Clone for Thief {
+    fn clone(&self) -> Self {
+        Self {
+            deques: self.deques.clone(),
+            ctx: self.ctx,
+            info: self.info.clone(),
+            me: self.me,
+            next: StdAtomicU32::new(self.next.load(Ordering::Relaxed).wrapping_add(7)),
+            seg: self.seg.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Thief {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Thief")
+            .field("queue", &self.info.spec.name)
+            .field("me", &self.me)
+            .finish()
+    }
+}
+
+impl Thief {
+    /// A thief on `queue` as process slot `me`.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: as in `Owner::new`.
+        let s = unsafe { extend(&seg) };
+        let deques = (0..queue.spec.deques)
+            .map(|d| s.deque(queue, d))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            deques: deques.into(),
+            ctx: QueueCtx::new(s, queue)?,
+            info: queue.clone(),
+            me,
+            next: StdAtomicU32::new(me.wrapping_mul(0x9E37_79B9)),
+            seg,
+        })
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// Jobs visible in the queue's deques and overflow ring, approximately.
+    pub fn len(&self) -> usize {
+        self.deques.iter().map(|d| d.len()).sum::<usize>() + self.ctx.overflow.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
+    pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
+        let Some(d) = self.deques.get(deque as usize) else {
+            return Steal::Empty;
+        };
+        match d.steal() {
+            Steal::Success(w) => match self.ctx.claim_word(w, self.me) {
+                Some(j) => Steal::Success(j),
+                None => Steal::Retry,
+            },
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Steals up to `limit` jobs of deque `deque` (about half of it), appending them to
+    /// `out`; one CAS for a FIFO queue. Returns how many were claimed.
+    pub fn steal_batch_from<'s>(
+        &'s self,
+        deque: u32,
+        limit: usize,
+        out: &mut Vec<ClaimedJob<'s>>,
+    ) -> Steal<usize> {
+        let Some(d) = self.deques.get(deque as usize) else {
+            return Steal::Empty;
+        };
+        let mut buf = [0u64; MAX_BATCH];
+        let n = limit.clamp(1, MAX_BATCH);
+        match d.steal_batch_into(&mut buf[..n]) {
+            Steal::Success(k) => {
+                let before = out.len();
+                out.extend(buf[..k].iter().filter_map(|&w| self.ctx.claim_word(w, self.me)));
+                match out.len() - before {
+                    0 => Steal::Retry,
+                    c => Steal::Success(c),
+                }
+            }
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Takes a job from the overflow ring.
+    pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        self.ctx.pop_overflow(self.me)
+    }
+
+    /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
+    /// while some steal lost a race. `None` when everything looked empty.
+    pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if let Some(j) = self.ctx.pop_overflow(self.me)? {
+            return Ok(Some(j));
+        }
+        let n = self.deques.len() as u32;
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                match self.steal_from((start + k) % n) {
+                    Steal::Success(j) => return Ok(Some(j)),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return Ok(None);
+            }
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// Like [`steal`](Self::steal), sleeping on the queue's wait word until a job arrives or
+    /// `deadline` passes (`None`: forever). `Ok(None)`: timed out.
+    pub fn steal_wait(&self, deadline: Option<Instant>) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        crate::wait::wait_for(self.ctx.wait, deadline, || self.steal())
+    }
+}
+
+/// A job this process has claimed: run it, then [`ack`](Self::ack) or [`nack`](Self::nack).
+/// Dropped without either, it is nacked (so a panic in the job's code re-queues it).
+#[derive(Debug)]
+pub struct ClaimedJob<'q> {
+    ctx: &'q QueueCtx<'q>,
+    handle: JobHandle,
+    me: u32,
+    done: bool,
+}
+
+impl ClaimedJob<'_> {
+    /// `(record index, generation)`.
+    pub fn handle(&self) -> JobHandle {
+        self.handle
+    }
+
+    /// A copy of the payload.
+    pub fn payload(&self) -> Result<Vec<u8>, JobError> {
+        let mut v = Vec::new();
+        self.read_payload(&mut v)?;
+        Ok(v)
+    }
+
+    /// Appends the payload to `out` (reuse one buffer across jobs).
+    pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
+        // SAFETY: we hold the record in Claimed(me) (our claim CAS succeeded and only we can
+        // move it on, except recovery, which only acts on dead holders).
+        unsafe { self.ctx.records.read_payload(self.handle.index, out) }?;
+        Ok(())
+    }
+
+    /// Times this job was given back before this claim.
+    pub fn attempts(&self) -> u32 {
+        self.ctx
+            .records
+            .header(self.handle.index)
+            .map(|h| h.attempts.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// When it was queued (CLOCK_MONOTONIC ns).
+    pub fn enqueued_ns(&self) -> u64 {
+        self.ctx
+            .records
+            .header(self.handle.index)
+            .map(|h| h.enqueued_ns.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    fn not_held(&self, found: u64) -> JobError {
+        let w = crate::record::state::StateWord(found);
+        JobError::NotHeld {
+            handle: self.handle,
+            found: format!(
+                "{:?} generation {} holder {}",
+                w.state(),
+                w.generation(),
+                w.holder()
+            ),
+        }
+    }
+
+    /// Done: frees the record.
+    pub fn ack(mut self) -> Result<(), JobError> {
+        self.done = true;
+        let st = self
+            .ctx
+            .records
+            .state(self.handle.index)
+            .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        st.ack(self.handle.generation, self.me)
+            .map_err(|c| self.not_held(c.found.0))
+    }
+
+    /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when
+    /// the queue's attempt limit is reached.
+    pub fn nack(mut self) -> Result<(), JobError> {
+        self.done = true;
+        self.give_back()
+    }
+
+    fn give_back(&self) -> Result<(), JobError> {
+        let idx = self.handle.index;
+        let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
+            return Err(JobError::Corrupt("record out of range".into()));
+        };
+        // Relaxed: published by the Release of the CAS below; we hold the record.
+        let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
+        hdr.attempts.store(attempts, Ordering::Relaxed);
+        if self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
+            return st
+                .dead_letter(self.handle.generation, self.me)
+                .map_err(|c| self.not_held(c.found.0));
+        }
+        // State first, then index: a crash in between leaves a Queued, unindexed record,
+        // which recovery re-indexes. The other order could leave an index whose claim fails
+        // while we still hold the record, and the job would wait for recovery.
+        st.requeue_claimed(self.handle.generation, self.me)
+            .map_err(|c| self.not_held(c.found.0))?;
+        self.ctx
+            .overflow
+            .push(idx)
+            .map_err(|source| JobError::Requeue {
+                handle: self.handle,
+                source,
+            })?;
+        crate::wait::notify(self.ctx.wait);
+        Ok(())
+    }
+}
+
+impl Drop for ClaimedJob<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.give_back();
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! The bounded Chase-Lev work-stealing deque, over words that live in the segment.
+//!
+//! One owner pushes and pops at the *bottom*; any number of thieves steal from the *top*
+//! with one CAS. `top` and `bottom` are signed 64-bit indices that only grow (the owner's
+//! LIFO pop lowers `bottom` by one for a moment and puts it back); a slot is reached as
+//! `index & (capacity - 1)`, so no index read from shared memory can reach outside the slot
+//! array, however corrupt it is. Slots are `AtomicU64` holding job handles, so the racy read
+//! a thief makes of a slot the owner may be rewriting is an atomic read, not UB.
+//!
+//! The deque never grows: `push` on a full deque returns [`Full`] and the caller falls back
+//! to the queue's overflow ring. A fixed buffer is also why a steal needs no epoch pin, which
+//! is where crossbeam-deque spends part of its steal.
+//!
+//! Invariants (for a deque used by a correct program):
+//! - only the owner writes `bottom`;
+//! - `top` only grows, and only by a successful CAS (thief steal, owner's last-item pop,
+//!   owner's FIFO take) or by a new owner's repair `bottom = max(bottom, top)`;
+//! - `bottom - top` lies in `[-1, capacity]` (`-1` only inside a LIFO pop that found the
+//!   deque empty);
+//! - the slot at `i & mask` for `top <= i < bottom` holds the handle pushed at index `i`.
+//!
+//! A handle that leaves the deque twice (a bug, a corrupted segment, or recovery re-queueing
+//! conservatively) is harmless to correctness elsewhere: the claim CAS on the job record
+//! decides who runs a job (see `record`). The deque still aims to hand each handle out once,
+//! and the loom tests show it does.
+//!
+//! The two `fence(SeqCst)` — in the LIFO pop between lowering `bottom` and reading `top`, and
+//! in steal between reading `top` and reading `bottom` — pair with each other. Without them
+//! both sides can read the other's old value (store-buffer reordering): the owner thinks more
+//! than one task is left and takes the last one without a CAS, while a thief thinks it is
+//! still there and CASes `top` past it: one task taken twice. `tests/loom_deque.rs` finds that
+//! interleaving when either fence is compiled out.
+
+use core::cell::Cell;
+use core::marker::PhantomData;
+
+use crate::sync::{fence, AtomicI64, AtomicU64, Ordering};
+
+/// Most handles one batch steal moves.
+pub const MAX_BATCH: usize = 128;
+
+/// Which end the owner takes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Flavor {
+    /// The owner pops the newest job (bottom); thieves take the oldest. Cache-friendly for
+    /// producers that consume their own work.
+    Lifo = 1,
+    /// The owner takes the oldest job, racing thieves on `top`. Fair.
+    Fifo = 2,
+}
+
+impl Flavor {
+    /// Decodes the value stored in a queue descriptor.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Flavor::Lifo),
+            2 => Some(Flavor::Fifo),
+            _ => None,
+        }
+    }
+}
+
+/// `push` found the deque full; use the overflow ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// The result of a steal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Steal<T> {
+    /// The deque was empty when looked at.
+    Empty,
+    /// Took this.
+    Success(T),
+    /// Lost a race with another consumer; the deque may still hold work. Try again.
+    Retry,
+}
+
+impl<T> Steal<T> {
+    /// `Some` on success.
+    pub fn success(self) -> Option<T> {
+        match self {
+            Steal::Success(v) => Some(v),
+            _ => None,
+        }
+    }
+    /// `true` for [`Steal::Retry`].
+    pub fn is_retry(&self) -> bool {
+        matches!(self, Steal::Retry)
+    }
+    /// `true` for [`Steal::Empty`].
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Steal::Empty)
+    }
+}
+
+/// The words of one deque, resolved: shared by the owner and the thieves. `Copy`, `Send`
+/// and `Sync`; holds no state of its own.
+#[derive(Clone, Copy, Debug)]
+pub struct DequeRef<'a> {
+    top: &'a AtomicI64,
+    bottom: &'a AtomicI64,
+    slots: &'a [AtomicU64],
+    mask: i64,
+    flavor: Flavor,
+}
+
+/// `slots` must have a power-of-two length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("deque capacity {0} is not a power of two between 1 and 2^30")]
+pub struct BadCapacity(pub usize);
+
+impl<'a> DequeRef<'a> {
+    /// Resolves a deque from its words. `slots.len()` must be a power of two.
+    pub fn new(
+        top: &'a AtomicI64,
+        bottom: &'a AtomicI64,
+        slots: &'a [AtomicU64],
+        flavor: Flavor,
+    ) -> Result<Self, BadCapacity> {
+        let n = slots.len();
+        if n == 0 || !n.is_power_of_two() || n > (1 << 30) {
+            return Err(BadCapacity(n));
+        }
+        Ok(Self {
+            top,
+            bottom,
+            slots,
+            mask: n as i64 - 1,
+            flavor,
+        })
+    }
+
+    /// Fixed capacity.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The owner's order.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    #[inline]
+    fn slot(&self, index: i64) -> &'a AtomicU64 {
+        // The mask keeps any index, however corrupt, inside the slot array.
+        &self.slots[(index & self.mask) as usize]
+    }
+
+    /// Raw `(top, bottom)` as read now, for checks and recovery. Not a consistent snapshot.
+    pub fn indices(&self) -> (i64, i64) {
+        (
+            self.top.load(Ordering::Acquire),
+            self.bottom.load(Ordering::Acquire),
+        )
+    }
+
+    /// The handle in the slot that index `i` maps to, for checks and recovery.
+    pub fn slot_value(&self, index: i64) -> u64 {
+        self.slot(index).load(Ordering::Relaxed)
+    }
+
+    /// Approximate number of handles, as seen by a thief. Never negative.
+    pub fn len(&self) -> usize {
+        // Same shape as the front half of `steal`, for the same reason.
+        let t = self.top.load(Ordering::Acquire);
+        fence(Ordering::SeqCst);
+        let b = self.bottom.load(Ordering::Acquire);
+        b.wrapping_sub(t).clamp(0, self.mask + 1) as usize
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Thief steal: the oldest handle, with one CAS on `top`.
+    pub fn steal(&self) -> Steal<u64> {
+        // Acquire pairs with the SeqCst (so also Release) CAS that moved `top` here — a
+        // thief's or the owner's — so the slot read below is ordered after that consumer's
+        // slot read, as in crossbeam-deque.
+        let t = self.top.load(Ordering::Acquire);
+
+        // Pairs with the fence in the owner's LIFO pop (see the module comment): either the
+        // owner sees our `top`, or we see its lowered `bottom`.
+        #[cfg(not(all(xtcq_loom, xtcq_loom_drop_steal_fence)))]
+        fence(Ordering::SeqCst);
+
+        // Acquire pairs with the Release store of `bottom` in `push`: the handle written
+        // into slot `t` before that store is visible to the slot read below.
+        let b = self.bottom.load(Ordering::Acquire);
+        if b.wrapping_sub(t) <= 0 {
+            return Steal::Empty;
+        }
+
+        // Relaxed: ordered after the push by the Acquire on `bottom`. The owner cannot be
+        // rewriting this slot: it only reuses slot `t & mask` once `top > t`, i.e. after
+        // this CAS or a rival's has succeeded, and then ours fails.
+        let v = self.slot(t).load(Ordering::Relaxed);
+
+        // SeqCst: the CAS is the single arbiter between thieves and the owner's last-item
+        // pop; it also publishes (Release) that our slot read is done, for `push`'s
+        // Acquire load of `top` before it reuses the slot.
+        match self
+            .top
+            .compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
+        {
+            Ok(_) => Steal::Success(v),
+            Err(_) => Steal::Retry,
+        }
+    }
+
+    /// Thief batch steal into `out`: up to `out.len()` (at most [`MAX_BATCH`]) handles, about
+    /// half of what is there, oldest first. Returns how many were written.
+    ///
+    /// From a FIFO deque the batch is taken with one CAS on `top`. From a LIFO deque it is
+    /// taken one CAS per handle, as crossbeam-deque does: the owner's LIFO pop takes from the
+    /// bottom without a CAS while more than one handle is left, so a range CAS could cover a
+    /// handle the owner has already popped.
+    pub fn steal_batch_into(&self, out: &mut [u64]) -> Steal<usize> {
+        let limit = out.len().min(MAX_BATCH);
+        if limit == 0 {
+            return Steal::Empty;
+        }
+        match self.flavor {
+            Flavor::Fifo => self.steal_range_fifo(&mut out[..limit]),
+            Flavor::Lifo => {
+                // Take about half of what is there, like the FIFO path.
+                let want = limit.min(self.len().div_ceil(2)).max(1);
+                let mut n = 0;
+                while n < want {
+                    match self.steal() {
+                        Steal::Success(v) => {
+                            out[n] = v;
+                            n += 1;
+                        }
+                        Steal::Empty if n == 0 => return Steal::Empty,
+                        Steal::Retry if n == 0 => return Steal::Retry,
+                        _ => break,
+                    }
+                }
+                Steal::Success(n)
+            }
+        }
+    }
+
+    fn steal_range_fifo(&self, out: &mut [u64]) -> Steal<usize> {
+        // Orderings as in `steal`, and for the same pairs.
+        let t = self.top.load(Ordering::Acquire);
+        #[cfg(not(all(xtcq_loom, xtcq_loom_drop_steal_fence)))]
+        fence(Ordering::SeqCst);
+        let b = self.bottom.load(Ordering::Acquire);
+        let len = b.wrapping_sub(t);
+        if len <= 0 {
+            return Steal::Empty;
+        }
+        let len = len.min(self.mask + 1) as usize;
+        let n = out.len().min(len.div_ceil(2));
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            *o = self.slot(t.wrapping_add(i as i64)).load(Ordering::Relaxed);
+        }
+        // The owner of a FIFO deque also only ever moves `top` by CAS (its `take`), so one
+        // CAS over the whole range is arbitrated against it exactly like a single steal.
+        match self.top.compare_exchange(
+            t,
+            t.wrapping_add(n as i64),
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Steal::Success(n),
+            Err(_) => Steal::Retry,
+        }
+    }
+
+    /// Moves about half of this deque (at most `limit`, at most the free room in `dest`) into
+    /// `dest`, the caller's own deque.
+    pub fn steal_batch(&self, dest: &DequeOwner<'_>, limit: usize) -> Steal<usize> {
+        let mut buf = [0u64; MAX_BATCH];
+        let room = dest.free_room();
+        if room == 0 {
+            // Nothing could be kept: fall back to stealing nothing rather than dropping.
+            return Steal::Empty;
+        }
+        let n = limit.min(room).min(MAX_BATCH);
+        match self.steal_batch_into(&mut buf[..n]) {
+            Steal::Success(k) => {
+                for &h in &buf[..k] {
+                    // Cannot fail: `dest` had `room` free slots and only its owner (us)
+                    // adds to it; thieves only remove.
+                    let pushed = dest.push(h);
+                    debug_assert!(pushed.is_ok());
+                }
+                Steal::Success(k)
+            }
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Like [`steal_batch`](Self::steal_batch), but returns the oldest stolen handle instead
+    /// of pushing it.
+    pub fn steal_batch_and_pop(&self, dest: &DequeOwner<'_>, limit: usize) -> Steal<u64> {
+        let mut buf = [0u64; MAX_BATCH];
+        let n = limit.min(dest.free_room() + 1).clamp(1, MAX_BATCH);
+        match self.steal_batch_into(&mut buf[..n]) {
+            Steal::Success(0) => Steal::Retry,
+            Steal::Success(k) => {
+                for &h in &buf[1..k] {
+                    let pushed = dest.push(h);
+                    debug_assert!(pushed.is_ok());
+                }
+                Steal::Success(buf[0])
+            }
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+}
+
+/// The owner's handle on a deque: the only way to push, pop or take.
+///
+/// `Send` but not `Sync` (the `Cell` sees to that): the protocol relies on a single writer of
+/// `bottom`, and the type system keeps one handle from being used by two threads at once.
+/// Across processes the single-owner rule is kept by the daemon's lease. Two owners of one
+/// deque are a logic error, not memory unsafety: every access is atomic and masked, and job
+/// records arbitrate duplicates.
+#[derive(Debug)]
+pub struct DequeOwner<'a> {
+    deque: DequeRef<'a>,
+    /// A lower bound of `top`, so that `push` reads the thieves' line only when the deque
+    /// looks full. `top` only grows, so a stale value can only make the deque look fuller.
+    cached_top: Cell<i64>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<'a> DequeOwner<'a> {
+    /// Takes ownership of a deque, repairing `bottom = max(bottom, top)`: a previous owner
+    /// that died inside a LIFO pop can leave `bottom` one below `top`, and a push from there
+    /// would write a slot no one can ever steal.
+    ///
+    /// The caller must be the deque's only owner (the daemon's lease says so).
+    pub fn adopt(deque: DequeRef<'a>) -> Self {
+        // Acquire: as in `push`, pairs with the CAS that last moved `top`.
+        let t = deque.top.load(Ordering::Acquire);
+        let b = deque.bottom.load(Ordering::Relaxed);
+        let b = if b.wrapping_sub(t) < 0 {
+            // Release: a thief reading `bottom` must not see it before `top`'s slots.
+            deque.bottom.store(t, Ordering::Release);
+            t
+        } else if b.wrapping_sub(t) > deque.mask + 1 {
+            // Corrupt (more handles than slots): keep the newest `capacity` so that the
+            // deque is usable again; the dropped handles' records are found by recovery.
+            let nb = t.wrapping_add(deque.mask + 1);
+            deque.bottom.store(nb, Ordering::Release);
+            nb
+        } else {
+            b
+        };
+        let _ = b;
+        Self {
+            deque,
+            cached_top: Cell::new(t),
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The shared view, e.g. to hand out to thieves.
+    pub fn deque(&self) -> DequeRef<'a> {
+        self.deque
+    }
+
+    /// Pushes a handle at the bottom. [`Full`] when `capacity` handles are in.
+    #[inline]
+    pub fn push(&self, v: u64) -> Result<(), Full> {
+        let d = &self.deque;
+        // Relaxed: only we write `bottom`.
+        let b = d.bottom.load(Ordering::Relaxed);
+        let mut t = self.cached_top.get();
+        if b.wrapping_sub(t) > d.mask {
+            // Acquire pairs with the SeqCst CAS that moved `top` (a steal, or our own
+            // last-item pop): that consumer's read of the slot we are about to reuse
+            // happened before, so we cannot overwrite a handle not yet read.
+            t = d.top.load(Ordering::Acquire);
+            self.cached_top.set(t);
+            if b.wrapping_sub(t) > d.mask {
+                return Err(Full);
+            }
+        }
+        // Relaxed: published by the Release store of `bottom` below.
+        d.slot(b).store(v, Ordering::Relaxed);
+        // Release pairs with the Acquire load of `bottom` in `steal`: a thief that sees the
+        // new `bottom` sees the handle in the slot.
+        d.bottom.store(b.wrapping_add(1), Ordering::Release);
+        Ok(())
+    }
+
+    /// Free slots, exactly (only we add, so the true room is at least this).
+    pub fn free_room(&self) -> usize {
+        let d = &self.deque;
+        let b = d.bottom.load(Ordering::Relaxed);
+        let t = d.top.load(Ordering::Acquire);
+        self.cached_top.set(t);
+        (d.mask + 1 - b.wrapping_sub(t).clamp(0, d.mask + 1)) as usize
+    }
+
+    /// Takes the next handle in the deque's [`Flavor`]: newest for LIFO, oldest for FIFO.
+    #[inline]
+    pub fn pop(&self) -> Option<u64> {
+        match self.deque.flavor {
+            Flavor::Lifo => self.pop_lifo(),
+            Flavor::Fifo => self.take(),
+        }
+    }
+
+    /// Takes the oldest handle, from the steal end: the owner stealing from itself, so it is
+    /// arbitrated against thieves by the same CAS on `top`. Right for either flavor.
+    pub fn take(&self) -> Option<u64> {
+        loop {
+            match self.deque.steal() {
+                Steal::Success(v) => return Some(v),
+                Steal::Empty => return None,
+                // Another consumer won that slot; each lost race is someone's progress.
+                Steal::Retry => crate::sync::spin_hint(),
+            }
+        }
+    }
+
+    fn pop_lifo(&self) -> Option<u64> {
+        let d = &self.deque;
+        // Relaxed: only we write `bottom`.
+        let b = d.bottom.load(Ordering::Relaxed);
+        // A cheap emptiness test first, so an empty pop pays no fence. Relaxed: a stale
+        // (smaller) `top` only sends us down the full path below, which re-reads it.
+        let t = d.top.load(Ordering::Relaxed);
+        if b.wrapping_sub(t) <= 0 {
+            return None;
+        }
+
+        // Claim the bottom slot before looking at `top`.
+        let b = b.wrapping_sub(1);
+        d.bottom.store(b, Ordering::Relaxed);
+
+        // Pairs with the fence in `steal` (see the module comment). This is what makes the
+        // Relaxed store above and the Relaxed load below safe.
+        #[cfg(not(all(xtcq_loom, xtcq_loom_drop_pop_fence)))]
+        fence(Ordering::SeqCst);
+
+        let t = d.top.load(Ordering::Relaxed);
+        self.cached_top.set(t);
+        let len = b.wrapping_sub(t);
+        if len < 0 {
+            // Emptied by thieves meanwhile: put `bottom` back.
+            d.bottom.store(b.wrapping_add(1), Ordering::Relaxed);
+            return None;
+        }
+        // Relaxed: we wrote it ourselves.
+        let v = d.slot(b).load(Ordering::Relaxed);
+        if len > 0 {
+            // At least one handle below ours: no thief can reach slot `b`.
+            return Some(v);
+        }
+        // The last handle: a thief may be taking it too. The CAS on `top` decides; SeqCst as
+        // in `steal`, whose CAS it races.
+        let won = d
+            .top
+            .compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok();
+        // Either way the deque is now empty at index b + 1.
+        d.bottom.store(b.wrapping_add(1), Ordering::Relaxed);
+        if won {
+            self.cached_top.set(t.wrapping_add(1));
+            Some(v)
+        } else {
+            None
+        }
+    }
+
+    /// Handles in the deque, exact up to concurrent steals.
+    pub fn len(&self) -> usize {
+        let d = &self.deque;
+        let b = d.bottom.load(Ordering::Relaxed);
+        let t = d.top.load(Ordering::Acquire);
+        b.wrapping_sub(t).clamp(0, d.mask + 1) as usize
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Deque words on the heap, for tests, benchmarks and the loom models: the same algorithm
+/// as over the segment, without one.
+#[derive(Debug)]
+pub struct HeapDeque {
+    top: AtomicI64,
+    bottom: AtomicI64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl HeapDeque {
+    /// `capacity` must be a power of two.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            top: AtomicI64::new(0),
+            bottom: AtomicI64::new(0),
+            slots: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The resolved view.
+    pub fn view(&self, flavor: Flavor) -> Result<DequeRef<'_>, BadCapacity> {
+        DequeRef::new(&self.top, &self.bottom, &self.slots, flavor)
+    }
+}

@@ -1,0 +1,522 @@
+//! The segment's on-disk (on-tmpfs) format: every struct, its size, and where each region
+//! starts. Pinned by compile-time asserts; a change to any of it bumps [`LAYOUT_VERSION`].
+//!
+//! ```text
+//!  offset 0
+//!  +------------------------------------------------------------------+
+//!  | SegmentHeader                                            384 B    |
+//!  |   SegmentDescriptor (plain data, written once before `ready`)     |
+//!  |     magic "XTCQSEG\0", layout version, struct sizes,              |
+//!  |     SegmentConfig, RegionOffsets, creator pid/uid/time            |
+//!  |   HeaderLive (own line): ready word, daemon pid, daemon epoch     |
+//!  +------------------------------------------------------------------+
+//!  | queue table: `queues` x QueueEntry                       384 B ea |
+//!  |   QueueDescriptor (name, flavor, deques, capacity, limits)        |
+//!  |   QueueControl (own line): state word                            |
+//!  |   WaitWord (own line): futex sequence + sleeper count             |
+//!  +------------------------------------------------------------------+
+//!  | deques: `queues * deques_per_queue` x                             |
+//!  |   DequeHeader: top | bottom | lease, each on its own line  384 B  |
+//!  |   slots: `deque_capacity` x AtomicU64 (job handles)               |
+//!  +------------------------------------------------------------------+
+//!  | overflow rings: `queues` x                                        |
+//!  |   OverflowHeader: head | tail, own lines                   256 B  |
+//!  |   cells: `overflow_capacity` x AtomicU64                          |
+//!  +------------------------------------------------------------------+
+//!  | job records: `job_records` x                                      |
+//!  |   RecordHeader (64 B): state word, payload length, queue,         |
+//!  |     attempts, timestamps                                          |
+//!  |   payload: `payload_bytes` (rounded up to 64)                     |
+//!  +------------------------------------------------------------------+
+//!  | process table: `process_slots` x ProcessSlot             128 B ea |
+//!  +------------------------------------------------------------------+
+//!  total_len (a multiple of 4096)
+//! ```
+//!
+//! Every offset is from the segment base: each process maps the segment at its own address.
+//! An attacher recomputes the whole layout from the configuration and refuses the segment
+//! unless every offset, size and the length agree (see `segment`).
+
+use crate::cache_line::CacheLine;
+use crate::record::state::MAX_PROCESS_SLOTS;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+use core::mem::{align_of, offset_of, size_of};
+
+/// First 8 bytes of every segment.
+pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
+
+/// Bumped on any change to this file.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// `HeaderLive::ready` once the creator has initialised everything.
+pub const READY: u32 = 0x5245_4459; // "READY"
+
+/// Queue names are at most this many bytes of UTF-8.
+pub const MAX_QUEUE_NAME: usize = 64;
+
+/// Record headers are this big; payloads follow.
+pub const RECORD_HEADER_SIZE: usize = 64;
+
+/// What a segment holds. Fixed at creation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentConfig {
+    /// Queue table entries.
+    pub queues: u32,
+    /// Deques each queue has room for.
+    pub deques_per_queue: u32,
+    /// Slots per deque (a power of two).
+    pub deque_capacity: u32,
+    /// Job records shared by all queues.
+    pub job_records: u32,
+    /// Payload bytes per record.
+    pub payload_bytes: u32,
+    /// Process table entries.
+    pub process_slots: u32,
+    /// Cells per overflow ring (a power of two).
+    pub overflow_capacity: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl Default for SegmentConfig {
+    fn default() -> Self {
+        Self {
+            queues: 16,
+            deques_per_queue: 16,
+            deque_capacity: 1024,
+            job_records: 65536,
+            payload_bytes: 448,
+            process_slots: 256,
+            overflow_capacity: 65536,
+            reserved: 0,
+        }
+    }
+}
+
+/// A configuration that cannot be laid out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A count is zero or too large.
+    #[error("{field} is {value}; it must be between {min} and {max}")]
+    OutOfRange {
+        /// Field name.
+        field: &'static str,
+        /// Given value.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// A capacity is not a power of two.
+    #[error("{field} is {value}; it must be a power of two")]
+    NotPowerOfTwo {
+        /// Field name.
+        field: &'static str,
+        /// Given value.
+        value: u64,
+    },
+    /// The whole does not fit in 64 bits or in the address space.
+    #[error("the segment would be larger than {max} bytes")]
+    TooLarge {
+        /// The limit.
+        max: u64,
+    },
+}
+
+impl SegmentConfig {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn range(field: &'static str, v: u32, min: u64, max: u64) -> Result<(), ConfigError> {
+            let value = v as u64;
+            if value < min || value > max {
+                return Err(ConfigError::OutOfRange {
+                    field,
+                    value,
+                    min,
+                    max,
+                });
+            }
+            Ok(())
+        }
+        fn pow2(field: &'static str, v: u32) -> Result<(), ConfigError> {
+            if !v.is_power_of_two() {
+                return Err(ConfigError::NotPowerOfTwo {
+                    field,
+                    value: v as u64,
+                });
+            }
+            Ok(())
+        }
+        range("queues", self.queues, 1, 4096)?;
+        range("deques_per_queue", self.deques_per_queue, 1, 4096)?;
+        range("deque_capacity", self.deque_capacity, 2, 1 << 24)?;
+        pow2("deque_capacity", self.deque_capacity)?;
+        range("job_records", self.job_records, 1, 1 << 30)?;
+        range("payload_bytes", self.payload_bytes, 0, 1 << 24)?;
+        range("process_slots", self.process_slots, 1, MAX_PROCESS_SLOTS as u64 - 1)?;
+        range("overflow_capacity", self.overflow_capacity, 2, 1 << 30)?;
+        pow2("overflow_capacity", self.overflow_capacity)?;
+        if self.reserved != 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "reserved",
+                value: self.reserved as u64,
+                min: 0,
+                max: 0,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The size of every struct the segment was built with, so that an attacher built from
+/// other sources refuses it instead of misreading it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StructSizes {
+    /// `size_of::<SegmentHeader>()`
+    pub header: u32,
+    /// `size_of::<QueueEntry>()`
+    pub queue_entry: u32,
+    /// `size_of::<DequeHeader>()`
+    pub deque_header: u32,
+    /// `size_of::<OverflowHeader>()`
+    pub overflow_header: u32,
+    /// `RECORD_HEADER_SIZE`
+    pub record_header: u32,
+    /// `size_of::<ProcessSlot>()`
+    pub process_slot: u32,
+}
+
+impl StructSizes {
+    /// The sizes this build uses.
+    pub const CURRENT: StructSizes = StructSizes {
+        header: size_of::<SegmentHeader>() as u32,
+        queue_entry: size_of::<QueueEntry>() as u32,
+        deque_header: size_of::<DequeHeader>() as u32,
+        overflow_header: size_of::<OverflowHeader>() as u32,
+        record_header: RECORD_HEADER_SIZE as u32,
+        process_slot: size_of::<ProcessSlot>() as u32,
+    };
+}
+
+/// Where each region starts, and the stride of repeated items.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RegionOffsets {
+    /// Queue table.
+    pub queue_table: u64,
+    /// First deque.
+    pub deques: u64,
+    /// Bytes from one deque to the next.
+    pub deque_stride: u64,
+    /// First overflow ring.
+    pub overflow: u64,
+    /// Bytes from one ring to the next.
+    pub overflow_stride: u64,
+    /// First job record.
+    pub records: u64,
+    /// Bytes from one record to the next.
+    pub record_stride: u64,
+    /// Process table.
+    pub processes: u64,
+    /// Length of the whole segment.
+    pub total_len: u64,
+}
+
+/// The plain-data part of the header: written once by the creator before `ready` is set,
+/// never changed after. Any bit pattern is a valid value of this type, so it can be copied
+/// out of a hostile segment and then validated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentDescriptor {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`LAYOUT_VERSION`].
+    pub layout_version: u32,
+    /// Zero.
+    pub flags: u32,
+    /// Struct sizes of the creator's build.
+    pub sizes: StructSizes,
+    /// What the segment holds.
+    pub config: SegmentConfig,
+    /// Where it is.
+    pub regions: RegionOffsets,
+    /// Creator's pid.
+    pub creator_pid: u32,
+    /// Creator's uid.
+    pub creator_uid: u32,
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+}
+
+/// The header's live words.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HeaderLive {
+    /// [`READY`] once initialised (stored last, Release).
+    pub ready: AtomicU32,
+    /// Pid of the daemon serving the segment now (0 when none).
+    pub daemon_pid: AtomicU32,
+    /// Bumped each time a daemon adopts the segment.
+    pub daemon_epoch: AtomicU64,
+}
+
+/// Offset 0 of the segment.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct SegmentHeader {
+    /// Plain data, padded to two lines.
+    pub desc: DescriptorBlock,
+    /// Own line.
+    pub live: CacheLine<HeaderLive>,
+}
+
+/// [`SegmentDescriptor`] padded to 256 bytes.
+#[repr(C, align(128))]
+#[derive(Debug, Clone, Copy)]
+pub struct DescriptorBlock {
+    /// The descriptor.
+    pub desc: SegmentDescriptor,
+}
+
+/// Queue-table entry state: never used.
+pub const QUEUE_FREE: u32 = 0;
+/// Queue-table entry state: being written by the daemon.
+pub const QUEUE_CREATING: u32 = 1;
+/// Queue-table entry state: in use; the descriptor is final.
+pub const QUEUE_ACTIVE: u32 = 2;
+
+/// A queue's fixed properties. Plain data, written before `QueueControl::state` becomes
+/// [`QUEUE_ACTIVE`] (Release), never changed after.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueDescriptor {
+    /// UTF-8 name, `name_len` bytes used.
+    pub name: [u8; MAX_QUEUE_NAME],
+    /// Bytes of `name` used.
+    pub name_len: u32,
+    /// `Flavor as u32`.
+    pub flavor: u32,
+    /// Deques in use, `<= deques_per_queue`.
+    pub deque_count: u32,
+    /// Slots used per deque, a power of two `<= deque_capacity`.
+    pub capacity: u32,
+    /// Attempts before a job is dead-lettered (0: no limit).
+    pub max_attempts: u32,
+    /// Default claim lease, ms (0: none).
+    pub lease_ms: u32,
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+}
+
+/// A queue's state word.
+#[repr(C)]
+#[derive(Debug)]
+pub struct QueueControl {
+    /// `QUEUE_*`.
+    pub state: AtomicU32,
+}
+
+/// A futex word and its sleeper count: consumers sleep on `seq`, producers bump it and
+/// wake only when `sleepers` is non-zero (see `wait`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct WaitWord {
+    /// Futex word; bumped by a producer that saw sleepers.
+    pub seq: AtomicU32,
+    /// Consumers inside a wait.
+    pub sleepers: AtomicU32,
+}
+
+/// One queue-table entry.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct QueueEntry {
+    /// Fixed properties (own line).
+    pub desc: QueueDescBlock,
+    /// State (own line).
+    pub control: CacheLine<QueueControl>,
+    /// Waiting (own line).
+    pub wait: CacheLine<WaitWord>,
+}
+
+/// [`QueueDescriptor`] on its own line.
+#[repr(C, align(128))]
+#[derive(Debug, Clone, Copy)]
+pub struct QueueDescBlock {
+    /// The descriptor.
+    pub desc: QueueDescriptor,
+}
+
+/// A deque's indices and lease, each on its own line; slots follow.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct DequeHeader {
+    /// Next index to steal; written by thieves (CAS) and the owner's last-item pop.
+    pub top: CacheLine<AtomicI64>,
+    /// Next index to push; written only by the owner.
+    pub bottom: CacheLine<AtomicI64>,
+    /// Lease: `0` none, else `epoch << 32 | (owner process slot + 1)`. Written by the daemon.
+    pub lease: CacheLine<AtomicU64>,
+}
+
+/// An overflow ring's positions, each on its own line; cells follow.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct OverflowHeader {
+    /// Next position to pop.
+    pub head: CacheLine<AtomicU64>,
+    /// Next position to push.
+    pub tail: CacheLine<AtomicU64>,
+}
+
+/// The fixed fields of a job record; the payload follows at [`RECORD_HEADER_SIZE`].
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RecordHeader {
+    /// Generation, state and holder (see `record::state`).
+    pub state: AtomicU64,
+    /// Payload bytes used.
+    pub payload_len: AtomicU32,
+    /// Queue-table index of the queue the job belongs to.
+    pub queue: AtomicU32,
+    /// Times claimed and given back.
+    pub attempts: AtomicU32,
+    /// Zero.
+    pub flags: AtomicU32,
+    /// When it was published, CLOCK_MONOTONIC ns.
+    pub enqueued_ns: AtomicU64,
+    /// Claim lease deadline, CLOCK_MONOTONIC ns (0: none).
+    pub deadline_ns: AtomicU64,
+    /// Reserved.
+    pub reserved: [AtomicU64; 3],
+}
+
+/// Process-slot state: unused.
+pub const PROCESS_FREE: u32 = 0;
+/// Process-slot state: attached.
+pub const PROCESS_ACTIVE: u32 = 1;
+/// Process-slot state: died; recovery in progress.
+pub const PROCESS_RECOVERING: u32 = 2;
+
+/// One attached process, as the daemon registered it.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct ProcessSlot {
+    /// `PROCESS_*`.
+    pub state: AtomicU32,
+    /// Role bits (1 owner, 2 thief).
+    pub role: AtomicU32,
+    /// Pid in the daemon's namespace (0 if unknown).
+    pub pid: AtomicU32,
+    /// Uid.
+    pub uid: AtomicU32,
+    /// Process start time (clock ticks since boot, from /proc/PID/stat), so a reused pid
+    /// is not taken for the old process.
+    pub start_time: AtomicU64,
+    /// Incarnation counter of this slot, bumped on each registration.
+    pub epoch: AtomicU64,
+    /// When registered, ns since the Unix epoch.
+    pub attached_unix_ns: AtomicU64,
+}
+
+// The layout is a file format: pin it.
+const _: () = {
+    assert!(size_of::<SegmentDescriptor>() <= 256);
+    assert!(size_of::<DescriptorBlock>() == 256);
+    assert!(size_of::<SegmentHeader>() == 384);
+    assert!(offset_of!(SegmentHeader, live) == 256);
+    assert!(offset_of!(SegmentDescriptor, magic) == 0);
+    assert!(offset_of!(SegmentDescriptor, layout_version) == 8);
+    assert!(offset_of!(SegmentDescriptor, sizes) == 16);
+    assert!(offset_of!(SegmentDescriptor, config) == 40);
+    assert!(offset_of!(SegmentDescriptor, regions) == 72);
+    assert!(size_of::<SegmentConfig>() == 32);
+    assert!(size_of::<RegionOffsets>() == 72);
+    assert!(size_of::<QueueDescriptor>() == 96);
+    assert!(size_of::<QueueEntry>() == 384);
+    assert!(offset_of!(QueueEntry, control) == 128);
+    assert!(offset_of!(QueueEntry, wait) == 256);
+    assert!(size_of::<DequeHeader>() == 384);
+    assert!(offset_of!(DequeHeader, bottom) == 128);
+    assert!(offset_of!(DequeHeader, lease) == 256);
+    assert!(size_of::<OverflowHeader>() == 256);
+    assert!(size_of::<RecordHeader>() == RECORD_HEADER_SIZE);
+    assert!(align_of::<RecordHeader>() == 64);
+    assert!(offset_of!(RecordHeader, state) == 0);
+    assert!(offset_of!(RecordHeader, payload_len) == 8);
+    assert!(offset_of!(RecordHeader, queue) == 12);
+    assert!(size_of::<ProcessSlot>() == 128);
+    assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
+    assert!(size_of::<AtomicI64>() == 8 && align_of::<AtomicI64>() == 8);
+};
+
+const PAGE: u64 = 4096;
+
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_add(to - 1).map(|x| x / to * to)
+}
+
+/// The largest segment we will lay out (1 TiB).
+pub const MAX_SEGMENT_LEN: u64 = 1 << 40;
+
+/// Computes the regions of a configuration. The same function serves creation and
+/// validation at attach, so the two can never disagree.
+pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> {
+    c.validate()?;
+    let too_large = ConfigError::TooLarge {
+        max: MAX_SEGMENT_LEN,
+    };
+    let mul = |a: u64, b: u64| a.checked_mul(b).ok_or(too_large.clone());
+    let add = |a: u64, b: u64| a.checked_add(b).ok_or(too_large.clone());
+    let line = 128u64;
+
+    let queue_table = size_of::<SegmentHeader>() as u64;
+    let deques = add(queue_table, mul(c.queues as u64, size_of::<QueueEntry>() as u64)?)?;
+    let deque_stride = round_up(
+        add(size_of::<DequeHeader>() as u64, mul(c.deque_capacity as u64, 8)?)?,
+        line,
+    )
+    .ok_or(too_large.clone())?;
+    let n_deques = mul(c.queues as u64, c.deques_per_queue as u64)?;
+    let overflow = add(deques, mul(n_deques, deque_stride)?)?;
+    let overflow_stride = round_up(
+        add(
+            size_of::<OverflowHeader>() as u64,
+            mul(c.overflow_capacity as u64, 8)?,
+        )?,
+        line,
+    )
+    .ok_or(too_large.clone())?;
+    let records = add(overflow, mul(c.queues as u64, overflow_stride)?)?;
+    let record_stride = add(
+        RECORD_HEADER_SIZE as u64,
+        round_up(c.payload_bytes as u64, 64).ok_or(too_large.clone())?,
+    )?;
+    let processes = round_up(
+        add(records, mul(c.job_records as u64, record_stride)?)?,
+        line,
+    )
+    .ok_or(too_large.clone())?;
+    let end = add(
+        processes,
+        mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?,
+    )?;
+    let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
+    if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
+        return Err(too_large);
+    }
+    Ok(RegionOffsets {
+        queue_table,
+        deques,
+        deque_stride,
+        overflow,
+        overflow_stride,
+        records,
+        record_stride,
+        processes,
+        total_len,
+    })
+}

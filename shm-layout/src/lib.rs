@@ -1,0 +1,51 @@
+//! `shm-layout`: xtcq's shared-memory segment format and the lock-free algorithms over it.
+//!
+//! This crate knows nothing of sockets, async or logging. It defines
+//! - the segment file format ([`layout`]: every `#[repr(C)]` struct, pinned by compile-time
+//!   asserts, with a drawing of the regions) and how to create, attach to and validate a
+//!   segment ([`segment`]);
+//! - the bounded Chase-Lev work-stealing deque ([`deque`]);
+//! - the overflow ring any process may push to ([`overflow`]);
+//! - job records, their state word and its one-CAS transitions ([`record`]);
+//! - futex waiting on a queue's wait word ([`wait`]);
+//! - the typed API the client builds on ([`api`]: `Owner`, `Thief`, `Injector`,
+//!   `ClaimedJob`).
+//!
+//! Invariants kept throughout:
+//! - everything in the segment is addressed by offsets from its base, never by pointers, so
+//!   every process (and every mapping within one process) may map it at its own address;
+//! - nothing read from the segment is trusted: every index is masked or bounds-checked before
+//!   use, every length is checked against its area, and a corrupt segment yields an error,
+//!   never an out-of-bounds access or a panic;
+//! - every record transition is one CAS on one word, so a process killed between any two
+//!   instructions leaves state that recovery can read;
+//! - every atomic, fence and spin goes through [`sync`], so the algorithms run under loom
+//!   with `RUSTFLAGS="--cfg xtcq_loom"`.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod cache_line;
+pub mod deque;
+pub mod overflow;
+pub mod record;
+pub mod sync;
+
+#[cfg(not(xtcq_loom))]
+pub mod api;
+#[cfg(not(xtcq_loom))]
+pub mod layout;
+#[cfg(not(xtcq_loom))]
+pub mod segment;
+#[cfg(not(xtcq_loom))]
+pub mod wait;
+
+pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
+pub use record::state::{JobHandle, RecordState, State, StateWord, NO_HOLDER};
+
+#[cfg(not(xtcq_loom))]
+pub use api::{ClaimedJob, Injector, JobError, Owner, PushError, Thief};
+#[cfg(not(xtcq_loom))]
+pub use layout::SegmentConfig;
+#[cfg(not(xtcq_loom))]
+pub use segment::{QueueError, QueueInfo, QueueSpec, Segment, SegmentError};

@@ -1,0 +1,305 @@
+//! The overflow ring: a bounded multi-producer multi-consumer queue of record indices that
+//! any process may push to without owning a deque.
+//!
+//! It is the slow path: where an owner goes when its deque is full (as in the XTC seed), and
+//! where non-owners — a one-shot `xtcq push`, a nack, recovery — put jobs.
+//!
+//! **Why it cannot be wedged by a process that dies inside it.** Every step of a push and of
+//! a pop is one CAS, and every state between two steps is one that any other process can
+//! finish on the dead one's behalf:
+//!
+//! ```text
+//!  cell at position p, lap L = p / capacity:   EMPTY(L) --push CAS--> FULL(L, idx)
+//!                                              FULL(L)  --pop  CAS--> EMPTY(L + 1)
+//!  tail: advanced past p by anyone who sees FULL(L) or EMPTY(L + 1) at p ("helping")
+//!  head: advanced past p by anyone who sees EMPTY(L + 1) at p
+//! ```
+//!
+//! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
+//! helps `tail` on. A popper that dies after its cell CAS leaves `head` behind an emptied
+//! cell: the next popper helps `head` on; the index it took is lost from the ring, but the
+//! record it names is still `Queued` and unreferenced, which is exactly what recovery looks
+//! for (a popper's death between taking an index and claiming the record is the same window
+//! as a thief's between its CAS on `top` and its claim). No lock, so no lock holder to die.
+//!
+//! Cells hold record *indices*, not full handles: the lap has to share the word. A consumer
+//! claims whatever generation the record holds if it is `Queued` for this queue, which is
+//! sound because the claim CAS on the record is the one arbiter (see `record`).
+//!
+//! Cell word: `lap: u32 << 32 | FULL_BIT (1 << 31) | index (31 bits)`.
+
+use crate::sync::{AtomicU64, Ordering};
+
+const FULL_BIT: u64 = 1 << 31;
+const INDEX_MASK: u64 = FULL_BIT - 1;
+
+/// The largest record index a cell can carry.
+pub const MAX_INDEX: u32 = INDEX_MASK as u32;
+
+/// Why a push onto the ring failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// The ring holds `capacity` indices already.
+    #[error("overflow ring is full")]
+    Full,
+    /// The ring's words hold values no correct program writes.
+    #[error("overflow ring is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// The words of one overflow ring, resolved.
+#[derive(Clone, Copy, Debug)]
+pub struct OverflowRef<'a> {
+    head: &'a AtomicU64,
+    tail: &'a AtomicU64,
+    cells: &'a [AtomicU64],
+    shift: u32,
+    mask: u64,
+}
+
+#[inline]
+fn empty(lap: u32) -> u64 {
+    (lap as u64) << 32
+}
+#[inline]
+fn full(lap: u32, index: u32) -> u64 {
+    (lap as u64) << 32 | FULL_BIT | index as u64
+}
+#[inline]
+fn lap_of(cell: u64) -> u32 {
+    (cell >> 32) as u32
+}
+#[inline]
+fn is_full(cell: u64) -> bool {
+    cell & FULL_BIT != 0
+}
+
+/// How many times a push or pop re-reads before calling the ring corrupt. Each lost race is
+/// another process's progress, so a healthy ring never gets near this.
+const MAX_ROUNDS: u32 = 1 << 20;
+
+impl<'a> OverflowRef<'a> {
+    /// Resolves a ring; `cells.len()` must be a power of two.
+    pub fn new(
+        head: &'a AtomicU64,
+        tail: &'a AtomicU64,
+        cells: &'a [AtomicU64],
+    ) -> Result<Self, crate::deque::BadCapacity> {
+        let n = cells.len();
+        if n == 0 || !n.is_power_of_two() || n > (1 << 30) {
+            return Err(crate::deque::BadCapacity(n));
+        }
+        Ok(Self {
+            head,
+            tail,
+            cells,
+            shift: n.trailing_zeros(),
+            mask: n as u64 - 1,
+        })
+    }
+
+    /// Fixed capacity.
+    pub fn capacity(&self) -> usize {
+        self.cells.len()
+    }
+
+    #[inline]
+    fn cell(&self, pos: u64) -> &'a AtomicU64 {
+        &self.cells[(pos & self.mask) as usize]
+    }
+
+    #[inline]
+    fn lap(&self, pos: u64) -> u32 {
+        (pos >> self.shift) as u32
+    }
+
+    /// Approximate number of indices in the ring.
+    pub fn len(&self) -> usize {
+        let h = self.head.load(Ordering::Acquire);
+        let t = self.tail.load(Ordering::Acquire);
+        t.saturating_sub(h).min(self.mask + 1) as usize
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Raw `(head, tail)`, for checks.
+    pub fn positions(&self) -> (u64, u64) {
+        (
+            self.head.load(Ordering::Acquire),
+            self.tail.load(Ordering::Acquire),
+        )
+    }
+
+    /// The record index at ring position `pos` if that cell is full for `pos`'s lap.
+    pub fn index_at(&self, pos: u64) -> Option<u32> {
+        let c = self.cell(pos).load(Ordering::Acquire);
+        (is_full(c) && lap_of(c) == self.lap(pos)).then_some((c & INDEX_MASK) as u32)
+    }
+
+    /// Appends a record index.
+    pub fn push(&self, index: u32) -> Result<(), RingError> {
+        if index > MAX_INDEX {
+            return Err(RingError::Corrupt(format!(
+                "record index {index} does not fit a cell"
+            )));
+        }
+        let mut stuck = 0;
+        for _ in 0..MAX_ROUNDS {
+            // Acquire pairs with the AcqRel CAS that advanced `tail`, so the cell load
+            // below sees at least the cell state that justified it.
+            let t = self.tail.load(Ordering::Acquire);
+            let lap = self.lap(t);
+            let cell = self.cell(t);
+            // Acquire pairs with the popper's AcqRel cell CAS (EMPTY(lap)) so that its read
+            // of the old index is done before we overwrite it.
+            let c = cell.load(Ordering::Acquire);
+            if c == empty(lap) {
+                // AcqRel: Release publishes nothing extra here (the record was published by
+                // its own state CAS) but orders us after the popper of the previous lap.
+                if cell
+                    .compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    // Failure means someone helped us already.
+                    let _ = self.tail.compare_exchange(
+                        t,
+                        t.wrapping_add(1),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                    return Ok(());
+                }
+                continue;
+            }
+            let cl = lap_of(c);
+            if cl == lap || cl == lap.wrapping_add(1) {
+                // FULL(lap): pushed, tail not yet advanced (maybe never: the pusher died).
+                // EMPTY/FULL(lap + 1): pushed and popped already. Help `tail` on.
+                let _ = self.tail.compare_exchange(
+                    t,
+                    t.wrapping_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                continue;
+            }
+            if cl == lap.wrapping_sub(1) && is_full(c) {
+                // Last lap's index at this cell is not popped yet.
+                if self.tail.load(Ordering::Acquire) == t {
+                    return Err(RingError::Full);
+                }
+                continue;
+            }
+            // Our `tail` may be far behind; if it is not, the cell is garbage.
+            if self.tail.load(Ordering::Acquire) == t {
+                stuck += 1;
+                if stuck > 3 {
+                    return Err(RingError::Corrupt(format!(
+                        "cell at position {t} holds {c:#x}, which lap {lap} cannot have"
+                    )));
+                }
+            }
+        }
+        Err(RingError::Corrupt(
+            "push made no progress in 2^20 rounds".to_string(),
+        ))
+    }
+
+    /// Removes the oldest record index, `None` when empty.
+    pub fn pop(&self) -> Result<Option<u32>, RingError> {
+        let mut stuck = 0;
+        for _ in 0..MAX_ROUNDS {
+            let h = self.head.load(Ordering::Acquire);
+            let lap = self.lap(h);
+            let cell = self.cell(h);
+            // Acquire pairs with the pusher's AcqRel cell CAS.
+            let c = cell.load(Ordering::Acquire);
+            if is_full(c) && lap_of(c) == lap {
+                if cell
+                    .compare_exchange(
+                        c,
+                        empty(lap.wrapping_add(1)),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    let _ = self.head.compare_exchange(
+                        h,
+                        h.wrapping_add(1),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                    return Ok(Some((c & INDEX_MASK) as u32));
+                }
+                continue;
+            }
+            if c == empty(lap) {
+                // Nothing pushed at `head` yet. If `head` has not moved, the ring is empty.
+                if self.head.load(Ordering::Acquire) == h {
+                    return Ok(None);
+                }
+                continue;
+            }
+            if lap_of(c) == lap.wrapping_add(1) {
+                // Popped, head not yet advanced (maybe never: the popper died). Help.
+                let _ = self.head.compare_exchange(
+                    h,
+                    h.wrapping_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                continue;
+            }
+            if self.head.load(Ordering::Acquire) == h {
+                stuck += 1;
+                if stuck > 3 {
+                    return Err(RingError::Corrupt(format!(
+                        "cell at position {h} holds {c:#x}, which lap {lap} cannot have"
+                    )));
+                }
+            }
+        }
+        Err(RingError::Corrupt(
+            "pop made no progress in 2^20 rounds".to_string(),
+        ))
+    }
+}
+
+/// Ring words on the heap, for tests and the loom models.
+#[derive(Debug)]
+pub struct HeapOverflow {
+    head: AtomicU64,
+    tail: AtomicU64,
+    cells: Box<[AtomicU64]>,
+}
+
+impl HeapOverflow {
+    /// `capacity` must be a power of two.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            cells: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The resolved view.
+    pub fn view(&self) -> Result<OverflowRef<'_>, crate::deque::BadCapacity> {
+        OverflowRef::new(&self.head, &self.tail, &self.cells)
+    }
+
+    /// The raw cell words, so tests can leave the ring as a dead process would.
+    pub fn cells(&self) -> &[AtomicU64] {
+        &self.cells
+    }
+}
+
+/// What a ring cell looks like after a push of `index` at position `pos` of a ring of
+/// `capacity`, for tests that simulate a pusher dying between its two CASes.
+pub fn full_cell_for(pos: u64, capacity: usize, index: u32) -> u64 {
+    full((pos >> capacity.trailing_zeros()) as u32, index)
+}

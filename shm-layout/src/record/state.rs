@@ -1,0 +1,262 @@
+//! The job record's state word and every transition on it.
+//!
+//! One `AtomicU64` per record:
+//!
+//! ```text
+//!  63                32 31      24 23                0
+//! +--------------------+----------+-------------------+
+//! |     generation     |  state   |   holder slot     |
+//! +--------------------+----------+-------------------+
+//! ```
+//!
+//! `holder` is the process slot that the state belongs to (`NO_HOLDER` when none). Every
+//! transition is one CAS from an exact expected word, so a process that dies between any
+//! two instructions leaves each record in a state that names its holder, and recovery is a
+//! scan by holder:
+//!
+//! ```text
+//!   Free(g) --begin_fill(me)--> Filling(g, me) --publish--> Queued(g) --claim(me)--> Claimed(g, me)
+//!      ^                              |                      ^    |                     |  |  |
+//!      |      free_filling (recovery) |        nack(me) / requeue_claimed (recovery,    |  |  |
+//!      +------------------------------+        lease expiry) -----------------------------+  |  |
+//!      +-- abandon (could not be indexed) --------------------------+                       |  |
+//!      +-- ack(me): Free(g + 1) --------------------------------------------------------------+  |
+//!                                              Dead(g) <-- dead_letter(me) ---------------------+
+//! ```
+//!
+//! **The claim CAS `Queued(g) -> Claimed(g, me)` is the one arbiter of who runs a job.**
+//! Deques and overflow rings are only indexes; a stale handle (older generation) or a
+//! duplicated one fails its claim, and the consumer moves on.
+//!
+//! Generations start at 1 and skip 0 on wrap, so a handle word of 0 is never valid and an
+//! empty slot can be told from a handle.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// `holder` value meaning "no process".
+pub const NO_HOLDER: u32 = 0x00FF_FFFF;
+
+/// The most process slots a segment can have (holder ids are 24 bits, one value reserved).
+pub const MAX_PROCESS_SLOTS: u32 = NO_HOLDER;
+
+/// The state field of a record's state word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum State {
+    /// Unused; may be allocated.
+    Free = 0,
+    /// Being written by its holder.
+    Filling = 1,
+    /// Waiting to be claimed; no holder.
+    Queued = 2,
+    /// Being run by its holder.
+    Claimed = 3,
+    /// Failed too often; kept for inspection, not run.
+    Dead = 4,
+}
+
+impl State {
+    fn from_bits(b: u8) -> Option<Self> {
+        Some(match b {
+            0 => State::Free,
+            1 => State::Filling,
+            2 => State::Queued,
+            3 => State::Claimed,
+            4 => State::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded state word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateWord(pub u64);
+
+impl StateWord {
+    /// Packs the three fields.
+    pub const fn pack(generation: u32, state: State, holder: u32) -> Self {
+        StateWord((generation as u64) << 32 | (state as u64) << 24 | (holder & NO_HOLDER) as u64)
+    }
+    /// The generation.
+    pub const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// The state, `None` when the bits are not one a correct program writes.
+    pub fn state(self) -> Option<State> {
+        State::from_bits((self.0 >> 24) as u8)
+    }
+    /// The holder's process slot.
+    pub const fn holder(self) -> u32 {
+        (self.0 as u32) & NO_HOLDER
+    }
+}
+
+/// The generation after `g`, skipping 0.
+pub const fn next_generation(g: u32) -> u32 {
+    match g.wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
+
+/// A job handle: `(record index, generation)` in one word, as deque slots hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobHandle {
+    /// Record index.
+    pub index: u32,
+    /// Record generation when the handle was made.
+    pub generation: u32,
+}
+
+impl JobHandle {
+    /// Encodes for a slot: `generation << 32 | index`; never 0 for a valid handle.
+    pub const fn to_word(self) -> u64 {
+        (self.generation as u64) << 32 | self.index as u64
+    }
+    /// Decodes a slot word; `None` for 0 (generation 0 is never issued).
+    pub const fn from_word(w: u64) -> Option<Self> {
+        let h = JobHandle {
+            index: w as u32,
+            generation: (w >> 32) as u32,
+        };
+        if h.generation == 0 {
+            None
+        } else {
+            Some(h)
+        }
+    }
+}
+
+impl core::fmt::Display for JobHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.index, self.generation)
+    }
+}
+
+/// A transition did not apply: the word was not what it expected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The word actually found.
+    pub found: StateWord,
+}
+
+impl Conflict {
+    /// `true` when the record has moved on to a later generation (or was never this one).
+    pub fn is_stale(&self, generation: u32) -> bool {
+        self.found.generation() != generation
+    }
+}
+
+/// The record's state word, with the transitions as methods.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordState<'a>(pub &'a AtomicU64);
+
+impl<'a> RecordState<'a> {
+    /// The current word. Acquire: a caller that acts on what it sees (a check, recovery)
+    /// sees the record's fields as of the transition that wrote the word.
+    pub fn load(&self) -> StateWord {
+        StateWord(self.0.load(Ordering::Acquire))
+    }
+
+    fn cas(&self, from: StateWord, to: StateWord, success: Ordering) -> Result<(), Conflict> {
+        self.0
+            .compare_exchange(from.0, to.0, success, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(|w| Conflict {
+                found: StateWord(w),
+            })
+    }
+
+    /// `Free(g) -> Filling(g, me)`: allocation. Returns the generation on success.
+    ///
+    /// Acquire pairs with the Release of the `ack` / `free_filling` / `abandon` that freed
+    /// the record: the previous holder's reads of the payload are done before we write it.
+    pub fn begin_fill(&self, me: u32) -> Result<u32, Conflict> {
+        let w = self.load();
+        if w.state() != Some(State::Free) {
+            return Err(Conflict { found: w });
+        }
+        let g = w.generation();
+        self.cas(w, StateWord::pack(g, State::Filling, me), Ordering::Acquire)
+            .map(|_| g)
+    }
+
+    /// `Filling(g, me) -> Queued(g)`. Release publishes the payload and fields written while
+    /// filling; pairs with the Acquire of `claim`.
+    pub fn publish(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Filling, me),
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Queued(g) -> Claimed(g, me)`: the one arbiter of who runs the job. Acquire pairs with
+    /// `publish` (or `nack`): the payload is visible once this succeeds.
+    pub fn claim(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            StateWord::pack(generation, State::Claimed, me),
+            Ordering::Acquire,
+        )
+    }
+
+    /// `Claimed(g, me) -> Free(g + 1)`: done. Release: our payload reads are ordered before
+    /// the next `begin_fill`'s writes.
+    pub fn ack(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Claimed, me),
+            StateWord::pack(next_generation(generation), State::Free, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Claimed(g, holder) -> Queued(g)`: give the job back (a nack by its holder, recovery
+    /// after the holder died, or an expired lease). Release publishes the attempt count the
+    /// caller wrote while holding the job. The caller must then index the record again.
+    pub fn requeue_claimed(&self, generation: u32, holder: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Claimed, holder),
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Claimed(g, me) -> Dead(g)`: too many attempts.
+    pub fn dead_letter(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Claimed, me),
+            StateWord::pack(generation, State::Dead, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Filling(g, holder) -> Free(g + 1)`: recovery of a record whose filler died.
+    pub fn free_filling(&self, generation: u32, holder: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Filling, holder),
+            StateWord::pack(next_generation(generation), State::Free, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Queued(g) -> Free(g + 1)`: a just-published job that could be indexed nowhere (deque
+    /// and overflow full) is withdrawn, so the push fails cleanly instead of leaving it to
+    /// recovery. Also frees `Dead(g)` records (purge) when `from` is `State::Dead`.
+    pub fn withdraw(&self, generation: u32, from: State) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, from, NO_HOLDER),
+            StateWord::pack(next_generation(generation), State::Free, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Dead(g) -> Queued(g)`: put a dead letter back in line.
+    pub fn revive(&self, generation: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Dead, NO_HOLDER),
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+}
