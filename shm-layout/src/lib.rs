@@ -7,6 +7,7 @@
 //! - the bounded Chase-Lev work-stealing deque ([`deque`]);
 //! - the overflow ring any process may push to ([`overflow`]);
 //! - job records, their state word and its one-CAS transitions ([`record`]);
+//! - recovery of what a dead process held ([`recovery`]) and an invariant walk ([`check`]);
 //! - futex waiting on a queue's wait word ([`wait`]);
 //! - the typed API the client builds on ([`api`]: `Owner`, `Thief`, `Injector`,
 //!   `ClaimedJob`).
@@ -34,7 +35,11 @@ pub mod sync;
 #[cfg(not(xtcq_loom))]
 pub mod api;
 #[cfg(not(xtcq_loom))]
+pub mod check;
+#[cfg(not(xtcq_loom))]
 pub mod layout;
+#[cfg(not(xtcq_loom))]
+pub mod recovery;
 #[cfg(not(xtcq_loom))]
 pub mod segment;
 #[cfg(not(xtcq_loom))]

@@ -428,7 +428,7 @@ impl Segment {
     #[inline]
     unsafe fn at<T>(&self, offset: u64) -> &T {
         debug_assert!(offset + core::mem::size_of::<T>() as u64 <= self.desc.regions.total_len);
-        debug_assert!(offset % core::mem::align_of::<T>() as u64 == 0);
+        debug_assert!(offset.is_multiple_of(core::mem::align_of::<T>() as u64));
         // SAFETY: per the contract, in bounds and aligned; the mapping lives as long as self.
         unsafe { &*(self.map.as_mut_ptr().add(offset as usize) as *const T) }
     }

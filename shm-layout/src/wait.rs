@@ -57,10 +57,7 @@ pub fn wait_for<T, E>(
         let s = w.seq.load(Ordering::Acquire);
         w.sleepers.fetch_add(1, Ordering::SeqCst);
         let found = poll();
-        let sleep = match &found {
-            Ok(None) => true,
-            _ => false,
-        };
+        let sleep = matches!(&found, Ok(None));
         let timed_out = if sleep {
             let timeout = match deadline {
                 None => None,

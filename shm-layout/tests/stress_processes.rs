@@ -30,7 +30,7 @@ fn child_thief_process() {
     let out: PathBuf = std::env::var("XTCQ_CHILD_OUT").expect("XTCQ_CHILD_OUT").into();
     let stop: PathBuf = std::env::var("XTCQ_CHILD_STOP").expect("XTCQ_CHILD_STOP").into();
     let me: u32 = std::env::var("XTCQ_CHILD_SLOT").expect("slot").parse().expect("slot number");
-    let batch = me % 2 == 0;
+    let batch = me.is_multiple_of(2);
     let seg = Arc::new(Segment::attach(Path::new(&seg_path)).expect("attach"));
     let q = seg.queue_by_name(QUEUE).expect("queue");
     let thief = Thief::new(seg.clone(), &q, me).expect("thief");

@@ -1,0 +1,228 @@
+//! `check`: walks a segment and verifies every invariant the algorithms keep, reporting what
+//! it finds rather than stopping at the first problem. `xtcq check` and the crash tests use it.
+//!
+//! Verified (the header and region layout were already validated by `Segment::attach`):
+//! - every active queue's descriptor decodes;
+//! - per deque: `top <= bottom + 1` (a pop in flight may leave `bottom` one below `top`)
+//!   and `bottom - top <= capacity`; every slot in `[top, bottom)` holds a well-formed handle
+//!   of an existing record; a deque lease names an existing process slot;
+//! - per overflow ring: `head <= tail <= head + capacity`; every full cell in `[head, tail)`
+//!   names an existing record;
+//! - per record: the state decodes; `Filling` and `Claimed` name a registered (active or
+//!   recovering) process slot; `Free`, `Queued` and `Dead` name none; the payload length fits
+//!   the record; a `Queued`, `Claimed` or `Dead` record belongs to an active queue;
+//! - with `quiescent` (no process is attached, e.g. after every client exited): no record is
+//!   `Filling` or `Claimed`, and every `Queued` record is referenced by a deque or a ring.
+//!
+//! The walk reads racy snapshots; on a live segment only `quiescent = false` is meaningful.
+
+use crate::layout::{PROCESS_ACTIVE, PROCESS_RECOVERING};
+use crate::record::state::{JobHandle, State, NO_HOLDER};
+use crate::recovery::lease_holder;
+use crate::segment::Segment;
+use crate::sync::Ordering;
+
+/// Counts of records by state, and how much was looked at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckCounts {
+    /// Active queues.
+    pub queues: u32,
+    /// Deques of active queues.
+    pub deques: u32,
+    /// Handles in deques.
+    pub deque_handles: u64,
+    /// Indices in overflow rings.
+    pub ring_indices: u64,
+    /// Records per state: free, filling, queued, claimed, dead.
+    pub free: u32,
+    /// See `free`.
+    pub filling: u32,
+    /// See `free`.
+    pub queued: u32,
+    /// See `free`.
+    pub claimed: u32,
+    /// See `free`.
+    pub dead: u32,
+    /// Active or recovering process slots.
+    pub processes: u32,
+}
+
+/// What [`check_segment`] found.
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    /// One line per violated invariant.
+    pub problems: Vec<String>,
+    /// What was seen.
+    pub counts: CheckCounts,
+}
+
+impl CheckReport {
+    /// No problem found.
+    pub fn is_consistent(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Walks `seg`; see the module docs. At most `MAX_PROBLEMS` lines are kept.
+pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
+    const MAX_PROBLEMS: usize = 200;
+    let mut r = CheckReport::default();
+    let problem = |r: &mut CheckReport, m: String| {
+        if r.problems.len() < MAX_PROBLEMS {
+            r.problems.push(m);
+        } else if r.problems.len() == MAX_PROBLEMS {
+            r.problems.push("... more problems not listed".into());
+        }
+    };
+    let cfg = *seg.config();
+    let records = seg.records();
+    let mut referenced = vec![false; records.len() as usize];
+
+    let mut live_slot = vec![false; cfg.process_slots as usize];
+    for (s, live) in live_slot.iter_mut().enumerate() {
+        if let Some(p) = seg.process_slot(s as u32) {
+            let st = p.state.load(Ordering::Acquire);
+            *live = st == PROCESS_ACTIVE || st == PROCESS_RECOVERING;
+            r.counts.processes += *live as u32;
+        }
+    }
+
+    let mut active_queue = vec![false; cfg.queues as usize];
+    for q in seg.queues() {
+        let q = match q {
+            Ok(q) => q,
+            Err(e) => {
+                problem(&mut r, format!("queue table: {e}"));
+                continue;
+            }
+        };
+        active_queue[q.index as usize] = true;
+        r.counts.queues += 1;
+        for d in 0..q.spec.deques {
+            let dq = match seg.deque(&q, d) {
+                Ok(dq) => dq,
+                Err(e) => {
+                    problem(&mut r, format!("queue {} deque {d}: {e}", q.spec.name));
+                    continue;
+                }
+            };
+            r.counts.deques += 1;
+            let (top, bottom) = dq.indices();
+            let cap = dq.capacity() as i64;
+            if top > bottom.saturating_add(1) {
+                problem(&mut r, format!("queue {} deque {d}: top {top} > bottom {bottom} + 1", q.spec.name));
+            }
+            if bottom.saturating_sub(top) > cap {
+                problem(
+                    &mut r,
+                    format!("queue {} deque {d}: {} handles > capacity {cap}", q.spec.name, bottom - top),
+                );
+            }
+            if let Some(h) = seg.deque_header(q.index, d) {
+                if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
+                    if s >= cfg.process_slots {
+                        problem(&mut r, format!("queue {} deque {d}: lease names slot {s}", q.spec.name));
+                    }
+                }
+            }
+            for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
+                let w = dq.slot_value(top + k);
+                r.counts.deque_handles += 1;
+                match JobHandle::from_word(w) {
+                    Some(h) if h.index < records.len() => referenced[h.index as usize] = true,
+                    _ => problem(
+                        &mut r,
+                        format!("queue {} deque {d} index {}: bad handle {w:#x}", q.spec.name, top + k),
+                    ),
+                }
+            }
+        }
+        if let Some(ring) = seg.overflow(q.index) {
+            let (head, tail) = ring.positions();
+            let cap = ring.capacity() as u64;
+            if tail < head || tail - head > cap {
+                problem(
+                    &mut r,
+                    format!("queue {} overflow ring: head {head} tail {tail} capacity {cap}", q.spec.name),
+                );
+            }
+            for k in 0..tail.saturating_sub(head).min(cap) {
+                // A cell not (yet) full for its lap is a push in flight; nothing to check.
+                if let Some(i) = ring.index_at(head + k) {
+                    r.counts.ring_indices += 1;
+                    match referenced.get_mut(i as usize) {
+                        Some(s) => *s = true,
+                        None => problem(
+                            &mut r,
+                            format!(
+                                "queue {} overflow position {}: record {i} out of range",
+                                q.spec.name,
+                                head + k
+                            ),
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    for i in 0..records.len() {
+        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+        let w = st.load();
+        let holder = w.holder();
+        let Some(state) = w.state() else {
+            problem(&mut r, format!("record {i}: undecodable state word {:#x}", w.0));
+            continue;
+        };
+        match state {
+            State::Free => r.counts.free += 1,
+            State::Filling => r.counts.filling += 1,
+            State::Queued => r.counts.queued += 1,
+            State::Claimed => r.counts.claimed += 1,
+            State::Dead => r.counts.dead += 1,
+        }
+        match state {
+            State::Filling | State::Claimed => {
+                if holder == NO_HOLDER || holder >= cfg.process_slots {
+                    problem(
+                        &mut r,
+                        format!("record {i}: {state:?} with holder {holder}, not a process slot"),
+                    );
+                } else if !live_slot[holder as usize] {
+                    problem(
+                        &mut r,
+                        format!("record {i}: {state:?} by process slot {holder}, which is not attached"),
+                    );
+                }
+                if quiescent {
+                    problem(
+                        &mut r,
+                        format!("record {i}: {state:?} by slot {holder} with no process attached"),
+                    );
+                }
+            }
+            _ if holder != NO_HOLDER => {
+                problem(&mut r, format!("record {i}: {state:?} names holder {holder}"));
+            }
+            _ => {}
+        }
+        if w.generation() == 0 {
+            problem(&mut r, format!("record {i}: generation 0"));
+        }
+        if state == State::Free || state == State::Filling {
+            continue;
+        }
+        let len = hdr.payload_len.load(Ordering::Relaxed);
+        if len > records.payload_capacity() {
+            problem(&mut r, format!("record {i}: payload length {len} > {}", records.payload_capacity()));
+        }
+        let q = hdr.queue.load(Ordering::Relaxed);
+        if !active_queue.get(q as usize).copied().unwrap_or(false) {
+            problem(&mut r, format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
+        }
+        if quiescent && state == State::Queued && !referenced[i as usize] {
+            problem(&mut r, format!("record {i}: Queued but no deque or overflow ring references it"));
+        }
+    }
+    r
+}

@@ -1,0 +1,265 @@
+//! Recovery: giving back what a dead process held, and re-indexing jobs nothing points at.
+//!
+//! Called by the daemon when a process's pidfd says it exited (and on start for processes
+//! registered in the segment that are no longer alive), and by lease expiry for live but hung
+//! consumers. Everything here is built from the one-CAS record transitions, so it is safe to
+//! run while every other process keeps working:
+//! - a record `Filling(g, dead)` is freed (`Free(g + 1)`): its push never returned, so its
+//!   producer never got a handle and nothing indexes it;
+//! - a record `Claimed(g, dead)` gets attempt + 1 and is re-queued on its queue's overflow
+//!   ring, or dead-lettered at the queue's attempt limit;
+//! - a record `Queued(g)` that no deque slot in `[top, bottom)` and no overflow cell in
+//!   `[head, tail)` names — a thief died between its winning CAS on `top` and its claim — is
+//!   put on the overflow ring again. Only records seen `Queued` and unreferenced with the same
+//!   state word on two passes are touched; a record that only looked unreferenced because it
+//!   moved while we scanned gets a duplicate index, which is harmless: the claim CAS is the
+//!   one arbiter, and a duplicate's claim fails.
+//!
+//! Invariants: recovery never changes a record held by a live process (callers pass only dead
+//! holders, or expired leases, which the holder learns of through a failed ack); it writes
+//! deque `bottom` only for deques whose owner is dead (see [`release_deque_leases`]).
+
+use crate::layout::DequeHeader;
+use crate::overflow::RingError;
+use crate::record::state::{JobHandle, State, StateWord, NO_HOLDER};
+use crate::segment::Segment;
+use crate::sync::Ordering;
+
+/// What [`recover_holder`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HolderRecovery {
+    /// `Filling` records freed.
+    pub freed_filling: u32,
+    /// Claimed jobs put back in line.
+    pub requeued: Vec<JobHandle>,
+    /// Claimed jobs that reached the attempt limit.
+    pub dead_lettered: Vec<JobHandle>,
+    /// Jobs re-queued whose overflow ring was full; they stay `Queued` and unindexed and a
+    /// later [`reindex_orphans`] puts them back.
+    pub unindexed: u32,
+    /// Records whose state or queue field made no sense (corruption), left alone.
+    pub corrupt: u32,
+}
+
+/// Gives back every record held by process slot `holder`, which must be dead (or whose
+/// claims are being revoked). Safe to run more than once.
+pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
+    let mut out = HolderRecovery::default();
+    let records = seg.records();
+    for i in 0..records.len() {
+        let Some(st) = records.state(i) else { break };
+        let w = st.load();
+        if w.holder() != holder {
+            continue;
+        }
+        match w.state() {
+            Some(State::Filling) if st.free_filling(w.generation(), holder).is_ok() => {
+                out.freed_filling += 1;
+            }
+            Some(State::Claimed) => {
+                let handle = JobHandle { index: i, generation: w.generation() };
+                match give_back(seg, i, w, holder) {
+                    Ok(GiveBack::Requeued) => out.requeued.push(handle),
+                    Ok(GiveBack::Unindexed) => {
+                        out.requeued.push(handle);
+                        out.unindexed += 1;
+                    }
+                    Ok(GiveBack::DeadLettered) => out.dead_lettered.push(handle),
+                    Ok(GiveBack::Moved) => {}
+                    Err(()) => out.corrupt += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+enum GiveBack {
+    Requeued,
+    Unindexed,
+    DeadLettered,
+    /// The record changed under us (someone else recovered it, or its lease holder acked).
+    Moved,
+}
+
+/// `Claimed(w, holder)` → attempt + 1 → `Queued` + overflow index, or `Dead` at the limit.
+fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32) -> Result<GiveBack, ()> {
+    let records = seg.records();
+    let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else { return Err(()) };
+    let q = hdr.queue.load(Ordering::Relaxed);
+    let Ok(info) = seg.queue(q) else { return Err(()) };
+    // Relaxed: published by the Release CAS below, as in `ClaimedJob::nack`.
+    let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
+    hdr.attempts.store(attempts, Ordering::Relaxed);
+    hdr.deadline_ns.store(0, Ordering::Relaxed);
+    if info.spec.max_attempts != 0 && attempts >= info.spec.max_attempts {
+        return Ok(match st.dead_letter(w.generation(), holder) {
+            Ok(()) => GiveBack::DeadLettered,
+            Err(_) => GiveBack::Moved,
+        });
+    }
+    if st.requeue_claimed(w.generation(), holder).is_err() {
+        return Ok(GiveBack::Moved);
+    }
+    Ok(match index_on_overflow(seg, q, index) {
+        Ok(()) => GiveBack::Requeued,
+        Err(_) => GiveBack::Unindexed,
+    })
+}
+
+fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
+    let ring = seg.overflow(queue).ok_or_else(|| RingError::Corrupt(format!("no overflow ring {queue}")))?;
+    ring.push(index)?;
+    if let Some(w) = seg.wait_word(queue) {
+        crate::wait::notify(w);
+    }
+    Ok(())
+}
+
+/// Revokes every claim whose lease deadline (CLOCK_MONOTONIC ns) is before `now_ns`: the
+/// job is re-queued (or dead-lettered) and the holder's late ack or nack fails with
+/// `NotHeld`. Returns the jobs revoked.
+pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
+    let mut out = Vec::new();
+    let records = seg.records();
+    for i in 0..records.len() {
+        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+        let w = st.load();
+        if w.state() != Some(State::Claimed) {
+            continue;
+        }
+        let deadline = hdr.deadline_ns.load(Ordering::Relaxed);
+        if deadline == 0 || deadline > now_ns {
+            continue;
+        }
+        // Re-check the word: the deadline we read may belong to a later claim.
+        if st.load() != w {
+            continue;
+        }
+        if let Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) =
+            give_back(seg, i, w, w.holder())
+        {
+            out.push(JobHandle { index: i, generation: w.generation() });
+        }
+    }
+    out
+}
+
+/// Marks every record index that some deque slot in `[top, bottom)` (with the record's
+/// current generation) or some overflow cell in `[head, tail)` names.
+fn referenced(seg: &Segment) -> Vec<bool> {
+    let records = seg.records();
+    let mut seen = vec![false; records.len() as usize];
+    for q in seg.queues().into_iter().flatten() {
+        for d in 0..q.spec.deques {
+            let Ok(dq) = seg.deque(&q, d) else { continue };
+            let (top, bottom) = dq.indices();
+            let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
+            for k in 0..n {
+                if let Some(h) = JobHandle::from_word(dq.slot_value(top + k)) {
+                    if let Some(s) = seen.get_mut(h.index as usize) {
+                        *s = true;
+                    }
+                }
+            }
+        }
+        if let Some(ring) = seg.overflow(q.index) {
+            let (head, tail) = ring.positions();
+            let n = tail.saturating_sub(head).min(ring.capacity() as u64);
+            for k in 0..n {
+                if let Some(i) = ring.index_at(head + k) {
+                    if let Some(s) = seen.get_mut(i as usize) {
+                        *s = true;
+                    }
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// Finds `Queued` records that no deque or overflow ring references (twice, with the same
+/// state word both times) and puts them on their queue's overflow ring. Returns the jobs
+/// re-indexed.
+pub fn reindex_orphans(seg: &Segment) -> Vec<JobHandle> {
+    let records = seg.records();
+    let candidates = |seen: &[bool]| -> Vec<(u32, StateWord)> {
+        (0..records.len())
+            .filter_map(|i| {
+                let w = records.state(i)?.load();
+                (w.state() == Some(State::Queued) && !seen.get(i as usize).copied().unwrap_or(true))
+                    .then_some((i, w))
+            })
+            .collect()
+    };
+    let first = candidates(&referenced(seg));
+    if first.is_empty() {
+        return Vec::new();
+    }
+    let again = referenced(seg);
+    let mut out = Vec::new();
+    for (i, w) in first {
+        let Some(st) = records.state(i) else { continue };
+        if again.get(i as usize).copied().unwrap_or(true) || st.load() != w {
+            continue;
+        }
+        let Some(hdr) = records.header(i) else { continue };
+        if index_on_overflow(seg, hdr.queue.load(Ordering::Relaxed), i).is_ok() {
+            out.push(JobHandle { index: i, generation: w.generation() });
+        }
+    }
+    out
+}
+
+/// Lease word of a deque held by process slot `slot` at `epoch`.
+pub fn lease_word(slot: u32, epoch: u32) -> u64 {
+    (epoch as u64) << 32 | (slot as u64 + 1)
+}
+
+/// The process slot a lease word names, `None` for no lease.
+pub fn lease_holder(word: u64) -> Option<u32> {
+    match word & 0xFFFF_FFFF {
+        0 => None,
+        s => Some(s as u32 - 1),
+    }
+}
+
+/// Releases the deque leases held by dead process slot `slot`, repairing each deque's
+/// `bottom = max(bottom, top)` (a pop that died after its decrement can leave it below `top`).
+/// Jobs still in a deque stay where they are, stealable. Returns `(queue, deque)` of each.
+pub fn release_deque_leases(seg: &Segment, slot: u32) -> Vec<(u32, u32)> {
+    let c = seg.config();
+    let mut out = Vec::new();
+    for q in 0..c.queues {
+        for d in 0..c.deques_per_queue {
+            let Some(h) = seg.deque_header(q, d) else { continue };
+            let lease = h.lease.load(Ordering::Acquire);
+            if lease_holder(lease) != Some(slot) {
+                continue;
+            }
+            repair_bottom(h);
+            if h.lease.compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                out.push((q, d));
+            }
+        }
+    }
+    out
+}
+
+/// `bottom = max(bottom, top)`, for a deque whose owner is dead.
+fn repair_bottom(h: &DequeHeader) {
+    let top = h.top.load(Ordering::Acquire);
+    let bottom = h.bottom.load(Ordering::Acquire);
+    if bottom < top {
+        // Only the owner writes `bottom`, and it is dead; Release pairs with the thieves'
+        // Acquire load of `bottom`.
+        h.bottom.store(top, Ordering::Release);
+    }
+}
+
+/// Holder values that name a process slot (not `NO_HOLDER`, in range).
+pub fn holder_slot(seg: &Segment, w: StateWord) -> Option<u32> {
+    let h = w.holder();
+    (h != NO_HOLDER && h < seg.config().process_slots).then_some(h)
+}

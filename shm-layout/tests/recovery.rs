@@ -1,0 +1,176 @@
+//! Recovery building blocks over a real segment: what a dead process held is given back,
+//! orphans are re-indexed, leases expire, and `check_segment` sees both the consistent and
+//! the broken cases.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use shm_layout::check::check_segment;
+use shm_layout::layout::PROCESS_ACTIVE;
+use shm_layout::recovery::{
+    expire_leases, lease_word, recover_holder, reindex_orphans, release_deque_leases,
+};
+use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, State, Steal, Thief};
+
+fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SegmentConfig {
+        queues: 2,
+        deques_per_queue: 2,
+        deque_capacity: 16,
+        job_records: 64,
+        payload_bytes: 64,
+        process_slots: 8,
+        overflow_capacity: 64,
+        reserved: 0,
+    };
+    let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
+    let q = seg
+        .create_queue(&QueueSpec {
+            name: "r".into(),
+            flavor: Flavor::Fifo,
+            deques: 1,
+            capacity: 16,
+            max_attempts,
+            lease_ms: 0,
+        })
+        .unwrap();
+    for s in 0..4 {
+        seg.process_slot(s).unwrap().state.store(PROCESS_ACTIVE, Ordering::Release);
+    }
+    (dir, seg, q)
+}
+
+fn id(j: &shm_layout::ClaimedJob<'_>) -> u8 {
+    j.payload().unwrap()[0]
+}
+
+#[test]
+fn claimed_by_a_dead_thief_is_requeued_with_an_attempt_more() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[7]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let j = thief.steal().unwrap().unwrap();
+    // The thief "dies" holding the job: no ack, no nack-on-drop.
+    std::mem::forget(j);
+    assert!(check_segment(&seg, false).is_consistent());
+    assert!(!check_segment(&seg, true).is_consistent(), "a claim with nobody attached is a problem");
+    let rec = recover_holder(&seg, 2);
+    assert_eq!(rec.requeued.len(), 1);
+    let j = thief.steal().unwrap().expect("requeued job");
+    assert_eq!(id(&j), 7);
+    assert_eq!(j.attempts(), 1);
+    j.ack().unwrap();
+    assert!(check_segment(&seg, true).is_consistent());
+    // Idempotent.
+    assert_eq!(recover_holder(&seg, 2), Default::default());
+}
+
+#[test]
+fn claimed_at_the_attempt_limit_is_dead_lettered() {
+    let (_d, seg, q) = setup(1);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[1]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 3).unwrap();
+    std::mem::forget(thief.steal().unwrap().unwrap());
+    let rec = recover_holder(&seg, 3);
+    assert_eq!(rec.dead_lettered.len(), 1);
+    assert!(thief.steal().unwrap().is_none());
+    assert_eq!(check_segment(&seg, true).counts.dead, 1);
+}
+
+#[test]
+fn filling_by_a_dead_producer_is_freed() {
+    let (_d, seg, _q) = setup(0);
+    let mut cursor = 0;
+    let (i, g) = seg.records().allocate(1, &mut cursor).unwrap();
+    let rec = recover_holder(&seg, 1);
+    assert_eq!(rec.freed_filling, 1);
+    let w = seg.records().state(i).unwrap().load();
+    assert_eq!(w.state(), Some(State::Free));
+    assert_ne!(w.generation(), g, "the generation moves on so a stale handle cannot claim");
+}
+
+#[test]
+fn thief_dead_between_top_cas_and_claim_leaves_an_orphan_that_is_reindexed() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[9]).unwrap();
+    owner.push(&[10]).unwrap();
+    // Win the CAS on top, then "die" before the claim.
+    let dq = seg.deque(&q, 0).unwrap();
+    assert!(matches!(dq.steal(), Steal::Success(_)));
+    assert!(!check_segment(&seg, true).is_consistent(), "an unreferenced Queued record is a problem");
+    let orphans = reindex_orphans(&seg);
+    assert_eq!(orphans.len(), 1);
+    assert!(reindex_orphans(&seg).is_empty(), "nothing left to re-index");
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let mut got = Vec::new();
+    while let Some(j) = thief.steal().unwrap() {
+        got.push(id(&j));
+        j.ack().unwrap();
+    }
+    got.sort();
+    assert_eq!(got, [9, 10]);
+    assert!(check_segment(&seg, true).is_consistent());
+}
+
+#[test]
+fn expired_lease_requeues_and_the_late_ack_fails() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[5]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let j = thief.steal().unwrap().unwrap();
+    let hdr = seg.records().header(j.handle().index).unwrap();
+    hdr.deadline_ns.store(1, Ordering::Relaxed);
+    assert_eq!(expire_leases(&seg, 2).len(), 1);
+    let err = j.ack().unwrap_err();
+    assert!(err.to_string().contains("no longer held"), "{err}");
+    let again = thief.steal().unwrap().expect("requeued");
+    assert_eq!(id(&again), 5);
+    again.ack().unwrap();
+}
+
+#[test]
+fn dead_owner_lease_is_released_and_bottom_repaired() {
+    let (_d, seg, q) = setup(0);
+    let h = seg.deque_header(q.index, 0).unwrap();
+    h.lease.store(lease_word(1, 7), Ordering::Release);
+    {
+        let owner = Owner::new(seg.clone(), &q, 0, 1).unwrap();
+        owner.push(&[1]).unwrap();
+        owner.push(&[2]).unwrap();
+    }
+    // A pop that died after its decrement, with a thief having taken both: bottom < top.
+    let dq = seg.deque(&q, 0).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    while let Some(j) = thief.steal().unwrap() {
+        j.ack().unwrap();
+    }
+    h.bottom.fetch_sub(1, Ordering::AcqRel);
+    assert!(dq.indices().1 < dq.indices().0);
+    assert_eq!(release_deque_leases(&seg, 1), vec![(q.index, 0)]);
+    assert_eq!(h.lease.load(Ordering::Acquire), 0);
+    let (top, bottom) = dq.indices();
+    assert_eq!(top, bottom);
+    assert!(check_segment(&seg, true).is_consistent());
+}
+
+#[test]
+fn check_reports_corruption() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[1]).unwrap();
+    let dq = seg.deque(&q, 0).unwrap();
+    let (top, _) = dq.indices();
+    let h = seg.deque_header(q.index, 0).unwrap();
+    h.bottom.store(top + 1000, Ordering::Release);
+    let r = check_segment(&seg, false);
+    assert!(r.problems.iter().any(|p| p.contains("capacity")), "{:?}", r.problems);
+    h.bottom.store(top + 1, Ordering::Release);
+    seg.records().state(5).unwrap().0.store(0xFFFF_FFFF_FFFF_FFFF, Ordering::Release);
+    let r = check_segment(&seg, false);
+    assert!(r.problems.iter().any(|p| p.contains("record 5")), "{:?}", r.problems);
+}
