@@ -121,6 +121,7 @@ impl<'a> QueueCtx<'a> {
             return None;
         }
         st.claim(w.generation(), me).ok()?;
+        crate::fail_point!("claim.after_cas");
         Some(ClaimedJob {
             ctx: self,
             handle: JobHandle {
@@ -269,6 +270,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     let mut c = cursor.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.set(c);
+    crate::fail_point!("alloc.after_begin_fill");
     let hdr = ctx
         .records
         .header(index)
@@ -290,6 +292,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
             c.found.0
         ))
     })?;
+    crate::fail_point!("publish.before_index");
     Ok(JobHandle { index, generation })
 }
 
@@ -423,10 +426,13 @@ impl Thief {
             return Steal::Empty;
         };
         match d.steal() {
-            Steal::Success(w) => match self.ctx.claim_word(w, self.me) {
-                Some(j) => Steal::Success(j),
-                None => Steal::Retry,
-            },
+            Steal::Success(w) => {
+                crate::fail_point!("steal.after_cas");
+                match self.ctx.claim_word(w, self.me) {
+                    Some(j) => Steal::Success(j),
+                    None => Steal::Retry,
+                }
+            }
             Steal::Empty => Steal::Empty,
             Steal::Retry => Steal::Retry,
         }
@@ -447,6 +453,7 @@ impl Thief {
         let n = limit.clamp(1, MAX_BATCH);
         match d.steal_batch_into(&mut buf[..n]) {
             Steal::Success(k) => {
+                crate::fail_point!("steal.after_cas");
                 let before = out.len();
                 out.extend(buf[..k].iter().filter_map(|&w| self.ctx.claim_word(w, self.me)));
                 match out.len() - before {
@@ -565,6 +572,7 @@ impl ClaimedJob<'_> {
             .records
             .state(self.handle.index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        crate::fail_point!("ack.before_cas");
         st.ack(self.handle.generation, self.me)
             .map_err(|c| self.not_held(c.found.0))
     }
@@ -594,6 +602,7 @@ impl ClaimedJob<'_> {
         // while we still hold the record, and the job would wait for recovery.
         st.requeue_claimed(self.handle.generation, self.me)
             .map_err(|c| self.not_held(c.found.0))?;
+        crate::fail_point!("nack.after_requeue");
         self.ctx
             .overflow
             .push(idx)

@@ -389,6 +389,7 @@ impl<'a> DequeOwner<'a> {
         }
         // Relaxed: published by the Release store of `bottom` below.
         d.slot(b).store(v, Ordering::Relaxed);
+        crate::fail_point!("push.after_slot_write");
         // Release pairs with the Acquire load of `bottom` in `steal`: a thief that sees the
         // new `bottom` sees the handle in the slot.
         d.bottom.store(b.wrapping_add(1), Ordering::Release);
@@ -440,6 +441,7 @@ impl<'a> DequeOwner<'a> {
         // Claim the bottom slot before looking at `top`.
         let b = b.wrapping_sub(1);
         d.bottom.store(b, Ordering::Relaxed);
+        crate::fail_point!("pop.after_bottom_decrement");
 
         // Pairs with the fence in `steal` (see the module comment). This is what makes the
         // Relaxed store above and the Relaxed load below safe.

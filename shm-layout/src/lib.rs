@@ -28,6 +28,7 @@
 
 pub mod cache_line;
 pub mod deque;
+pub mod failpoint;
 pub mod overflow;
 pub mod record;
 pub mod sync;

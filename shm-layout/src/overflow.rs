@@ -163,6 +163,7 @@ impl<'a> OverflowRef<'a> {
                     .compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
+                    crate::fail_point!("overflow.push.after_cell");
                     // Failure means someone helped us already.
                     let _ = self.tail.compare_exchange(
                         t,
@@ -227,6 +228,7 @@ impl<'a> OverflowRef<'a> {
                     )
                     .is_ok()
                 {
+                    crate::fail_point!("overflow.pop.after_cell");
                     let _ = self.head.compare_exchange(
                         h,
                         h.wrapping_add(1),
