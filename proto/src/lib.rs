@@ -1,1 +1,31 @@
+//! `xtcq-proto`: the control protocol between `xtcqd` and the processes that use it.
+//!
+//! One place for everything both sides must agree on:
+//! - [`frame`]: how messages travel — a 4-byte big-endian length, then that many bytes of
+//!   JSON; frames above [`MAX_FRAME_LEN`] are refused before anything is allocated;
+//! - [`msg`]: the typed messages — the [`msg::Hello`] handshake that opens every connection,
+//!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
+//!   [`msg::ErrorCode`] every error reply carries;
+//! - [`paths`]: where the socket and the segment are by default, resolved the same way by the
+//!   daemon and by every client.
+//!
+//! Invariants:
+//! - the handshake types ([`msg::Hello`], [`msg::HelloReply`]) never change shape, so a
+//!   client and a daemon of different protocol versions can always tell each other so;
+//! - decoding never panics on any input: garbage yields a [`frame::FrameError`];
+//! - nothing here does I/O on its own except the blocking helpers in [`frame`] that a caller
+//!   hands a reader or writer.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod frame;
+pub mod msg;
+pub mod paths;
+
+pub use frame::{FrameError, MAX_FRAME_LEN};
+pub use msg::*;
+
+/// The protocol version this build speaks. Bumped on any incompatible change to [`msg`]
+/// after the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;

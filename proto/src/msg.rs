@@ -1,0 +1,445 @@
+//! The typed messages of the control protocol.
+//!
+//! A connection goes:
+//!
+//! ```text
+//!  client                                daemon
+//!  Hello {protocol_version, name, pid} ->
+//!                                     <- HelloReply::Ok {segment path, daemon epoch, ..}
+//!                                        | VersionMismatch {both versions}  (then close)
+//!                                        | Refused {Unauthorized, ..}       (then close)
+//!  RequestFrame {id, Request}          ->
+//!                                     <- ServerMessage::Reply {id, Ok(Response) | Err(ErrorReply)}
+//!  ...                                <- ServerMessage::Event (unsolicited, e.g. shutting down)
+//! ```
+//!
+//! One connection is one attached process: the process slot, roles and deque leases it gets
+//! by its attach requests live as long as the connection *and* the process (a lease is only
+//! released once the connection is closed and the process has exited, or by an explicit
+//! [`Request::Detach`]).
+//!
+//! Invariants:
+//! - [`Hello`] and [`HelloReply`] keep their shape across protocol versions (fields may be
+//!   added, never removed or retyped), so a version mismatch is always reported as one;
+//! - every reply carries the id of the request it answers; a request that could not even be
+//!   decoded is answered with id [`UNKNOWN_REQUEST_ID`];
+//! - error replies carry a typed [`ErrorCode`]; codes a newer daemon adds decode as
+//!   [`ErrorCode::Unknown`] instead of failing.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::PROTOCOL_VERSION;
+
+/// The id used in a reply to a request whose id could not be read.
+pub const UNKNOWN_REQUEST_ID: u64 = 0;
+
+/// Role bit in a process slot: owns a deque (has a lease).
+pub const ROLE_OWNER: u32 = 1;
+/// Role bit in a process slot: steals from a queue.
+pub const ROLE_THIEF: u32 = 2;
+/// Role bit in a process slot: pushes to a queue's overflow ring without a deque.
+pub const ROLE_INJECTOR: u32 = 4;
+
+/// First message of every connection, client to daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The protocol version the client speaks ([`PROTOCOL_VERSION`]).
+    pub protocol_version: u32,
+    /// A name for logs (e.g. the program name).
+    pub client_name: String,
+    /// The client's own idea of its pid (the daemon trusts only `SO_PEERCRED`).
+    pub pid: u32,
+}
+
+impl Hello {
+    /// A hello for this build's protocol version.
+    pub fn new(client_name: impl Into<String>, pid: u32) -> Self {
+        Self { protocol_version: PROTOCOL_VERSION, client_name: client_name.into(), pid }
+    }
+}
+
+/// The daemon's answer to [`Hello`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// Welcome.
+    Ok(HelloOk),
+    /// The versions differ; the daemon closes the connection.
+    VersionMismatch {
+        /// The version the daemon speaks.
+        daemon_version: u32,
+        /// The version the client said it speaks.
+        client_version: u32,
+        /// A sentence naming both.
+        message: String,
+    },
+    /// Not admitted (e.g. [`ErrorCode::Unauthorized`]); the daemon closes the connection.
+    Refused(ErrorReply),
+}
+
+/// What a client learns on connecting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloOk {
+    /// The protocol version in use.
+    pub protocol_version: u32,
+    /// The daemon's crate version, for messages.
+    pub daemon_version: String,
+    /// The daemon's pid.
+    pub daemon_pid: u32,
+    /// The segment's daemon epoch (bumped each time a daemon adopts the segment).
+    pub daemon_epoch: u64,
+    /// The segment file to map.
+    pub segment_path: PathBuf,
+}
+
+/// A request with the id its reply will carry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFrame {
+    /// Chosen by the client; echoed in the reply. Use ids above [`UNKNOWN_REQUEST_ID`].
+    pub id: u64,
+    /// The request.
+    pub request: Request,
+}
+
+/// Order in which a queue's owners pop their own deque.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Flavor {
+    /// Newest first (the Chase-Lev default; best cache locality).
+    Lifo,
+    /// Oldest first.
+    Fifo,
+}
+
+/// Properties of a queue to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueParams {
+    /// Name: 1 to 64 bytes of UTF-8, no whitespace or control characters.
+    pub name: String,
+    /// Deques (that is, owners) the queue can have; at most the segment's deques per queue.
+    pub deques: u32,
+    /// Slots per deque: a power of two, at most the segment's deque capacity.
+    pub capacity: u32,
+    /// The owners' pop order.
+    pub flavor: Flavor,
+    /// Attempts before a job is dead-lettered (0: no limit).
+    pub max_attempts: u32,
+    /// Default claim lease in ms (0: none).
+    pub lease_ms: u32,
+}
+
+/// A request from client to daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Liveness check; answered with [`Response::Pong`].
+    Ping,
+    /// Create a queue; [`Response::QueueCreated`].
+    CreateQueue(QueueParams),
+    /// List queues; [`Response::Queues`].
+    ListQueues,
+    /// Counters for one queue or all; [`Response::Stats`].
+    Stats {
+        /// One queue, or all of them.
+        queue: Option<String>,
+    },
+    /// Become the owner of a deque of `queue`: a lease on `deque`, or on the first free one
+    /// when `None`; [`Response::OwnerAttached`].
+    AttachOwner {
+        /// Queue name.
+        queue: String,
+        /// A particular deque, or any free one.
+        deque: Option<u32>,
+    },
+    /// Attach as a thief of `queue`; [`Response::ThiefAttached`].
+    AttachThief {
+        /// Queue name.
+        queue: String,
+    },
+    /// Attach as a deque-less producer of `queue` (pushes go to its overflow ring);
+    /// [`Response::InjectorAttached`].
+    AttachInjector {
+        /// Queue name.
+        queue: String,
+    },
+    /// Give back this connection's lease on `deque` of `queue`. The client promises that it
+    /// no longer touches that deque as its owner; [`Response::Detached`].
+    Detach {
+        /// Queue name.
+        queue: String,
+        /// Deque index.
+        deque: u32,
+    },
+    /// Ask the daemon to stop (allowed only to the daemon's own uid and root);
+    /// [`Response::ShuttingDown`].
+    Shutdown,
+}
+
+/// A queue as the daemon describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// Queue-table index.
+    pub index: u32,
+    /// Name.
+    pub name: String,
+    /// The owners' pop order.
+    pub flavor: Flavor,
+    /// Deques.
+    pub deques: u32,
+    /// Slots per deque.
+    pub capacity: u32,
+    /// Attempts before dead-lettering (0: no limit).
+    pub max_attempts: u32,
+    /// Default claim lease in ms (0: none).
+    pub lease_ms: u32,
+}
+
+/// What an attached process needs to map the segment and act in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// The process slot registered for this connection: the `me` passed to the segment API.
+    pub process_slot: u32,
+    /// The slot's incarnation number.
+    pub slot_epoch: u64,
+    /// The segment file.
+    pub segment_path: PathBuf,
+    /// The queue attached to.
+    pub queue: QueueInfo,
+}
+
+/// A deque lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerLease {
+    /// Slot and segment.
+    pub attachment: Attachment,
+    /// The deque now owned.
+    pub deque: u32,
+    /// The lease word stored in the deque header: `epoch << 32 | (slot + 1)`.
+    pub lease: u64,
+}
+
+impl OwnerLease {
+    /// The epoch half of the lease word.
+    pub fn lease_epoch(&self) -> u32 {
+        (self.lease >> 32) as u32
+    }
+}
+
+/// A successful reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// To [`Request::Ping`].
+    Pong,
+    /// To [`Request::CreateQueue`].
+    QueueCreated(QueueInfo),
+    /// To [`Request::ListQueues`].
+    Queues(Vec<QueueInfo>),
+    /// To [`Request::Stats`].
+    Stats(Stats),
+    /// To [`Request::AttachOwner`].
+    OwnerAttached(OwnerLease),
+    /// To [`Request::AttachThief`].
+    ThiefAttached(Attachment),
+    /// To [`Request::AttachInjector`].
+    InjectorAttached(Attachment),
+    /// To [`Request::Detach`].
+    Detached,
+    /// To [`Request::Shutdown`]: the daemon is stopping.
+    ShuttingDown,
+}
+
+/// The segment's fixed configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSummary {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Bytes mapped.
+    pub total_len: u64,
+    /// Queue-table entries.
+    pub queues: u32,
+    /// Deques each queue may have.
+    pub deques_per_queue: u32,
+    /// Largest deque capacity.
+    pub deque_capacity: u32,
+    /// Job records.
+    pub job_records: u32,
+    /// Payload bytes per record.
+    pub payload_bytes: u32,
+    /// Process slots.
+    pub process_slots: u32,
+    /// Cells per overflow ring.
+    pub overflow_capacity: u32,
+}
+
+/// Job records by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCounts {
+    /// Unused.
+    pub free: u64,
+    /// Being written by a producer.
+    pub filling: u64,
+    /// Waiting to be claimed.
+    pub queued: u64,
+    /// Being run.
+    pub claimed: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+    /// State bits no correct program writes.
+    pub corrupt: u64,
+}
+
+/// One deque of a queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DequeStats {
+    /// Deque index.
+    pub index: u32,
+    /// Handles in it (approximate).
+    pub len: u64,
+    /// The owner's process slot, if leased.
+    pub owner_slot: Option<u32>,
+}
+
+/// Counters of one queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue.
+    pub info: QueueInfo,
+    /// Its deques.
+    pub deques: Vec<DequeStats>,
+    /// Indices in its overflow ring (approximate).
+    pub overflow_len: u64,
+    /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
+    /// queue).
+    pub records: RecordCounts,
+}
+
+/// State of a process slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcessState {
+    /// Attached.
+    Active,
+    /// Died; recovery in progress.
+    Recovering,
+    /// Bits no correct program writes.
+    Unknown,
+}
+
+/// A registered process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Slot index (`me`).
+    pub slot: u32,
+    /// State.
+    pub state: ProcessState,
+    /// Pid in the daemon's pid namespace (0 if unknown).
+    pub pid: u32,
+    /// Uid.
+    pub uid: u32,
+    /// `ROLE_*` bits.
+    pub roles: u32,
+    /// Slot incarnation.
+    pub epoch: u64,
+    /// Whether its control connection is open.
+    pub connected: bool,
+    /// When it attached, ns since the Unix epoch.
+    pub attached_unix_ns: u64,
+}
+
+/// The answer to [`Request::Stats`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// The daemon's pid.
+    pub daemon_pid: u32,
+    /// The segment's daemon epoch.
+    pub daemon_epoch: u64,
+    /// The segment.
+    pub segment: SegmentSummary,
+    /// All records by state (all queues; `free` counted here).
+    pub records: RecordCounts,
+    /// The queues asked for.
+    pub queues: Vec<QueueStats>,
+    /// Registered processes.
+    pub processes: Vec<ProcessInfo>,
+    /// Open control connections.
+    pub connections: u64,
+}
+
+/// Something the daemon tells a client without being asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// The daemon is stopping and will close the connection. Attached processes keep their
+    /// slots and leases in the segment; a restarted daemon adopts them.
+    ShuttingDown {
+        /// Why (e.g. "SIGTERM").
+        reason: String,
+    },
+}
+
+/// A message from daemon to client after the handshake.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerMessage {
+    /// The answer to request `id`.
+    Reply {
+        /// The request's id ([`UNKNOWN_REQUEST_ID`] if it could not be decoded).
+        id: u64,
+        /// The outcome.
+        result: Result<Response, ErrorReply>,
+    },
+    /// Unsolicited.
+    Event(Event),
+}
+
+/// Why a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The queue does not exist.
+    NoSuchQueue,
+    /// A queue of that name exists.
+    QueueExists,
+    /// The queue table is full.
+    QueueTableFull,
+    /// Every deque of the queue is leased (or the deque asked for is).
+    NoFreeDeque,
+    /// Every process slot is in use.
+    NoFreeSlot,
+    /// The request is malformed or its arguments are invalid.
+    BadRequest,
+    /// The peer's uid/gid is not allowed, or the request is not allowed to it.
+    Unauthorized,
+    /// Protocol versions differ.
+    VersionMismatch,
+    /// A frame was too large.
+    FrameTooLarge,
+    /// The daemon is shutting down.
+    ShuttingDown,
+    /// The segment is corrupt.
+    Corrupt,
+    /// A fault inside the daemon.
+    Internal,
+    /// A code this build does not know (sent by a newer daemon).
+    #[serde(other)]
+    Unknown,
+}
+
+/// An error reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// A sentence for a human.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error reply.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ErrorReply {}
