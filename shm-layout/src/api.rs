@@ -51,6 +51,13 @@ pub enum PushError {
 /// Why a claimed job could not be acked, nacked or read.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
+    /// The claim's lease ran out before the ack or nack; the job was re-queued (or
+    /// dead-lettered) and may already be running elsewhere.
+    #[error("lease expired, job {handle} was re-queued; its result was not recorded")]
+    LeaseExpired {
+        /// The job.
+        handle: JobHandle,
+    },
     /// The record is no longer ours: recovery or an expired lease gave it to someone else.
     #[error("job {handle} is no longer held by this process (record is now {found}); it was re-queued or freed")]
     NotHeld {
@@ -80,6 +87,8 @@ pub enum JobError {
 struct QueueCtx<'a> {
     queue: u32,
     max_attempts: u32,
+    /// Default claim lease, ns (0: none).
+    lease_ns: u64,
     records: RecordArena<'a>,
     overflow: OverflowRef<'a>,
     wait: &'a WaitWord,
@@ -94,6 +103,7 @@ impl<'a> QueueCtx<'a> {
         Ok(Self {
             queue: q.index,
             max_attempts: q.spec.max_attempts,
+            lease_ns: q.spec.lease_ms as u64 * 1_000_000,
             records: seg.records(),
             overflow: seg.overflow(q.index).ok_or_else(|| corrupt("no overflow ring"))?,
             wait: seg.wait_word(q.index).ok_or_else(|| corrupt("no wait word"))?,
@@ -122,7 +132,12 @@ impl<'a> QueueCtx<'a> {
         }
         st.claim(w.generation(), me).ok()?;
         crate::fail_point!("claim.after_cas");
+        // Always written, so a deadline left by an earlier claim cannot expire this one.
+        // Relaxed: lease expiry re-checks the state word around its read.
+        let deadline = if self.lease_ns == 0 { 0 } else { monotonic_ns().saturating_add(self.lease_ns) };
+        hdr.deadline_ns.store(deadline, Ordering::Relaxed);
         Some(ClaimedJob {
+            deadline: std::cell::Cell::new(deadline),
             ctx: self,
             handle: JobHandle {
                 index,
@@ -507,6 +522,8 @@ impl Thief {
 #[derive(Debug)]
 pub struct ClaimedJob<'q> {
     ctx: &'q QueueCtx<'q>,
+    /// Our lease deadline, CLOCK_MONOTONIC ns (0: none).
+    deadline: std::cell::Cell<u64>,
     handle: JobHandle,
     me: u32,
     done: bool,
@@ -551,7 +568,40 @@ impl ClaimedJob<'_> {
             .unwrap_or(0)
     }
 
+    /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
+    pub fn lease_deadline_ns(&self) -> Option<u64> {
+        Some(self.deadline.get()).filter(|&d| d != 0)
+    }
+
+    /// Extends (or sets) the claim's lease to `lease` from now: a heartbeat for a long job.
+    /// Fails with `LeaseExpired` / `NotHeld` when the job is no longer ours.
+    pub fn extend_lease(&self, lease: std::time::Duration) -> Result<(), JobError> {
+        let (Some(st), Some(hdr)) = (self.ctx.records.state(self.handle.index), self.ctx.records.header(self.handle.index))
+        else {
+            return Err(JobError::Corrupt("record out of range".into()));
+        };
+        let w = st.load();
+        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
+        if w != ours {
+            return Err(self.not_held(w.0));
+        }
+        let d = monotonic_ns().saturating_add(lease.as_nanos().min(u64::MAX as u128) as u64);
+        hdr.deadline_ns.store(d, Ordering::Relaxed);
+        self.deadline.set(d);
+        // Lost a race with expiry between the check and the store: the next claim overwrites
+        // the deadline, and we report the loss.
+        let w = st.load();
+        if w != ours {
+            return Err(self.not_held(w.0));
+        }
+        Ok(())
+    }
+
     fn not_held(&self, found: u64) -> JobError {
+        let d = self.deadline.get();
+        if d != 0 && monotonic_ns() >= d {
+            return JobError::LeaseExpired { handle: self.handle };
+        }
         let w = crate::record::state::StateWord(found);
         JobError::NotHeld {
             handle: self.handle,

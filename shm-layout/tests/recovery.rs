@@ -174,3 +174,37 @@ fn check_reports_corruption() {
     let r = check_segment(&seg, false);
     assert!(r.problems.iter().any(|p| p.contains("record 5")), "{:?}", r.problems);
 }
+
+#[test]
+fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
+    let (_d, seg, _q) = setup(0);
+    let q = seg
+        .create_queue(&QueueSpec {
+            name: "leased".into(),
+            flavor: Flavor::Fifo,
+            deques: 1,
+            capacity: 16,
+            max_attempts: 0,
+            lease_ms: 20,
+        })
+        .unwrap();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[1]).unwrap();
+    owner.push(&[2]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let hung = thief.steal().unwrap().unwrap();
+    let alive = thief.steal().unwrap().unwrap();
+    assert!(hung.lease_deadline_ns().is_some());
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    alive.extend_lease(std::time::Duration::from_secs(60)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let expired = expire_leases(&seg, shm_layout::segment::monotonic_ns());
+    assert_eq!(expired, vec![hung.handle()], "only the claim without a heartbeat expires");
+    let err = hung.ack().unwrap_err();
+    assert!(err.to_string().starts_with("lease expired"), "{err}");
+    alive.ack().unwrap();
+    let again = thief.steal().unwrap().expect("re-queued after expiry");
+    assert_eq!(again.attempts(), 1);
+    again.ack().unwrap();
+    assert!(check_segment(&seg, true).is_consistent());
+}
