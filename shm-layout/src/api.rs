@@ -59,7 +59,9 @@ pub enum JobError {
         handle: JobHandle,
     },
     /// The record is no longer ours: recovery or an expired lease gave it to someone else.
-    #[error("job {handle} is no longer held by this process (record is now {found}); it was re-queued or freed")]
+    #[error(
+        "job {handle} is no longer held by this process (record is now {found}); it was re-queued or freed"
+    )]
     NotHeld {
         /// The job.
         handle: JobHandle,
@@ -96,10 +98,7 @@ struct QueueCtx<'a> {
 
 impl<'a> QueueCtx<'a> {
     fn new(seg: &'a Segment, q: &QueueInfo) -> Result<Self, QueueError> {
-        let corrupt = |what: &str| QueueError::Corrupt {
-            index: q.index,
-            what: what.to_string(),
-        };
+        let corrupt = |what: &str| QueueError::Corrupt { index: q.index, what: what.to_string() };
         Ok(Self {
             queue: q.index,
             max_attempts: q.spec.max_attempts,
@@ -139,10 +138,7 @@ impl<'a> QueueCtx<'a> {
         Some(ClaimedJob {
             deadline: std::cell::Cell::new(deadline),
             ctx: self,
-            handle: JobHandle {
-                index,
-                generation: w.generation(),
-            },
+            handle: JobHandle { index, generation: w.generation() },
             me,
             done: false,
         })
@@ -277,10 +273,7 @@ impl Owner {
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
-        return Err(PushError::PayloadTooLarge {
-            len: payload.len(),
-            max,
-        });
+        return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
     let mut c = cursor.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
@@ -297,15 +290,10 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
     hdr.enqueued_ns.store(monotonic_ns(), Ordering::Relaxed);
-    let st = ctx
-        .records
-        .state(index)
-        .ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    let st =
+        ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
     st.publish(generation, me).map_err(|c| {
-        PushError::Corrupt(format!(
-            "record {index} changed while we were filling it (now {:#x})",
-            c.found.0
-        ))
+        PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
     crate::fail_point!("publish.before_index");
     Ok(JobHandle { index, generation })
@@ -323,10 +311,9 @@ fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<()
                 .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
                 .unwrap_or(false);
             match e {
-                RingError::Full if withdrawn => Err(PushError::QueueFull {
-                    queue: queue.to_string(),
-                    overflow: ctx.overflow.capacity(),
-                }),
+                RingError::Full if withdrawn => {
+                    Err(PushError::QueueFull { queue: queue.to_string(), overflow: ctx.overflow.capacity() })
+                }
                 RingError::Full => Err(PushError::Corrupt(format!(
                     "queue {queue} is full and job {h} could not be withdrawn"
                 ))),
@@ -395,10 +382,7 @@ impl Clone for Thief {
 
 impl std::fmt::Debug for Thief {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Thief")
-            .field("queue", &self.info.spec.name)
-            .field("me", &self.me)
-            .finish()
+        f.debug_struct("Thief").field("queue", &self.info.spec.name).field("me", &self.me).finish()
     }
 }
 
@@ -407,9 +391,7 @@ impl Thief {
     pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
         // SAFETY: as in `Owner::new`.
         let s = unsafe { extend(&seg) };
-        let deques = (0..queue.spec.deques)
-            .map(|d| s.deque(queue, d))
-            .collect::<Result<Vec<_>, _>>()?;
+        let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deques: deques.into(),
             ctx: QueueCtx::new(s, queue)?,
@@ -552,20 +534,12 @@ impl ClaimedJob<'_> {
 
     /// Times this job was given back before this claim.
     pub fn attempts(&self) -> u32 {
-        self.ctx
-            .records
-            .header(self.handle.index)
-            .map(|h| h.attempts.load(Ordering::Relaxed))
-            .unwrap_or(0)
+        self.ctx.records.header(self.handle.index).map(|h| h.attempts.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// When it was queued (CLOCK_MONOTONIC ns).
     pub fn enqueued_ns(&self) -> u64 {
-        self.ctx
-            .records
-            .header(self.handle.index)
-            .map(|h| h.enqueued_ns.load(Ordering::Relaxed))
-            .unwrap_or(0)
+        self.ctx.records.header(self.handle.index).map(|h| h.enqueued_ns.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
@@ -576,7 +550,8 @@ impl ClaimedJob<'_> {
     /// Extends (or sets) the claim's lease to `lease` from now: a heartbeat for a long job.
     /// Fails with `LeaseExpired` / `NotHeld` when the job is no longer ours.
     pub fn extend_lease(&self, lease: std::time::Duration) -> Result<(), JobError> {
-        let (Some(st), Some(hdr)) = (self.ctx.records.state(self.handle.index), self.ctx.records.header(self.handle.index))
+        let (Some(st), Some(hdr)) =
+            (self.ctx.records.state(self.handle.index), self.ctx.records.header(self.handle.index))
         else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
@@ -605,12 +580,7 @@ impl ClaimedJob<'_> {
         let w = crate::record::state::StateWord(found);
         JobError::NotHeld {
             handle: self.handle,
-            found: format!(
-                "{:?} generation {} holder {}",
-                w.state(),
-                w.generation(),
-                w.holder()
-            ),
+            found: format!("{:?} generation {} holder {}", w.state(), w.generation(), w.holder()),
         }
     }
 
@@ -623,14 +593,24 @@ impl ClaimedJob<'_> {
             .state(self.handle.index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
         crate::fail_point!("ack.before_cas");
-        st.ack(self.handle.generation, self.me)
-            .map_err(|c| self.not_held(c.found.0))
+        st.ack(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))
     }
 
     /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when
     /// the queue's attempt limit is reached.
     pub fn nack(mut self) -> Result<(), JobError> {
         self.done = true;
+        self.give_back()
+    }
+
+    /// Like [`nack`](Self::nack), recording why (the first
+    /// [`LAST_ERROR_BYTES`](crate::dead_letter::LAST_ERROR_BYTES) bytes), which a dead
+    /// letter keeps.
+    pub fn fail(mut self, reason: &str) -> Result<(), JobError> {
+        self.done = true;
+        if let Some(hdr) = self.ctx.records.header(self.handle.index) {
+            crate::dead_letter::store_last_error(hdr, reason);
+        }
         self.give_back()
     }
 
@@ -643,23 +623,14 @@ impl ClaimedJob<'_> {
         let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
         hdr.attempts.store(attempts, Ordering::Relaxed);
         if self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
-            return st
-                .dead_letter(self.handle.generation, self.me)
-                .map_err(|c| self.not_held(c.found.0));
+            return st.dead_letter(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,
         // which recovery re-indexes. The other order could leave an index whose claim fails
         // while we still hold the record, and the job would wait for recovery.
-        st.requeue_claimed(self.handle.generation, self.me)
-            .map_err(|c| self.not_held(c.found.0))?;
+        st.requeue_claimed(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
-        self.ctx
-            .overflow
-            .push(idx)
-            .map_err(|source| JobError::Requeue {
-                handle: self.handle,
-                source,
-            })?;
+        self.ctx.overflow.push(idx).map_err(|source| JobError::Requeue { handle: self.handle, source })?;
         crate::wait::notify(self.ctx.wait);
         Ok(())
     }

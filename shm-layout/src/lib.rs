@@ -38,6 +38,8 @@ pub mod api;
 #[cfg(not(xtcq_loom))]
 pub mod check;
 #[cfg(not(xtcq_loom))]
+pub mod dead_letter;
+#[cfg(not(xtcq_loom))]
 pub mod layout;
 #[cfg(not(xtcq_loom))]
 pub mod recovery;

@@ -58,7 +58,7 @@ pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
             }
             Some(State::Claimed) => {
                 let handle = JobHandle { index: i, generation: w.generation() };
-                match give_back(seg, i, w, holder) {
+                match give_back(seg, i, w, holder, "its consumer died") {
                     Ok(GiveBack::Requeued) => out.requeued.push(handle),
                     Ok(GiveBack::Unindexed) => {
                         out.requeued.push(handle);
@@ -84,7 +84,7 @@ enum GiveBack {
 }
 
 /// `Claimed(w, holder)` → attempt + 1 → `Queued` + overflow index, or `Dead` at the limit.
-fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32) -> Result<GiveBack, ()> {
+fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) -> Result<GiveBack, ()> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else { return Err(()) };
     let q = hdr.queue.load(Ordering::Relaxed);
@@ -93,6 +93,7 @@ fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32) -> Result<Giv
     let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
     hdr.attempts.store(attempts, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
+    crate::dead_letter::store_last_error(hdr, why);
     if info.spec.max_attempts != 0 && attempts >= info.spec.max_attempts {
         return Ok(match st.dead_letter(w.generation(), holder) {
             Ok(()) => GiveBack::DeadLettered,
@@ -138,7 +139,7 @@ pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
             continue;
         }
         if let Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) =
-            give_back(seg, i, w, w.holder())
+            give_back(seg, i, w, w.holder(), "lease expired")
         {
             out.push(JobHandle { index: i, generation: w.generation() });
         }

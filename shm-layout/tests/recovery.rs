@@ -208,3 +208,41 @@ fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
     again.ack().unwrap();
     assert!(check_segment(&seg, true).is_consistent());
 }
+
+#[test]
+fn dead_letters_keep_payload_and_last_error_and_can_be_requeued_or_purged() {
+    use shm_layout::dead_letter::{dead_letters, purge_dead, requeue_dead};
+    let (_d, seg, q) = setup(2);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(b"first").unwrap();
+    owner.push(b"second").unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    // Two failures each: dead after the second.
+    for round in 0..2 {
+        for _ in 0..2 {
+            let j = thief.steal().unwrap().unwrap();
+            j.fail(&format!("exit status {round} with a long explanation")).unwrap();
+        }
+    }
+    assert!(thief.steal().unwrap().is_none());
+    let mut dead = dead_letters(&seg, q.index);
+    dead.sort_by(|a, b| a.payload.cmp(&b.payload));
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0].payload, b"first");
+    assert_eq!(dead[0].attempts, 2);
+    // Cut to LAST_ERROR_BYTES.
+    assert!(dead[0].last_error.starts_with("exit status "), "{:?}", dead[0].last_error);
+    assert_eq!(dead[0].last_error.len(), shm_layout::dead_letter::LAST_ERROR_BYTES);
+    requeue_dead(&seg, dead[0].handle).unwrap();
+    assert!(requeue_dead(&seg, dead[0].handle).is_err(), "requeued twice");
+    purge_dead(&seg, dead[1].handle).unwrap();
+    assert!(purge_dead(&seg, dead[1].handle).is_err(), "purged twice");
+    let j = thief.steal().unwrap().unwrap();
+    assert_eq!(j.payload().unwrap(), b"first");
+    assert_eq!(j.attempts(), 0);
+    j.ack().unwrap();
+    assert!(dead_letters(&seg, q.index).is_empty());
+    let r = check_segment(&seg, true);
+    assert!(r.is_consistent(), "{:?}", r.problems);
+    assert_eq!(r.counts.free, seg.records().len());
+}

@@ -1,0 +1,142 @@
+//! Dead letters: jobs that failed `max_attempts` times stay in their record in state `Dead`,
+//! with their payload, attempt count and last error, until someone re-queues or purges them.
+//!
+//! The last error lives in the record header's `reserved` words (up to
+//! [`LAST_ERROR_BYTES`] bytes, length in `flags`), written by the holder before the CAS that
+//! gives the job back, so the Release of that CAS publishes it.
+//!
+//! A `Dead` record has no holder, so listing reads it racily: every read is volatile and
+//! bounds-checked, and a record whose state word changed during the copy is skipped.
+
+use crate::layout::RecordHeader;
+use crate::record::state::{JobHandle, State};
+use crate::segment::Segment;
+use crate::sync::Ordering;
+
+/// The most bytes of a last error kept.
+pub const LAST_ERROR_BYTES: usize = 24;
+
+/// Records why a job failed. Caller holds the record.
+pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
+    let mut b = [0u8; LAST_ERROR_BYTES];
+    // Cut at a char boundary so the stored bytes stay UTF-8.
+    let mut n = reason.len().min(LAST_ERROR_BYTES);
+    while !reason.is_char_boundary(n) {
+        n -= 1;
+    }
+    b[..n].copy_from_slice(&reason.as_bytes()[..n]);
+    for (w, chunk) in hdr.reserved.iter().zip(b.chunks_exact(8)) {
+        // Relaxed: published by the Release CAS that gives the job back.
+        w.store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), Ordering::Relaxed);
+    }
+    hdr.flags.store(n as u32, Ordering::Relaxed);
+}
+
+fn load_last_error(hdr: &RecordHeader) -> String {
+    let n = (hdr.flags.load(Ordering::Relaxed) as usize).min(LAST_ERROR_BYTES);
+    let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
+    for w in &hdr.reserved {
+        b.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    b.truncate(n);
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// One dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The job.
+    pub handle: JobHandle,
+    /// Times it was run and given back.
+    pub attempts: u32,
+    /// Why it last failed (empty if its consumer gave no reason, or died).
+    pub last_error: String,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// Why a dead letter could not be re-queued or purged.
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    /// Not a dead letter (any more) at that generation.
+    #[error("job {0} is not a dead letter (it was re-queued or purged already, or never died)")]
+    NotDead(JobHandle),
+    /// The queue's overflow ring is full.
+    #[error("queue is full: could not re-queue {0}; try again after consumers have drained it")]
+    QueueFull(JobHandle),
+    /// The segment holds values no correct program writes.
+    #[error("segment corruption: {0}")]
+    Corrupt(String),
+}
+
+/// The dead letters of queue-table entry `queue`.
+pub fn dead_letters(seg: &Segment, queue: u32) -> Vec<DeadLetter> {
+    let records = seg.records();
+    let cap = records.payload_capacity();
+    let mut out = Vec::new();
+    for i in 0..records.len() {
+        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+        let w = st.load();
+        if w.state() != Some(State::Dead) || hdr.queue.load(Ordering::Relaxed) != queue {
+            continue;
+        }
+        let len = hdr.payload_len.load(Ordering::Relaxed).min(cap) as usize;
+        let base = hdr as *const RecordHeader as *const u8;
+        let payload = (0..len)
+            // SAFETY: `len <= payload_capacity`, so every byte read is inside this record's
+            // payload area; volatile because no holder excludes other writers.
+            .map(|k| unsafe { core::ptr::read_volatile(base.add(crate::layout::RECORD_HEADER_SIZE + k)) })
+            .collect();
+        let d = DeadLetter {
+            handle: JobHandle { index: i, generation: w.generation() },
+            attempts: hdr.attempts.load(Ordering::Relaxed),
+            last_error: load_last_error(hdr),
+            payload,
+        };
+        // Changed while we copied: re-queued or purged; not a dead letter any more.
+        if st.load() == w {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// Puts dead letter `handle` back in line with its attempts reset to 0.
+pub fn requeue_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterError> {
+    let records = seg.records();
+    let (Some(st), Some(hdr)) = (records.state(handle.index), records.header(handle.index)) else {
+        return Err(DeadLetterError::Corrupt(format!("record {} out of range", handle.index)));
+    };
+    let w = st.load();
+    if w.state() != Some(State::Dead) || w.generation() != handle.generation {
+        return Err(DeadLetterError::NotDead(handle));
+    }
+    let q = hdr.queue.load(Ordering::Relaxed);
+    let ring = seg
+        .overflow(q)
+        .ok_or_else(|| DeadLetterError::Corrupt(format!("record {handle} names queue {q}")))?;
+    if ring.len() >= ring.capacity() {
+        return Err(DeadLetterError::QueueFull(handle));
+    }
+    // Relaxed: published by the Release of `revive`. A racing second requeue fails the CAS.
+    hdr.attempts.store(0, Ordering::Relaxed);
+    st.revive(handle.generation).map_err(|_| DeadLetterError::NotDead(handle))?;
+    // A full ring here (raced with pushers) leaves the job Queued and unindexed, which
+    // recovery's orphan sweep re-indexes; it is not lost.
+    if ring.push(handle.index).is_err() {
+        return Err(DeadLetterError::QueueFull(handle));
+    }
+    if let Some(w) = seg.wait_word(q) {
+        crate::wait::notify(w);
+    }
+    Ok(())
+}
+
+/// Deletes dead letter `handle` (its record becomes free).
+pub fn purge_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterError> {
+    let st = seg
+        .records()
+        .state(handle.index)
+        .ok_or_else(|| DeadLetterError::Corrupt(format!("record {} out of range", handle.index)))?;
+    st.withdraw(handle.generation, State::Dead).map_err(|_| DeadLetterError::NotDead(handle))
+}
