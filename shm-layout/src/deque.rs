@@ -161,6 +161,12 @@ impl<'a> DequeRef<'a> {
         self.slot(index).load(Ordering::Relaxed)
     }
 
+    /// The slot word that index `i` maps to, for fault-injection tests and repair tools.
+    /// Writing it outside the protocol breaks the deque (never memory safety).
+    pub fn raw_slot(&self, index: i64) -> &'a AtomicU64 {
+        self.slot(index)
+    }
+
     /// Approximate number of handles, as seen by a thief. Never negative.
     pub fn len(&self) -> usize {
         // Same shape as the front half of `steal`, for the same reason.

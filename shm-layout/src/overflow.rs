@@ -125,6 +125,12 @@ impl<'a> OverflowRef<'a> {
         self.len() == 0
     }
 
+    /// The cell that position `pos` maps to, for fault-injection tests and repair tools.
+    /// Writing it outside the protocol breaks the ring (never memory safety).
+    pub fn raw_cell(&self, pos: u64) -> &'a AtomicU64 {
+        self.cell(pos)
+    }
+
     /// Raw `(head, tail)`, for checks.
     pub fn positions(&self) -> (u64, u64) {
         (
