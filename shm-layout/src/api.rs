@@ -250,7 +250,10 @@ impl Owner {
     /// The next job in the queue's flavor order from our deque (newest first for LIFO,
     /// oldest first for FIFO), else from the overflow ring; claimed for us.
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        while let Some(w) = self.deque.pop() {
+        // Only we push, so at most `capacity` handles can come out during one call; more
+        // means corrupt indices (`bottom` far past `top`): stop walking garbage slots.
+        for _ in 0..=self.deque.deque().capacity() {
+            let Some(w) = self.deque.pop() else { break };
             if let Some(j) = self.ctx.claim_word(w, self.me) {
                 return Ok(Some(j));
             }
@@ -260,7 +263,9 @@ impl Owner {
 
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        while let Some(w) = self.deque.take() {
+        // Bounded as in `pop`.
+        for _ in 0..=self.deque.deque().capacity() {
+            let Some(w) = self.deque.take() else { break };
             if let Some(j) = self.ctx.claim_word(w, self.me) {
                 return Ok(Some(j));
             }
@@ -391,6 +396,10 @@ impl Thief {
     pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
         // SAFETY: as in `Owner::new`.
         let s = unsafe { extend(&seg) };
+        if queue.spec.deques == 0 {
+            // `steal` picks a deque modulo their number.
+            return Err(QueueError::NoSuchDeque { queue: queue.spec.name.clone(), index: 0, count: 0 });
+        }
         let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deques: deques.into(),
@@ -419,6 +428,12 @@ impl Thief {
 
     /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
     pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
+        self.steal_counted(deque, &mut 0)
+    }
+
+    /// [`steal_from`](Self::steal_from), counting in `skipped` the handles taken off the
+    /// deque whose claim failed.
+    fn steal_counted(&self, deque: u32, skipped: &mut usize) -> Steal<ClaimedJob<'_>> {
         let Some(d) = self.deques.get(deque as usize) else {
             return Steal::Empty;
         };
@@ -427,7 +442,10 @@ impl Thief {
                 crate::fail_point!("steal.after_cas");
                 match self.ctx.claim_word(w, self.me) {
                     Some(j) => Steal::Success(j),
-                    None => Steal::Retry,
+                    None => {
+                        *skipped += 1;
+                        Steal::Retry
+                    }
                 }
             }
             Steal::Empty => Steal::Empty,
@@ -476,16 +494,22 @@ impl Thief {
         }
         let n = self.deques.len() as u32;
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        // Each skipped handle moved a `top` on, and the deques hold at most their capacities
+        // in handles; more skips than that in one call means corrupt indices (a `bottom` far
+        // past `top`), not stale handles: give up as if empty instead of walking up to 2^63
+        // garbage slots. Lost races are not counted: each is another consumer's progress.
+        let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
+        let mut skipped = 0;
         loop {
             let mut retry = false;
             for k in 0..n {
-                match self.steal_from((start + k) % n) {
+                match self.steal_counted((start + k) % n, &mut skipped) {
                     Steal::Success(j) => return Ok(Some(j)),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
                 }
             }
-            if !retry {
+            if !retry || skipped > max_skips {
                 return Ok(None);
             }
             crate::sync::spin_hint();
