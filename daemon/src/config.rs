@@ -1,0 +1,251 @@
+//! `xtcqd`'s command line, and the configuration resolved from it.
+//!
+//! Flags are the interface scripts and unit files rely on: `--socket PATH` (env
+//! `XTCQ_SOCKET`) and `--segment PATH` are fixed names. Segment sizes given explicitly must
+//! match an existing segment that the daemon adopts (else it refuses, and says to use
+//! `--recreate`); sizes left out take the existing segment's values, or the defaults for a
+//! new one.
+//!
+//! Invariant: a [`Config`] is fully resolved — paths absolute or as given, the allow lists
+//! final, modes never world-accessible.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use shm_layout::SegmentConfig;
+
+/// xtcqd: the xtcq shared-memory job-queue daemon.
+///
+/// Creates (or adopts) one shared-memory segment holding fixed-capacity work-stealing deques
+/// and job records, and serves the control socket through which processes create queues and
+/// attach as owners (producers with a deque) or thieves (consumers). It is never on the hot
+/// path: pushes and steals are done by the processes themselves, in shared memory.
+///
+/// Runs in the foreground; logs to stderr (`RUST_LOG` filters, default `info`); stops
+/// cleanly on SIGTERM or SIGINT; sends READY=1 to `$NOTIFY_SOCKET` under systemd.
+///
+/// Defaults: socket `$RUNTIME_DIRECTORY/xtcqd.sock` (systemd), else
+/// `$XDG_RUNTIME_DIR/xtcq/xtcqd.sock`, else `/tmp/xtcq-$UID/xtcqd.sock`; segment
+/// `/dev/shm/xtcq-$UID`.
+///
+/// Exit status: 0 after a clean stop, 1 on a startup or runtime error (including "another
+/// xtcqd is already running"), 2 on bad arguments.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "xtcqd", version, about, long_about)]
+pub struct Args {
+    /// Control socket path.
+    #[arg(long, env = "XTCQ_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Segment file (any path works: /dev/shm, hugetlbfs, disk). Default /dev/shm/xtcq-$UID.
+    #[arg(long, env = "XTCQ_SEGMENT", value_name = "PATH")]
+    pub segment: Option<PathBuf>,
+
+    /// Remove an existing segment (and every job in it) and create a new one.
+    #[arg(long)]
+    pub recreate: bool,
+
+    /// Queue-table entries [default: 16].
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u32>,
+
+    /// Deques each queue may have (owners per queue) [default: 16].
+    #[arg(long, value_name = "N")]
+    pub deques_per_queue: Option<u32>,
+
+    /// Largest deque capacity, a power of two [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub deque_capacity: Option<u32>,
+
+    /// Job records shared by all queues (jobs queued or running at once) [default: 65536].
+    #[arg(long, value_name = "N")]
+    pub records: Option<u32>,
+
+    /// Payload bytes per job record [default: 448].
+    #[arg(long, value_name = "BYTES")]
+    pub payload_bytes: Option<u32>,
+
+    /// Process slots (processes attached at once) [default: 256].
+    #[arg(long, value_name = "N")]
+    pub process_slots: Option<u32>,
+
+    /// Cells per queue's overflow ring, a power of two [default: 65536].
+    #[arg(long, value_name = "N")]
+    pub overflow_capacity: Option<u32>,
+
+    /// Also allow peers with this uid (repeatable). The daemon's own uid is always allowed
+    /// unless --no-allow-self.
+    #[arg(long, value_name = "UID")]
+    pub allow_uid: Vec<u32>,
+
+    /// Allow peers whose primary or supplementary group is this gid (repeatable).
+    #[arg(long, value_name = "GID")]
+    pub allow_gid: Vec<u32>,
+
+    /// Share with a group (name or gid): the socket and segment become 0660 owned by it, and
+    /// its members are allowed.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+
+    /// Do not allow the daemon's own uid implicitly (only the --allow-* lists).
+    #[arg(long)]
+    pub no_allow_self: bool,
+
+    /// Most control connections at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Seconds a new connection has to send its Hello, and a started frame to complete.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub io_timeout: u64,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Control socket.
+    pub socket: PathBuf,
+    /// Segment file.
+    pub segment: PathBuf,
+    /// Recreate the segment.
+    pub recreate: bool,
+    /// Segment configuration for a new segment.
+    pub segment_config: SegmentConfig,
+    /// Fields given explicitly (must match an adopted segment).
+    pub explicit: Vec<(&'static str, u32)>,
+    /// Allowed uids.
+    pub allow_uids: Vec<u32>,
+    /// Allowed gids.
+    pub allow_gids: Vec<u32>,
+    /// Group to share the socket and segment with.
+    pub group: Option<u32>,
+    /// Connection cap.
+    pub max_connections: usize,
+    /// Hello / frame-completion timeout.
+    pub io_timeout: Duration,
+}
+
+/// Bad arguments.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `--group` named no group.
+    #[error("--group {0}: no such group (not a gid, and not in /etc/group)")]
+    NoSuchGroup(String),
+    /// Another bad value.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Resolves `args` against the environment.
+    pub fn from_args(args: &Args) -> Result<Config, ConfigError> {
+        let socket = xtcq_proto::paths::resolve_socket(args.socket.as_deref());
+        let segment = args.segment.clone().unwrap_or_else(xtcq_proto::paths::default_segment_path);
+        let mut c = SegmentConfig::default();
+        let mut explicit = Vec::new();
+        let fields: [(&'static str, Option<u32>, &mut u32); 7] = [
+            ("queues", args.queues, &mut c.queues),
+            ("deques_per_queue", args.deques_per_queue, &mut c.deques_per_queue),
+            ("deque_capacity", args.deque_capacity, &mut c.deque_capacity),
+            ("job_records", args.records, &mut c.job_records),
+            ("payload_bytes", args.payload_bytes, &mut c.payload_bytes),
+            ("process_slots", args.process_slots, &mut c.process_slots),
+            ("overflow_capacity", args.overflow_capacity, &mut c.overflow_capacity),
+        ];
+        for (name, v, field) in fields {
+            if let Some(v) = v {
+                *field = v;
+                explicit.push((name, v));
+            }
+        }
+        c.validate().map_err(|e| ConfigError::Invalid(format!("segment size flags: {e}")))?;
+        let group = match &args.group {
+            None => None,
+            Some(g) => Some(resolve_group(g)?),
+        };
+        let me = rustix::process::getuid().as_raw();
+        let mut allow_uids = args.allow_uid.clone();
+        if !args.no_allow_self {
+            allow_uids.push(me);
+        }
+        allow_uids.sort_unstable();
+        allow_uids.dedup();
+        let mut allow_gids = args.allow_gid.clone();
+        allow_gids.extend(group);
+        allow_gids.sort_unstable();
+        allow_gids.dedup();
+        if allow_uids.is_empty() && allow_gids.is_empty() {
+            return Err(ConfigError::Invalid(
+                "--no-allow-self with no --allow-uid, --allow-gid or --group would allow nobody".into(),
+            ));
+        }
+        if args.max_connections == 0 {
+            return Err(ConfigError::Invalid("--max-connections must be at least 1".into()));
+        }
+        Ok(Config {
+            socket,
+            segment,
+            recreate: args.recreate,
+            segment_config: c,
+            explicit,
+            allow_uids,
+            allow_gids,
+            group,
+            max_connections: args.max_connections,
+            io_timeout: Duration::from_secs(args.io_timeout.max(1)),
+        })
+    }
+
+    /// Mode of the socket and segment files.
+    pub fn file_mode(&self) -> u32 {
+        if self.group.is_some() {
+            0o660
+        } else {
+            0o600
+        }
+    }
+}
+
+/// A group name or number to a gid (`/etc/group`; NSS-only groups must be given by number).
+pub fn resolve_group(g: &str) -> Result<u32, ConfigError> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let _pw = f.next()?;
+            let gid = f.next()?.parse::<u32>().ok()?;
+            (name == g).then_some(gid)
+        })
+        .next()
+        .ok_or_else(|| ConfigError::NoSuchGroup(g.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_and_named_groups_resolve() {
+        assert_eq!(resolve_group("1234").unwrap(), 1234);
+        assert_eq!(resolve_group("root").unwrap(), 0);
+        assert!(matches!(resolve_group("no-such-group-xyz"), Err(ConfigError::NoSuchGroup(_))));
+    }
+
+    #[test]
+    fn sizes_given_are_explicit_and_validated() {
+        let a = Args::parse_from(["xtcqd", "--socket", "/s", "--segment", "/g", "--queues", "4"]);
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!(c.segment_config.queues, 4);
+        assert_eq!(c.explicit, vec![("queues", 4)]);
+        assert_eq!(c.file_mode(), 0o600);
+        let bad = Args::parse_from(["xtcqd", "--deque-capacity", "1000"]);
+        assert!(Config::from_args(&bad).is_err());
+        let nobody = Args::parse_from(["xtcqd", "--no-allow-self"]);
+        assert!(Config::from_args(&nobody).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! `xtcqd` as a library: the daemon's pieces, so that `main.rs` stays a thin shell and tests
+//! can reach the parts that need no running daemon.
+//!
+//! - [`config`]: the command line and the resolved configuration;
+//! - [`startup`]: socket directory, single-daemon checks, segment create/adopt, bind;
+//! - [`server`]: the tokio control-channel server and process watching;
+//! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
+//! - [`peer`]: peer credentials, pidfds, `/proc` start times;
+//! - [`notify`]: systemd readiness notification.
+//!
+//! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
+//! create queues, register processes, grant and release leases, and recover.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod notify;
+pub mod peer;
+pub mod registry;
+pub mod server;
+pub mod startup;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use config::{Args, Config};
+
+/// Why the daemon could not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Bad arguments.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// Another daemon serves the socket.
+    #[error("another xtcqd is already serving {socket} ({detail}); stop it first, or use another --socket")]
+    AlreadyRunning {
+        /// The socket.
+        socket: PathBuf,
+        /// How we know.
+        detail: String,
+    },
+    /// Another daemon serves the segment.
+    #[error(
+        "segment {path} is in use by another live xtcqd{}; stop it first, or use another --segment",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    SegmentInUse {
+        /// The segment.
+        path: PathBuf,
+        /// That daemon's pid, if known.
+        pid: Option<u32>,
+    },
+    /// The segment could not be created.
+    #[error(transparent)]
+    Segment(#[from] shm_layout::SegmentError),
+    /// An existing segment could not be adopted.
+    #[error("cannot adopt the existing segment {path}: {source}; remove it, or start with --recreate (which drops its jobs)")]
+    Adopt {
+        /// The segment.
+        path: PathBuf,
+        /// Why.
+        source: shm_layout::SegmentError,
+    },
+    /// A size flag disagrees with the segment being adopted.
+    #[error(
+        "segment {path} exists with {field} = {existing}, but {given} was asked for; drop the flag to adopt \
+         it as it is, or start with --recreate (which drops its jobs)"
+    )]
+    SizeMismatch {
+        /// The segment.
+        path: PathBuf,
+        /// The configuration field.
+        field: &'static str,
+        /// Its value in the segment.
+        existing: u32,
+        /// The flag's value.
+        given: u32,
+    },
+    /// The socket directory is not safe to use.
+    #[error("refusing to use socket directory {path}: {why}")]
+    UnsafeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Something other than a socket is at the socket path.
+    #[error("{path} exists and is not a socket; refusing to replace it")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// An OS error.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// On what.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[source] io::Error),
+}
+
+/// Runs the daemon until SIGTERM, SIGINT or a Shutdown request.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    // Everything that changes process-wide state (umask) or may refuse to start happens
+    // before the runtime's threads exist.
+    let prep = startup::prepare(&cfg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map(|n| n.get().min(4)).unwrap_or(2))
+        .thread_name("xtcqd")
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    rt.block_on(server::serve(cfg, prep))
+}

@@ -1,0 +1,459 @@
+//! The process registry: process slots, deque leases and recovery, over the segment.
+//!
+//! The segment is the source of truth (so a restarted daemon can adopt it); this module is
+//! the only writer of the process table, the queue table and the deque lease words, and all
+//! its writes happen under one mutex ([`Registry`]'s), so the daemon's tasks never race each
+//! other on them.
+//!
+//! Invariants:
+//! - a slot is `PROCESS_ACTIVE` from registration until its process has exited *and* its
+//!   connection is closed; then [`Registry::recover_process`] gives back what it held and
+//!   frees it. A process that merely disconnects keeps its slot and leases.
+//! - a deque's lease word is `0` or `lease_word(slot, epoch)` of an active slot; it is set by
+//!   a CAS from 0 (at most one owner per deque), and cleared only by the holder's explicit
+//!   detach or by recovery after the holder died — ownership never moves while the old owner
+//!   lives.
+//! - slot writes: fields first, then the state word with Release, so a reader that sees
+//!   `PROCESS_ACTIVE` (Acquire) sees the fields.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
+use shm_layout::record::state::State;
+use shm_layout::recovery::{self, lease_holder, lease_word};
+use shm_layout::segment::QueueError;
+use shm_layout::{QueueInfo, QueueSpec, Segment};
+use std::sync::atomic::Ordering;
+use tracing::{info, warn};
+use xtcq_proto as proto;
+
+/// A registered process slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotId {
+    /// Index (`me`).
+    pub slot: u32,
+    /// Incarnation.
+    pub epoch: u64,
+}
+
+/// Who is registering.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessId {
+    /// Pid (0: unknown).
+    pub pid: u32,
+    /// Uid.
+    pub uid: u32,
+    /// Start time (0: unknown).
+    pub start_time: u64,
+}
+
+/// A process slot found registered when the daemon adopted the segment.
+#[derive(Clone, Copy, Debug)]
+pub struct Adopted {
+    /// The slot.
+    pub slot: SlotId,
+    /// Its process.
+    pub process: ProcessId,
+}
+
+/// The registry; cheap to clone.
+#[derive(Clone)]
+pub struct Registry {
+    seg: Arc<Segment>,
+    lock: Arc<Mutex<Tracked>>,
+}
+
+/// In-memory bookkeeping the segment does not hold (for stats).
+#[derive(Default)]
+struct Tracked {
+    connected: BTreeSet<u32>,
+}
+
+/// Converts a segment queue error to an error reply.
+pub fn queue_error(e: &QueueError) -> proto::ErrorReply {
+    use proto::ErrorCode as C;
+    let code = match e {
+        QueueError::NoSuchQueue(_) => C::NoSuchQueue,
+        QueueError::Exists(_) => C::QueueExists,
+        QueueError::TableFull(_) => C::QueueTableFull,
+        QueueError::BadSpec(_) | QueueError::NoSuchDeque { .. } => C::BadRequest,
+        QueueError::NotActive { .. } => C::NoSuchQueue,
+        QueueError::Corrupt { .. } => C::Corrupt,
+    };
+    proto::ErrorReply::new(code, e.to_string())
+}
+
+/// Protocol view of a queue.
+pub fn queue_info(q: &QueueInfo) -> proto::QueueInfo {
+    proto::QueueInfo {
+        index: q.index,
+        name: q.spec.name.clone(),
+        flavor: match q.spec.flavor {
+            shm_layout::Flavor::Lifo => proto::Flavor::Lifo,
+            shm_layout::Flavor::Fifo => proto::Flavor::Fifo,
+        },
+        deques: q.spec.deques,
+        capacity: q.spec.capacity,
+        max_attempts: q.spec.max_attempts,
+        lease_ms: q.spec.lease_ms,
+    }
+}
+
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Registry {
+    /// A registry over `seg`.
+    pub fn new(seg: Arc<Segment>) -> Self {
+        Self { seg, lock: Arc::new(Mutex::new(Tracked::default())) }
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tracked> {
+        // A panic while holding the lock leaves only stats bookkeeping behind; go on.
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a process in a free slot with `roles`.
+    pub fn register(&self, p: ProcessId, roles: u32) -> Result<SlotId, proto::ErrorReply> {
+        let mut t = self.lock();
+        let n = self.seg.config().process_slots;
+        for i in 0..n {
+            let Some(s) = self.seg.process_slot(i) else { break };
+            if s.state.load(Ordering::Acquire) != PROCESS_FREE {
+                continue;
+            }
+            s.pid.store(p.pid, Ordering::Relaxed);
+            s.uid.store(p.uid, Ordering::Relaxed);
+            s.start_time.store(p.start_time, Ordering::Relaxed);
+            s.role.store(roles, Ordering::Relaxed);
+            s.attached_unix_ns.store(now_unix_ns(), Ordering::Relaxed);
+            let epoch = s.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            // Release: the fields above are visible to whoever sees ACTIVE.
+            s.state.store(PROCESS_ACTIVE, Ordering::Release);
+            t.connected.insert(i);
+            return Ok(SlotId { slot: i, epoch });
+        }
+        Err(proto::ErrorReply::new(
+            proto::ErrorCode::NoFreeSlot,
+            format!("all {n} process slots are in use; restart xtcqd with more --process-slots"),
+        ))
+    }
+
+    /// Adds role bits to a registered slot.
+    pub fn add_roles(&self, slot: SlotId, roles: u32) {
+        let _t = self.lock();
+        if let Some(s) = self.seg.process_slot(slot.slot) {
+            s.role.fetch_or(roles, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a slot's connection closed (its process may live on).
+    pub fn disconnected(&self, slot: SlotId) {
+        self.lock().connected.remove(&slot.slot);
+    }
+
+    /// Whether `slot` is still registered at the same incarnation.
+    pub fn slot_is_active(&self, slot: SlotId) -> bool {
+        self.seg.process_slot(slot.slot).is_some_and(|s| {
+            s.state.load(Ordering::Acquire) == PROCESS_ACTIVE && s.epoch.load(Ordering::Relaxed) == slot.epoch
+        })
+    }
+
+    /// Creates a queue.
+    pub fn create_queue(&self, p: &proto::QueueParams) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        let _t = self.lock();
+        let spec = QueueSpec {
+            name: p.name.clone(),
+            flavor: match p.flavor {
+                proto::Flavor::Lifo => shm_layout::Flavor::Lifo,
+                proto::Flavor::Fifo => shm_layout::Flavor::Fifo,
+            },
+            deques: p.deques,
+            capacity: p.capacity,
+            max_attempts: p.max_attempts,
+            lease_ms: p.lease_ms,
+        };
+        self.seg.create_queue(&spec).map(|q| queue_info(&q)).map_err(|e| queue_error(&e))
+    }
+
+    /// The active queue `name`.
+    pub fn queue(&self, name: &str) -> Result<QueueInfo, proto::ErrorReply> {
+        self.seg.queue_by_name(name).map_err(|e| queue_error(&e))
+    }
+
+    /// Leases deque `want` (or the first free one) of `q` to `slot`. Returns the deque and
+    /// the lease word.
+    pub fn lease(
+        &self,
+        q: &QueueInfo,
+        want: Option<u32>,
+        slot: SlotId,
+    ) -> Result<(u32, u64), proto::ErrorReply> {
+        let _t = self.lock();
+        let word = lease_word(slot.slot, slot.epoch as u32);
+        let candidates: Vec<u32> = match want {
+            Some(d) if d >= q.spec.deques => {
+                return Err(proto::ErrorReply::new(
+                    proto::ErrorCode::BadRequest,
+                    format!("queue {} has {} deques; there is no deque {d}", q.spec.name, q.spec.deques),
+                ))
+            }
+            Some(d) => vec![d],
+            None => (0..q.spec.deques).collect(),
+        };
+        for d in &candidates {
+            let Some(h) = self.seg.deque_header(q.index, *d) else { continue };
+            // AcqRel: pairs with the Release of the clearing CAS in recovery / detach, so
+            // the new owner sees the repaired `bottom`.
+            if h.lease.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Ok((*d, word));
+            }
+        }
+        let msg = match want {
+            Some(d) => format!("deque {d} of queue {} is owned by another live process", q.spec.name),
+            None => format!(
+                "all {} deques of queue {} are owned by live processes (an owner's lease ends when its \
+                 process exits)",
+                q.spec.deques, q.spec.name
+            ),
+        };
+        Err(proto::ErrorReply::new(proto::ErrorCode::NoFreeDeque, msg))
+    }
+
+    /// Gives back `slot`'s lease on deque `d` of `q` (an explicit detach by a live owner that
+    /// promised to stop using it).
+    pub fn release_lease(&self, q: &QueueInfo, d: u32, word: u64) -> Result<(), proto::ErrorReply> {
+        let _t = self.lock();
+        let h = self.seg.deque_header(q.index, d).ok_or_else(|| {
+            proto::ErrorReply::new(proto::ErrorCode::BadRequest, format!("no deque {d} in {}", q.spec.name))
+        })?;
+        h.lease.compare_exchange(word, 0, Ordering::AcqRel, Ordering::Acquire).map(|_| ()).map_err(|_| {
+            proto::ErrorReply::new(
+                proto::ErrorCode::BadRequest,
+                format!("this connection holds no lease on deque {d} of queue {}", q.spec.name),
+            )
+        })
+    }
+
+    /// Everything to do when a registered process has exited and its connection is closed:
+    /// free the records it was filling, re-queue those it had claimed, release its deque
+    /// leases (repairing `bottom`), re-index orphaned queued records, free the slot.
+    pub fn recover_process(&self, slot: SlotId) {
+        let mut t = self.lock();
+        t.connected.remove(&slot.slot);
+        let Some(s) = self.seg.process_slot(slot.slot) else { return };
+        if s.epoch.load(Ordering::Relaxed) != slot.epoch {
+            return; // already recovered and reused
+        }
+        let pid = s.pid.load(Ordering::Relaxed);
+        s.state.store(PROCESS_RECOVERING, Ordering::Release);
+        let r = recovery::recover_holder(&self.seg, slot.slot);
+        let leases = recovery::release_deque_leases(&self.seg, slot.slot);
+        // A thief that died between its winning CAS on `top` and its claim leaves a queued
+        // record nothing indexes; a dying injector or overflow popper likewise.
+        let orphans = recovery::reindex_orphans(&self.seg);
+        s.role.store(0, Ordering::Relaxed);
+        s.pid.store(0, Ordering::Relaxed);
+        s.start_time.store(0, Ordering::Relaxed);
+        s.state.store(PROCESS_FREE, Ordering::Release);
+        let touched = r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans.len();
+        if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
+            warn!(
+                slot = slot.slot,
+                pid,
+                freed_filling = r.freed_filling,
+                requeued = r.requeued.len(),
+                dead_lettered = r.dead_lettered.len(),
+                unindexed = r.unindexed,
+                corrupt = r.corrupt,
+                orphans_reindexed = orphans.len(),
+                leases_released = leases.len(),
+                "recovered jobs of an exited process"
+            );
+        } else {
+            info!(slot = slot.slot, pid, leases_released = leases.len(), "process exited; slot freed");
+        }
+    }
+
+    /// On adopting a segment: recovers every registered process that is no longer alive (and
+    /// any record or lease naming a slot that is not registered), and returns the live ones,
+    /// to be watched until they exit.
+    pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
+        let n = self.seg.config().process_slots;
+        let mut live = Vec::new();
+        let mut dead = Vec::new();
+        for i in 0..n {
+            let Some(s) = self.seg.process_slot(i) else { break };
+            let state = s.state.load(Ordering::Acquire);
+            let slot = SlotId { slot: i, epoch: s.epoch.load(Ordering::Relaxed) };
+            let process = ProcessId {
+                pid: s.pid.load(Ordering::Relaxed),
+                uid: s.uid.load(Ordering::Relaxed),
+                start_time: s.start_time.load(Ordering::Relaxed),
+            };
+            match state {
+                PROCESS_FREE => {}
+                PROCESS_ACTIVE if alive(process.pid, process.start_time) => {
+                    live.push(Adopted { slot, process })
+                }
+                _ => dead.push(slot),
+            }
+        }
+        for slot in &dead {
+            self.recover_process(*slot);
+        }
+        // Holders named by records or leases but not registered (a slot freed by hand, or a
+        // corrupt table): give their holdings back too.
+        let live_slots: BTreeSet<u32> = live.iter().map(|a| a.slot.slot).collect();
+        let mut strays = BTreeSet::new();
+        let records = self.seg.records();
+        for i in 0..records.len() {
+            let Some(st) = records.state(i) else { break };
+            let w = st.load();
+            if matches!(w.state(), Some(State::Filling | State::Claimed)) {
+                if let Some(h) = recovery::holder_slot(&self.seg, w) {
+                    if !live_slots.contains(&h) {
+                        strays.insert(h);
+                    }
+                }
+            }
+        }
+        let c = self.seg.config();
+        for q in 0..c.queues {
+            for d in 0..c.deques_per_queue {
+                if let Some(h) = self.seg.deque_header(q, d) {
+                    if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
+                        if !live_slots.contains(&s) {
+                            strays.insert(s);
+                        }
+                    }
+                }
+            }
+        }
+        if !strays.is_empty() {
+            let _t = self.lock();
+            for s in &strays {
+                let r = recovery::recover_holder(&self.seg, *s);
+                let l = recovery::release_deque_leases(&self.seg, *s);
+                warn!(
+                    slot = s,
+                    requeued = r.requeued.len(),
+                    leases = l.len(),
+                    "recovered holdings of an unregistered slot"
+                );
+            }
+            recovery::reindex_orphans(&self.seg);
+        }
+        live
+    }
+
+    /// Whether `slot`'s connection is open.
+    pub fn is_connected(&self, slot: u32) -> bool {
+        self.lock().connected.contains(&slot)
+    }
+
+    /// Stats of one queue (`Some`) or all.
+    pub fn stats(&self, queue: Option<&str>, connections: u64) -> Result<proto::Stats, proto::ErrorReply> {
+        let seg = &self.seg;
+        let c = *seg.config();
+        let qs: Vec<QueueInfo> = match queue {
+            Some(name) => vec![self.queue(name)?],
+            None => seg.queues().into_iter().filter_map(Result::ok).collect(),
+        };
+        let mut all = proto::RecordCounts::default();
+        let mut per_queue = vec![proto::RecordCounts::default(); c.queues as usize];
+        let records = seg.records();
+        for i in 0..records.len() {
+            let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
+            let w = st.load();
+            let q = h.queue.load(Ordering::Relaxed) as usize;
+            let bump = |r: &mut proto::RecordCounts| match w.state() {
+                Some(State::Free) => r.free += 1,
+                Some(State::Filling) => r.filling += 1,
+                Some(State::Queued) => r.queued += 1,
+                Some(State::Claimed) => r.claimed += 1,
+                Some(State::Dead) => r.dead += 1,
+                None => r.corrupt += 1,
+            };
+            bump(&mut all);
+            if w.state() != Some(State::Free) {
+                if let Some(r) = per_queue.get_mut(q) {
+                    bump(r);
+                }
+            }
+        }
+        let queues = qs
+            .iter()
+            .map(|q| {
+                let deques = (0..q.spec.deques)
+                    .map(|d| proto::DequeStats {
+                        index: d,
+                        len: seg.deque(q, d).map(|dq| dq.len() as u64).unwrap_or(0),
+                        owner_slot: seg
+                            .deque_header(q.index, d)
+                            .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
+                    })
+                    .collect();
+                proto::QueueStats {
+                    info: queue_info(q),
+                    deques,
+                    overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
+                    records: per_queue.get(q.index as usize).cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let t = self.lock();
+        let processes = (0..c.process_slots)
+            .filter_map(|i| {
+                let s = seg.process_slot(i)?;
+                let state = match s.state.load(Ordering::Acquire) {
+                    PROCESS_FREE => return None,
+                    PROCESS_ACTIVE => proto::ProcessState::Active,
+                    PROCESS_RECOVERING => proto::ProcessState::Recovering,
+                    _ => proto::ProcessState::Unknown,
+                };
+                Some(proto::ProcessInfo {
+                    slot: i,
+                    state,
+                    pid: s.pid.load(Ordering::Relaxed),
+                    uid: s.uid.load(Ordering::Relaxed),
+                    roles: s.role.load(Ordering::Relaxed),
+                    epoch: s.epoch.load(Ordering::Relaxed),
+                    connected: t.connected.contains(&i),
+                    attached_unix_ns: s.attached_unix_ns.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        drop(t);
+        let live = seg.header_live();
+        Ok(proto::Stats {
+            daemon_pid: live.daemon_pid.load(Ordering::Relaxed),
+            daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
+            segment: proto::SegmentSummary {
+                path: seg.path().to_path_buf(),
+                total_len: seg.descriptor().regions.total_len,
+                queues: c.queues,
+                deques_per_queue: c.deques_per_queue,
+                deque_capacity: c.deque_capacity,
+                job_records: c.job_records,
+                payload_bytes: c.payload_bytes,
+                process_slots: c.process_slots,
+                overflow_capacity: c.overflow_capacity,
+            },
+            records: all,
+            queues,
+            processes,
+            connections,
+        })
+    }
+}

@@ -1,0 +1,607 @@
+//! The control-channel server: a tokio Unix-socket listener, one task per connection, one
+//! watcher per attached process, and a clean stop on SIGTERM / SIGINT / a Shutdown request.
+//!
+//! A connection's life:
+//!
+//! ```text
+//!  accept -> SO_PEERCRED + pidfd -> Hello (within --io-timeout) -> version check
+//!         -> uid/gid check -> HelloOk -> requests ... -> EOF
+//!         -> if it attached: wait for its process to exit (pidfd readable)
+//!         -> recover_process: give back records and leases, free the slot
+//! ```
+//!
+//! Invariants:
+//! - a malformed, oversized or hostile frame costs only its own connection: it gets an error
+//!   reply (when the stream is still in sync) or is closed; nothing a peer sends can panic
+//!   or stall the daemon (a frame once started must complete within `--io-timeout`; a reply
+//!   must be written within it);
+//! - a slot's leases are released only after its connection is closed *and* its process has
+//!   exited (or by the holder's explicit Detach) — never on a mere disconnect;
+//! - on shutdown, attached processes keep their slots and leases in the segment; the next
+//!   daemon adopts them and watches them again.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+use xtcq_proto::frame::{self, FrameError};
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
+
+use crate::config::Config;
+use crate::peer::{self, Peer};
+use crate::registry::{queue_info, ProcessId, Registry, SlotId};
+use crate::startup::{self, Prepared};
+use crate::DaemonError;
+
+/// State shared by every task.
+struct Shared {
+    cfg: Config,
+    reg: Registry,
+    hello: proto::HelloOk,
+    shutdown: watch::Sender<Option<String>>,
+    connections: AtomicU64,
+    my_uid: u32,
+}
+
+impl Shared {
+    fn stop(&self, reason: String) {
+        self.shutdown.send_if_modified(|v| {
+            if v.is_none() {
+                *v = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Resolves when shutdown is asked for; yields the reason.
+async fn shutdown_requested(rx: &mut watch::Receiver<Option<String>>) -> String {
+    loop {
+        if let Some(r) = rx.borrow_and_update().clone() {
+            return r;
+        }
+        if rx.changed().await.is_err() {
+            return "daemon stopping".into();
+        }
+    }
+}
+
+/// Serves until shutdown; then removes the socket and detaches from the segment.
+pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
+    let seg = prep.segment.clone();
+    let live = seg.header_live();
+    let hello = proto::HelloOk {
+        protocol_version: proto::PROTOCOL_VERSION,
+        daemon_version: env!("CARGO_PKG_VERSION").to_string(),
+        daemon_pid: std::process::id(),
+        daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
+        segment_path: seg.path().to_path_buf(),
+    };
+    let reg = Registry::new(seg.clone());
+    let (tx, _) = watch::channel(None);
+    let st = Arc::new(Shared {
+        cfg: cfg.clone(),
+        reg: reg.clone(),
+        hello,
+        shutdown: tx,
+        connections: AtomicU64::new(0),
+        my_uid: rustix::process::getuid().as_raw(),
+    });
+    let mut tasks = JoinSet::new();
+
+    if !prep.created {
+        let adopted = reg.adopt(peer::is_alive);
+        for a in adopted {
+            match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
+                Some(fd) => {
+                    info!(
+                        slot = a.slot.slot,
+                        pid = a.process.pid,
+                        "adopted a live attached process; watching it"
+                    );
+                    let st = st.clone();
+                    tasks.spawn(async move { watch_exit(st, a.slot, Some(fd), a.process).await });
+                }
+                None => reg.recover_process(a.slot),
+            }
+        }
+    }
+
+    let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
+        what: "cannot register the socket".into(),
+        path: cfg.socket.clone(),
+        source: e,
+    })?;
+
+    {
+        let st = st.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+            else {
+                warn!("cannot install signal handlers");
+                return;
+            };
+            let reason = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            info!("{reason}: shutting down");
+            st.stop(reason.to_string());
+        });
+    }
+
+    match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
+        Ok(true) => debug!("notified systemd: READY=1"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "cannot notify systemd"),
+    }
+    info!(
+        socket = %cfg.socket.display(),
+        segment = %seg.path().display(),
+        pid = std::process::id(),
+        allow_uids = ?cfg.allow_uids,
+        allow_gids = ?cfg.allow_gids,
+        "xtcqd ready"
+    );
+
+    let permits = Arc::new(Semaphore::new(cfg.max_connections));
+    let mut stop_rx = st.shutdown.subscribe();
+    let reason = loop {
+        tokio::select! {
+            r = shutdown_requested(&mut stop_rx) => break r,
+            a = listener.accept() => match a {
+                Ok((stream, _)) => match permits.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let st = st.clone();
+                        tasks.spawn(async move {
+                            st.connections.fetch_add(1, Ordering::Relaxed);
+                            connection(st.clone(), stream).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        let t = cfg.io_timeout;
+                        tokio::spawn(async move { refuse_busy(stream, t).await });
+                    }
+                },
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+        while tasks.try_join_next().is_some() {}
+    };
+
+    let _ = crate::notify::sd_notify("STOPPING=1");
+    drop(listener);
+    startup::remove_socket(&cfg.socket, prep.socket_id);
+    // Connection tasks see the shutdown, tell their clients and close.
+    let drained =
+        tokio::time::timeout(Duration::from_secs(3), async { while tasks.join_next().await.is_some() {} })
+            .await;
+    if drained.is_err() {
+        warn!("some connections did not close in time; dropping them");
+        tasks.abort_all();
+    }
+    let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+    info!(%reason, "xtcqd stopped");
+    Ok(())
+}
+
+async fn refuse_busy(mut stream: UnixStream, t: Duration) {
+    let reply = proto::HelloReply::Refused(ErrorReply::new(
+        ErrorCode::Internal,
+        "xtcqd has too many connections; try again later",
+    ));
+    if let Ok(bytes) = frame::encode(&reply) {
+        let _ = tokio::time::timeout(t, stream.write_all(&bytes)).await;
+    }
+}
+
+/// Reads one frame: waits as long as needed for its first byte, then at most `t` for the
+/// rest (a half-written frame cannot hold a task forever).
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, t: Duration) -> Result<Vec<u8>, FrameError> {
+    let mut hdr = [0u8; frame::HEADER_LEN];
+    let first = r.read(&mut hdr).await?;
+    if first == 0 {
+        return Err(FrameError::Closed);
+    }
+    let rest = async {
+        let mut got = first;
+        while got < hdr.len() {
+            match r.read(&mut hdr[got..]).await? {
+                0 => return Err(FrameError::Truncated { expected: frame::HEADER_LEN, got }),
+                n => got += n,
+            }
+        }
+        let len = frame::check_len(u32::from_be_bytes(hdr))?;
+        let mut body = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match r.read(&mut body[got..]).await? {
+                0 => {
+                    return Err(FrameError::Truncated {
+                        expected: frame::HEADER_LEN + len,
+                        got: frame::HEADER_LEN + got,
+                    })
+                }
+                n => got += n,
+            }
+        }
+        Ok(body)
+    };
+    match tokio::time::timeout(t, rest).await {
+        Ok(r) => r,
+        Err(_) => Err(FrameError::Io(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("frame not completed within {} s", t.as_secs()),
+        ))),
+    }
+}
+
+/// How a connection ended.
+enum End {
+    /// The peer closed it (or broke it).
+    Closed,
+    /// The daemon is stopping.
+    Shutdown,
+}
+
+struct Conn {
+    st: Arc<Shared>,
+    stream: UnixStream,
+    peer: Peer,
+    name: String,
+    slot: Option<SlotId>,
+    /// `(queue index, queue name, deque, lease word)`.
+    leases: Vec<(u32, String, u32, u64)>,
+}
+
+async fn connection(st: Arc<Shared>, stream: UnixStream) {
+    let peer = match peer::identify(stream.as_fd()) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "cannot identify a peer; closing");
+            st.connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    debug!(pid = peer.pid, uid = peer.uid, pidfd = peer.pidfd.is_some(), "connection");
+    let mut c = Conn { st: st.clone(), stream, peer, name: String::new(), slot: None, leases: Vec::new() };
+    let end = c.run().await;
+    st.connections.fetch_sub(1, Ordering::Relaxed);
+    let Conn { stream, peer, slot, .. } = c;
+    drop(stream);
+    let Some(slot) = slot else { return };
+    st.reg.disconnected(slot);
+    if matches!(end, End::Shutdown) {
+        return; // the slot and its leases stay for the next daemon
+    }
+    let process = ProcessId { pid: peer.pid, uid: peer.uid, start_time: peer.start_time.unwrap_or(0) };
+    watch_exit(st, slot, peer.pidfd, process).await;
+}
+
+/// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`.
+async fn watch_exit(st: Arc<Shared>, slot: SlotId, pidfd: Option<OwnedFd>, process: ProcessId) {
+    let mut rx = st.shutdown.subscribe();
+    let exited = async {
+        if let Some(fd) = pidfd {
+            // SAFETY: `OwnedFd` returns the same open descriptor from every `as_raw_fd` and
+            // keeps it open until the `AsyncFd` that owns it is dropped.
+            match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                // A pidfd polls readable once its process has exited.
+                Ok(afd) => {
+                    let _ = afd.readable().await;
+                    return;
+                }
+                Err(e) => warn!(error = %e.into_parts().1, "cannot watch a pidfd; polling /proc instead"),
+            }
+        }
+        if process.pid == 0 {
+            // Neither a pidfd nor a pid we can see: the connection's end is all we know.
+            return;
+        }
+        while peer::is_alive(process.pid, process.start_time) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    tokio::select! {
+        _ = exited => {}
+        _ = shutdown_requested(&mut rx) => return,
+    }
+    if !st.reg.slot_is_active(slot) {
+        return;
+    }
+    let reg = st.reg.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || reg.recover_process(slot)).await {
+        warn!(slot = slot.slot, error = %e, "recovery task failed");
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+impl Conn {
+    async fn send<T: serde::Serialize>(&mut self, msg: &T) -> bool {
+        let bytes = match frame::encode(msg) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "cannot encode a reply");
+                return false;
+            }
+        };
+        matches!(
+            tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    async fn refuse(&mut self, e: ErrorReply) {
+        warn!(pid = self.peer.pid, uid = self.peer.uid, code = ?e.code, "refused: {}", e.message);
+        self.send(&proto::HelloReply::Refused(e)).await;
+    }
+
+    fn authorized(&self) -> bool {
+        let cfg = &self.st.cfg;
+        if cfg.allow_uids.contains(&self.peer.uid) || cfg.allow_gids.contains(&self.peer.gid) {
+            return true;
+        }
+        if cfg.allow_gids.is_empty() || self.peer.pid == 0 {
+            return false;
+        }
+        let Ok(groups) = peer::groups(self.peer.pid) else { return false };
+        // The groups were read by pid: trust them only if the pidfd says the process we
+        // accepted is still the one alive (so the pid was not reused meanwhile).
+        let still_ours = self.peer.pidfd.as_ref().is_some_and(|fd| !peer::pidfd_exited(fd.as_fd()));
+        still_ours && groups.iter().any(|g| cfg.allow_gids.contains(g))
+    }
+
+    async fn run(&mut self) -> End {
+        let t = self.st.cfg.io_timeout;
+        let mut stop = self.st.shutdown.subscribe();
+        let body = tokio::select! {
+            r = tokio::time::timeout(t, read_frame(&mut self.stream, t)) => r,
+            _ = shutdown_requested(&mut stop) => return End::Shutdown,
+        };
+        let body = match body {
+            Ok(Ok(b)) => b,
+            Ok(Err(FrameError::Closed)) => return End::Closed,
+            Ok(Err(e @ FrameError::TooLarge { .. })) => {
+                self.refuse(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())).await;
+                return End::Closed;
+            }
+            Ok(Err(e)) => {
+                debug!(pid = self.peer.pid, error = %e, "connection broke before its Hello");
+                return End::Closed;
+            }
+            Err(_) => {
+                self.refuse(ErrorReply::new(
+                    ErrorCode::BadRequest,
+                    format!("no Hello within {} s", t.as_secs()),
+                ))
+                .await;
+                return End::Closed;
+            }
+        };
+        let hello: proto::Hello = match frame::decode(&body) {
+            Ok(h) => h,
+            Err(e) => {
+                self.refuse(ErrorReply::new(
+                    ErrorCode::BadRequest,
+                    format!("the first message must be a Hello: {e}"),
+                ))
+                .await;
+                return End::Closed;
+            }
+        };
+        self.name = sanitize(&hello.client_name);
+        if hello.protocol_version != proto::PROTOCOL_VERSION {
+            let message = format!(
+                "protocol version mismatch: xtcqd speaks version {}, the client speaks version {}",
+                proto::PROTOCOL_VERSION,
+                hello.protocol_version
+            );
+            warn!(pid = self.peer.pid, client = %self.name, "{message}");
+            self.send(&proto::HelloReply::VersionMismatch {
+                daemon_version: proto::PROTOCOL_VERSION,
+                client_version: hello.protocol_version,
+                message,
+            })
+            .await;
+            return End::Closed;
+        }
+        if !self.authorized() {
+            let cfg = &self.st.cfg;
+            self.refuse(ErrorReply::new(
+                ErrorCode::Unauthorized,
+                format!(
+                    "uid {} (gid {}) is not allowed by this xtcqd (allowed uids {:?}, gids {:?})",
+                    self.peer.uid, self.peer.gid, cfg.allow_uids, cfg.allow_gids
+                ),
+            ))
+            .await;
+            return End::Closed;
+        }
+        let ok = proto::HelloReply::Ok(self.st.hello.clone());
+        if !self.send(&ok).await {
+            return End::Closed;
+        }
+        info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
+
+        loop {
+            let body = tokio::select! {
+                biased;
+                reason = shutdown_requested(&mut stop) => {
+                    self.send(&ServerMessage::Event(proto::Event::ShuttingDown { reason })).await;
+                    return End::Shutdown;
+                }
+                r = read_frame(&mut self.stream, t) => r,
+            };
+            let body = match body {
+                Ok(b) => b,
+                Err(FrameError::Closed) => {
+                    debug!(pid = self.peer.pid, client = %self.name, "client closed the connection");
+                    return End::Closed;
+                }
+                Err(e @ FrameError::TooLarge { .. }) => {
+                    warn!(pid = self.peer.pid, client = %self.name, "{e}; closing");
+                    self.send(&ServerMessage::Reply {
+                        id: proto::UNKNOWN_REQUEST_ID,
+                        result: Err(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())),
+                    })
+                    .await;
+                    return End::Closed;
+                }
+                Err(e) => {
+                    warn!(pid = self.peer.pid, client = %self.name, error = %e, "connection broken");
+                    return End::Closed;
+                }
+            };
+            let (id, result) = match frame::decode::<proto::RequestFrame>(&body) {
+                Ok(f) => {
+                    let is_shutdown = matches!(f.request, Request::Shutdown);
+                    let r = self.handle(f.request).await;
+                    if is_shutdown && r.is_ok() {
+                        self.send(&ServerMessage::Reply { id: f.id, result: r }).await;
+                        self.st.stop(format!("Shutdown request from pid {}", self.peer.pid));
+                        continue; // the next select sees the shutdown
+                    }
+                    (f.id, r)
+                }
+                Err(e) => {
+                    let id = serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| v.get("id")?.as_u64())
+                        .unwrap_or(proto::UNKNOWN_REQUEST_ID);
+                    debug!(pid = self.peer.pid, error = %e, "malformed request");
+                    (id, Err(ErrorReply::new(ErrorCode::BadRequest, e.to_string())))
+                }
+            };
+            if !self.send(&ServerMessage::Reply { id, result }).await {
+                return End::Closed;
+            }
+        }
+    }
+
+    fn ensure_slot(&mut self, role: u32) -> Result<SlotId, ErrorReply> {
+        if let Some(s) = self.slot {
+            self.st.reg.add_roles(s, role);
+            return Ok(s);
+        }
+        let s = self.st.reg.register(
+            ProcessId {
+                pid: self.peer.pid,
+                uid: self.peer.uid,
+                start_time: self.peer.start_time.unwrap_or(0),
+            },
+            role,
+        )?;
+        info!(slot = s.slot, epoch = s.epoch, pid = self.peer.pid, client = %self.name, "process registered");
+        self.slot = Some(s);
+        Ok(s)
+    }
+
+    fn attachment(&self, slot: SlotId, q: &shm_layout::QueueInfo) -> proto::Attachment {
+        proto::Attachment {
+            process_slot: slot.slot,
+            slot_epoch: slot.epoch,
+            segment_path: self.st.hello.segment_path.clone(),
+            queue: queue_info(q),
+        }
+    }
+
+    async fn handle(&mut self, req: Request) -> Result<Response, ErrorReply> {
+        let reg = self.st.reg.clone();
+        match req {
+            Request::Ping => Ok(Response::Pong),
+            Request::CreateQueue(p) => {
+                let q = reg.create_queue(&p)?;
+                info!(queue = %q.name, deques = q.deques, capacity = q.capacity, flavor = ?q.flavor, "queue created");
+                Ok(Response::QueueCreated(q))
+            }
+            Request::ListQueues => {
+                let mut out = Vec::new();
+                for q in reg.segment().queues() {
+                    match q {
+                        Ok(q) => out.push(queue_info(&q)),
+                        Err(e) => warn!(error = %e, "skipping a corrupt queue-table entry"),
+                    }
+                }
+                Ok(Response::Queues(out))
+            }
+            Request::Stats { queue } => {
+                let n = self.st.connections.load(Ordering::Relaxed);
+                let r = tokio::task::spawn_blocking(move || reg.stats(queue.as_deref(), n)).await;
+                match r {
+                    Ok(s) => s.map(Response::Stats),
+                    Err(e) => Err(ErrorReply::new(ErrorCode::Internal, format!("stats failed: {e}"))),
+                }
+            }
+            Request::AttachOwner { queue, deque } => {
+                let q = reg.queue(&queue)?;
+                let slot = self.ensure_slot(proto::ROLE_OWNER)?;
+                let (d, word) = reg.lease(&q, deque, slot)?;
+                self.leases.push((q.index, q.spec.name.clone(), d, word));
+                info!(slot = slot.slot, queue = %q.spec.name, deque = d, "owner lease granted");
+                Ok(Response::OwnerAttached(proto::OwnerLease {
+                    attachment: self.attachment(slot, &q),
+                    deque: d,
+                    lease: word,
+                }))
+            }
+            Request::AttachThief { queue } => {
+                let q = reg.queue(&queue)?;
+                let slot = self.ensure_slot(proto::ROLE_THIEF)?;
+                Ok(Response::ThiefAttached(self.attachment(slot, &q)))
+            }
+            Request::AttachInjector { queue } => {
+                let q = reg.queue(&queue)?;
+                let slot = self.ensure_slot(proto::ROLE_INJECTOR)?;
+                Ok(Response::InjectorAttached(self.attachment(slot, &q)))
+            }
+            Request::Detach { queue, deque } => {
+                let q = reg.queue(&queue)?;
+                let pos =
+                    self.leases.iter().position(|(qi, _, d, _)| *qi == q.index && *d == deque).ok_or_else(
+                        || {
+                            ErrorReply::new(
+                                ErrorCode::BadRequest,
+                                format!("this connection holds no lease on deque {deque} of queue {queue}"),
+                            )
+                        },
+                    )?;
+                let (_, _, d, word) = self.leases[pos];
+                reg.release_lease(&q, d, word)?;
+                self.leases.swap_remove(pos);
+                info!(queue = %q.spec.name, deque = d, "owner lease given back");
+                Ok(Response::Detached)
+            }
+            Request::Shutdown => {
+                if self.peer.uid == self.st.my_uid || self.peer.uid == 0 {
+                    info!(pid = self.peer.pid, client = %self.name, "shutdown requested");
+                    Ok(Response::ShuttingDown)
+                } else {
+                    Err(ErrorReply::new(
+                        ErrorCode::Unauthorized,
+                        format!("only uid {} or root may stop this xtcqd", self.st.my_uid),
+                    ))
+                }
+            }
+        }
+    }
+}

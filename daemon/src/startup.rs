@@ -1,0 +1,290 @@
+//! Startup: the socket directory, the single-daemon checks, the segment (create or adopt) and
+//! the listening socket — everything done synchronously before the async runtime starts.
+//!
+//! Single-daemon rule, checked in this order:
+//! 1. a lock file `SOCKET.lock` held with `flock` for the daemon's life (two daemons started
+//!    at once on one socket cannot both pass);
+//! 2. a socket file that accepts a connection means a live daemon: refuse; one that refuses
+//!    connections is stale: remove it; a non-socket file at that path: refuse, touch nothing;
+//! 3. the segment file itself is `flock`ed for the daemon's life, and a segment whose
+//!    header names a live `xtcqd` as its daemon is refused too.
+//!
+//! Invariants: nothing is ever removed that is not a stale socket of ours or (with
+//! `--recreate`) a segment no live daemon holds; files are created owner-only and widened
+//! to exactly 0600 / 0660 with `chmod` (never by umask), never world-accessible.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rustix::fs::{FlockOperation, Mode};
+use shm_layout::Segment;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::peer;
+use crate::DaemonError;
+
+/// What startup produced.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The mapped segment.
+    pub segment: Arc<Segment>,
+    /// Whether it was created now (else adopted).
+    pub created: bool,
+    /// The bound, listening socket (non-blocking).
+    pub listener: UnixListener,
+    /// `(dev, ino)` of the socket file, to remove only our own at exit.
+    pub socket_id: (u64, u64),
+    /// Held for the daemon's life.
+    _socket_lock: File,
+}
+
+fn io_err(what: impl Into<String>, path: &Path) -> impl FnOnce(io::Error) -> DaemonError {
+    let what = what.into();
+    let path = path.to_path_buf();
+    move |source| DaemonError::Io { what, path, source }
+}
+
+/// `path` + `suffix`.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Runs every startup step.
+pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
+    let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    ensure_socket_dir(dir, cfg.group)?;
+    let socket_lock = lock_socket(&cfg.socket)?;
+    clear_stale_socket(&cfg.socket)?;
+    let (segment, created) = open_segment(cfg)?;
+    let (listener, socket_id) = bind(cfg)?;
+    Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
+}
+
+fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<(), DaemonError> {
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(if group.is_some() { 0o750 } else { 0o700 })
+            .create(dir)
+            .map_err(io_err("cannot create the socket directory", dir))?;
+        if let Some(g) = group {
+            rustix::fs::chown(dir, None, Some(rustix::fs::Gid::from_raw(g)))
+                .map_err(|e| io_err("cannot chgrp the socket directory", dir)(e.into()))?;
+        }
+        info!(dir = %dir.display(), "created socket directory");
+    }
+    let md = fs::metadata(dir).map_err(io_err("cannot stat the socket directory", dir))?;
+    if !md.is_dir() {
+        return Err(DaemonError::UnsafeDir { path: dir.to_path_buf(), why: "it is not a directory".into() });
+    }
+    let me = rustix::process::getuid().as_raw();
+    let mode = md.mode();
+    if md.uid() != me && md.uid() != 0 {
+        return Err(DaemonError::UnsafeDir {
+            path: dir.to_path_buf(),
+            why: format!("it is owned by uid {}, not by us ({me}) or root", md.uid()),
+        });
+    }
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(DaemonError::UnsafeDir {
+            path: dir.to_path_buf(),
+            why: format!("it is world-writable (mode {:o}) without the sticky bit", mode & 0o7777),
+        });
+    }
+    Ok(())
+}
+
+fn lock_socket(socket: &Path) -> Result<File, DaemonError> {
+    let path = with_suffix(socket, ".lock");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err("cannot open the lock file", &path))?;
+    match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(DaemonError::AlreadyRunning {
+                socket: socket.to_path_buf(),
+                detail: if pid.is_empty() {
+                    format!("it holds {}", path.display())
+                } else {
+                    format!("pid {pid} holds {}", path.display())
+                },
+            });
+        }
+        Err(e) => return Err(io_err("cannot lock", &path)(e.into())),
+    }
+    let _ = f.set_len(0);
+    let _ = f.rewind();
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(f)
+}
+
+fn clear_stale_socket(socket: &Path) -> Result<(), DaemonError> {
+    let md = match fs::symlink_metadata(socket) {
+        Ok(md) => md,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("cannot stat the socket path", socket)(e)),
+    };
+    if !md.file_type().is_socket() {
+        return Err(DaemonError::NotASocket { path: socket.to_path_buf() });
+    }
+    match UnixStream::connect(socket) {
+        Ok(_) => Err(DaemonError::AlreadyRunning {
+            socket: socket.to_path_buf(),
+            detail: "it accepts connections".into(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            fs::remove_file(socket).map_err(io_err("cannot remove the stale socket", socket))?;
+            info!(socket = %socket.display(), "removed stale socket");
+            Ok(())
+        }
+        Err(e) => Err(io_err("cannot probe the existing socket", socket)(e)),
+    }
+}
+
+/// Whether `pid` is a live xtcqd other than us.
+fn other_live_daemon(pid: u32) -> bool {
+    pid != 0
+        && pid != std::process::id()
+        && peer::is_alive(pid, 0)
+        && peer::comm(pid).is_some_and(|c| c.starts_with("xtcqd"))
+}
+
+fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
+    match rustix::fs::flock(seg.file(), FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(DaemonError::SegmentInUse {
+            path: seg.path().to_path_buf(),
+            pid: Some(seg.header_live().daemon_pid.load(Ordering::Relaxed)).filter(|p| *p != 0),
+        }),
+        Err(e) => Err(io_err("cannot lock the segment", seg.path())(e.into())),
+    }
+}
+
+fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
+    let path = &cfg.segment;
+    let exists = fs::symlink_metadata(path).is_ok();
+    if exists && cfg.recreate {
+        // Refuse to pull a segment from under a live daemon.
+        let f = File::open(path).map_err(io_err("cannot open the segment", path))?;
+        match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                return Err(DaemonError::SegmentInUse { path: path.clone(), pid: None })
+            }
+            Err(e) => return Err(io_err("cannot lock the segment", path)(e.into())),
+        }
+        fs::remove_file(path).map_err(io_err("cannot remove the segment", path))?;
+        warn!(segment = %path.display(), "--recreate: removed the existing segment and its jobs");
+    }
+    let (seg, created) = if exists && !cfg.recreate {
+        let seg =
+            Segment::attach(path).map_err(|source| DaemonError::Adopt { path: path.clone(), source })?;
+        (seg, false)
+    } else {
+        let seg = Segment::create(path, &cfg.segment_config, 0o600)?;
+        (seg, true)
+    };
+    lock_segment(&seg)?;
+    let live = seg.header_live();
+    let prev = live.daemon_pid.load(Ordering::Acquire);
+    if other_live_daemon(prev) {
+        return Err(DaemonError::SegmentInUse { path: path.clone(), pid: Some(prev) });
+    }
+    if !created {
+        let have = seg.config();
+        let existing = [
+            ("queues", have.queues),
+            ("deques_per_queue", have.deques_per_queue),
+            ("deque_capacity", have.deque_capacity),
+            ("job_records", have.job_records),
+            ("payload_bytes", have.payload_bytes),
+            ("process_slots", have.process_slots),
+            ("overflow_capacity", have.overflow_capacity),
+        ];
+        for (field, given) in &cfg.explicit {
+            if let Some((_, have)) = existing.iter().find(|(f, _)| f == field) {
+                if have != given {
+                    return Err(DaemonError::SizeMismatch {
+                        path: path.clone(),
+                        field,
+                        existing: *have,
+                        given: *given,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(g) = cfg.group {
+        rustix::fs::fchown(seg.file(), None, Some(rustix::fs::Gid::from_raw(g)))
+            .map_err(|e| io_err("cannot chgrp the segment", path)(e.into()))?;
+    }
+    if created || cfg.group.is_some() {
+        rustix::fs::fchmod(seg.file(), Mode::from_raw_mode(cfg.file_mode()))
+            .map_err(|e| io_err("cannot chmod the segment", path)(e.into()))?;
+    }
+    live.daemon_pid.store(std::process::id(), Ordering::Release);
+    let epoch = live.daemon_epoch.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+    info!(
+        segment = %path.display(),
+        created,
+        epoch,
+        bytes = seg.descriptor().regions.total_len,
+        "segment {}", if created { "created" } else { "adopted" }
+    );
+    Ok((Arc::new(seg), created))
+}
+
+fn bind(cfg: &Config) -> Result<(UnixListener, (u64, u64)), DaemonError> {
+    let path = &cfg.socket;
+    // Owner-only at bind time, whatever the umask; widened by chmod below. The runtime has
+    // no threads yet, so changing the process umask here races with nothing.
+    let old = rustix::process::umask(Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound.map_err(|e| {
+        if e.kind() == io::ErrorKind::AddrInUse {
+            DaemonError::AlreadyRunning { socket: path.clone(), detail: "the address is in use".into() }
+        } else {
+            io_err("cannot bind", path)(e)
+        }
+    })?;
+    if let Some(g) = cfg.group {
+        rustix::fs::chown(path, None, Some(rustix::fs::Gid::from_raw(g)))
+            .map_err(|e| io_err("cannot chgrp the socket", path)(e.into()))?;
+    }
+    rustix::fs::chmod(path, Mode::from_raw_mode(cfg.file_mode()))
+        .map_err(|e| io_err("cannot chmod the socket", path)(e.into()))?;
+    listener.set_nonblocking(true).map_err(io_err("cannot configure the socket", path))?;
+    let md = fs::symlink_metadata(path).map_err(io_err("cannot stat the socket", path))?;
+    Ok((listener, (md.dev(), md.ino())))
+}
+
+/// Removes the socket file if it is still the one we bound.
+pub fn remove_socket(path: &Path, id: (u64, u64)) {
+    match fs::symlink_metadata(path) {
+        Ok(md) if (md.dev(), md.ino()) == id => {
+            if let Err(e) = fs::remove_file(path) {
+                warn!(socket = %path.display(), error = %e, "cannot remove the socket");
+            }
+        }
+        Ok(_) => warn!(socket = %path.display(), "the socket file was replaced; leaving it"),
+        Err(_) => {}
+    }
+}
