@@ -1,1 +1,228 @@
+//! `xtcq-client`: connect to `xtcqd`, create and inspect queues, and attach as an owner
+//! (a producer with its own deque) or a thief (a consumer that steals from every deque).
+//!
+//! ```no_run
+//! use xtcq_client::{Client, QueueParams};
+//! let client = Client::connect(None)?;                 // --socket / $XTCQ_SOCKET / default
+//! client.create_queue(&QueueParams::new("jobs"))?;
+//! let owner = client.attach_owner("jobs")?;            // a deque lease, in shared memory
+//! owner.push(b"hello")?;                               // no system call
+//! let thief = client.attach_thief("jobs")?;            // usually in another process
+//! if let Some(job) = thief.steal_wait(Some(std::time::Duration::from_secs(1)))? {
+//!     println!("{}", String::from_utf8_lossy(&job.payload()?));
+//!     job.ack()?;                                      // or job.nack()?, or drop = nack
+//! }
+//! # Ok::<(), xtcq_client::Error>(())
+//! ```
+//!
+//! The control connection is a blocking Unix stream with a small reader thread (no async
+//! runtime needed). Handles keep it open: a process's slot and leases live as long as its
+//! connection and the process itself; the daemon releases them once both are gone.
+//!
+//! Invariants:
+//! - the socket path is resolved exactly as the daemon resolves it
+//!   ([`xtcq_proto::paths`]), plus a fallback to the system daemon's socket;
+//! - every handle holds the connection and the segment mapping it needs, so no handle can
+//!   outlive what it points into;
+//! - errors are [`Error`], typed, with messages that name the socket, queue or sizes.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod conn;
+mod error;
+mod handles;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::Error;
+pub use handles::{InjectorHandle, Job, OwnerHandle, ThiefHandle};
+pub use shm_layout::JobHandle;
+pub use xtcq_proto::{
+    self as proto, Flavor, HelloOk, QueueInfo, QueueParams, Request, Response, Stats, PROTOCOL_VERSION,
+};
+
+use conn::Conn;
+use xtcq_proto::paths;
+
+/// How to connect.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// The socket; `None` resolves `$XTCQ_SOCKET`, then the defaults.
+    pub socket: Option<PathBuf>,
+    /// A name for the daemon's logs.
+    pub client_name: String,
+    /// How long to wait for the daemon to answer a request.
+    pub timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        let name = std::env::args_os()
+            .next()
+            .and_then(|a| Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "xtcq-client".into());
+        Self { socket: None, client_name: name, timeout: Duration::from_secs(30) }
+    }
+}
+
+/// A connection to `xtcqd`. Cheap to clone (clones share the connection); `Send + Sync`.
+#[derive(Clone)]
+pub struct Client {
+    conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("socket", &self.conn.path()).finish()
+    }
+}
+
+/// The socket path a client would connect to for `socket` (`--socket`), after
+/// `$XTCQ_SOCKET` and the defaults.
+pub fn resolve_socket(socket: Option<&Path>) -> PathBuf {
+    paths::resolve_client_socket(socket).0
+}
+
+impl Client {
+    /// Connects to the daemon at `socket`, or at `$XTCQ_SOCKET`, or at the default path.
+    pub fn connect(socket: Option<&Path>) -> Result<Client, Error> {
+        Self::connect_with(ConnectOptions {
+            socket: socket.map(Path::to_path_buf),
+            ..ConnectOptions::default()
+        })
+    }
+
+    /// Connects with explicit options.
+    pub fn connect_with(opts: ConnectOptions) -> Result<Client, Error> {
+        let path = resolve_socket(opts.socket.as_deref());
+        let conn = Conn::open(&path, &opts.client_name, opts.timeout)?;
+        Ok(Client { conn: Arc::new(conn) })
+    }
+
+    /// The socket connected to.
+    pub fn socket_path(&self) -> &Path {
+        self.conn.path()
+    }
+
+    /// What the daemon said on connecting (its pid, epoch, segment path).
+    pub fn daemon(&self) -> &HelloOk {
+        self.conn.hello()
+    }
+
+    /// `false` once the control connection is gone (daemon stopped or crashed). Attached
+    /// handles keep working in shared memory; a restarted daemon keeps their leases.
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_connected()
+    }
+
+    /// The reason the daemon gave when it announced its shutdown, if it did.
+    pub fn shutdown_notice(&self) -> Option<String> {
+        self.conn.shutdown_reason()
+    }
+
+    /// Sends a raw request (for tools that need the whole protocol).
+    pub fn call(&self, req: Request) -> Result<Response, Error> {
+        let queue = match &req {
+            Request::CreateQueue(p) => Some(p.name.clone()),
+            Request::Stats { queue } => queue.clone(),
+            Request::AttachOwner { queue, .. }
+            | Request::AttachThief { queue }
+            | Request::AttachInjector { queue }
+            | Request::Detach { queue, .. } => Some(queue.clone()),
+            _ => None,
+        };
+        self.conn.request(req, queue.as_deref())
+    }
+
+    fn unexpected(&self, r: Response) -> Error {
+        Error::Protocol { path: self.conn.path().to_path_buf(), message: format!("unexpected reply {r:?}") }
+    }
+
+    /// Round trip to the daemon.
+    pub fn ping(&self) -> Result<(), Error> {
+        match self.call(Request::Ping)? {
+            Response::Pong => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Creates a queue.
+    pub fn create_queue(&self, params: &QueueParams) -> Result<QueueInfo, Error> {
+        match self.call(Request::CreateQueue(params.clone()))? {
+            Response::QueueCreated(q) => Ok(q),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Lists queues.
+    pub fn list_queues(&self) -> Result<Vec<QueueInfo>, Error> {
+        match self.call(Request::ListQueues)? {
+            Response::Queues(q) => Ok(q),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Counters of one queue, or of all.
+    pub fn stats(&self, queue: Option<&str>) -> Result<Stats, Error> {
+        match self.call(Request::Stats { queue: queue.map(str::to_string) })? {
+            Response::Stats(s) => Ok(s),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Asks the daemon to stop (allowed to its own uid and root).
+    pub fn shutdown_daemon(&self) -> Result<(), Error> {
+        match self.call(Request::Shutdown)? {
+            Response::ShuttingDown => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Becomes the owner of a free deque of `queue`.
+    pub fn attach_owner(&self, queue: &str) -> Result<OwnerHandle, Error> {
+        self.attach_owner_at(queue, None)
+    }
+
+    /// Becomes the owner of deque `deque` of `queue`.
+    pub fn attach_owner_deque(&self, queue: &str, deque: u32) -> Result<OwnerHandle, Error> {
+        self.attach_owner_at(queue, Some(deque))
+    }
+
+    fn attach_owner_at(&self, queue: &str, deque: Option<u32>) -> Result<OwnerHandle, Error> {
+        let lease = match self.call(Request::AttachOwner { queue: queue.to_string(), deque })? {
+            Response::OwnerAttached(l) => l,
+            r => return Err(self.unexpected(r)),
+        };
+        match handles::OwnerHandle::new(self.conn.clone(), lease.clone()) {
+            Ok(h) => Ok(h),
+            Err(e) => {
+                // Give the lease back: we never touched the deque.
+                let _ = self.conn.request(
+                    Request::Detach { queue: lease.attachment.queue.name.clone(), deque: lease.deque },
+                    Some(queue),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// Attaches as a thief of `queue`.
+    pub fn attach_thief(&self, queue: &str) -> Result<ThiefHandle, Error> {
+        match self.call(Request::AttachThief { queue: queue.to_string() })? {
+            Response::ThiefAttached(a) => handles::ThiefHandle::new(self.conn.clone(), a),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Attaches as a deque-less producer of `queue`: pushes go to its overflow ring. For
+    /// one-shot pushes and occasional producers; a steady producer should be an owner.
+    pub fn attach_injector(&self, queue: &str) -> Result<InjectorHandle, Error> {
+        match self.call(Request::AttachInjector { queue: queue.to_string() })? {
+            Response::InjectorAttached(a) => handles::InjectorHandle::new(self.conn.clone(), a),
+            r => Err(self.unexpected(r)),
+        }
+    }
+}

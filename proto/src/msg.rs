@@ -128,6 +128,21 @@ pub struct QueueParams {
     pub lease_ms: u32,
 }
 
+impl QueueParams {
+    /// A queue called `name` with the defaults: 4 deques of 1024 slots, LIFO owners, no
+    /// attempt limit, no claim lease. The segment must allow that many deques and slots.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            deques: 4,
+            capacity: 1024,
+            flavor: Flavor::Lifo,
+            max_attempts: 0,
+            lease_ms: 0,
+        }
+    }
+}
+
 /// A request from client to daemon.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {

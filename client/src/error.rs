@@ -1,0 +1,210 @@
+//! The client's error type: one enum, each variant a message a person can act on.
+//!
+//! Invariant: errors that come from the daemon keep its typed code ([`ErrorCode`]) where no
+//! dedicated variant exists, and the socket path is named in every connection error.
+
+use std::io;
+use std::path::PathBuf;
+
+use shm_layout::{JobError, PushError, QueueError, SegmentError};
+use xtcq_proto::{ErrorCode, ErrorReply, FrameError};
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Nothing listens at the socket.
+    #[error("daemon not running at {path} (is xtcqd started?)")]
+    DaemonNotRunning {
+        /// The socket path tried.
+        path: PathBuf,
+        /// The OS error (`ENOENT` or `ECONNREFUSED`).
+        #[source]
+        source: io::Error,
+    },
+    /// The socket exists but we may not connect to it.
+    #[error(
+        "permission denied connecting to xtcqd at {path}: the socket (or its directory) is not \
+         accessible to this user; ask to be added to the daemon's group"
+    )]
+    PermissionDenied {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another connection error.
+    #[error("cannot connect to xtcqd at {path}: {source}")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The daemon speaks another protocol version.
+    #[error(
+        "protocol version mismatch: xtcqd at {path} speaks version {daemon}, this client speaks version \
+         {client}; use matching xtcq and xtcqd builds"
+    )]
+    VersionMismatch {
+        /// The socket path.
+        path: PathBuf,
+        /// The daemon's version.
+        daemon: u32,
+        /// Ours.
+        client: u32,
+    },
+    /// The daemon does not admit this process's uid/gid, or refuses the request to it.
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
+    /// No such queue.
+    #[error("no such queue: {0}")]
+    NoSuchQueue(String),
+    /// A queue of that name exists.
+    #[error("queue already exists: {0}")]
+    QueueExists(String),
+    /// The queue table is full.
+    #[error("cannot create queue: {0}")]
+    QueueTableFull(String),
+    /// Every deque of the queue has a live owner.
+    #[error("no free deque in queue {queue}: {message}")]
+    NoFreeDeque {
+        /// The queue.
+        queue: String,
+        /// The daemon's explanation.
+        message: String,
+    },
+    /// Every process slot is in use.
+    #[error("no free process slot: {0}")]
+    NoFreeSlot(String),
+    /// The queue's deque and overflow ring are full.
+    #[error("queue full: {queue} (its deque and its overflow ring of {overflow} jobs are full)")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Overflow ring capacity.
+        overflow: usize,
+    },
+    /// Every job record of the segment is in use.
+    #[error("queue full: {0}")]
+    RecordsFull(String),
+    /// The payload does not fit a record.
+    #[error("payload too large: {len} > {max} bytes")]
+    PayloadTooLarge {
+        /// Its length.
+        len: usize,
+        /// The record's payload area.
+        max: u32,
+    },
+    /// The daemon found the request malformed or its arguments invalid.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Another error from the daemon.
+    #[error("xtcqd: {0}")]
+    Daemon(ErrorReply),
+    /// The control connection is gone (the daemon stopped or crashed).
+    #[error("lost the connection to xtcqd at {path}{}", reason.as_ref().map(|r| format!(" (daemon shutting down: {r})")).unwrap_or_default())]
+    DaemonLost {
+        /// The socket path.
+        path: PathBuf,
+        /// What the daemon said when stopping, if it did.
+        reason: Option<String>,
+    },
+    /// No reply in time.
+    #[error("xtcqd at {path} did not answer within {secs} s")]
+    Timeout {
+        /// The socket path.
+        path: PathBuf,
+        /// The timeout.
+        secs: u64,
+    },
+    /// The daemon sent something this client does not understand.
+    #[error("protocol error talking to xtcqd at {path}: {message}")]
+    Protocol {
+        /// The socket path.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The segment could not be mapped or is invalid.
+    #[error("cannot attach to the segment: {0}")]
+    Segment(#[from] SegmentError),
+    /// A queue in the segment could not be resolved.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A claimed job could not be read, acked or nacked.
+    #[error(transparent)]
+    Job(#[from] JobError),
+    /// The segment holds values no correct program writes.
+    #[error("segment corruption: {0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    /// The daemon's error code, for errors that came from the daemon.
+    pub fn code(&self) -> Option<ErrorCode> {
+        Some(match self {
+            Error::Unauthorized(_) => ErrorCode::Unauthorized,
+            Error::NoSuchQueue(_) => ErrorCode::NoSuchQueue,
+            Error::QueueExists(_) => ErrorCode::QueueExists,
+            Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
+            Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
+            Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
+            Error::BadRequest(_) => ErrorCode::BadRequest,
+            Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
+            Error::Daemon(e) => e.code,
+            _ => return None,
+        })
+    }
+
+    /// Whether the daemon could not be reached at all (not running, no permission, lost).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Error::DaemonNotRunning { .. }
+                | Error::PermissionDenied { .. }
+                | Error::Connect { .. }
+                | Error::DaemonLost { .. }
+                | Error::Timeout { .. }
+        )
+    }
+
+    /// Converts a daemon error reply; `queue` names the queue the request was about.
+    pub(crate) fn from_reply(e: ErrorReply, queue: Option<&str>) -> Error {
+        let q = || queue.map(str::to_string).unwrap_or_else(|| e.message.clone());
+        match e.code {
+            ErrorCode::NoSuchQueue => Error::NoSuchQueue(q()),
+            ErrorCode::QueueExists => Error::QueueExists(q()),
+            ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
+            ErrorCode::NoFreeDeque => Error::NoFreeDeque { queue: q(), message: e.message },
+            ErrorCode::NoFreeSlot => Error::NoFreeSlot(e.message),
+            ErrorCode::Unauthorized => Error::Unauthorized(e.message),
+            ErrorCode::BadRequest => Error::BadRequest(e.message),
+            _ => Error::Daemon(e),
+        }
+    }
+
+    pub(crate) fn from_push(e: PushError) -> Error {
+        match e {
+            PushError::PayloadTooLarge { len, max } => Error::PayloadTooLarge { len, max },
+            PushError::QueueFull { queue, overflow } => Error::QueueFull { queue, overflow },
+            PushError::RecordsFull(full) => Error::RecordsFull(full.to_string()),
+            PushError::Corrupt(m) => Error::Corrupt(m),
+        }
+    }
+
+    pub(crate) fn from_frame(e: FrameError, path: &std::path::Path) -> Error {
+        match e {
+            FrameError::Closed | FrameError::Truncated { .. } => {
+                Error::DaemonLost { path: path.to_path_buf(), reason: None }
+            }
+            FrameError::Io(io)
+                if io.kind() == io::ErrorKind::WouldBlock || io.kind() == io::ErrorKind::TimedOut =>
+            {
+                Error::Timeout { path: path.to_path_buf(), secs: 0 }
+            }
+            FrameError::Io(_) => Error::DaemonLost { path: path.to_path_buf(), reason: None },
+            other => Error::Protocol { path: path.to_path_buf(), message: other.to_string() },
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Owner, thief and injector handles, and claimed jobs: the segment API of `shm-layout`
+//! bound to a control connection.
+//!
+//! Invariants:
+//! - a handle holds an `Arc` of the connection, so the daemon sees the process attached for
+//!   as long as any handle lives; the segment mapping is held by the `shm-layout` object;
+//! - an [`OwnerHandle`] drops its `Owner` *before* it gives the lease back (field order, and
+//!   `detach` drops it first explicitly), so the deque is never touched after the daemon
+//!   may have handed it to another process;
+//! - the queue a handle acts on is the one the daemon named, checked by index *and* name
+//!   against the segment's table.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shm_layout::overflow::RingError;
+use shm_layout::{ClaimedJob, Injector, JobHandle, Owner, Segment, Steal, Thief};
+use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
+
+use crate::conn::Conn;
+use crate::Error;
+
+fn ring(e: RingError) -> Error {
+    Error::Corrupt(e.to_string())
+}
+
+/// Resolves the queue the daemon named in the segment, checking that both agree.
+fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<shm_layout::QueueInfo, Error> {
+    let info = seg.queue(q.index)?;
+    if info.spec.name != q.name || info.spec.deques != q.deques || info.spec.capacity != q.capacity {
+        return Err(Error::Protocol {
+            path: conn.path().to_path_buf(),
+            message: format!(
+                "the daemon named queue {} at table entry {}, but the segment has {:?} there",
+                q.name, q.index, info.spec.name
+            ),
+        });
+    }
+    Ok(info)
+}
+
+/// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
+/// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
+/// Dropped without either, it is nacked.
+#[derive(Debug)]
+pub struct Job<'a> {
+    inner: ClaimedJob<'a>,
+}
+
+impl<'a> Job<'a> {
+    fn new(inner: ClaimedJob<'a>) -> Self {
+        Self { inner }
+    }
+
+    /// A copy of the payload.
+    pub fn payload(&self) -> Result<Vec<u8>, Error> {
+        Ok(self.inner.payload()?)
+    }
+
+    /// Appends the payload to `out` (to reuse one buffer across jobs).
+    pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), Error> {
+        Ok(self.inner.read_payload(out)?)
+    }
+
+    /// `(record index, generation)`.
+    pub fn handle(&self) -> JobHandle {
+        self.inner.handle()
+    }
+
+    /// Times the job was given back before this claim.
+    pub fn attempts(&self) -> u32 {
+        self.inner.attempts()
+    }
+
+    /// When it was queued (CLOCK_MONOTONIC ns, the same clock in every process).
+    pub fn enqueued_ns(&self) -> u64 {
+        self.inner.enqueued_ns()
+    }
+
+    /// Done: frees the record.
+    pub fn ack(self) -> Result<(), Error> {
+        Ok(self.inner.ack()?)
+    }
+
+    /// Failed: re-queues it (or dead-letters it at the queue's attempt limit).
+    pub fn nack(self) -> Result<(), Error> {
+        Ok(self.inner.nack()?)
+    }
+}
+
+/// Gives a deque lease back when dropped (after the `Owner` declared before it).
+struct LeaseGuard {
+    conn: Arc<Conn>,
+    lease: OwnerLease,
+    released: bool,
+}
+
+impl LeaseGuard {
+    fn release(&mut self, timeout: Duration) -> Result<(), Error> {
+        self.released = true;
+        let q = &self.lease.attachment.queue.name;
+        self.conn
+            .request_within(Request::Detach { queue: q.clone(), deque: self.lease.deque }, Some(q), timeout)
+            .map(|_| ())
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if !self.released && self.conn.is_connected() {
+            // Best effort: if the daemon is gone the lease ends when this process exits.
+            let _ = self.release(Duration::from_secs(2));
+        }
+    }
+}
+
+/// A producer's handle: owns one deque of a queue. `Send`, not `Sync` (one thread pushes
+/// and pops; that is what makes the deque lock-free at the bottom).
+pub struct OwnerHandle {
+    // Declared before `lease`: dropped first.
+    owner: Owner,
+    lease: LeaseGuard,
+}
+
+impl std::fmt::Debug for OwnerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerHandle")
+            .field("queue", &self.lease.lease.attachment.queue.name)
+            .field("deque", &self.lease.lease.deque)
+            .field("slot", &self.lease.lease.attachment.process_slot)
+            .finish()
+    }
+}
+
+impl OwnerHandle {
+    pub(crate) fn new(conn: Arc<Conn>, lease: OwnerLease) -> Result<Self, Error> {
+        let seg = conn.segment(&lease.attachment.segment_path)?;
+        let info = resolve(&seg, &conn, &lease.attachment.queue)?;
+        let owner = Owner::new(seg, &info, lease.deque, lease.attachment.process_slot)?;
+        Ok(Self { owner, lease: LeaseGuard { conn, lease, released: false } })
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.lease.lease.attachment.queue
+    }
+
+    /// The deque owned.
+    pub fn deque(&self) -> u32 {
+        self.lease.lease.deque
+    }
+
+    /// This process's slot in the segment.
+    pub fn process_slot(&self) -> u32 {
+        self.lease.lease.attachment.process_slot
+    }
+
+    /// The lease as the daemon granted it.
+    pub fn lease(&self) -> &OwnerLease {
+        &self.lease.lease
+    }
+
+    /// Largest payload a job can carry.
+    pub fn payload_capacity(&self) -> u32 {
+        self.owner.segment().config().payload_bytes
+    }
+
+    /// Queues a job: into our deque, or the queue's overflow ring when the deque is full.
+    /// Wakes sleeping thieves (a system call only when some sleep).
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, Error> {
+        self.owner.push(payload).map_err(Error::from_push)
+    }
+
+    /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
+    pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
+        Ok(self.owner.pop().map_err(ring)?.map(Job::new))
+    }
+
+    /// Our oldest job (FIFO whatever the flavor), else one from the overflow ring.
+    pub fn take(&self) -> Result<Option<Job<'_>>, Error> {
+        Ok(self.owner.take().map_err(ring)?.map(Job::new))
+    }
+
+    /// Jobs in our deque (approximate while thieves steal).
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    /// Stops owning the deque and gives the lease back now (dropping the handle does the
+    /// same, best effort). Jobs left in the deque stay there for thieves.
+    pub fn detach(self) -> Result<(), Error> {
+        let OwnerHandle { owner, mut lease } = self;
+        drop(owner);
+        let t = Duration::from_secs(10);
+        lease.release(t)
+    }
+}
+
+/// A consumer's handle on one queue: steals from its overflow ring and from every deque.
+/// `Send + Sync` and `Clone` (clones share the connection; each thread may steal).
+pub struct ThiefHandle {
+    thief: Thief,
+    seg: Arc<Segment>,
+    att: Attachment,
+    rng: AtomicU64,
+    conn: Arc<Conn>,
+}
+
+impl Clone for ThiefHandle {
+    fn clone(&self) -> Self {
+        Self {
+            thief: self.thief.clone(),
+            seg: self.seg.clone(),
+            att: self.att.clone(),
+            rng: AtomicU64::new(self.next_random() | 1),
+            conn: self.conn.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ThiefHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThiefHandle")
+            .field("queue", &self.att.queue.name)
+            .field("slot", &self.att.process_slot)
+            .finish()
+    }
+}
+
+fn seed(slot: u32) -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (t ^ (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64) | 1
+}
+
+impl ThiefHandle {
+    pub(crate) fn new(conn: Arc<Conn>, att: Attachment) -> Result<Self, Error> {
+        let seg = conn.segment(&att.segment_path)?;
+        let info = resolve(&seg, &conn, &att.queue)?;
+        let thief = Thief::new(seg.clone(), &info, att.process_slot)?;
+        Ok(Self { thief, seg, rng: AtomicU64::new(seed(att.process_slot)), att, conn })
+    }
+
+    /// xorshift64*: a random start for each round of steals, so thieves spread out.
+    fn next_random(&self) -> u64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.att.queue
+    }
+
+    /// This process's slot in the segment.
+    pub fn process_slot(&self) -> u32 {
+        self.att.process_slot
+    }
+
+    /// Jobs visible in the queue (approximate).
+    pub fn len(&self) -> usize {
+        self.thief.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.thief.is_empty()
+    }
+
+    fn deques(&self) -> u32 {
+        self.thief.queue().spec.deques.max(1)
+    }
+
+    /// One job: the overflow ring first, then every deque from a random start; rounds repeat
+    /// while a steal lost a race. `None` when everything looked empty.
+    pub fn steal(&self) -> Result<Option<Job<'_>>, Error> {
+        Ok(self.steal_claimed()?.map(Job::new))
+    }
+
+    fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
+        if let Some(j) = self.thief.steal_overflow().map_err(ring)? {
+            return Ok(Some(j));
+        }
+        let n = self.deques();
+        let start = (self.next_random() % n as u64) as u32;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                match self.thief.steal_from((start + k) % n) {
+                    Steal::Success(j) => return Ok(Some(j)),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Up to `limit` jobs at once: from the overflow ring if it has any, else about half of
+    /// one deque in one CAS (FIFO queues) or a few CASes. Empty when nothing was found.
+    pub fn steal_batch(&self, limit: usize) -> Result<Vec<Job<'_>>, Error> {
+        let limit = limit.max(1);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match self.thief.steal_overflow().map_err(ring)? {
+                Some(j) => out.push(j),
+                None => break,
+            }
+        }
+        if out.is_empty() {
+            let n = self.deques();
+            let start = (self.next_random() % n as u64) as u32;
+            'rounds: loop {
+                let mut retry = false;
+                for k in 0..n {
+                    match self.thief.steal_batch_from((start + k) % n, limit, &mut out) {
+                        Steal::Success(_) => break 'rounds,
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
+                }
+                if !retry {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(out.into_iter().map(Job::new).collect())
+    }
+
+    /// Like [`steal`](Self::steal), but sleeps (a futex on the queue's wait word, woken by a
+    /// push in any process) until a job arrives or `timeout` passes (`None`: no limit).
+    /// `Ok(None)`: timed out.
+    pub fn steal_wait(&self, timeout: Option<Duration>) -> Result<Option<Job<'_>>, Error> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let Some(w) = self.seg.wait_word(self.att.queue.index) else {
+            return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
+        };
+        Ok(shm_layout::wait::wait_for(w, deadline, || self.steal_claimed())?.map(Job::new))
+    }
+}
+
+/// A producer without a deque: each push goes to the queue's overflow ring. `Send`.
+pub struct InjectorHandle {
+    inj: Injector,
+    att: Attachment,
+    _conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for InjectorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InjectorHandle").field("queue", &self.att.queue.name).finish()
+    }
+}
+
+impl InjectorHandle {
+    pub(crate) fn new(conn: Arc<Conn>, att: Attachment) -> Result<Self, Error> {
+        let seg = conn.segment(&att.segment_path)?;
+        let info = resolve(&seg, &conn, &att.queue)?;
+        let inj = Injector::new(seg, &info, att.process_slot)?;
+        Ok(Self { inj, att, _conn: conn })
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.att.queue
+    }
+
+    /// Queues a job on the overflow ring; wakes sleeping thieves.
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, Error> {
+        self.inj.push(payload).map_err(Error::from_push)
+    }
+}
