@@ -221,6 +221,21 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_peer_is_identified_with_its_pidfd() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let p = identify(a.as_fd()).expect("identify");
+        assert_eq!(p.pid, std::process::id());
+        assert_eq!(p.uid, rustix::process::getuid().as_raw());
+        assert!(p.pidfd.is_some() && p.start_time.is_some());
+        match peer_pidfd(a.as_fd()) {
+            Ok(fd) => assert!(!pidfd_exited(fd.as_fd())),
+            // Kernels before 6.5 lack SO_PEERPIDFD; `identify` then used pidfd_open.
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {}
+            Err(e) => panic!("SO_PEERPIDFD: {e}"),
+        }
+    }
+
+    #[test]
     fn pidfd_of_an_exited_child_polls_readable() {
         let mut child = std::process::Command::new("true").spawn().expect("spawn true");
         let fd = pidfd_open(child.id()).expect("pidfd");

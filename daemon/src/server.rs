@@ -124,15 +124,16 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     })?;
 
     {
+        // Installed here, before READY=1, so that no SIGTERM arrives before we handle it.
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+        else {
+            return Err(DaemonError::Runtime(io::Error::other(
+                "cannot install the SIGTERM / SIGINT handlers",
+            )));
+        };
         let st = st.clone();
         tokio::spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-            else {
-                warn!("cannot install signal handlers");
-                return;
-            };
             let reason = tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
