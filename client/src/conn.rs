@@ -217,3 +217,116 @@ fn read_loop(mut s: UnixStream, tx: Sender<Reply>, status: Arc<Status>) {
     status.lost.store(true, Ordering::Release);
     // Dropping `tx` wakes a caller waiting for a reply.
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+    use xtcq_proto::{ErrorCode, Flavor, QueueParams};
+
+    /// A fake daemon: accepts one connection, reads the Hello, then runs `script`.
+    fn fake(script: impl FnOnce(UnixStream) + Send + 'static) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fake.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _: Hello = frame::read_frame(&mut s).unwrap();
+            script(s);
+        });
+        (dir, path)
+    }
+
+    fn ok() -> HelloReply {
+        HelloReply::Ok(HelloOk {
+            protocol_version: xtcq_proto::PROTOCOL_VERSION,
+            daemon_version: "test".into(),
+            daemon_pid: 1,
+            daemon_epoch: 1,
+            segment_path: "/nonexistent".into(),
+        })
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn a_version_mismatch_names_both_versions_and_the_socket() {
+        let (_d, p) = fake(|mut s| {
+            let r =
+                HelloReply::VersionMismatch { daemon_version: 7, client_version: 1, message: String::new() };
+            frame::write_frame(&mut s, &r).unwrap();
+        });
+        let e = Conn::open(&p, "t", T).err().expect("mismatch");
+        let m = e.to_string();
+        assert!(matches!(e, Error::VersionMismatch { daemon: 7, client: 1, .. }), "{e:?}");
+        assert!(
+            m.contains("version 7") && m.contains("version 1") && m.contains(&p.display().to_string()),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn something_that_is_not_xtcqd_is_a_protocol_error() {
+        let (_d, p) = fake(|mut s| {
+            let _ = s.write_all(b"\x00\x00\x00\x05hello");
+        });
+        let e = Conn::open(&p, "t", T).err().expect("not a daemon");
+        assert!(matches!(e, Error::Protocol { .. }), "{e:?}");
+        let (_d, p) = fake(drop);
+        assert!(matches!(Conn::open(&p, "t", T).err(), Some(Error::Protocol { .. })));
+    }
+
+    #[test]
+    fn replies_are_matched_and_daemon_loss_is_noticed() {
+        let (_d, p) = fake(|mut s| {
+            frame::write_frame(&mut s, &ok()).unwrap();
+            for _ in 0..2 {
+                let f: RequestFrame = frame::read_frame(&mut s).unwrap();
+                // A stale reply first, then the real one.
+                let stale = ServerMessage::Reply { id: f.id + 1000, result: Ok(Response::Detached) };
+                frame::write_frame(&mut s, &stale).unwrap();
+                let result = match f.request {
+                    Request::Ping => Ok(Response::Pong),
+                    _ => Err(ErrorReply::new(ErrorCode::QueueExists, "exists")),
+                };
+                frame::write_frame(&mut s, &ServerMessage::Reply { id: f.id, result }).unwrap();
+            }
+            let ev = ServerMessage::Event(Event::ShuttingDown { reason: "test over".into() });
+            frame::write_frame(&mut s, &ev).unwrap();
+        });
+        let c = Conn::open(&p, "t", T).unwrap();
+        assert_eq!(c.hello().daemon_version, "test");
+        assert_eq!(c.request(Request::Ping, None).unwrap(), Response::Pong);
+        let q = QueueParams {
+            name: "q".into(),
+            deques: 1,
+            capacity: 2,
+            flavor: Flavor::Fifo,
+            max_attempts: 0,
+            lease_ms: 0,
+        };
+        let e = c.request(Request::CreateQueue(q), Some("q")).unwrap_err();
+        assert_eq!(e.to_string(), "queue already exists: q");
+        let deadline = std::time::Instant::now() + T;
+        while c.is_connected() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!c.is_connected());
+        let e = c.request(Request::Ping, None).unwrap_err();
+        assert!(matches!(&e, Error::DaemonLost { reason: Some(r), .. } if r == "test over"), "{e:?}");
+        assert!(e.to_string().contains("test over"));
+    }
+
+    #[test]
+    fn a_silent_daemon_times_out() {
+        let (_d, p) = fake(|mut s| {
+            frame::write_frame(&mut s, &ok()).unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop(s);
+        });
+        let c = Conn::open(&p, "t", Duration::from_millis(200)).unwrap();
+        let e = c.request(Request::Ping, None).unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    }
+}
