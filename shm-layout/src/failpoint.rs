@@ -72,6 +72,15 @@ pub fn hit(name: &'static str) {
     }
 }
 
+/// A fail point for other crates (the daemon): active when this crate was built with the
+/// `failpoints` feature, whichever crate asked for it; otherwise nothing.
+#[inline]
+pub fn point(name: &'static str) {
+    #[cfg(all(feature = "failpoints", not(xtcq_loom)))]
+    hit(name);
+    let _ = name;
+}
+
 /// Marks a fail point (see the module docs). Nothing without the `failpoints` feature.
 #[macro_export]
 macro_rules! fail_point {
