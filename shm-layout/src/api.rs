@@ -489,15 +489,19 @@ impl Thief {
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
     /// while some steal lost a race. `None` when everything looked empty.
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        if let Some(j) = self.ctx.pop_overflow(self.me)? {
-            return Ok(Some(j));
-        }
+        // A corrupt ring must not hide the jobs in the deques: try them, and report the
+        // ring's error only when they had nothing either.
+        let ring_error = match self.ctx.pop_overflow(self.me) {
+            Ok(Some(j)) => return Ok(Some(j)),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
         let n = self.deques.len() as u32;
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
         // Each skipped handle moved a `top` on, and the deques hold at most their capacities
         // in handles; more skips than that in one call means corrupt indices (a `bottom` far
-        // past `top`), not stale handles: give up as if empty instead of walking up to 2^63
-        // garbage slots. Lost races are not counted: each is another consumer's progress.
+        // past `top`), not stale handles: report it instead of walking up to 2^63 garbage
+        // slots. Lost races are not counted: each is another consumer's progress.
         let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
         let mut skipped = 0;
         loop {
@@ -509,8 +513,18 @@ impl Thief {
                     Steal::Empty => {}
                 }
             }
-            if !retry || skipped > max_skips {
-                return Ok(None);
+            if skipped > max_skips {
+                return Err(RingError::Corrupt(format!(
+                    "deques of queue {}: {skipped} handles in one steal named no queued job; \
+                     their indices or slots are corrupt",
+                    self.info.spec.name
+                )));
+            }
+            if !retry {
+                return match ring_error {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
             }
             crate::sync::spin_hint();
         }

@@ -67,7 +67,7 @@ fn run(seed: u64, flavor: Flavor) {
                 if owner.push(&i.to_le_bytes()).is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
                 }
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     match owner.pop() {
                         Ok(Some(j)) => {
                             let _ = j.payload();
@@ -199,6 +199,7 @@ fn run(seed: u64, flavor: Flavor) {
         report.problems.len()
     );
     assert!(!report.is_consistent(), "check_segment missed the scribbling");
+    assert!(errors.load(Ordering::Relaxed) > 0, "no worker reported the corruption");
 }
 
 #[test]
