@@ -1,0 +1,143 @@
+//! loom models of the overflow ring (`shm-layout/src/overflow.rs`).
+//!
+//! Run with (see `.ci/loom`)
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p shm-layout --release --test loom_overflow`.
+//!
+//! The ring has capacity 2 and is first advanced by one push and pop, so that the model's
+//! pushes straddle a lap boundary (position 1 is lap 0, position 2 is lap 1 of cell 0).
+//! Each model is checked with the main thread first and with the spawned threads first (see
+//! `loom_deque.rs` for why), and asserts that the racy outcomes were reached.
+#![cfg(xtcq_loom)]
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+use std::sync::Mutex;
+
+use loom::sync::atomic::Ordering;
+use loom::sync::Arc;
+use loom::thread;
+use shm_layout::overflow::{full_cell_for, HeapOverflow};
+
+/// Default preemption bound. Three threads on a retrying ring grow fast (the two-pusher
+/// model: ~3k interleavings at 3, ~32k at 5, ~570k at 20, a minute); 4 keeps it near a second.
+const PREEMPTIONS: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    MainFirst,
+    SpawnedFirst,
+}
+
+impl Start {
+    fn after_spawn(self) {
+        if let Start::SpawnedFirst = self {
+            thread::yield_now();
+        }
+    }
+}
+
+fn explore<O, F>(name: &str, model: F) -> BTreeSet<O>
+where
+    O: Ord + Debug + Send + 'static,
+    F: Fn(Start) -> O + Sync + Send + 'static,
+{
+    let seen = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
+    let model = std::sync::Arc::new(model);
+    for start in [Start::MainFirst, Start::SpawnedFirst] {
+        let iterations = std::sync::Arc::new(AtomicUsize::new(0));
+        let mut b = loom::model::Builder::new();
+        // `LOOM_MAX_PREEMPTIONS` (read by `Builder::new`) overrides the default bound.
+        let bound = *b.preemption_bound.get_or_insert(PREEMPTIONS);
+        let t0 = std::time::Instant::now();
+        {
+            let (seen, model, iterations) = (seen.clone(), model.clone(), iterations.clone());
+            b.check(move || {
+                iterations.fetch_add(1, StdOrdering::Relaxed);
+                let o = model(start);
+                seen.lock().unwrap().insert(o);
+            });
+        }
+        eprintln!(
+            "{name} ({start:?}): {} interleavings, preemption bound {bound}, {:.2?}",
+            iterations.load(StdOrdering::Relaxed),
+            t0.elapsed()
+        );
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    eprintln!("{name}: outcomes {seen:?}");
+    seen
+}
+
+/// A ring of capacity 2 with `head == tail == 1`.
+fn advanced_ring() -> Arc<HeapOverflow> {
+    let ring = Arc::new(HeapOverflow::new(2));
+    let v = ring.view().unwrap();
+    v.push(9).unwrap();
+    assert_eq!(v.pop().unwrap(), Some(9));
+    ring
+}
+
+/// Two pushers and one popper: every index comes out exactly once.
+#[test]
+fn two_pushers_one_popper_each_index_once() {
+    let seen = explore("two_pushers_one_popper_each_index_once", |start| {
+        let ring = advanced_ring();
+        let pushers: Vec<_> = [1u32, 2]
+            .into_iter()
+            .map(|i| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.view().unwrap().push(i).unwrap())
+            })
+            .collect();
+        start.after_spawn();
+        let v = ring.view().unwrap();
+        let mut popped = Vec::new();
+        for _ in 0..2 {
+            if let Some(i) = v.pop().unwrap() {
+                popped.push(i);
+            }
+        }
+        for p in pushers {
+            p.join().unwrap();
+        }
+        let concurrent = popped.clone();
+        while let Some(i) = v.pop().unwrap() {
+            popped.push(i);
+        }
+        popped.sort_unstable();
+        assert_eq!(popped, [1, 2], "popped while pushing: {concurrent:?}");
+        assert_eq!(v.positions(), (3, 3));
+        concurrent
+    });
+    // Popped nothing, one (either), or both in either order while the pushes ran.
+    for want in [&[][..], &[1], &[2], &[1, 2], &[2, 1]] {
+        assert!(seen.contains(want), "never saw {want:?}: {seen:?}");
+    }
+}
+
+/// A pusher died between its cell CAS and its `tail` CAS (the cell at position 1 is full,
+/// `tail` still 1). A live pusher must help `tail` on and push after it, and a popper must
+/// find both indices; neither may be lost or popped twice.
+#[test]
+fn dead_pusher_is_helped_past() {
+    let seen = explore("dead_pusher_is_helped_past", |start| {
+        let ring = advanced_ring();
+        ring.cells()[1].store(full_cell_for(1, 2, 5), Ordering::Release);
+        let r2 = ring.clone();
+        let pusher = thread::spawn(move || r2.view().unwrap().push(6).unwrap());
+        start.after_spawn();
+        let v = ring.view().unwrap();
+        let first = v.pop().unwrap();
+        pusher.join().unwrap();
+        let mut popped: Vec<u32> = first.into_iter().collect();
+        while let Some(i) = v.pop().unwrap() {
+            popped.push(i);
+        }
+        // FIFO here: 5 is at position 1 and 6 can only go to position 2.
+        assert_eq!(popped, [5, 6], "first pop {first:?}");
+        assert_eq!(v.positions(), (3, 3));
+        first
+    });
+    assert_eq!(seen, BTreeSet::from([Some(5)]));
+}
