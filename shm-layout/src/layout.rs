@@ -39,8 +39,8 @@
 
 use crate::cache_line::CacheLine;
 use crate::record::state::MAX_PROCESS_SLOTS;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 use core::mem::{align_of, offset_of, size_of};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
@@ -131,21 +131,13 @@ impl SegmentConfig {
         fn range(field: &'static str, v: u32, min: u64, max: u64) -> Result<(), ConfigError> {
             let value = v as u64;
             if value < min || value > max {
-                return Err(ConfigError::OutOfRange {
-                    field,
-                    value,
-                    min,
-                    max,
-                });
+                return Err(ConfigError::OutOfRange { field, value, min, max });
             }
             Ok(())
         }
         fn pow2(field: &'static str, v: u32) -> Result<(), ConfigError> {
             if !v.is_power_of_two() {
-                return Err(ConfigError::NotPowerOfTwo {
-                    field,
-                    value: v as u64,
-                });
+                return Err(ConfigError::NotPowerOfTwo { field, value: v as u64 });
             }
             Ok(())
         }
@@ -466,44 +458,27 @@ pub const MAX_SEGMENT_LEN: u64 = 1 << 40;
 /// validation at attach, so the two can never disagree.
 pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> {
     c.validate()?;
-    let too_large = ConfigError::TooLarge {
-        max: MAX_SEGMENT_LEN,
-    };
+    let too_large = ConfigError::TooLarge { max: MAX_SEGMENT_LEN };
     let mul = |a: u64, b: u64| a.checked_mul(b).ok_or(too_large.clone());
     let add = |a: u64, b: u64| a.checked_add(b).ok_or(too_large.clone());
     let line = 128u64;
 
     let queue_table = size_of::<SegmentHeader>() as u64;
     let deques = add(queue_table, mul(c.queues as u64, size_of::<QueueEntry>() as u64)?)?;
-    let deque_stride = round_up(
-        add(size_of::<DequeHeader>() as u64, mul(c.deque_capacity as u64, 8)?)?,
-        line,
-    )
-    .ok_or(too_large.clone())?;
+    let deque_stride =
+        round_up(add(size_of::<DequeHeader>() as u64, mul(c.deque_capacity as u64, 8)?)?, line)
+            .ok_or(too_large.clone())?;
     let n_deques = mul(c.queues as u64, c.deques_per_queue as u64)?;
     let overflow = add(deques, mul(n_deques, deque_stride)?)?;
-    let overflow_stride = round_up(
-        add(
-            size_of::<OverflowHeader>() as u64,
-            mul(c.overflow_capacity as u64, 8)?,
-        )?,
-        line,
-    )
-    .ok_or(too_large.clone())?;
+    let overflow_stride =
+        round_up(add(size_of::<OverflowHeader>() as u64, mul(c.overflow_capacity as u64, 8)?)?, line)
+            .ok_or(too_large.clone())?;
     let records = add(overflow, mul(c.queues as u64, overflow_stride)?)?;
-    let record_stride = add(
-        RECORD_HEADER_SIZE as u64,
-        round_up(c.payload_bytes as u64, 64).ok_or(too_large.clone())?,
-    )?;
-    let processes = round_up(
-        add(records, mul(c.job_records as u64, record_stride)?)?,
-        line,
-    )
-    .ok_or(too_large.clone())?;
-    let end = add(
-        processes,
-        mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?,
-    )?;
+    let record_stride =
+        add(RECORD_HEADER_SIZE as u64, round_up(c.payload_bytes as u64, 64).ok_or(too_large.clone())?)?;
+    let processes =
+        round_up(add(records, mul(c.job_records as u64, record_stride)?)?, line).ok_or(too_large.clone())?;
+    let end = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
     let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
     if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
         return Err(too_large);

@@ -89,13 +89,7 @@ impl<'a> OverflowRef<'a> {
         if n == 0 || !n.is_power_of_two() || n > (1 << 30) {
             return Err(crate::deque::BadCapacity(n));
         }
-        Ok(Self {
-            head,
-            tail,
-            cells,
-            shift: n.trailing_zeros(),
-            mask: n as u64 - 1,
-        })
+        Ok(Self { head, tail, cells, shift: n.trailing_zeros(), mask: n as u64 - 1 })
     }
 
     /// Fixed capacity.
@@ -133,10 +127,7 @@ impl<'a> OverflowRef<'a> {
 
     /// Raw `(head, tail)`, for checks.
     pub fn positions(&self) -> (u64, u64) {
-        (
-            self.head.load(Ordering::Acquire),
-            self.tail.load(Ordering::Acquire),
-        )
+        (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire))
     }
 
     /// The record index at ring position `pos` if that cell is full for `pos`'s lap.
@@ -148,9 +139,7 @@ impl<'a> OverflowRef<'a> {
     /// Appends a record index.
     pub fn push(&self, index: u32) -> Result<(), RingError> {
         if index > MAX_INDEX {
-            return Err(RingError::Corrupt(format!(
-                "record index {index} does not fit a cell"
-            )));
+            return Err(RingError::Corrupt(format!("record index {index} does not fit a cell")));
         }
         let mut stuck = 0;
         for _ in 0..MAX_ROUNDS {
@@ -165,18 +154,11 @@ impl<'a> OverflowRef<'a> {
             if c == empty(lap) {
                 // AcqRel: Release publishes nothing extra here (the record was published by
                 // its own state CAS) but orders us after the popper of the previous lap.
-                if cell
-                    .compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     crate::fail_point!("overflow.push.after_cell");
                     // Failure means someone helped us already.
-                    let _ = self.tail.compare_exchange(
-                        t,
-                        t.wrapping_add(1),
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
+                    let _ =
+                        self.tail.compare_exchange(t, t.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
                     return Ok(());
                 }
                 continue;
@@ -185,12 +167,7 @@ impl<'a> OverflowRef<'a> {
             if cl == lap || cl == lap.wrapping_add(1) {
                 // FULL(lap): pushed, tail not yet advanced (maybe never: the pusher died).
                 // EMPTY/FULL(lap + 1): pushed and popped already. Help `tail` on.
-                let _ = self.tail.compare_exchange(
-                    t,
-                    t.wrapping_add(1),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+                let _ = self.tail.compare_exchange(t, t.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
                 continue;
             }
             if cl == lap.wrapping_sub(1) && is_full(c) {
@@ -210,9 +187,7 @@ impl<'a> OverflowRef<'a> {
                 }
             }
         }
-        Err(RingError::Corrupt(
-            "push made no progress in 2^20 rounds".to_string(),
-        ))
+        Err(RingError::Corrupt("push made no progress in 2^20 rounds".to_string()))
     }
 
     /// Removes the oldest record index, `None` when empty.
@@ -226,21 +201,12 @@ impl<'a> OverflowRef<'a> {
             let c = cell.load(Ordering::Acquire);
             if is_full(c) && lap_of(c) == lap {
                 if cell
-                    .compare_exchange(
-                        c,
-                        empty(lap.wrapping_add(1)),
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
+                    .compare_exchange(c, empty(lap.wrapping_add(1)), Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
                     crate::fail_point!("overflow.pop.after_cell");
-                    let _ = self.head.compare_exchange(
-                        h,
-                        h.wrapping_add(1),
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
+                    let _ =
+                        self.head.compare_exchange(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
                     return Ok(Some((c & INDEX_MASK) as u32));
                 }
                 continue;
@@ -254,12 +220,7 @@ impl<'a> OverflowRef<'a> {
             }
             if lap_of(c) == lap.wrapping_add(1) {
                 // Popped, head not yet advanced (maybe never: the popper died). Help.
-                let _ = self.head.compare_exchange(
-                    h,
-                    h.wrapping_add(1),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+                let _ = self.head.compare_exchange(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
                 continue;
             }
             if self.head.load(Ordering::Acquire) == h {
@@ -271,9 +232,7 @@ impl<'a> OverflowRef<'a> {
                 }
             }
         }
-        Err(RingError::Corrupt(
-            "pop made no progress in 2^20 rounds".to_string(),
-        ))
+        Err(RingError::Corrupt("pop made no progress in 2^20 rounds".to_string()))
     }
 }
 

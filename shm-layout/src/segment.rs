@@ -27,7 +27,7 @@ use crate::deque::{DequeRef, Flavor};
 use crate::layout::*;
 use crate::overflow::OverflowRef;
 use crate::record::arena::RecordArena;
-use crate::record::state::{StateWord, State, NO_HOLDER};
+use crate::record::state::{State, StateWord, NO_HOLDER};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 /// Why a segment could not be created or attached.
@@ -197,11 +197,7 @@ pub struct Segment {
 }
 
 fn io_err<'p>(path: &'p Path, what: &'static str) -> impl FnOnce(io::Error) -> SegmentError + 'p {
-    move |source| SegmentError::Io {
-        path: path.to_path_buf(),
-        what,
-        source,
-    }
+    move |source| SegmentError::Io { path: path.to_path_buf(), what, source }
 }
 
 fn now_unix_ns() -> u64 {
@@ -228,21 +224,16 @@ impl Segment {
                 what: format!("mode {mode:o} would make the segment world-accessible"),
             });
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    SegmentError::Exists {
-                        path: path.to_path_buf(),
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path).map_err(
+                |e| {
+                    if e.kind() == io::ErrorKind::AlreadyExists {
+                        SegmentError::Exists { path: path.to_path_buf() }
+                    } else {
+                        io_err(path, "cannot create")(e)
                     }
-                } else {
-                    io_err(path, "cannot create")(e)
-                }
-            })?;
+                },
+            )?;
         // Remove the half-made file on any error below, so a retry is not refused.
         let result = Self::init(file, path, config, regions, mode);
         if result.is_err() {
@@ -262,11 +253,7 @@ impl Segment {
         match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG => {
-                return Err(SegmentError::NoSpace {
-                    path: path.to_path_buf(),
-                    len,
-                    source: e.into(),
-                })
+                return Err(SegmentError::NoSpace { path: path.to_path_buf(), len, source: e.into() })
             }
             // A file system without fallocate: size it the plain way; the pages are then
             // reserved as they are touched by the initialisation below.
@@ -275,10 +262,7 @@ impl Segment {
             }
             Err(e) => return Err(io_err(path, "cannot reserve space")(e.into())),
         }
-        let map = MmapOptions::new()
-            .len(len as usize)
-            .map_raw(&file)
-            .map_err(io_err(path, "cannot map"))?;
+        let map = MmapOptions::new().len(len as usize).map_raw(&file).map_err(io_err(path, "cannot map"))?;
         let desc = SegmentDescriptor {
             magic: MAGIC,
             layout_version: LAYOUT_VERSION,
@@ -290,12 +274,7 @@ impl Segment {
             creator_uid: rustix::process::getuid().as_raw(),
             created_unix_ns: now_unix_ns(),
         };
-        let seg = Segment {
-            map,
-            _file: file,
-            path: path.to_path_buf(),
-            desc,
-        };
+        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc };
         // SAFETY: the mapping is `total_len >= size_of::<SegmentHeader>()` bytes, page
         // aligned, and no one else can have it yet (O_EXCL, mode 0600, ready unset).
         unsafe { core::ptr::write_volatile(seg.map.as_mut_ptr() as *mut SegmentDescriptor, desc) };
@@ -318,11 +297,8 @@ impl Segment {
 
     /// Attaches to the segment file at `path`.
     pub fn attach(path: &Path) -> Result<Segment, SegmentError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path, "cannot open"))?;
+        let file =
+            OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "cannot open"))?;
         Self::attach_file(file, path)
     }
 
@@ -332,11 +308,7 @@ impl Segment {
         let header_len = core::mem::size_of::<SegmentHeader>() as u64;
         let actual = file.metadata().map_err(io_err(path, "cannot stat"))?.len();
         if actual < header_len {
-            return Err(SegmentError::Truncated {
-                path: path.to_path_buf(),
-                actual,
-                needed: header_len,
-            });
+            return Err(SegmentError::Truncated { path: path.to_path_buf(), actual, needed: header_len });
         }
         if actual > isize::MAX as u64 {
             return Err(SegmentError::Inconsistent {
@@ -344,10 +316,8 @@ impl Segment {
                 what: format!("file length {actual} is larger than the address space"),
             });
         }
-        let map = MmapOptions::new()
-            .len(actual as usize)
-            .map_raw(&file)
-            .map_err(io_err(path, "cannot map"))?;
+        let map =
+            MmapOptions::new().len(actual as usize).map_raw(&file).map_err(io_err(path, "cannot map"))?;
         let base = map.as_mut_ptr();
         // SAFETY: `actual >= size_of::<SegmentHeader>()` and the mapping is page aligned, so
         // the header's live line is inside the mapping and aligned for `HeaderLive`; it is
@@ -367,32 +337,18 @@ impl Segment {
             });
         }
         if ready != READY {
-            return Err(SegmentError::NotReady {
-                path: path.to_path_buf(),
-            });
+            return Err(SegmentError::NotReady { path: path.to_path_buf() });
         }
         validate_descriptor(&desc, actual).map_err(|e| match e {
-            Invalid::Version(found) => SegmentError::Version {
-                path: path.to_path_buf(),
-                found,
-                expected: LAYOUT_VERSION,
-            },
-            Invalid::Truncated(needed) => SegmentError::Truncated {
-                path: path.to_path_buf(),
-                actual,
-                needed,
-            },
-            Invalid::What(what) => SegmentError::Inconsistent {
-                path: path.to_path_buf(),
-                what,
-            },
+            Invalid::Version(found) => {
+                SegmentError::Version { path: path.to_path_buf(), found, expected: LAYOUT_VERSION }
+            }
+            Invalid::Truncated(needed) => {
+                SegmentError::Truncated { path: path.to_path_buf(), actual, needed }
+            }
+            Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
         })?;
-        Ok(Segment {
-            map,
-            _file: file,
-            path: path.to_path_buf(),
-            desc,
-        })
+        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc })
     }
 
     /// Where it was created or attached from.
@@ -466,10 +422,7 @@ impl Segment {
     /// only writer of the queue table) and by tests that run without one.
     pub fn create_queue_at(&self, index: u32, spec: &QueueSpec) -> Result<QueueInfo, QueueError> {
         self.check_spec(spec)?;
-        let not_active = QueueError::NotActive {
-            index,
-            queues: self.desc.config.queues,
-        };
+        let not_active = QueueError::NotActive { index, queues: self.desc.config.queues };
         let control = self.queue_control(index).ok_or(not_active.clone())?;
         let desc_ptr = self.queue_desc_ptr(index).ok_or(not_active)?;
         if control
@@ -496,10 +449,7 @@ impl Segment {
         unsafe { core::ptr::write_volatile(desc_ptr, desc) };
         // Release: readers that see ACTIVE (Acquire) see the descriptor.
         control.state.store(QUEUE_ACTIVE, Ordering::Release);
-        Ok(QueueInfo {
-            index,
-            spec: spec.clone(),
-        })
+        Ok(QueueInfo { index, spec: spec.clone() })
     }
 
     /// Creates a queue in the first free table entry; refuses a duplicate name.
@@ -549,10 +499,7 @@ impl Segment {
 
     /// Reads and validates the queue at table entry `index`.
     pub fn queue(&self, index: u32) -> Result<QueueInfo, QueueError> {
-        let not_active = QueueError::NotActive {
-            index,
-            queues: self.desc.config.queues,
-        };
+        let not_active = QueueError::NotActive { index, queues: self.desc.config.queues };
         let control = self.queue_control(index).ok_or(not_active.clone())?;
         let desc_ptr = self.queue_desc_ptr(index).ok_or(not_active.clone())?;
         // Acquire pairs with the Release store of ACTIVE in `create_queue_at`.
@@ -627,11 +574,8 @@ impl Segment {
 
     /// Deque `deque` of queue `q`, resolved with the queue's capacity and flavor.
     pub fn deque(&self, q: &QueueInfo, deque: u32) -> Result<DequeRef<'_>, QueueError> {
-        let no_such = || QueueError::NoSuchDeque {
-            queue: q.spec.name.clone(),
-            index: deque,
-            count: q.spec.deques,
-        };
+        let no_such =
+            || QueueError::NoSuchDeque { queue: q.spec.name.clone(), index: deque, count: q.spec.deques };
         if deque >= q.spec.deques || q.spec.capacity > self.desc.config.deque_capacity {
             return Err(no_such());
         }
@@ -728,14 +672,10 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64) -> Result<(), Inval
     ];
     for (name, found, want) in sizes {
         if found != want {
-            return Err(Invalid::What(format!(
-                "{name} size is {found} bytes, this build uses {want}"
-            )));
+            return Err(Invalid::What(format!("{name} size is {found} bytes, this build uses {want}")));
         }
     }
-    d.config
-        .validate()
-        .map_err(|e| Invalid::What(format!("configuration: {e}")))?;
+    d.config.validate().map_err(|e| Invalid::What(format!("configuration: {e}")))?;
     let want = compute_regions(&d.config).map_err(|e| Invalid::What(format!("configuration: {e}")))?;
     let r = &d.regions;
     let fields = [
@@ -751,9 +691,7 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64) -> Result<(), Inval
     ];
     for (name, found, w) in fields {
         if found != w {
-            return Err(Invalid::What(format!(
-                "{name} is {found}, but the configuration puts it at {w}"
-            )));
+            return Err(Invalid::What(format!("{name} is {found}, but the configuration puts it at {w}")));
         }
     }
     if file_len < r.total_len {

@@ -32,9 +32,13 @@ fn verify(name: &str, text: &str) -> Option<String> {
 #[test]
 fn service_unit_verifies_clean() {
     let text = std::fs::read_to_string(unit_dir().join("xtcqd.service")).expect("read xtcqd.service");
-    for needed in
-        ["Type=notify", "RuntimeDirectory=xtcq", "RemoveIPC=no", "ReadWritePaths=/dev/shm", "--socket /run/xtcq/"]
-    {
+    for needed in [
+        "Type=notify",
+        "RuntimeDirectory=xtcq",
+        "RemoveIPC=no",
+        "ReadWritePaths=/dev/shm",
+        "--socket /run/xtcq/",
+    ] {
         assert!(text.contains(needed), "xtcqd.service lost `{needed}`");
     }
     assert!(!text.contains("PrivateDevices=yes"), "PrivateDevices would hide the clients' /dev/shm");

@@ -59,13 +59,7 @@ impl<'a> RecordArena<'a> {
     /// `stride >= RECORD_HEADER_SIZE + payload_cap`), 64-aligned, valid for `'a`.
     pub(crate) unsafe fn new(base: *mut u8, count: u32, stride: usize, payload_cap: u32) -> Self {
         debug_assert!(stride >= RECORD_HEADER_SIZE + payload_cap as usize);
-        Self {
-            base,
-            count,
-            stride,
-            payload_cap,
-            _segment: PhantomData,
-        }
+        Self { base, count, stride, payload_cap, _segment: PhantomData }
     }
 
     /// Number of records.
@@ -122,11 +116,7 @@ impl<'a> RecordArena<'a> {
     /// The caller holds record `index` in `Filling` (its `begin_fill` succeeded and nothing
     /// moved it since), so no other process of a correct program touches its payload.
     pub unsafe fn write_payload(&self, index: u32, payload: &[u8]) -> Result<(), BadPayloadLen> {
-        let h = self.header(index).ok_or(BadPayloadLen {
-            index,
-            len: payload.len() as u32,
-            max: 0,
-        })?;
+        let h = self.header(index).ok_or(BadPayloadLen { index, len: payload.len() as u32, max: 0 })?;
         if payload.len() > self.payload_cap as usize {
             return Err(BadPayloadLen {
                 index,
@@ -154,18 +144,10 @@ impl<'a> RecordArena<'a> {
     /// The caller holds record `index` in `Claimed` (its claim succeeded), so no process of a
     /// correct program writes its payload meanwhile.
     pub unsafe fn read_payload(&self, index: u32, out: &mut Vec<u8>) -> Result<(), BadPayloadLen> {
-        let h = self.header(index).ok_or(BadPayloadLen {
-            index,
-            len: 0,
-            max: 0,
-        })?;
+        let h = self.header(index).ok_or(BadPayloadLen { index, len: 0, max: 0 })?;
         let len = h.payload_len.load(Ordering::Relaxed);
         if len > self.payload_cap {
-            return Err(BadPayloadLen {
-                index,
-                len,
-                max: self.payload_cap,
-            });
+            return Err(BadPayloadLen { index, len, max: self.payload_cap });
         }
         out.reserve(len as usize);
         // SAFETY: len <= payload_cap, so the source range is inside the record; `out` has

@@ -115,10 +115,7 @@ impl JobHandle {
     }
     /// Decodes a slot word; `None` for 0 (generation 0 is never issued).
     pub const fn from_word(w: u64) -> Option<Self> {
-        let h = JobHandle {
-            index: w as u32,
-            generation: (w >> 32) as u32,
-        };
+        let h = JobHandle { index: w as u32, generation: (w >> 32) as u32 };
         if h.generation == 0 {
             None
         } else {
@@ -162,9 +159,7 @@ impl<'a> RecordState<'a> {
         self.0
             .compare_exchange(from.0, to.0, success, Ordering::Acquire)
             .map(|_| ())
-            .map_err(|w| Conflict {
-                found: StateWord(w),
-            })
+            .map_err(|w| Conflict { found: StateWord(w) })
     }
 
     /// `Free(g) -> Filling(g, me)`: allocation. Returns the generation on success.
@@ -177,8 +172,7 @@ impl<'a> RecordState<'a> {
             return Err(Conflict { found: w });
         }
         let g = w.generation();
-        self.cas(w, StateWord::pack(g, State::Filling, me), Ordering::Acquire)
-            .map(|_| g)
+        self.cas(w, StateWord::pack(g, State::Filling, me), Ordering::Acquire).map(|_| g)
     }
 
     /// `Filling(g, me) -> Queued(g)`. Release publishes the payload and fields written while
