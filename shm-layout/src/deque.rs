@@ -123,13 +123,7 @@ impl<'a> DequeRef<'a> {
         if n == 0 || !n.is_power_of_two() || n > (1 << 30) {
             return Err(BadCapacity(n));
         }
-        Ok(Self {
-            top,
-            bottom,
-            slots,
-            mask: n as i64 - 1,
-            flavor,
-        })
+        Ok(Self { top, bottom, slots, mask: n as i64 - 1, flavor })
     }
 
     /// Fixed capacity.
@@ -150,10 +144,7 @@ impl<'a> DequeRef<'a> {
 
     /// Raw `(top, bottom)` as read now, for checks and recovery. Not a consistent snapshot.
     pub fn indices(&self) -> (i64, i64) {
-        (
-            self.top.load(Ordering::Acquire),
-            self.bottom.load(Ordering::Acquire),
-        )
+        (self.top.load(Ordering::Acquire), self.bottom.load(Ordering::Acquire))
     }
 
     /// The handle in the slot that index `i` maps to, for checks and recovery.
@@ -208,10 +199,7 @@ impl<'a> DequeRef<'a> {
         // SeqCst: the CAS is the single arbiter between thieves and the owner's last-item
         // pop; it also publishes (Release) that our slot read is done, for `push`'s
         // Acquire load of `top` before it reuses the slot.
-        match self
-            .top
-            .compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
-        {
+        match self.top.compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Steal::Success(v),
             Err(_) => Steal::Retry,
         }
@@ -268,12 +256,7 @@ impl<'a> DequeRef<'a> {
         }
         // The owner of a FIFO deque also only ever moves `top` by CAS (its `take`), so one
         // CAS over the whole range is arbitrated against it exactly like a single steal.
-        match self.top.compare_exchange(
-            t,
-            t.wrapping_add(n as i64),
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        ) {
+        match self.top.compare_exchange(t, t.wrapping_add(n as i64), Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Steal::Success(n),
             Err(_) => Steal::Retry,
         }
@@ -364,11 +347,7 @@ impl<'a> DequeOwner<'a> {
             b
         };
         let _ = b;
-        Self {
-            deque,
-            cached_top: Cell::new(t),
-            _not_sync: PhantomData,
-        }
+        Self { deque, cached_top: Cell::new(t), _not_sync: PhantomData }
     }
 
     /// The shared view, e.g. to hand out to thieves.
@@ -470,10 +449,7 @@ impl<'a> DequeOwner<'a> {
         }
         // The last handle: a thief may be taking it too. The CAS on `top` decides; SeqCst as
         // in `steal`, whose CAS it races.
-        let won = d
-            .top
-            .compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok();
+        let won = d.top.compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed).is_ok();
         // Either way the deque is now empty at index b + 1.
         d.bottom.store(b.wrapping_add(1), Ordering::Relaxed);
         if won {
