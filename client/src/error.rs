@@ -138,6 +138,9 @@ pub enum Error {
     /// The segment holds values no correct program writes.
     #[error("segment corruption: {0}")]
     Corrupt(String),
+    /// A dead letter could not be re-queued or purged.
+    #[error("{0}")]
+    DeadLetter(String),
 }
 
 impl Error {

@@ -78,6 +78,19 @@ impl<'a> Job<'a> {
         self.inner.enqueued_ns()
     }
 
+    /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` when the queue has no lease
+    /// and none was set.
+    pub fn lease_deadline_ns(&self) -> Option<u64> {
+        self.inner.lease_deadline_ns()
+    }
+
+    /// Sets the claim's lease to `lease` from now: a heartbeat for a long job, or a per-steal
+    /// override of the queue's default. Fails with "lease expired" once the daemon has
+    /// re-queued the job.
+    pub fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
+        Ok(self.inner.extend_lease(lease)?)
+    }
+
     /// Done: frees the record.
     pub fn ack(self) -> Result<(), Error> {
         Ok(self.inner.ack()?)
@@ -86,6 +99,12 @@ impl<'a> Job<'a> {
     /// Failed: re-queues it (or dead-letters it at the queue's attempt limit).
     pub fn nack(self) -> Result<(), Error> {
         Ok(self.inner.nack()?)
+    }
+
+    /// Like [`nack`](Job::nack), keeping `reason` (its first bytes) as the job's last
+    /// error, which a dead letter shows.
+    pub fn fail(self, reason: &str) -> Result<(), Error> {
+        Ok(self.inner.fail(reason)?)
     }
 }
 

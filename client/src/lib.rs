@@ -39,6 +39,8 @@ use std::time::Duration;
 
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnerHandle, ThiefHandle};
+pub use shm_layout::check::CheckReport;
+pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::JobHandle;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueInfo, QueueParams, Request, Response, Stats, PROTOCOL_VERSION,
@@ -179,6 +181,58 @@ impl Client {
             Response::ShuttingDown => Ok(()),
             r => Err(self.unexpected(r)),
         }
+    }
+
+    /// The daemon's segment, mapped in this process (shared by every handle of this client).
+    pub fn segment(&self) -> Result<Arc<shm_layout::Segment>, Error> {
+        self.conn.segment(&self.conn.hello().segment_path)
+    }
+
+    /// Walks the daemon's segment and verifies every invariant (see
+    /// [`shm_layout::check`]). With `quiescent`, also that no job is being filled or run and
+    /// every queued job is indexed: only meaningful when no process is attached.
+    pub fn check(&self, quiescent: bool) -> Result<CheckReport, Error> {
+        Ok(shm_layout::check::check_segment(&*self.segment()?, quiescent))
+    }
+
+    fn queue_index(&self, queue: &str) -> Result<(Arc<shm_layout::Segment>, u32), Error> {
+        let seg = self.segment()?;
+        let q = seg.queue_by_name(queue).map_err(|e| match e {
+            shm_layout::QueueError::NoSuchQueue(_) => Error::NoSuchQueue(queue.to_string()),
+            e => Error::Queue(e),
+        })?;
+        Ok((seg, q.index))
+    }
+
+    /// The dead letters of `queue`: jobs that reached its attempt limit, with their last
+    /// error and payload.
+    pub fn dead_letters(&self, queue: &str) -> Result<Vec<DeadLetter>, Error> {
+        let (seg, index) = self.queue_index(queue)?;
+        Ok(shm_layout::dead_letter::dead_letters(&seg, index))
+    }
+
+    /// Puts a dead letter of `queue` back on the queue (attempts reset), to run again.
+    pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        let seg = self.dead_letter_of(queue, job)?;
+        shm_layout::dead_letter::requeue_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
+    }
+
+    /// Deletes a dead letter of `queue` for good.
+    pub fn purge_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        let seg = self.dead_letter_of(queue, job)?;
+        shm_layout::dead_letter::purge_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
+    }
+
+    /// The segment, once `job` is known to be a dead letter of `queue` (so a handle of
+    /// another queue is refused, not acted on).
+    fn dead_letter_of(&self, queue: &str, job: JobHandle) -> Result<Arc<shm_layout::Segment>, Error> {
+        let (seg, index) = self.queue_index(queue)?;
+        if !shm_layout::dead_letter::dead_letters(&seg, index).iter().any(|d| d.handle == job) {
+            return Err(Error::DeadLetter(format!(
+                "job {job} is not a dead letter of queue {queue} (see `xtcq dead {queue}`)"
+            )));
+        }
+        Ok(seg)
     }
 
     /// Becomes the owner of a free deque of `queue`.

@@ -1,0 +1,481 @@
+//! The one-shot subcommands: `create`, `ls`, `push`, `steal`, `stats`, `dead`, `check`,
+//! `shutdown`. Each connects, does its work, and returns an exit status (see `exit`).
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use xtcq_client::{Client, Error, Flavor, JobHandle, QueueParams};
+
+use crate::exit;
+use crate::parse_duration;
+
+pub fn connect(socket: Option<&Path>) -> Result<Client> {
+    Ok(Client::connect(socket)?)
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FlavorArg {
+    /// Owners pop their newest job first (best cache locality).
+    Lifo,
+    /// Owners pop their oldest job first.
+    Fifo,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Queue name (1 to 64 bytes, no whitespace).
+    queue: String,
+    /// Deques, i.e. owners (producers with their own deque) the queue can have at once.
+    #[arg(long, default_value_t = 4)]
+    deques: u32,
+    /// Slots per deque, a power of two; a full deque spills into the queue's overflow ring.
+    #[arg(long, default_value_t = 1024)]
+    capacity: u32,
+    /// The order in which owners pop their own deque.
+    #[arg(long, value_enum, default_value = "lifo")]
+    flavor: FlavorArg,
+    /// Runs before a job is dead-lettered (0: retry forever).
+    #[arg(long, default_value_t = 0)]
+    max_attempts: u32,
+    /// Claim lease: a job claimed longer than this is re-queued (0: none). E.g. 30s.
+    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    lease: Duration,
+    /// Succeed if a queue of that name already exists.
+    #[arg(long)]
+    exist_ok: bool,
+}
+
+pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let lease_ms =
+        u32::try_from(a.lease.as_millis()).context("--lease is too long (at most about 49 days)")?;
+    let p = QueueParams {
+        name: a.queue.clone(),
+        deques: a.deques,
+        capacity: a.capacity,
+        flavor: match a.flavor {
+            FlavorArg::Lifo => Flavor::Lifo,
+            FlavorArg::Fifo => Flavor::Fifo,
+        },
+        max_attempts: a.max_attempts,
+        lease_ms,
+    };
+    match c.create_queue(&p) {
+        Ok(_) => Ok(exit::OK),
+        Err(Error::QueueExists(_)) if a.exist_ok => Ok(exit::OK),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn flavor(f: Flavor) -> &'static str {
+    match f {
+        Flavor::Lifo => "lifo",
+        Flavor::Fifo => "fifo",
+    }
+}
+
+fn ms(v: u32) -> String {
+    if v == 0 {
+        "-".into()
+    } else {
+        humantime::format_duration(Duration::from_millis(v as u64)).to_string()
+    }
+}
+
+pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let stats = c.stats(None)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&stats.queues.iter().map(|q| &q.info).collect::<Vec<_>>())?
+        );
+        return Ok(exit::OK);
+    }
+    let mut out = String::from(
+        "QUEUE                FLAVOR  DEQUES  CAPACITY  MAX-ATTEMPTS  LEASE   QUEUED  RUNNING  DEAD\n",
+    );
+    for q in &stats.queues {
+        let i = &q.info;
+        out.push_str(&format!(
+            "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5}\n",
+            i.name,
+            flavor(i.flavor),
+            i.deques,
+            i.capacity,
+            if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },
+            ms(i.lease_ms),
+            q.records.queued,
+            q.records.claimed,
+            q.records.dead
+        ));
+    }
+    print!("{out}");
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The queue.
+    queue: String,
+    /// Payloads, one job each; none (or `-`): one job per line of stdin.
+    payload: Vec<String>,
+    /// Jobs on stdin are separated by NUL bytes instead of newlines (for `find -print0`).
+    #[arg(short = '0', long)]
+    null: bool,
+    /// How long to wait for room when the queue is full before giving up.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    timeout: Duration,
+    /// Print each job's handle (`record.generation`) on stdout.
+    #[arg(long)]
+    print_handle: bool,
+}
+
+/// Pushes with back-off while the queue is full, up to `timeout`.
+pub fn push_blocking<F>(mut push: F, payload: &[u8], timeout: Duration) -> Result<JobHandle>
+where
+    F: FnMut(&[u8]) -> std::result::Result<JobHandle, Error>,
+{
+    let mut deadline = None;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match push(payload) {
+            Ok(h) => return Ok(h),
+            Err(e @ (Error::QueueFull { .. } | Error::RecordsFull(_))) => {
+                let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
+                if Instant::now() >= d {
+                    return Err(anyhow::Error::from(e).context(format!(
+                        "still full after waiting {}",
+                        humantime::format_duration(timeout)
+                    )));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
+pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let sep = if null { 0u8 } else { b'\n' };
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    loop {
+        buf.clear();
+        let got = input.read_until(sep, &mut buf).context("cannot read stdin")?;
+        if got == 0 {
+            return Ok(n);
+        }
+        if buf.last() == Some(&sep) {
+            buf.pop();
+        }
+        f(&buf).with_context(|| format!("job {} of stdin", n + 1))?;
+        n += 1;
+    }
+}
+
+pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let inj = c.attach_injector(&a.queue)?;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let mut one = |p: &[u8]| -> Result<()> {
+        let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
+        if a.print_handle {
+            writeln!(out, "{h}")?;
+        }
+        Ok(())
+    };
+    if a.payload.is_empty() || a.payload == ["-"] {
+        for_each_stdin_job(a.null, one)?;
+    } else {
+        for p in &a.payload {
+            one(p.as_bytes())?;
+        }
+    }
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct StealArgs {
+    /// The queue.
+    queue: String,
+    /// Wait for jobs when the queue is empty (for at most --timeout, if given).
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: give up after this long in all (implies --wait). E.g. 5s.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Jobs to take; 0 takes every job there is.
+    #[arg(long, short = 'n', default_value_t = 1)]
+    count: u64,
+    /// Jobs on stdout are separated by NUL bytes instead of newlines.
+    #[arg(short = '0', long)]
+    null: bool,
+}
+
+pub fn steal(socket: Option<&Path>, a: StealArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let thief = c.attach_thief(&a.queue)?;
+    let wait = a.wait || a.timeout.is_some();
+    let deadline = a.timeout.map(|t| Instant::now() + t);
+    let sep: &[u8] = if a.null { b"\0" } else { b"\n" };
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let mut buf = Vec::new();
+    let mut taken = 0u64;
+    while a.count == 0 || taken < a.count {
+        let job = if wait && !(a.count == 0 && taken > 0) {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            thief.steal_wait(left)?
+        } else {
+            thief.steal()?
+        };
+        let Some(job) = job else { break };
+        buf.clear();
+        job.read_payload(&mut buf)?;
+        buf.extend_from_slice(sep);
+        // Ack only once the payload is out: a job whose output failed (a closed pipe) is
+        // given back to the queue, not lost.
+        if let Err(e) = out.write_all(&buf).and_then(|_| out.flush()) {
+            job.nack()?;
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(if taken > 0 { exit::OK } else { exit::ERROR });
+            }
+            return Err(anyhow::Error::from(e).context("cannot write the job to stdout; it was re-queued"));
+        }
+        job.ack()?;
+        taken += 1;
+    }
+    Ok(if taken == 0 { exit::EMPTY } else { exit::OK })
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this queue.
+    queue: Option<String>,
+    /// JSON (the daemon's whole answer) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let s = c.stats(a.queue.as_deref())?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(exit::OK);
+    }
+    let r = &s.records;
+    let g = &s.segment;
+    let mut o = String::new();
+    o.push_str(&format!(
+        "xtcqd pid {}, segment {} ({} MiB), {} connection(s)\n",
+        s.daemon_pid,
+        g.path.display(),
+        g.total_len >> 20,
+        s.connections
+    ));
+    o.push_str(&format!(
+        "records: {} total, {} free, {} filling, {} queued, {} running, {} dead{}\n",
+        g.job_records,
+        r.free,
+        r.filling,
+        r.queued,
+        r.claimed,
+        r.dead,
+        if r.corrupt > 0 { format!(", {} CORRUPT", r.corrupt) } else { String::new() }
+    ));
+    o.push_str(&format!(
+        "limits:  {} queues, {} deques per queue, deque capacity {}, payload {} bytes, {} process slots, overflow ring {}\n",
+        g.queues, g.deques_per_queue, g.deque_capacity, g.payload_bytes, g.process_slots, g.overflow_capacity
+    ));
+    for q in &s.queues {
+        let i = &q.info;
+        o.push_str(&format!(
+            "\nqueue {} ({}, {} deques x {}, max attempts {}, lease {})\n",
+            i.name,
+            flavor(i.flavor),
+            i.deques,
+            i.capacity,
+            if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },
+            ms(i.lease_ms)
+        ));
+        o.push_str(&format!(
+            "  jobs:     {} queued, {} running, {} dead, {} being pushed\n",
+            q.records.queued, q.records.claimed, q.records.dead, q.records.filling
+        ));
+        o.push_str(&format!("  overflow: {}\n", q.overflow_len));
+        o.push_str("  DEQUE  LEN     OWNER\n");
+        for d in &q.deques {
+            o.push_str(&format!(
+                "  {:<6} {:<7} {}\n",
+                d.index,
+                d.len,
+                d.owner_slot.map(|s| format!("slot {s}")).unwrap_or_else(|| "-".into())
+            ));
+        }
+    }
+    if !s.processes.is_empty() {
+        o.push_str("\nSLOT  PID      UID    STATE       CONNECTED\n");
+        for p in &s.processes {
+            o.push_str(&format!(
+                "{:<5} {:<8} {:<6} {:<11} {}\n",
+                p.slot,
+                p.pid,
+                p.uid,
+                format!("{:?}", p.state).to_lowercase(),
+                if p.connected { "yes" } else { "no" }
+            ));
+        }
+    }
+    print!("{o}");
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct DeadArgs {
+    /// The queue.
+    queue: String,
+    /// Put these dead letters back on the queue (all of them when none is named).
+    #[arg(long, conflicts_with = "purge")]
+    requeue: bool,
+    /// Delete these dead letters (all of them when none is named).
+    #[arg(long)]
+    purge: bool,
+    /// Jobs (`record.generation`, as listed) to act on.
+    #[arg(value_parser = parse_handle)]
+    jobs: Vec<JobHandle>,
+    /// JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_handle(s: &str) -> Result<JobHandle, String> {
+    let bad = || format!("{s:?} is not a job handle; say RECORD.GENERATION as `xtcq dead QUEUE` lists it");
+    let (i, g) = s.split_once('.').ok_or_else(bad)?;
+    Ok(JobHandle { index: i.parse().map_err(|_| bad())?, generation: g.parse().map_err(|_| bad())? })
+}
+
+pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    if !a.requeue && !a.purge {
+        if !a.jobs.is_empty() {
+            bail!("naming jobs needs --requeue or --purge");
+        }
+        let list = c.dead_letters(&a.queue)?;
+        if a.json {
+            let v: Vec<_> = list
+                .iter()
+                .map(|d| {
+                    serde_json::json!({
+                        "job": d.handle.to_string(),
+                        "attempts": d.attempts,
+                        "last_error": d.last_error,
+                        "payload": String::from_utf8_lossy(&d.payload),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            let mut o = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
+            for d in &list {
+                let p = String::from_utf8_lossy(&d.payload);
+                let p: String = p.chars().take(60).map(|c| if c.is_control() { '.' } else { c }).collect();
+                o.push_str(&format!(
+                    "{:<13} {:>8}  {:<25} {}\n",
+                    d.handle.to_string(),
+                    d.attempts,
+                    d.last_error,
+                    p
+                ));
+            }
+            print!("{o}");
+        }
+        return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
+    }
+    let jobs = if a.jobs.is_empty() {
+        c.dead_letters(&a.queue)?.into_iter().map(|d| d.handle).collect()
+    } else {
+        a.jobs
+    };
+    if jobs.is_empty() {
+        eprintln!("xtcq: queue {} has no dead letters", a.queue);
+        return Ok(exit::EMPTY);
+    }
+    for j in &jobs {
+        if a.requeue {
+            c.requeue_dead(&a.queue, *j)?;
+        } else {
+            c.purge_dead(&a.queue, *j)?;
+        }
+    }
+    eprintln!(
+        "xtcq: {} {} dead letter(s) of {}",
+        if a.requeue { "re-queued" } else { "purged" },
+        jobs.len(),
+        a.queue
+    );
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Check this segment file directly, without asking a daemon (e.g. one left behind by a
+    /// daemon that is not running).
+    #[arg(long, value_name = "PATH")]
+    segment: Option<PathBuf>,
+    /// Also require that no job is being pushed or run and every queued job is indexed
+    /// (true only when no process is attached).
+    #[arg(long)]
+    quiescent: bool,
+}
+
+pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
+    let report = match &a.segment {
+        Some(p) => {
+            let seg = shm_layout::Segment::attach(p)
+                .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?;
+            shm_layout::check::check_segment(&seg, a.quiescent)
+        }
+        None => connect(socket)?.check(a.quiescent)?,
+    };
+    let n = &report.counts;
+    println!(
+        "{} queue(s), {} deque(s) holding {} handle(s), {} overflow index(es), {} process(es)",
+        n.queues, n.deques, n.deque_handles, n.ring_indices, n.processes
+    );
+    println!(
+        "records: {} free, {} filling, {} queued, {} running, {} dead",
+        n.free, n.filling, n.queued, n.claimed, n.dead
+    );
+    if report.is_consistent() {
+        println!("consistent");
+        Ok(exit::OK)
+    } else {
+        for p in &report.problems {
+            println!("problem: {p}");
+        }
+        println!("INCONSISTENT: {} problem(s)", report.problems.len());
+        Ok(exit::FAILED)
+    }
+}
+
+pub fn shutdown(socket: Option<&Path>) -> Result<i32> {
+    connect(socket)?.shutdown_daemon()?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,39 @@
+//! The exit statuses of `xtcq`, in one place so `--help`, the README and the code agree.
+
+/// Done.
+pub const OK: i32 = 0;
+/// An error (a bad queue, a full queue, an oversized payload, a protocol error, …).
+pub const ERROR: i32 = 1;
+/// Bad arguments (clap's own status).
+#[allow(dead_code)]
+pub const USAGE: i32 = 2;
+/// Nothing to do: `steal` found no job (or its `--timeout` passed), `dead` found no
+/// dead letter.
+pub const EMPTY: i32 = 3;
+/// The daemon could not be reached (not running, no permission, connection lost).
+pub const UNREACHABLE: i32 = 4;
+/// `check` found the segment inconsistent; `work` had jobs that failed; `demo` saw a job
+/// lost or run twice.
+pub const FAILED: i32 = 5;
+
+/// Printed at the end of `--help`.
+pub const HELP: &str = "\
+Exit status:
+  0  done
+  1  error (no such queue, queue full, payload too large, bad reply, ...)
+  2  bad arguments
+  3  nothing to do: steal found no job or timed out; dead found no dead letter
+  4  xtcqd not reachable: not running at the socket, permission denied, connection lost
+  5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
+     or run twice
+
+Environment:
+  XTCQ_SOCKET   the control socket (as --socket)";
+
+/// The status for an error that ended a command.
+pub fn for_error(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<xtcq_client::Error>() {
+        Some(c) if c.is_unreachable() => UNREACHABLE,
+        _ => ERROR,
+    }
+}

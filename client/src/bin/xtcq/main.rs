@@ -1,0 +1,110 @@
+//! `xtcq`: the command line of the xtcq job queue. Parses arguments (clap), runs one
+//! subcommand against the daemon at `--socket` / `$XTCQ_SOCKET` / the default path, and maps
+//! the outcome to the exit status documented in `--help` (see [`exit`]).
+//!
+//! Invariants: every error is printed as one `xtcq: error: …` line that names what was wrong
+//! (the socket, the queue, the sizes); a job is acked only after its payload was written in
+//! full, and a job whose output failed is nacked, never dropped.
+
+mod cmd;
+mod demo;
+mod exit;
+mod work;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// xtcq: a job queue for processes that share memory on one Linux host.
+///
+/// Talks to the daemon `xtcqd` over its control socket; pushes and steals happen in shared
+/// memory, with no system call on the fast path.
+#[derive(Debug, Parser)]
+#[command(name = "xtcq", version, about, long_about, after_long_help = exit::HELP)]
+pub struct Cli {
+    /// Control socket of xtcqd [default: $XDG_RUNTIME_DIR/xtcq/xtcqd.sock, else /run/xtcq/xtcqd.sock].
+    #[arg(long, global = true, env = "XTCQ_SOCKET", value_name = "PATH")]
+    socket: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if (0.0..1e9).contains(&secs) {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+        return Err(format!("{s:?} is not a duration: seconds must be between 0 and 1e9"));
+    }
+    humantime::parse_duration(t).map_err(|e| format!("{s:?} is not a duration ({e}); say e.g. 500ms, 2s, 1m"))
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a queue.
+    Create(cmd::CreateArgs),
+    /// List queues.
+    #[command(alias = "list")]
+    Ls(cmd::LsArgs),
+    /// Push jobs: one PAYLOAD per argument, or one job per line of stdin.
+    Push(cmd::PushArgs),
+    /// Steal jobs and print their payloads, one per line; each is acked once written.
+    Steal(cmd::StealArgs),
+    /// Show counters: records by state, deques, processes (a table, or --json).
+    Stats(cmd::StatsArgs),
+    /// List, re-queue or purge a queue's dead letters (jobs past their attempt limit).
+    Dead(cmd::DeadArgs),
+    /// Verify every invariant of the daemon's segment (or of --segment PATH).
+    Check(cmd::CheckArgs),
+    /// Long-running producer: owns a deque and pushes each line of stdin as a job.
+    Produce(work::ProduceArgs),
+    /// Long-running worker: runs CMD once per job (payload on stdin and in $XTCQ_PAYLOAD);
+    /// acks on exit 0, nacks otherwise.
+    Work(work::WorkArgs),
+    /// Start a private xtcqd, farm 100,000 jobs from a producer process to worker
+    /// processes, verify each ran exactly once, print throughput and latency, clean up.
+    Demo(demo::DemoArgs),
+    /// Ask the daemon to stop.
+    Shutdown,
+    /// Runs the daemon in this process (what `xtcq demo` uses when no xtcqd binary is
+    /// installed beside xtcq); takes xtcqd's flags.
+    #[command(name = "__xtcqd", hide = true, disable_help_flag = true)]
+    EmbeddedDaemon {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// A process of `xtcq demo` (internal).
+    #[command(name = "__demo-role", hide = true)]
+    DemoRole(demo::RoleArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let socket = cli.socket.as_deref();
+    let result = match cli.command {
+        Command::Create(a) => cmd::create(socket, a),
+        Command::Ls(a) => cmd::ls(socket, a),
+        Command::Push(a) => cmd::push(socket, a),
+        Command::Steal(a) => cmd::steal(socket, a),
+        Command::Stats(a) => cmd::stats(socket, a),
+        Command::Dead(a) => cmd::dead(socket, a),
+        Command::Check(a) => cmd::check(socket, a),
+        Command::Shutdown => cmd::shutdown(socket),
+        Command::Produce(a) => work::produce(socket, a),
+        Command::Work(a) => work::work(socket, a),
+        Command::Demo(a) => demo::demo(a),
+        Command::EmbeddedDaemon { args } => demo::embedded_daemon(args),
+        Command::DemoRole(a) => demo::role(socket, a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("xtcq: error: {e:#}");
+            std::process::exit(exit::for_error(&e));
+        }
+    }
+}

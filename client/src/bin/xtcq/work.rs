@@ -1,0 +1,258 @@
+//! The long-running subcommands: `produce` (an owner that pushes stdin into its own deque)
+//! and `work` (a thief that runs a command per job, `--jobs N` at a time).
+//!
+//! Invariants of `work`: a job is acked only when its command exited 0, nacked (with the
+//! reason kept for a dead letter) otherwise, and never left claimed when `work` stops on
+//! SIGINT / SIGTERM: running commands are waited for, then their jobs settled. While a
+//! command runs, its claim's lease is extended, so a long job is not re-queued under a live
+//! worker; only a hung *worker* loses its jobs.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use xtcq_client::{Job, ThiefHandle};
+
+use crate::cmd::{connect, for_each_stdin_job, push_blocking};
+use crate::{exit, parse_duration};
+
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// The queue.
+    queue: String,
+    /// Jobs on stdin are separated by NUL bytes instead of newlines.
+    #[arg(short = '0', long)]
+    null: bool,
+    /// How long to wait for room when the queue is full before giving up.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    timeout: Duration,
+}
+
+pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
+    let c = connect(socket)?;
+    let owner = c.attach_owner(&a.queue)?;
+    let t0 = Instant::now();
+    let n = for_each_stdin_job(a.null, |p| {
+        push_blocking(|p| owner.push(p), p, a.timeout)?;
+        Ok(())
+    })?;
+    let secs = t0.elapsed().as_secs_f64();
+    if std::io::stderr().is_terminal() {
+        eprintln!("xtcq: pushed {n} job(s) to {} in {secs:.2} s", a.queue);
+    }
+    // Jobs left in the deque stay there for thieves.
+    owner.detach()?;
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// The queue.
+    queue: String,
+    /// Commands to run at once.
+    #[arg(long, short = 'j', default_value_t = 1)]
+    jobs: u32,
+    /// Claim lease for each job, extended while its command runs (default: the queue's).
+    #[arg(long, value_parser = parse_duration)]
+    lease: Option<Duration>,
+    /// Stop after this many jobs (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    max_jobs: u64,
+    /// Stop once the queue has been empty for this long (default: run until signalled).
+    #[arg(long, value_parser = parse_duration)]
+    idle_exit: Option<Duration>,
+    /// Print a line per job (job, attempt, exit status) on stderr.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    cmd: Vec<String>,
+}
+
+#[derive(Default)]
+struct Counters {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    running: AtomicU64,
+    taken: AtomicU64,
+}
+
+fn describe(st: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".into(),
+    }
+}
+
+/// Runs the command for one job; extends the lease while it runs. Returns the command's
+/// status, or why it could not be run.
+fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>) -> Result<ExitStatus> {
+    let payload = job.payload()?;
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..])
+        .stdin(Stdio::piped())
+        .env("XTCQ_QUEUE", &a.queue)
+        .env("XTCQ_JOB", job.handle().to_string())
+        .env("XTCQ_ATTEMPT", job.attempts().to_string());
+    // An environment variable cannot hold a NUL byte: such a payload is on stdin only.
+    match std::str::from_utf8(&payload) {
+        Ok(s) if !s.contains('\0') => {
+            cmd.env("XTCQ_PAYLOAD", s);
+        }
+        _ => {
+            cmd.env_remove("XTCQ_PAYLOAD");
+        }
+    }
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {:?}", a.cmd[0]))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that does not read its stdin closes the pipe: that is not an error.
+        let _ = stdin.write_all(&payload);
+    }
+    let beat = lease.map(|l| (l / 3).max(Duration::from_millis(10)));
+    let mut next_beat = beat.map(|b| Instant::now() + b);
+    loop {
+        if let Some(st) = child.try_wait().context("cannot wait for the command")? {
+            return Ok(st);
+        }
+        if let (Some(l), Some(nb)) = (lease, next_beat) {
+            if Instant::now() >= nb {
+                // A failed heartbeat means the daemon already re-queued the job (our lease
+                // ran out while we were stalled): the result will be reported as lost.
+                let _ = job.extend_lease(l);
+                next_beat = beat.map(|b| Instant::now() + b);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &AtomicBool, n: &Counters) -> Result<()> {
+    let queue_lease = Some(Duration::from_millis(thief.queue().lease_ms as u64)).filter(|d| !d.is_zero());
+    let lease = a.lease.or(queue_lease);
+    let mut idle_since = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if a.max_jobs != 0 && n.taken.fetch_add(1, Ordering::Relaxed) >= a.max_jobs {
+            break;
+        }
+        let job = loop {
+            if stop.load(Ordering::Relaxed) {
+                break None;
+            }
+            if let Some(j) = thief.steal_wait(Some(Duration::from_millis(100)))? {
+                break Some(j);
+            }
+            if a.idle_exit.is_some_and(|t| idle_since.elapsed() >= t) {
+                break None;
+            }
+        };
+        let Some(job) = job else {
+            // Not taken after all.
+            if a.max_jobs != 0 {
+                n.taken.fetch_sub(1, Ordering::Relaxed);
+            }
+            break;
+        };
+        if let Some(l) = a.lease {
+            job.extend_lease(l)?;
+        }
+        n.running.fetch_add(1, Ordering::Relaxed);
+        let handle = job.handle();
+        let attempt = job.attempts();
+        let outcome = run_one(a, &job, lease);
+        n.running.fetch_sub(1, Ordering::Relaxed);
+        let settled = match &outcome {
+            Ok(st) if st.success() => {
+                n.ok.fetch_add(1, Ordering::Relaxed);
+                job.ack()
+            }
+            Ok(st) => {
+                n.failed.fetch_add(1, Ordering::Relaxed);
+                job.fail(&describe(st))
+            }
+            Err(e) => {
+                n.failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("xtcq: job {handle}: {e:#}");
+                job.fail("cannot run")
+            }
+        };
+        if a.verbose {
+            let what = match &outcome {
+                Ok(st) => describe(st),
+                Err(_) => "not run".into(),
+            };
+            eprintln!("xtcq: job {handle} attempt {} of {}: {what}", attempt + 1, a.queue);
+        }
+        if let Err(e) = settled {
+            // Lease expired or recovered under us: the job was re-queued; say so and go on.
+            eprintln!("xtcq: job {handle}: {e}");
+        }
+        idle_since = Instant::now();
+    }
+    Ok(())
+}
+
+pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
+    if a.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("cannot install a signal handler")?;
+    }
+    let c = connect(socket)?;
+    let thief = c.attach_thief(&a.queue)?;
+    let n = Counters::default();
+    let t0 = Instant::now();
+    let progress = std::io::stderr().is_terminal();
+    let result: Result<()> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..a.jobs).map(|_| s.spawn(|| worker(&a, thief.clone(), &stop, &n))).collect();
+        let mut first_err = None;
+        let mut last_print = Instant::now();
+        for w in workers {
+            while !w.is_finished() {
+                std::thread::sleep(Duration::from_millis(20));
+                if progress && last_print.elapsed() >= Duration::from_millis(500) {
+                    last_print = Instant::now();
+                    let done = n.ok.load(Ordering::Relaxed) + n.failed.load(Ordering::Relaxed);
+                    eprint!(
+                        "\rxtcq work {}: {} ok, {} failed, {} running, {:.0} jobs/s   ",
+                        a.queue,
+                        n.ok.load(Ordering::Relaxed),
+                        n.failed.load(Ordering::Relaxed),
+                        n.running.load(Ordering::Relaxed),
+                        done as f64 / t0.elapsed().as_secs_f64().max(1e-9)
+                    );
+                }
+            }
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    stop.store(true, Ordering::Relaxed);
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    stop.store(true, Ordering::Relaxed);
+                    first_err.get_or_insert(anyhow::anyhow!("a worker thread panicked"));
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    });
+    let (ok, failed) = (n.ok.load(Ordering::Relaxed), n.failed.load(Ordering::Relaxed));
+    if progress || a.verbose {
+        eprintln!(
+            "\rxtcq work {}: {ok} ok, {failed} failed in {:.1} s            ",
+            a.queue,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    result?;
+    Ok(if failed > 0 { exit::FAILED } else { exit::OK })
+}
