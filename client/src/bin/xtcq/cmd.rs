@@ -28,12 +28,14 @@ pub enum FlavorArg {
 pub struct CreateArgs {
     /// Queue name (1 to 64 bytes, no whitespace).
     queue: String,
-    /// Deques, i.e. owners (producers with their own deque) the queue can have at once.
-    #[arg(long, default_value_t = 4)]
-    deques: u32,
-    /// Slots per deque, a power of two; a full deque spills into the queue's overflow ring.
-    #[arg(long, default_value_t = 1024)]
-    capacity: u32,
+    /// Deques, i.e. owners (producers with their own deque) the queue can have at once
+    /// [default: 4, or the segment's deques per queue if fewer].
+    #[arg(long)]
+    deques: Option<u32>,
+    /// Slots per deque, a power of two; a full deque spills into the queue's overflow ring
+    /// [default: 1024, or the segment's deque capacity if smaller].
+    #[arg(long)]
+    capacity: Option<u32>,
     /// The order in which owners pop their own deque.
     #[arg(long, value_enum, default_value = "lifo")]
     flavor: FlavorArg,
@@ -48,14 +50,31 @@ pub struct CreateArgs {
     exist_ok: bool,
 }
 
+/// The segment's deques per queue and deque capacity: the most a queue may ask for.
+fn segment_limits(c: &Client) -> Result<(u32, u32)> {
+    let s = c.stats(None)?.segment;
+    Ok((s.deques_per_queue, s.deque_capacity))
+}
+
 pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
     let c = connect(socket)?;
     let lease_ms =
         u32::try_from(a.lease.as_millis()).context("--lease is too long (at most about 49 days)")?;
+    let defaults = QueueParams::new(a.queue.clone());
+    let (deques, capacity) = match (a.deques, a.capacity) {
+        (Some(d), Some(c)) => (d, c),
+        (deques, capacity) => {
+            let (max_deques, max_capacity) = segment_limits(&c)?;
+            (
+                deques.unwrap_or(defaults.deques.min(max_deques)),
+                capacity.unwrap_or(defaults.capacity.min(max_capacity)),
+            )
+        }
+    };
     let p = QueueParams {
         name: a.queue.clone(),
-        deques: a.deques,
-        capacity: a.capacity,
+        deques,
+        capacity,
         flavor: match a.flavor {
             FlavorArg::Lifo => Flavor::Lifo,
             FlavorArg::Fifo => Flavor::Fifo,

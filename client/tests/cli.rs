@@ -1,0 +1,357 @@
+//! The `xtcq` command line end to end: a real daemon (the `xtcqd` binary beside `xtcq` when
+//! the workspace built it, else the same daemon embedded in `xtcq`), real `xtcq` processes,
+//! their stdout, stderr and exit statuses. Every wait is bounded; every daemon is killed when
+//! its guard drops.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const XTCQ: &str = env!("CARGO_BIN_EXE_xtcq");
+
+struct Daemon {
+    child: Option<Child>,
+    socket: PathBuf,
+    segment: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn daemon_command() -> Command {
+    let sibling = Path::new(XTCQ).with_file_name("xtcqd");
+    if sibling.is_file() {
+        Command::new(sibling)
+    } else {
+        let mut c = Command::new(XTCQ);
+        c.arg("__xtcqd");
+        c
+    }
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("xtcqd.sock");
+        let segment = dir.path().join("segment");
+        let log = std::fs::File::create(dir.path().join("xtcqd.log")).expect("log");
+        let child = daemon_command()
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--segment")
+            .arg(&segment)
+            .args(["--queues", "4", "--deques-per-queue", "4", "--deque-capacity", "256"])
+            .args(["--records", "4096", "--payload-bytes", "64", "--process-slots", "32"])
+            .args(["--overflow-capacity", "4096"])
+            .env_remove("XTCQ_SOCKET")
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start xtcqd");
+        let d = Daemon { child: Some(child), socket, segment, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+            assert!(Instant::now() < deadline, "xtcqd not ready in 10 s: {}", d.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        d
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("xtcqd.log")).unwrap_or_default()
+    }
+
+    fn xtcq(&self) -> Command {
+        let mut c = Command::new(XTCQ);
+        c.arg("--socket").arg(&self.socket).env_remove("XTCQ_SOCKET");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        run_bounded(self.xtcq().args(args), None)
+    }
+
+    fn run_in(&self, args: &[&str], stdin: &[u8]) -> Output {
+        run_bounded(self.xtcq().args(args), Some(stdin))
+    }
+}
+
+/// Runs a command to completion within 60 s, feeding `stdin`.
+fn run_bounded(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let mut child = cmd
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn xtcq");
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().expect("stdin");
+        w.write_all(input).expect("write stdin");
+    }
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child.
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("xtcq {cmd:?} did not finish in 60 s");
+        }
+    }
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert_eq!(code(o), 0, "expected success; stdout: {} stderr: {}", stdout(o), stderr(o));
+    stdout(o)
+}
+
+#[test]
+fn create_ls_push_steal_stats_round_trip() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "jobs", "--deques", "2", "--capacity", "64"]));
+    // Creating it again: an error, unless --exist-ok.
+    let again = d.run(&["create", "jobs"]);
+    assert_eq!(code(&again), 1);
+    assert!(stderr(&again).contains("queue already exists: jobs"), "{}", stderr(&again));
+    ok(&d.run(&["create", "jobs", "--exist-ok"]));
+
+    ok(&d.run(&["push", "jobs", "one", "two"]));
+    ok(&d.run_in(&["push", "jobs"], b"three\nfour\n\nfive"));
+    let ls = ok(&d.run(&["ls"]));
+    assert!(ls.lines().any(|l| l.starts_with("jobs ") && l.split_whitespace().nth(6) == Some("6")), "{ls}");
+
+    let stats = ok(&d.run(&["stats", "jobs"]));
+    assert!(stats.contains("queue jobs (lifo, 2 deques x 64"), "{stats}");
+    assert!(stats.contains("6 queued"), "{stats}");
+    let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+    assert_eq!(json["records"]["queued"], 6);
+
+    // Pushed to the overflow ring: FIFO order. The empty line is an empty job.
+    let got = ok(&d.run(&["steal", "jobs", "--count", "4"]));
+    assert_eq!(got, "one\ntwo\nthree\nfour\n");
+    let got = ok(&d.run(&["steal", "jobs", "--count", "0"]));
+    assert_eq!(got, "\nfive\n");
+    let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+    assert_eq!(json["records"]["queued"], 0);
+    assert_eq!(json["records"]["claimed"], 0, "every printed job was acked");
+
+    // Empty: exit 3, nothing printed; with a timeout, after about that long.
+    let e = d.run(&["steal", "jobs"]);
+    assert_eq!(code(&e), 3);
+    assert_eq!(stdout(&e), "");
+    let t0 = Instant::now();
+    let e = d.run(&["steal", "jobs", "--timeout", "300ms"]);
+    assert_eq!(code(&e), 3);
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+
+    let check = ok(&d.run(&["check"]));
+    assert!(check.contains("consistent"), "{check}");
+}
+
+#[test]
+fn a_waiting_steal_is_woken_by_a_push_from_another_process() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "w"]));
+    let waiter = d
+        .xtcq()
+        .args(["steal", "w", "--wait", "--timeout", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    ok(&d.run(&["push", "w", "wake up"]));
+    let out = waiter.wait_with_output().expect("wait");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "wake up\n");
+    assert!(t0.elapsed() < Duration::from_secs(10), "woken by the push, not by the timeout");
+}
+
+#[test]
+fn errors_are_clear_and_exit_codes_distinct() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "small"]));
+
+    let e = d.run(&["push", "nope", "x"]);
+    assert_eq!(code(&e), 1);
+    assert!(stderr(&e).contains("no such queue: nope"), "{}", stderr(&e));
+
+    let big = "x".repeat(65);
+    let e = d.run(&["push", "small", &big]);
+    assert_eq!(code(&e), 1);
+    assert!(stderr(&e).contains("payload too large: 65 > 64 bytes"), "{}", stderr(&e));
+
+    let e = d.run(&["steal", "small", "--timeout", "banana"]);
+    assert_eq!(code(&e), 2, "{}", stderr(&e));
+    assert!(stderr(&e).contains("not a duration"), "{}", stderr(&e));
+    assert_eq!(code(&d.run(&["steal"])), 2);
+    assert_eq!(code(&d.run(&["create", "bad", "--capacity", "1000"])), 1, "not a power of two");
+
+    // No daemon: exit 4, and the message names the socket.
+    let gone = d.dir.path().join("nobody-here.sock");
+    let o = run_bounded(Command::new(XTCQ).arg("--socket").arg(&gone).args(["ls"]), None);
+    assert_eq!(code(&o), 4);
+    assert!(stderr(&o).contains(&gone.display().to_string()), "{}", stderr(&o));
+    assert!(stderr(&o).contains("daemon not running"), "{}", stderr(&o));
+    // The same through $XTCQ_SOCKET.
+    let o = run_bounded(Command::new(XTCQ).env("XTCQ_SOCKET", &gone).args(["stats"]), None);
+    assert_eq!(code(&o), 4);
+
+    // A full queue: a clear error once --timeout passes, and the jobs pushed before stay.
+    ok(&d.run(&["create", "tiny", "--deques", "1", "--capacity", "2"]));
+    let lines: String = (0..5000).map(|i| format!("{i}\n")).collect();
+    let e = d.run_in(&["push", "tiny", "--timeout", "100ms"], lines.as_bytes());
+    assert_eq!(code(&e), 1);
+    assert!(stderr(&e).contains("full"), "{}", stderr(&e));
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&d.run(&["stats", "tiny", "--json"]))).expect("json");
+    assert!(json["queues"][0]["records"]["queued"].as_u64().unwrap_or(0) > 1000, "{json}");
+
+    // The daemon kept serving through all of it.
+    ok(&d.run(&["ls"]));
+}
+
+#[test]
+fn produce_then_work_runs_every_job_once_and_dead_letters_failures() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "farm", "--max-attempts", "2"]));
+    let lines: String = (0..200).map(|i| format!("job-{i}\n")).collect();
+    ok(&d.run_in(&["produce", "farm"], lines.as_bytes()));
+
+    let out = d.dir.path().join("ran.txt");
+    // Each job appends its payload (from $XTCQ_PAYLOAD and from stdin) to a file; jobs whose
+    // number ends in 7 fail.
+    let script = format!(
+        r#"read -r line; [ "$line" = "$XTCQ_PAYLOAD" ] || exit 9; echo "$line" >> {}; case "$line" in *7) exit 3;; esac"#,
+        out.display()
+    );
+    let w = d.run(&["work", "farm", "--jobs", "3", "--idle-exit", "500ms", "--", "sh", "-c", &script]);
+    assert_eq!(code(&w), 5, "some jobs failed: {}", stderr(&w));
+    let ran = std::fs::read_to_string(&out).expect("ran");
+    let mut counts = std::collections::BTreeMap::new();
+    for l in ran.lines() {
+        *counts.entry(l.to_string()).or_insert(0) += 1;
+    }
+    for i in 0..200 {
+        let n = counts.get(&format!("job-{i}")).copied().unwrap_or(0);
+        let want = if i % 10 == 7 { 2 } else { 1 };
+        assert_eq!(n, want, "job-{i} ran {n} times");
+    }
+    // The 20 failures are dead letters with their last error.
+    let dead = ok(&d.run(&["dead", "farm"]));
+    assert_eq!(dead.lines().count(), 21, "{dead}");
+    assert!(dead.contains("exit 3"), "{dead}");
+    assert!(dead.contains("job-17"), "{dead}");
+
+    // Re-queue one by handle; purge the rest.
+    let first = dead.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("a handle").to_string();
+    ok(&d.run(&["dead", "farm", "--requeue", &first]));
+    let e = d.run(&["dead", "farm", "--requeue", &first]);
+    assert_eq!(code(&e), 1, "no longer a dead letter");
+    assert!(stderr(&e).contains("not a dead letter"), "{}", stderr(&e));
+    let again = ok(&d.run(&["steal", "farm"]));
+    assert!(again.starts_with("job-") && again.trim_end().ends_with('7'), "{again}");
+    ok(&d.run(&["dead", "farm", "--purge"]));
+    assert_eq!(code(&d.run(&["dead", "farm"])), 3, "no dead letters left");
+    assert!(ok(&d.run(&["check"])).contains("consistent"));
+}
+
+#[test]
+fn a_job_whose_output_fails_is_requeued_not_lost() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "p"]));
+    ok(&d.run(&["push", "p", "a", "b", "c"]));
+    // stdout is a closed pipe: the first job cannot be written, so it is given back.
+    let mut child = d
+        .xtcq()
+        .args(["steal", "p", "--count", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let st = child.wait().expect("wait");
+    assert_ne!(st.code(), Some(0));
+    let got = ok(&d.run(&["steal", "p", "--count", "0"]));
+    // The given-back job went to the back of the line.
+    let mut jobs: Vec<&str> = got.lines().collect();
+    jobs.sort_unstable();
+    assert_eq!(jobs, ["a", "b", "c"], "{got}");
+}
+
+#[test]
+fn check_finds_a_corrupted_segment() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "c", "--deques", "1", "--capacity", "64"]));
+    ok(&d.run(&["push", "c", "x"]));
+    let copy = d.dir.path().join("copy");
+    std::fs::copy(&d.segment, &copy).expect("copy segment");
+    let o = run_bounded(Command::new(XTCQ).args(["check", "--segment"]).arg(&copy), None);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    {
+        let seg = shm_layout::Segment::attach(&copy).expect("attach copy");
+        let h = seg.deque_header(0, 0).expect("deque 0");
+        let top = h.top.load(std::sync::atomic::Ordering::Relaxed);
+        h.bottom.store(top + 100_000, std::sync::atomic::Ordering::Relaxed);
+    }
+    let o = run_bounded(Command::new(XTCQ).args(["check", "--segment"]).arg(&copy), None);
+    assert_eq!(code(&o), 5, "{}", stdout(&o));
+    assert!(stdout(&o).contains("INCONSISTENT"), "{}", stdout(&o));
+    std::fs::write(&copy, b"not a segment").expect("overwrite");
+    let o = run_bounded(Command::new(XTCQ).args(["check", "--segment"]).arg(&copy), None);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("not a valid xtcq segment"), "{}", stderr(&o));
+}
+
+#[test]
+fn shutdown_stops_the_daemon() {
+    let mut d = Daemon::start();
+    ok(&d.run(&["shutdown"]));
+    let mut child = d.child.take().expect("daemon");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            assert!(st.success(), "{st}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "xtcqd did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn demo_farms_jobs_exactly_once() {
+    let o = run_bounded(
+        Command::new(XTCQ).args(["demo", "--jobs", "5000", "--workers", "2"]).env_remove("XTCQ_SOCKET"),
+        None,
+    );
+    let out = ok(&o);
+    assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
+    assert!(out.contains("result       ok"), "{out}");
+}
