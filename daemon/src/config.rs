@@ -99,6 +99,11 @@ pub struct Args {
     /// Seconds a new connection has to send its Hello, and a started frame to complete.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub io_timeout: u64,
+
+    /// Milliseconds between scans for expired job leases (claims of live but hung consumers,
+    /// whose jobs are re-queued); 0 disables lease expiry.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub lease_scan_interval: u64,
 }
 
 /// The resolved configuration.
@@ -124,6 +129,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Hello / frame-completion timeout.
     pub io_timeout: Duration,
+    /// Period of the lease-expiry scan (`None`: disabled).
+    pub lease_scan_interval: Option<Duration>,
 }
 
 /// Bad arguments.
@@ -194,6 +201,8 @@ impl Config {
             group,
             max_connections: args.max_connections,
             io_timeout: Duration::from_secs(args.io_timeout.max(1)),
+            lease_scan_interval: (args.lease_scan_interval > 0)
+                .then(|| Duration::from_millis(args.lease_scan_interval)),
         })
     }
 
@@ -243,6 +252,9 @@ mod tests {
         assert_eq!(c.segment_config.queues, 4);
         assert_eq!(c.explicit, vec![("queues", 4)]);
         assert_eq!(c.file_mode(), 0o600);
+        assert_eq!(c.lease_scan_interval, Some(Duration::from_millis(100)));
+        let off = Args::parse_from(["xtcqd", "--lease-scan-interval", "0"]);
+        assert_eq!(Config::from_args(&off).unwrap().lease_scan_interval, None);
         let bad = Args::parse_from(["xtcqd", "--deque-capacity", "1000"]);
         assert!(Config::from_args(&bad).is_err());
         let nobody = Args::parse_from(["xtcqd", "--no-allow-self"]);

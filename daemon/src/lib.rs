@@ -105,8 +105,48 @@ pub enum DaemonError {
     Runtime(#[source] io::Error),
 }
 
+/// The first SIGTERM or SIGINT that arrived before the runtime's handlers were installed
+/// (0: none). The socket accepts connections from the moment it is bound, so a client may
+/// take the daemon for ready and stop it before `server::serve` has its handlers.
+static EARLY_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn note_early_signal(sig: libc::c_int) {
+    // Async-signal-safe: one atomic store.
+    let _ = EARLY_SIGNAL.compare_exchange(
+        0,
+        sig,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Catches SIGTERM / SIGINT into [`EARLY_SIGNAL`] until the runtime's handlers replace this.
+fn catch_early_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: a zeroed sigaction with a handler that only does an atomic store, which is
+        // async-signal-safe; sigaction(2) has no other requirement.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = note_early_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The signal caught before the runtime's handlers were installed, if any.
+pub(crate) fn early_signal() -> Option<&'static str> {
+    match EARLY_SIGNAL.load(std::sync::atomic::Ordering::Relaxed) {
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGINT => Some("SIGINT"),
+        _ => None,
+    }
+}
+
 /// Runs the daemon until SIGTERM, SIGINT or a Shutdown request.
 pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    catch_early_signals();
     // Everything that changes process-wide state (umask) or may refuse to start happens
     // before the runtime's threads exist.
     let prep = startup::prepare(&cfg)?;

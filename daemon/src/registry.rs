@@ -257,6 +257,9 @@ impl Registry {
         }
         let pid = s.pid.load(Ordering::Relaxed);
         s.state.store(PROCESS_RECOVERING, Ordering::Release);
+        // A crash here (or inside `recover_holder`, which has the fail point after revoking a
+        // claim) leaves the slot RECOVERING; the next daemon's `adopt` recovers it again.
+        shm_layout::failpoint::point("daemon.recovery.mid");
         let r = recovery::recover_holder(&self.seg, slot.slot);
         let leases = recovery::release_deque_leases(&self.seg, slot.slot);
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
@@ -278,10 +281,17 @@ impl Registry {
                 corrupt = r.corrupt,
                 orphans_reindexed = orphans.len(),
                 leases_released = leases.len(),
+                done_mono_ns = shm_layout::segment::monotonic_ns(),
                 "recovered jobs of an exited process"
             );
         } else {
-            info!(slot = slot.slot, pid, leases_released = leases.len(), "process exited; slot freed");
+            info!(
+                slot = slot.slot,
+                pid,
+                leases_released = leases.len(),
+                done_mono_ns = shm_layout::segment::monotonic_ns(),
+                "process exited; slot freed"
+            );
         }
     }
 
@@ -311,6 +321,19 @@ impl Registry {
         }
         for slot in &dead {
             self.recover_process(*slot);
+        }
+        {
+            // Claims a previous daemon revoked (lease expiry or recovery) and died before
+            // re-queuing: they name no holder.
+            let _t = self.lock();
+            let r = recovery::recover_holder(&self.seg, shm_layout::NO_HOLDER);
+            if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {
+                warn!(
+                    requeued = r.requeued.len(),
+                    dead_lettered = r.dead_lettered.len(),
+                    "re-queued claims a previous daemon revoked but did not give back"
+                );
+            }
         }
         // Holders named by records or leases but not registered (a slot freed by hand, or a
         // corrupt table): give their holdings back too.
@@ -355,6 +378,39 @@ impl Registry {
             recovery::reindex_orphans(&self.seg);
         }
         live
+    }
+
+    /// Re-queues (or dead-letters) every claim whose lease deadline has passed: its holder is
+    /// alive but has not acked in time (hung, or too slow without a heartbeat). The holder's
+    /// late ack or nack fails with "lease expired". Under the registry lock, so it never
+    /// races a recovery. Returns how many claims were revoked.
+    pub fn expire_leases(&self) -> usize {
+        let _t = self.lock();
+        let now = shm_layout::segment::monotonic_ns();
+        let revoked = recovery::expire_leases(&self.seg, now);
+        if revoked.is_empty() {
+            return 0;
+        }
+        let records = self.seg.records();
+        for h in revoked.iter().take(16) {
+            let (attempts, queue) = records
+                .header(h.index)
+                .map(|hdr| (hdr.attempts.load(Ordering::Relaxed), hdr.queue.load(Ordering::Relaxed)))
+                .unwrap_or((0, u32::MAX));
+            let queue = self.seg.queue(queue).map(|q| q.spec.name).unwrap_or_else(|_| "?".into());
+            let dead = records.state(h.index).is_some_and(|st| st.load().state() == Some(State::Dead));
+            warn!(
+                job = %h,
+                %queue,
+                attempts,
+                dead_lettered = dead,
+                "lease expired: job taken back from its (live) consumer"
+            );
+        }
+        if revoked.len() > 16 {
+            warn!(more = revoked.len() - 16, "lease expired for more jobs");
+        }
+        revoked.len()
     }
 
     /// Whether `slot`'s connection is open.

@@ -117,6 +117,10 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         }
     }
 
+    if let Some(every) = cfg.lease_scan_interval {
+        tasks.spawn(expire_leases(st.clone(), every));
+    }
+
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
         path: cfg.socket.clone(),
@@ -141,6 +145,11 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
             info!("{reason}: shutting down");
             st.stop(reason.to_string());
         });
+    }
+    // A signal that came between binding the socket and installing the handlers above.
+    if let Some(reason) = crate::early_signal() {
+        info!("{reason} (before the daemon was ready): shutting down");
+        st.stop(reason.to_string());
     }
 
     match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
@@ -294,6 +303,24 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
     }
     let process = ProcessId { pid: peer.pid, uid: peer.uid, start_time: peer.start_time.unwrap_or(0) };
     watch_exit(st, slot, peer.pidfd, process).await;
+}
+
+/// Every `every`, re-queues the jobs whose claim lease has run out, until shutdown.
+async fn expire_leases(st: Arc<Shared>, every: Duration) {
+    let mut rx = st.shutdown.subscribe();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown_requested(&mut rx) => return,
+        }
+        let reg = st.reg.clone();
+        // A scan reads every record's state word: off the async threads.
+        if let Err(e) = tokio::task::spawn_blocking(move || reg.expire_leases()).await {
+            warn!(error = %e, "lease-expiry scan failed");
+        }
+    }
 }
 
 /// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`.

@@ -6,8 +6,9 @@
 //! run while every other process keeps working:
 //! - a record `Filling(g, dead)` is freed (`Free(g + 1)`): its push never returned, so its
 //!   producer never got a handle and nothing indexes it;
-//! - a record `Claimed(g, dead)` gets attempt + 1 and is re-queued on its queue's overflow
-//!   ring, or dead-lettered at the queue's attempt limit;
+//! - a record `Claimed(g, dead)` is first revoked (`Claimed(g, NO_HOLDER)`, one CAS), then
+//!   gets attempt + 1 and is re-queued on its queue's overflow ring, or dead-lettered at the
+//!   queue's attempt limit (lease expiry does the same to the claim of a live holder);
 //! - a record `Queued(g)` that no deque slot in `[top, bottom)` and no overflow cell in
 //!   `[head, tail)` names — a thief died between its winning CAS on `top` and its claim — is
 //!   put on the overflow ring again. Only records seen `Queued` and unreferenced with the same
@@ -42,7 +43,8 @@ pub struct HolderRecovery {
 }
 
 /// Gives back every record held by process slot `holder`, which must be dead (or whose
-/// claims are being revoked). Safe to run more than once.
+/// claims are being revoked). Safe to run more than once. With `holder == NO_HOLDER` it gives
+/// back claims that a daemon revoked and died before re-queuing (run on adopting a segment).
 pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
     let mut out = HolderRecovery::default();
     let records = seg.records();
@@ -83,24 +85,58 @@ enum GiveBack {
     Moved,
 }
 
-/// `Claimed(w, holder)` → attempt + 1 → `Queued` + overflow index, or `Dead` at the limit.
+/// `Claimed(w, holder)` → `Claimed(w, NO_HOLDER)` (revoked: taken from its holder, so only
+/// we may write its header now) → attempt + 1 → `Queued` + overflow index, or `Dead` at the
+/// limit.
+///
+/// The revoking CAS comes first because the holder of an expired lease is alive: it may ack
+/// at any moment, and once the record is freed a producer may be filling it for another job.
+/// Header writes made before owning the record could land in that other job. After the CAS
+/// the holder's ack or nack fails (with `LeaseExpired`), and two recoveries racing for the
+/// same record (lease expiry and a dead-holder scan) cannot both count an attempt.
+///
+/// A daemon that dies between the revoke and the re-queue leaves `Claimed(g, NO_HOLDER)`;
+/// [`recover_holder`]`(seg, NO_HOLDER)` on the next start gives it back.
 fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) -> Result<GiveBack, ()> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else { return Err(()) };
+    let g = w.generation();
+    // A record whose queue field makes no sense is corruption: leave it as it is (counted).
+    if seg.queue(hdr.queue.load(Ordering::Relaxed)).is_err() {
+        return Err(());
+    }
+    if holder != NO_HOLDER {
+        // AcqRel: Acquire sees the holder's header writes made while it held the record
+        // (they were published by the claim it made or by its own later stores before any
+        // Release it did); Release orders our revoke before our header writes for a reader
+        // that Acquires the state word.
+        let from = StateWord::pack(g, State::Claimed, holder).0;
+        let to = StateWord::pack(g, State::Claimed, NO_HOLDER).0;
+        if st.0.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return Ok(GiveBack::Moved);
+        }
+    }
+    crate::failpoint::point("daemon.recovery.mid");
     let q = hdr.queue.load(Ordering::Relaxed);
-    let Ok(info) = seg.queue(q) else { return Err(()) };
+    let limit = seg.queue(q).map(|info| info.spec.max_attempts).ok();
     // Relaxed: published by the Release CAS below, as in `ClaimedJob::nack`.
     let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
     hdr.attempts.store(attempts, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
     crate::dead_letter::store_last_error(hdr, why);
-    if info.spec.max_attempts != 0 && attempts >= info.spec.max_attempts {
-        return Ok(match st.dead_letter(w.generation(), holder) {
+    let Some(limit) = limit else {
+        // The queue field changed under us (only corruption does that): nowhere to put the
+        // job back; keep it as a dead letter rather than claimed by nobody.
+        let _ = st.dead_letter(g, NO_HOLDER);
+        return Err(());
+    };
+    if limit != 0 && attempts >= limit {
+        return Ok(match st.dead_letter(g, NO_HOLDER) {
             Ok(()) => GiveBack::DeadLettered,
             Err(_) => GiveBack::Moved,
         });
     }
-    if st.requeue_claimed(w.generation(), holder).is_err() {
+    if st.requeue_claimed(g, NO_HOLDER).is_err() {
         return Ok(GiveBack::Moved);
     }
     Ok(match index_on_overflow(seg, q, index) {
@@ -120,7 +156,7 @@ fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingEr
 
 /// Revokes every claim whose lease deadline (CLOCK_MONOTONIC ns) is before `now_ns`: the
 /// job is re-queued (or dead-lettered) and the holder's late ack or nack fails with
-/// `NotHeld`. Returns the jobs revoked.
+/// `LeaseExpired`. Returns the jobs revoked. The daemon runs it every `--lease-scan-interval`.
 pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
     let mut out = Vec::new();
     let records = seg.records();

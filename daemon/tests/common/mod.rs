@@ -55,12 +55,26 @@ impl Daemon {
         d
     }
 
+    /// Like [`start`](Self::start), with `env` set for the daemon (e.g. `XTCQ_FAILPOINTS`).
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let mut d = Daemon::start_in_env(&dir, SMALL, extra, env);
+        d._tmp = Some(tmp);
+        d
+    }
+
     /// Starts a daemon whose files live in `dir` (to restart on the same paths).
     pub fn start_in(dir: &Path, sizes: &[&str], extra: &[&str]) -> Daemon {
+        Daemon::start_in_env(dir, sizes, extra, &[])
+    }
+
+    /// [`start_in`](Self::start_in) with `env` set for the daemon.
+    pub fn start_in_env(dir: &Path, sizes: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let socket = dir.join("xtcqd.sock");
         let segment = dir.join("segment");
         let log = dir.join(format!("xtcqd.{}.log", LOGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
-        let child = spawn_daemon(&socket, &segment, &log, sizes, extra);
+        let child = spawn_daemon_env(&socket, &segment, &log, sizes, extra, env);
         let mut d = Daemon { child: Some(child), dir: dir.to_path_buf(), socket, segment, log, _tmp: None };
         d.wait_ready();
         d
@@ -132,8 +146,21 @@ impl Drop for Daemon {
 static LOGS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 pub fn spawn_daemon(socket: &Path, segment: &Path, log: &Path, sizes: &[&str], extra: &[&str]) -> Child {
+    spawn_daemon_env(socket, segment, log, sizes, extra, &[])
+}
+
+/// [`spawn_daemon`] with `env` set for the daemon.
+pub fn spawn_daemon_env(
+    socket: &Path,
+    segment: &Path,
+    log: &Path,
+    sizes: &[&str],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     let logf = std::fs::File::create(log).expect("log file");
     xtcqd()
+        .envs(env.iter().copied())
         .arg("--socket")
         .arg(socket)
         .arg("--segment")
@@ -263,6 +290,12 @@ impl Role {
         if let Some(c) = self.child.as_mut() {
             drop(c.stdin.take());
         }
+    }
+
+    /// Waits (within `t`) for a child that is expected to die, and returns how it ended.
+    pub fn wait_dead(&mut self, t: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        wait_timeout(&mut child, t).unwrap_or_else(|| panic!("child still running after {t:?}"))
     }
 
     pub fn kill9(&mut self) {
