@@ -190,9 +190,9 @@ fn run_role(role: &str) -> Result<(), Error> {
             let j =
                 thief.steal_wait(Some(Duration::from_secs(10)))?.ok_or(Error::Corrupt("no job".into()))?;
             out(format_args!(
-                "claimed {} lease {}",
+                "claimed {} deadline {}",
                 String::from_utf8_lossy(&j.payload()?),
-                j.lease_deadline_ns().is_some()
+                j.lease_deadline_ns().unwrap_or(0)
             ));
             hold();
             match j.ack() {
@@ -573,7 +573,12 @@ fn an_expired_lease_re_queues_the_job_of_a_live_hung_consumer() {
     let owner = c.attach_owner(QUEUE).unwrap();
     owner.push(b"L1").unwrap();
     let mut hung = spawn_role("hang", &d.socket, &[]);
-    assert_eq!(hung.line(Duration::from_secs(10)), "claimed L1 lease true");
+    let line = hung.line(Duration::from_secs(10));
+    let deadline: u64 = line
+        .strip_prefix("claimed L1 deadline ")
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected {line:?}"));
+    assert!(deadline > 0, "the claim carries the queue's lease");
     let t0 = Instant::now();
     let thief = c.attach_thief(QUEUE).unwrap();
     // Never twice at the same time: while its lease runs, the job is not to be had.
@@ -585,7 +590,8 @@ fn an_expired_lease_re_queues_the_job_of_a_live_hung_consumer() {
     let took = t0.elapsed();
     assert_eq!(j.payload().unwrap(), b"L1");
     assert_eq!(j.attempts(), 1, "the expired attempt is counted");
-    assert!(took >= Duration::from_millis(200), "re-queued too early: {took:?}");
+    let now = shm_layout::segment::monotonic_ns();
+    assert!(now >= deadline, "re-queued {} ms before its lease expired", (deadline - now) / 1_000_000);
     j.ack().unwrap();
     // The hung consumer wakes up and acks late: it is told, and nothing is acked twice.
     hung.release();
