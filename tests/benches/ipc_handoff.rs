@@ -34,7 +34,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use xtcq_client::{Client, Flavor, OwnerHandle, QueueParams};
+use std::collections::VecDeque;
+
+use xtcq_client::{Client, Flavor, Job, OwnerHandle, QueueParams};
 use xtcq_tests::{now_ns, Daemon};
 
 const MSG: usize = 64;
@@ -182,7 +184,7 @@ fn errno() -> std::io::Error {
 
 /// What a consumer receives with.
 enum Rx<'a> {
-    Xtcq { thief: &'a xtcq_client::ThiefHandle, buf: Vec<u8> },
+    Xtcq { thief: &'a xtcq_client::ThiefHandle, buf: Vec<u8>, batch: usize, pending: VecDeque<Job<'a>> },
     Stream { fd: RawFd, buf: Vec<u8>, start: usize, end: usize },
     Mq { mq: libc::mqd_t, buf: Vec<u8> },
 }
@@ -192,8 +194,15 @@ impl Rx<'_> {
     /// time it arrived to `f`, then acks it.
     fn recv(&mut self, spin: bool, f: &mut impl FnMut(u64, u64)) {
         match self {
-            Rx::Xtcq { thief, buf } => {
+            Rx::Xtcq { thief, buf, batch, pending } => {
                 let job = loop {
+                    if *batch > 1 {
+                        if let Some(j) = pending.pop_front() {
+                            break j;
+                        }
+                        pending.extend(thief.steal_batch(*batch).expect("steal_batch"));
+                        continue;
+                    }
                     let j = if spin { thief.steal() } else { thief.steal_wait(None) };
                     match j.expect("steal") {
                         Some(j) => break j,
@@ -270,7 +279,12 @@ fn consumer() {
             let socket = PathBuf::from(std::env::var_os("XTCQ_SOCKET").expect("socket"));
             client = Client::connect(Some(&socket)).expect("connect");
             thief = client.attach_thief(QUEUE).expect("attach_thief");
-            Rx::Xtcq { thief: &thief, buf: Vec::with_capacity(MSG) }
+            Rx::Xtcq {
+                thief: &thief,
+                buf: Vec::with_capacity(MSG),
+                batch: env_u64("XTCQ_BENCH_BATCH").unwrap_or(1) as usize,
+                pending: VecDeque::new(),
+            }
         }
         Transport::Pipe | Transport::Unix => {
             if spin {
@@ -334,10 +348,14 @@ impl Tx<'_> {
     fn send(&self, m: &[u8; MSG]) {
         match self {
             Tx::Xtcq(owner) => {
+                let mut tries = 0u32;
                 while let Err(e) = owner.push(m) {
                     match e {
                         xtcq_client::Error::QueueFull { .. } | xtcq_client::Error::RecordsFull(_) => {
-                            std::hint::spin_loop()
+                            std::hint::spin_loop();
+                            tries += 1;
+                            // 2^28 failed pushes: far beyond seconds; the consumer is gone.
+                            assert!(tries < 1 << 28, "the queue stayed full: is the consumer alive?");
                         }
                         e => panic!("push: {e}"),
                     }
@@ -356,8 +374,16 @@ impl Tx<'_> {
                 }
             }
             Tx::Mq(mq) => {
-                // SAFETY: send our 64-byte buffer on a queue we opened.
-                while unsafe { libc::mq_send(*mq, m.as_ptr().cast(), MSG, 0) } != 0 {
+                // A deadline far off, so that a dead consumer fails the run instead of hanging it.
+                let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                // SAFETY: clock_gettime into a valid timespec; mq_timedsend of our 64-byte
+                // buffer on a queue we opened, with that deadline (CLOCK_REALTIME, as it wants).
+                while unsafe {
+                    libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+                    ts.tv_sec += 60;
+                    libc::mq_timedsend(*mq, m.as_ptr().cast(), MSG, 0, &ts)
+                } != 0
+                {
                     assert_eq!(errno().raw_os_error(), Some(libc::EINTR), "mq_send: {}", errno());
                 }
             }
@@ -369,6 +395,8 @@ impl Tx<'_> {
 #[derive(Clone, Copy, Debug)]
 struct Run {
     mps: f64,
+    /// The producer's own rate: messages / time until its last send returned.
+    send_mps: f64,
     p50: u64,
     p99: u64,
     p999: u64,
@@ -411,14 +439,15 @@ fn spin_until(t: u64) {
 }
 
 impl Bench {
-    fn one(&self, transport: Transport, spin: bool, k: u32) -> Run {
-        let ctl_path = self.daemon.dir().join(format!("ctl.{}.{}.{k}", transport.name(), spin));
+    fn one(&self, transport: Transport, spin: bool, batch: usize, k: u32) -> Run {
+        let ctl_path = self.daemon.dir().join(format!("ctl.{}.{spin}.{batch}.{k}", transport.name()));
         let ctl_map = CtlMap::open(&ctl_path, true);
         let ctl = ctl_map.get();
         let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
         cmd.env("XTCQ_BENCH_ROLE", "consumer")
             .env("XTCQ_BENCH_TRANSPORT", transport.name())
             .env("XTCQ_BENCH_MODE", if spin { "spin" } else { "sleep" })
+            .env("XTCQ_BENCH_BATCH", batch.to_string())
             .env("XTCQ_BENCH_N_THR", self.n_thr.to_string())
             .env("XTCQ_BENCH_N_LAT", self.n_lat.to_string())
             .env("XTCQ_BENCH_CTL", &ctl_path)
@@ -485,10 +514,12 @@ impl Bench {
             encode(i, &mut m);
             tx.send(&m);
         }
+        let t_sent = now_ns();
         wait_for(&mut child, "the throughput phase", limit, || {
             ctl.done.load(Ordering::Acquire) == self.n_thr
         });
         let mps = self.n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
+        let send_mps = self.n_thr as f64 * 1e3 / (t_sent - t0) as f64;
 
         // A sleeping consumer needs a few µs to be back asleep after it bumps `done`; give it
         // far more, so that each message finds it asleep.
@@ -511,18 +542,21 @@ impl Bench {
         }
         let st = child.wait().expect("wait consumer");
         assert!(st.success(), "consumer failed: {st}");
-        drop(tx);
-        if let Some(c) = mq_name {
-            // SAFETY: unlinking the queue we created, by its name.
-            unsafe { libc::mq_unlink(c.as_ptr()) };
+        if let (Tx::Mq(mq), Some(c)) = (&tx, mq_name) {
+            // SAFETY: closing and unlinking the queue we created.
+            unsafe {
+                libc::mq_close(*mq);
+                libc::mq_unlink(c.as_ptr());
+            }
         }
+        drop(tx);
         let _ = std::fs::remove_file(&ctl_path);
         let v: Vec<u64> = line
             .expect("consumer printed no latency line")
             .split_whitespace()
             .map(|x| x.parse().unwrap())
             .collect();
-        Run { mps, p50: v[1], p99: v[2], p999: v[3] }
+        Run { mps, send_mps, p50: v[1], p99: v[2], p999: v[3] }
     }
 }
 
@@ -569,14 +603,45 @@ fn mq_depth() -> i64 {
     0
 }
 
+/// One way of a ping-pong of one cache line between a thread on CPU 0 (this one, pinned
+/// already) and one on CPU 1: the floor under any cross-core hand-off.
+fn line_handoff_ns(rounds: u64) -> f64 {
+    let word = std::sync::Arc::new(AtomicU64::new(0));
+    let w = word.clone();
+    let t = std::thread::spawn(move || {
+        pin(1);
+        for i in 0..rounds {
+            while w.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            w.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    // Let the other thread get going before timing.
+    std::thread::sleep(Duration::from_millis(10));
+    let t0 = now_ns();
+    for i in 0..rounds {
+        word.store(2 * i + 1, Ordering::Release);
+        while word.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let ns = (now_ns() - t0) as f64 / (2 * rounds) as f64;
+    t.join().expect("ping-pong thread");
+    ns
+}
+
 /// Single-process costs, to explain the cross-process figures: push; steal + payload +
 /// ack; both in one thread (the cache lines never leave this core); a clock read.
 fn calibrate(owner: &OwnerHandle, client: &Client) -> Vec<(&'static str, f64)> {
     let thief = client.attach_thief(QUEUE).expect("attach_thief");
     let n = 50_000u64;
+    let mut out = Vec::new();
+    if ncpus() >= 2 {
+        out.push(("cache-line hand-off CPU 0 <-> 1, one way", line_handoff_ns(200_000)));
+    }
     let m = [0xabu8; MSG];
     let mut v = Vec::with_capacity(MSG);
-    let mut out = Vec::new();
     let t = now_ns();
     for _ in 0..n {
         let _ = now_ns();
@@ -656,10 +721,10 @@ fn main() {
     }
     println!();
     println!(
-        "| {:<11} | {:<34} | {:>12} | {:>8} | {:>8} | {:>9} |",
-        "transport", "consumer", "M msgs/s", "p50 µs", "p99 µs", "p99.9 µs"
+        "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
+        "transport", "consumer", "M msgs/s", "sender M/s", "p50 µs", "p99 µs", "p99.9 µs"
     );
-    println!("|{:-<13}|{:-<36}|{:->14}|{:->10}|{:->10}|{:->11}|", "", "", ":", ":", ":", ":");
+    println!("|{:-<13}|{:-<36}|{:->14}|{:->12}|{:->10}|{:->10}|{:->11}|", "", "", ":", ":", ":", ":", ":");
     for transport in [Transport::Xtcq, Transport::Pipe, Transport::Unix, Transport::Mq] {
         if only.as_deref().is_some_and(|o| !o.split(',').any(|x| x == transport.name())) {
             continue;
@@ -668,9 +733,15 @@ fn main() {
             println!("| {:<11} | skipped: cannot create a POSIX message queue here |", transport.name());
             continue;
         }
-        for spin in [true, false] {
-            let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, k)).collect();
+        let modes: &[(bool, usize)] = if transport == Transport::Xtcq {
+            &[(true, 1), (true, 32), (false, 1)]
+        } else {
+            &[(true, 1), (false, 1)]
+        };
+        for &(spin, batch) in modes {
+            let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, batch, k)).collect();
             let how = match (transport, spin) {
+                (Transport::Xtcq, true) if batch > 1 => "spinning on steal_batch(32)",
                 (Transport::Xtcq, true) => "spinning on steal",
                 (Transport::Xtcq, false) => "asleep in steal_wait (futex)",
                 (Transport::Mq, true) => "spinning, O_NONBLOCK mq_receive",
@@ -679,10 +750,11 @@ fn main() {
                 (_, false) => "asleep in read",
             };
             println!(
-                "| {:<11} | {:<34} | {:>12.2} | {:>8.2} | {:>8.2} | {:>9.2} |",
+                "| {:<11} | {:<34} | {:>12.2} | {:>10.2} | {:>8.2} | {:>8.2} | {:>9.2} |",
                 transport.name(),
                 how,
                 median_f(runs.iter().map(|r| r.mps).collect()),
+                median_f(runs.iter().map(|r| r.send_mps).collect()),
                 median_u(runs.iter().map(|r| r.p50).collect()) as f64 / 1e3,
                 median_u(runs.iter().map(|r| r.p99).collect()) as f64 / 1e3,
                 median_u(runs.iter().map(|r| r.p999).collect()) as f64 / 1e3,
