@@ -8,8 +8,11 @@
 //! Invariants:
 //! - at most one request is in flight per connection; a reply is matched to it by id, and
 //!   stale replies (to a request that timed out) are skipped;
-//! - once the reader sees the stream end or break, `lost` is set and stays set; every later
-//!   request fails with [`Error::DaemonLost`] at once;
+//! - once the reader sees the stream end or break, that link's `lost` is set and stays set;
+//!   the next request opens a new link (a new handshake on the same socket: a restarted
+//!   daemon), or fails with [`Error::DaemonLost`] when the daemon is still unreachable.
+//!   Handles keep working in shared memory meanwhile: a restarted daemon adopts the
+//!   process's slot and leases from the segment, not from the connection;
 //! - dropping the last [`Conn`] shuts the socket down, which ends the reader thread; the
 //!   daemon then sees the connection close (and releases leases once the process exits).
 
@@ -37,45 +40,32 @@ struct Status {
     shutdown_reason: Mutex<Option<String>>,
 }
 
-struct Call {
+/// One handshaken stream to the daemon and its reader thread.
+struct Link {
+    hello: HelloOk,
     writer: UnixStream,
     replies: Receiver<Reply>,
-}
-
-/// One control connection.
-pub(crate) struct Conn {
-    path: PathBuf,
-    hello: HelloOk,
-    call: Mutex<Call>,
     status: Arc<Status>,
-    next_id: AtomicU64,
-    timeout: Duration,
-    segment: Mutex<Option<Arc<Segment>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Conn {
+impl Link {
     /// Connects and performs the handshake.
-    pub(crate) fn open(path: &Path, client_name: &str, timeout: Duration) -> Result<Conn, Error> {
-        let p = path.to_path_buf();
-        let mut stream = UnixStream::connect(path).map_err(|source| match source.kind() {
+    fn open(p: &Path, client_name: &str, timeout: Duration) -> Result<Link, Error> {
+        let mut stream = UnixStream::connect(p).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                Error::DaemonNotRunning { path: p.clone(), source }
+                Error::DaemonNotRunning { path: p.to_path_buf(), source }
             }
-            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { path: p.clone(), source },
-            _ => Error::Connect { path: p.clone(), source },
+            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { path: p.to_path_buf(), source },
+            _ => Error::Connect { path: p.to_path_buf(), source },
         })?;
-        let io_err = |source| Error::Connect { path: p.clone(), source };
+        let io_err = |source| Error::Connect { path: p.to_path_buf(), source };
         stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
         stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
-        let timeout_err = || Error::Timeout { path: p.clone(), secs: timeout.as_secs() };
-        let map = |e: frame::FrameError| match Error::from_frame(e, &p) {
+        let timeout_err = || Error::Timeout { path: p.to_path_buf(), secs: timeout.as_secs() };
+        let map = |e: frame::FrameError| match Error::from_frame(e, p) {
             Error::Timeout { .. } => timeout_err(),
             Error::DaemonLost { .. } => Error::Protocol {
-                path: p.clone(),
+                path: p.to_path_buf(),
                 message: "the daemon closed the connection during the handshake".into(),
             },
             other => other,
@@ -83,7 +73,7 @@ impl Conn {
         frame::write_frame(&mut stream, &Hello::new(client_name, std::process::id())).map_err(map)?;
         let reply: HelloReply = frame::read_frame(&mut stream).map_err(|e| match e {
             frame::FrameError::Decode(d) => Error::Protocol {
-                path: p.clone(),
+                path: p.to_path_buf(),
                 message: format!("unexpected handshake reply (is this an xtcqd socket?): {d}"),
             },
             other => map(other),
@@ -92,7 +82,7 @@ impl Conn {
             HelloReply::Ok(ok) => ok,
             HelloReply::VersionMismatch { daemon_version, client_version, .. } => {
                 return Err(Error::VersionMismatch {
-                    path: p,
+                    path: p.to_path_buf(),
                     daemon: daemon_version,
                     client: client_version,
                 })
@@ -111,13 +101,40 @@ impl Conn {
                 .spawn(move || read_loop(reader, tx, status))
                 .map_err(io_err)?;
         }
+        Ok(Link { hello, writer: stream, replies: rx, status })
+    }
+}
+
+/// One control connection, re-established on the first request after it was lost.
+pub(crate) struct Conn {
+    path: PathBuf,
+    client_name: String,
+    /// The current link; held for the whole of a request, so requests go one at a time.
+    link: Mutex<Link>,
+    /// The current link's status, readable without waiting for a request in flight.
+    status: Mutex<Arc<Status>>,
+    next_id: AtomicU64,
+    timeout: Duration,
+    reconnects: AtomicU64,
+    segment: Mutex<Option<Arc<Segment>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Conn {
+    /// Connects and performs the handshake.
+    pub(crate) fn open(path: &Path, client_name: &str, timeout: Duration) -> Result<Conn, Error> {
+        let link = Link::open(path, client_name, timeout)?;
         Ok(Conn {
-            path: p,
-            hello,
-            call: Mutex::new(Call { writer: stream, replies: rx }),
-            status,
+            path: path.to_path_buf(),
+            client_name: client_name.to_string(),
+            status: Mutex::new(link.status.clone()),
+            link: Mutex::new(link),
             next_id: AtomicU64::new(1),
             timeout,
+            reconnects: AtomicU64::new(0),
             segment: Mutex::new(None),
         })
     }
@@ -126,16 +143,22 @@ impl Conn {
         &self.path
     }
 
-    pub(crate) fn hello(&self) -> &HelloOk {
-        &self.hello
+    /// What the daemon said in the last handshake.
+    pub(crate) fn hello(&self) -> HelloOk {
+        lock(&self.link).hello.clone()
     }
 
     pub(crate) fn is_connected(&self) -> bool {
-        !self.status.lost.load(Ordering::Acquire)
+        !lock(&self.status).lost.load(Ordering::Acquire)
+    }
+
+    /// Times the connection was re-established after a loss.
+    pub(crate) fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
     }
 
     pub(crate) fn shutdown_reason(&self) -> Option<String> {
-        lock(&self.status.shutdown_reason).clone()
+        lock(&lock(&self.status).shutdown_reason).clone()
     }
 
     fn lost(&self) -> Error {
@@ -147,19 +170,36 @@ impl Conn {
         self.request_within(req, queue, self.timeout)
     }
 
+    /// Re-establishes a lost link (a restarted daemon, or one that came back). A daemon that
+    /// is still unreachable is reported as the loss; any other failure (say, a version
+    /// mismatch after an upgrade) as itself.
+    fn reconnect(&self, link: &mut Link) -> Result<(), Error> {
+        match Link::open(&self.path, &self.client_name, self.timeout) {
+            Ok(new) => {
+                let _ = link.writer.shutdown(std::net::Shutdown::Both);
+                *lock(&self.status) = new.status.clone();
+                *link = new;
+                self.reconnects.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e.is_unreachable() => Err(self.lost()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn request_within(
         &self,
         req: Request,
         queue: Option<&str>,
         t: Duration,
     ) -> Result<Response, Error> {
-        if !self.is_connected() {
-            return Err(self.lost());
+        let mut link = lock(&self.link);
+        if link.status.lost.load(Ordering::Acquire) {
+            self.reconnect(&mut link)?;
         }
-        let mut call = lock(&self.call);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
-        if let Err(e) = frame::write_frame(&mut call.writer, &f) {
+        if let Err(e) = frame::write_frame(&mut link.writer, &f) {
             return Err(match Error::from_frame(e, &self.path) {
                 Error::DaemonLost { .. } => self.lost(),
                 Error::Timeout { path, .. } => Error::Timeout { path, secs: t.as_secs() },
@@ -167,7 +207,7 @@ impl Conn {
             });
         }
         loop {
-            match call.replies.recv_timeout(t) {
+            match link.replies.recv_timeout(t) {
                 Ok((rid, r)) if rid == id || rid == xtcq_proto::UNKNOWN_REQUEST_ID => {
                     return r.map_err(|e| Error::from_reply(e, queue))
                 }
@@ -195,7 +235,7 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         // Ends the reader thread (its read returns 0) and tells the daemon we are gone.
-        let _ = lock(&self.call).writer.shutdown(std::net::Shutdown::Both);
+        let _ = lock(&self.link).writer.shutdown(std::net::Shutdown::Both);
     }
 }
 

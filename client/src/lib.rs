@@ -109,13 +109,21 @@ impl Client {
         self.conn.path()
     }
 
-    /// What the daemon said on connecting (its pid, epoch, segment path).
-    pub fn daemon(&self) -> &HelloOk {
+    /// What the daemon said on connecting, or on the last reconnect (its pid, epoch, segment
+    /// path).
+    pub fn daemon(&self) -> HelloOk {
         self.conn.hello()
     }
 
-    /// `false` once the control connection is gone (daemon stopped or crashed). Attached
-    /// handles keep working in shared memory; a restarted daemon keeps their leases.
+    /// Times this client re-established its control connection after losing it (a daemon
+    /// restart). Requests reconnect by themselves; this is for logs and tests.
+    pub fn reconnects(&self) -> u64 {
+        self.conn.reconnects()
+    }
+
+    /// `false` while the control connection is gone (daemon stopped or crashed) and no
+    /// request has re-established it yet. Attached handles keep working in shared memory; a
+    /// restarted daemon keeps their leases, and the next request reconnects.
     pub fn is_connected(&self) -> bool {
         self.conn.is_connected()
     }

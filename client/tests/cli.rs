@@ -39,10 +39,18 @@ fn daemon_command() -> Command {
 
 impl Daemon {
     fn start() -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::start_in(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// Starts a daemon on `dir`'s socket and segment (adopting a segment already there).
+    fn start_in(dir: tempfile::TempDir) -> Daemon {
         let socket = dir.path().join("xtcqd.sock");
         let segment = dir.path().join("segment");
-        let log = std::fs::File::create(dir.path().join("xtcqd.log")).expect("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("xtcqd.log"))
+            .expect("log");
         let child = daemon_command()
             .arg("--socket")
             .arg(&socket)
@@ -354,4 +362,46 @@ fn demo_farms_jobs_exactly_once() {
     let out = ok(&o);
     assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
     assert!(out.contains("result       ok"), "{out}");
+}
+
+#[test]
+fn the_client_library_reconnects_after_a_daemon_restart_and_keeps_its_lease() {
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "r", "--deques", "1", "--capacity", "64"]));
+    let client = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let owner = client.attach_owner("r").expect("owner");
+    for i in 0..10u32 {
+        owner.push(&i.to_le_bytes()).expect("push");
+    }
+    // kill -9 the daemon, start another on the same socket and segment.
+    let mut child = d.child.take().expect("daemon");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let first_pid = client.daemon().daemon_pid;
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().expect("tempdir"));
+    drop(d);
+    let d = Daemon::start_in(dir);
+
+    // The owner never needed the daemon: it keeps pushing into its deque.
+    for i in 10..20u32 {
+        owner.push(&i.to_le_bytes()).expect("push while the daemon is away");
+    }
+    // The next request reconnects by itself; the new daemon adopted our lease.
+    let stats = client.stats(Some("r")).expect("stats after the restart");
+    assert_eq!(client.reconnects(), 1);
+    assert_ne!(client.daemon().daemon_pid, first_pid);
+    assert_eq!(stats.queues[0].records.queued, 20);
+    assert_eq!(stats.queues[0].deques[0].owner_slot, Some(owner.process_slot()), "lease kept");
+    // A second owner is refused: the deque is still ours.
+    let other = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    assert!(matches!(other.attach_owner("r"), Err(xtcq_client::Error::NoFreeDeque { .. })));
+    // New attachments work over the new connection.
+    let thief = client.attach_thief("r").expect("thief after the restart");
+    let mut got = Vec::new();
+    while let Some(j) = thief.steal().expect("steal") {
+        got.push(u32::from_le_bytes(j.payload().expect("payload")[..4].try_into().expect("4 bytes")));
+        j.ack().expect("ack");
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..20).collect::<Vec<_>>());
 }
