@@ -144,6 +144,25 @@ pub(crate) fn early_signal() -> Option<&'static str> {
     }
 }
 
+/// Installs the daemon's log subscriber: stderr, `RUST_LOG` filters (default `info`), ANSI
+/// colours only on a terminal, no timestamps under the journal (which adds its own). For
+/// binaries that run the daemon (`xtcqd`, and `xtcq`'s embedded one); a library never calls it.
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        fmt.without_time().init();
+    } else {
+        fmt.init();
+    }
+}
+
 /// Runs the daemon until SIGTERM, SIGINT or a Shutdown request.
 pub fn run(cfg: Config) -> Result<(), DaemonError> {
     catch_early_signals();

@@ -55,12 +55,12 @@ pub struct RoleArgs {
     stop: PathBuf,
 }
 
-/// `xtcq __xtcqd ARGS`: the daemon, run in this process, as the `xtcqd` binary runs it but
-/// without its log output (no tracing subscriber here); errors still reach stderr.
+/// `xtcq __xtcqd ARGS`: the daemon, run in this process, as the `xtcqd` binary runs it.
 pub fn embedded_daemon(args: Vec<String>) -> Result<i32> {
     use clap::Parser;
     let args = xtcqd::Args::try_parse_from(std::iter::once("xtcqd".to_string()).chain(args))
         .map_err(|e| anyhow!("{e}"))?;
+    xtcqd::init_logging();
     let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;
     xtcqd::run(cfg)?;
     Ok(exit::OK)
