@@ -73,7 +73,8 @@ impl<'a> Job<'a> {
         self.inner.attempts()
     }
 
-    /// When it was queued (CLOCK_MONOTONIC ns, the same clock in every process).
+    /// When it was queued: CLOCK_MONOTONIC ns (the same clock in every process) at the kernel
+    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement.
     pub fn enqueued_ns(&self) -> u64 {
         self.inner.enqueued_ns()
     }

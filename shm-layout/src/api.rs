@@ -274,6 +274,15 @@ impl Owner {
     }
 }
 
+/// CLOCK_MONOTONIC_COARSE in ns: the time of the last kernel tick (1-4 ms resolution), never
+/// ahead of [`monotonic_ns`]. For a job's enqueue time, which is there to tell a job's age:
+/// the precise clock costs ~34 ns per call in this project's KVM guests (measured with a C
+/// loop of 10M calls: 34.1 ns vs 6.7 ns coarse), half of a whole single-thread push + pop.
+fn coarse_monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
@@ -294,7 +303,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    hdr.enqueued_ns.store(monotonic_ns(), Ordering::Relaxed);
+    hdr.enqueued_ns.store(coarse_monotonic_ns(), Ordering::Relaxed);
     let st =
         ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
     st.publish(generation, me).map_err(|c| {
@@ -575,7 +584,8 @@ impl ClaimedJob<'_> {
         self.ctx.records.header(self.handle.index).map(|h| h.attempts.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
-    /// When it was queued (CLOCK_MONOTONIC ns).
+    /// When it was queued: CLOCK_MONOTONIC ns at the kernel tick's resolution (1-4 ms; a
+    /// job's age, not a latency measurement).
     pub fn enqueued_ns(&self) -> u64 {
         self.ctx.records.header(self.handle.index).map(|h| h.enqueued_ns.load(Ordering::Relaxed)).unwrap_or(0)
     }
