@@ -405,3 +405,21 @@ fn the_client_library_reconnects_after_a_daemon_restart_and_keeps_its_lease() {
     got.sort_unstable();
     assert_eq!(got, (0..20).collect::<Vec<_>>());
 }
+
+#[test]
+fn work_extends_the_lease_of_a_job_that_outlives_it() {
+    let d = Daemon::start();
+    // A 300 ms lease, and a job that takes 1.2 s: without heartbeats the daemon would
+    // re-queue it after 300 ms and a second worker would run it again.
+    ok(&d.run(&["create", "slow", "--lease", "300ms"]));
+    ok(&d.run(&["push", "slow", "long job"]));
+    let out = d.dir.path().join("ran.txt");
+    let script = format!(r#"echo "$XTCQ_PAYLOAD" >> {}; sleep 1.2"#, out.display());
+    let w = d.run(&["work", "slow", "--jobs", "2", "--idle-exit", "1s", "--", "sh", "-c", &script]);
+    assert_eq!(code(&w), 0, "{}", stderr(&w));
+    assert!(!stderr(&w).contains("lease expired"), "{}", stderr(&w));
+    assert_eq!(std::fs::read_to_string(&out).expect("ran"), "long job\n", "run exactly once");
+    let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+    assert_eq!(json["records"]["queued"], 0);
+    assert_eq!(json["records"]["claimed"], 0);
+}
