@@ -27,7 +27,7 @@ const OFF_CONFIG: u64 = 40;
 const OFF_REGIONS: u64 = 72;
 const OFF_READY: u64 = 256;
 const QUEUE_ENTRY: u64 = 384;
-const DEQUE_HEADER: u64 = 384;
+const DEQUE_HEADER: u64 = 256;
 const OVERFLOW_HEADER: u64 = 256;
 
 fn small_config() -> SegmentConfig {
@@ -228,6 +228,21 @@ fn other_layout_version_is_refused() {
     }
 }
 
+/// A segment made by a version-1 build (before `top` and `bottom` shared a line: a 384-byte
+/// deque header) is refused on its version, with a message that says what to do.
+#[test]
+fn layout_version_1_segment_is_refused() {
+    let fx = fixture(&small_config());
+    patch(&fx.path, OFF_LAYOUT_VERSION, &1u32.to_le_bytes());
+    // `StructSizes::deque_header` as version 1 wrote it (the third u32 of the sizes).
+    patch(&fx.path, OFF_SIZES + 8, &384u32.to_le_bytes());
+    let e = attach_err(&fx.path);
+    assert!(matches!(e, SegmentError::Version { found: 1, expected: LAYOUT_VERSION, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("layout version 1; this build reads version {LAYOUT_VERSION}")), "{msg}");
+    assert!(msg.contains("recreate the segment"), "{msg}");
+}
+
 #[test]
 fn missing_and_non_files_are_io_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -249,7 +264,7 @@ fn struct_sizes_from_another_build_are_inconsistent() {
     let names = [
         ("header", 384u32),
         ("queue entry", 384),
-        ("deque header", 384),
+        ("deque header", 256),
         ("overflow header", 256),
         ("record header", 64),
         ("process slot", 128),

@@ -36,7 +36,7 @@ const CONFIG: SegmentConfig = SegmentConfig {
 
 const HEADER_LEN: u64 = 384;
 const QUEUE_ENTRY: u64 = 384;
-const DEQUE_HEADER: u64 = 384;
+const DEQUE_HEADER: u64 = 256;
 const OVERFLOW_HEADER: u64 = 256;
 const RECORD_HEADER: u64 = 64;
 
@@ -132,7 +132,7 @@ fn writes(region: Region) -> BoxedStrategy<Vec<Write>> {
             let cap = CONFIG.deque_capacity as u64;
             let word = (
                 0..n_deques,
-                prop_oneof![Just(0u64), Just(128), Just(256), (0..cap).prop_map(|k| 384 + 8 * k)],
+                prop_oneof![Just(0u64), Just(8), Just(128), (0..cap).prop_map(|k| DEQUE_HEADER + 8 * k)],
             )
                 .prop_map(move |(d, off)| base + d * stride + off);
             let anywhere =
