@@ -29,7 +29,8 @@
 //! both sides can read the other's old value (store-buffer reordering): the owner thinks more
 //! than one task is left and takes the last one without a CAS, while a thief thinks it is
 //! still there and CASes `top` past it: one task taken twice. `tests/loom_deque.rs` finds that
-//! interleaving when either fence is compiled out.
+//! interleaving when either fence is compiled out. The owner's FIFO `take` needs neither: it
+//! never lowers `bottom` and always takes with the CAS (see [`DequeOwner::take`]).
 
 use core::cell::Cell;
 use core::marker::PhantomData;
@@ -401,13 +402,48 @@ impl<'a> DequeOwner<'a> {
 
     /// Takes the oldest handle, from the steal end: the owner stealing from itself, so it is
     /// arbitrated against thieves by the same CAS on `top`. Right for either flavor.
+    ///
+    /// Cheaper than a thief's [`steal`](DequeRef::steal): `bottom` is read Relaxed and there
+    /// is no `fence(SeqCst)`, so the CAS is the only locked instruction. Why that is enough:
+    /// - `bottom`: only we write it, and `DequeOwner` is not `Sync`, so no push or pop of
+    ///   ours runs meanwhile; program order gives us our own last store, and with it the
+    ///   handles our pushes wrote into the slots.
+    /// - the fence: the steal's fence pairs with the one in the LIFO pop, for the one race in
+    ///   which a consumer takes a handle *without* a CAS (the pop of a non-last handle, after
+    ///   lowering `bottom`). That consumer would be us, and we are here, not in a pop. A take
+    ///   never lowers `bottom` and never takes without the CAS, so against thieves (and
+    ///   their range CAS on a FIFO deque) the modification order of `top` alone decides:
+    ///   exactly one CAS from `t` to anything larger succeeds. Thieves keep their fence, which
+    ///   still pairs with our pops' fences.
+    ///
+    /// `tests/loom_deque.rs` checks take against single and batch steals (FIFO), and take
+    /// mixed with LIFO pops against steals.
     pub fn take(&self) -> Option<u64> {
+        let d = &self.deque;
+        // Relaxed: only we write `bottom` (see above).
+        let b = d.bottom.load(Ordering::Relaxed);
+        // Acquire, as in `steal`: pairs with the SeqCst (so Release) CAS that moved `top`
+        // here, so that the consumer's read of the slot below `t` happened before; the value
+        // goes into `cached_top`, which lets `push` reuse those slots without reading `top`.
+        let mut t = d.top.load(Ordering::Acquire);
         loop {
-            match self.deque.steal() {
-                Steal::Success(v) => return Some(v),
-                Steal::Empty => return None,
-                // Another consumer won that slot; each lost race is someone's progress.
-                Steal::Retry => crate::sync::spin_hint(),
+            if b.wrapping_sub(t) <= 0 {
+                self.cached_top.set(t);
+                return None;
+            }
+            // Relaxed: we wrote it ourselves (program order). No one rewrites it meanwhile:
+            // only we push.
+            let v = d.slot(t).load(Ordering::Relaxed);
+            // SeqCst as in `steal`, whose CAS this one races. On failure, Acquire for the
+            // same reason as the load of `top` above: the value becomes our next `t`.
+            match d.top.compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => {
+                    self.cached_top.set(t.wrapping_add(1));
+                    return Some(v);
+                }
+                // Another consumer took index `t` (or a batch from it): each lost race is
+                // someone's progress, and `top` only grows toward our fixed `b`.
+                Err(now) => t = now,
             }
         }
     }
@@ -429,11 +465,14 @@ impl<'a> DequeOwner<'a> {
         crate::fail_point!("pop.after_bottom_decrement");
 
         // Pairs with the fence in `steal` (see the module comment). This is what makes the
-        // Relaxed store above and the Relaxed load below safe.
+        // Relaxed store above and the load of `top` below safe.
         #[cfg(not(all(xtcq_loom, xtcq_loom_drop_pop_fence)))]
         fence(Ordering::SeqCst);
 
-        let t = d.top.load(Ordering::Relaxed);
+        // Acquire (not needed by the pop itself, which the fence covers): the value goes into
+        // `cached_top`, and `push` reuses slots below it without reading `top` again, so the
+        // consumers' reads of those slots must happen before (pairs with their SeqCst CAS).
+        let t = d.top.load(Ordering::Acquire);
         self.cached_top.set(t);
         let len = b.wrapping_sub(t);
         if len < 0 {

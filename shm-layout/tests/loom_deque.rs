@@ -273,6 +273,115 @@ mod full_protocol {
         assert!(seen.contains(&(Some(2), S::Got(1))), "{seen:?}");
         assert!(seen.contains(&(Some(1), S::Retry)), "{seen:?}");
     }
+
+    /// The owner's `take` (no fence, `bottom` read Relaxed) against two single steals, on a
+    /// FIFO deque of three: every value is taken exactly once, and the owner's take also
+    /// meets a thief at the CAS on `top` (the owner then retries at the new `top` itself).
+    #[test]
+    fn fifo_take_vs_two_steals() {
+        let seen = explore("fifo_take_vs_two_steals", |start| {
+            let d = Arc::new(HeapDeque::new(4));
+            let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
+            for v in 1..=3 {
+                owner.push(v).unwrap();
+            }
+            let d2 = d.clone();
+            let thief = thread::spawn(move || {
+                let v = d2.view(Flavor::Fifo).unwrap();
+                [S::from(v.steal()), S::from(v.steal())]
+            });
+            start.after_spawn();
+            let taken = owner.take();
+            let steals = thief.join().unwrap();
+            let mut all: Vec<u64> = taken.into_iter().chain(steals.iter().filter_map(|s| s.got())).collect();
+            while let Some(x) = owner.take() {
+                all.push(x);
+            }
+            all.sort_unstable();
+            assert_eq!(all, [1, 2, 3], "took {taken:?}, steals returned {steals:?}");
+            let (t, b) = d.view(Flavor::Fifo).unwrap().indices();
+            assert_eq!((t, b), (3, 3), "indices after draining");
+            (taken, steals)
+        });
+        // The owner first, the thief first, and the thief losing its CAS to the owner.
+        assert!(seen.contains(&(Some(1), [S::Got(2), S::Got(3)])), "{seen:?}");
+        assert!(seen.contains(&(Some(3), [S::Got(1), S::Got(2)])), "{seen:?}");
+        assert!(seen.iter().any(|(_, st)| st.contains(&S::Retry)), "{seen:?}");
+    }
+
+    /// `take` on a FIFO deque against a thief's batch steal, which takes its range with one
+    /// CAS on `top`: the two CASes decide between them, each value is taken once.
+    #[test]
+    fn fifo_take_vs_batch_steal() {
+        let seen = explore("fifo_take_vs_batch_steal", |start| {
+            let d = Arc::new(HeapDeque::new(4));
+            let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
+            for v in 1..=3 {
+                owner.push(v).unwrap();
+            }
+            let d2 = d.clone();
+            let thief = thread::spawn(move || {
+                let mut out = [0u64; 4];
+                match d2.view(Flavor::Fifo).unwrap().steal_batch_into(&mut out) {
+                    Steal::Success(n) => Ok(out[..n].to_vec()),
+                    Steal::Empty => Err(S::Empty),
+                    Steal::Retry => Err(S::Retry),
+                }
+            });
+            start.after_spawn();
+            let taken = owner.take();
+            let batch = thief.join().unwrap();
+            let mut all: Vec<u64> = taken.into_iter().collect();
+            all.extend(batch.iter().flatten());
+            while let Some(x) = owner.take() {
+                all.push(x);
+            }
+            all.sort_unstable();
+            assert_eq!(all, [1, 2, 3], "took {taken:?}, batch {batch:?}");
+            (taken, batch)
+        });
+        // The batch first (half of three, rounded up), the owner first, and the batch's CAS
+        // losing to the owner's.
+        assert!(seen.contains(&(Some(3), Ok(vec![1, 2]))), "{seen:?}");
+        assert!(seen.contains(&(Some(1), Ok(vec![2]))), "{seen:?}");
+        assert!(seen.contains(&(Some(1), Err(S::Retry))), "{seen:?}");
+    }
+
+    /// `take` is right for a LIFO deque too: the owner takes the oldest, then pops the newest,
+    /// while a thief steals twice. The thieves' fence pairs with the pop's; the take between
+    /// them lowers nothing and takes only by CAS.
+    #[test]
+    fn lifo_take_then_pop_vs_two_steals() {
+        let seen = explore("lifo_take_then_pop_vs_two_steals", |start| {
+            let d = Arc::new(HeapDeque::new(4));
+            let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
+            for v in 1..=3 {
+                owner.push(v).unwrap();
+            }
+            let d2 = d.clone();
+            let thief = thread::spawn(move || {
+                let v = d2.view(Flavor::Lifo).unwrap();
+                [S::from(v.steal()), S::from(v.steal())]
+            });
+            start.after_spawn();
+            let taken = owner.take();
+            let popped = owner.pop();
+            let steals = thief.join().unwrap();
+            let mut all: Vec<u64> = taken.into_iter().chain(popped).collect();
+            all.extend(steals.iter().filter_map(|s| s.got()));
+            while let Some(x) = owner.pop() {
+                all.push(x);
+            }
+            all.sort_unstable();
+            assert_eq!(all, [1, 2, 3], "took {taken:?}, popped {popped:?}, steals returned {steals:?}");
+            let (t, b) = d.view(Flavor::Lifo).unwrap().indices();
+            assert_eq!(t, b, "indices after draining");
+            (taken, popped, steals)
+        });
+        // The owner's pop and the thief's second steal meeting on the last handle.
+        assert!(seen.contains(&(Some(1), Some(3), [S::Got(2), S::Empty])), "{seen:?}");
+        assert!(seen.iter().any(|(_, _, st)| st[1] == S::Retry), "{seen:?}");
+    }
 }
 
 /// With either fence compiled out, E5 must fail: loom has to find an interleaving in which
