@@ -207,7 +207,8 @@ impl<'a> DequeRef<'a> {
     }
 
     /// Thief batch steal into `out`: up to `out.len()` (at most [`MAX_BATCH`]) handles, about
-    /// half of what is there, oldest first. Returns how many were written.
+    /// half of what is there, oldest first. Returns how many were written. On
+    /// [`Steal::Retry`] or [`Steal::Empty`] the contents of `out` mean nothing.
     ///
     /// From a FIFO deque the batch is taken with one CAS on `top`. From a LIFO deque it is
     /// taken one CAS per handle, as crossbeam-deque does: the owner's LIFO pop takes from the
@@ -215,34 +216,26 @@ impl<'a> DequeRef<'a> {
     /// handle the owner has already popped.
     pub fn steal_batch_into(&self, out: &mut [u64]) -> Steal<usize> {
         let limit = out.len().min(MAX_BATCH);
+        self.steal_batch_with(limit, |i, h| out[i] = h)
+    }
+
+    /// The batch steal behind [`steal_batch_into`](Self::steal_batch_into),
+    /// [`steal_batch`](Self::steal_batch) and [`steal_batch_and_pop`](Self::steal_batch_and_pop):
+    /// up to `limit` handles (about half of what is there, at least one), handed to
+    /// `put(i, handle)` for `i = 0, 1, ...`, oldest first. Returns `Success(n)` with `n >= 1`,
+    /// `Empty` when `limit` is 0 or the deque looked empty, `Retry` when the first CAS lost.
+    ///
+    /// `put` may be called for handles that are then not taken (the FIFO path reads its range
+    /// before its CAS): whatever it wrote beyond the `n` returned must stay unpublished.
+    #[inline]
+    fn steal_batch_with(&self, limit: usize, mut put: impl FnMut(usize, u64)) -> Steal<usize> {
         if limit == 0 {
             return Steal::Empty;
         }
-        match self.flavor {
-            Flavor::Fifo => self.steal_range_fifo(&mut out[..limit]),
-            Flavor::Lifo => {
-                // Take about half of what is there, like the FIFO path.
-                let want = limit.min(self.len().div_ceil(2)).max(1);
-                let mut n = 0;
-                while n < want {
-                    match self.steal() {
-                        Steal::Success(v) => {
-                            out[n] = v;
-                            n += 1;
-                        }
-                        Steal::Empty if n == 0 => return Steal::Empty,
-                        Steal::Retry if n == 0 => return Steal::Retry,
-                        _ => break,
-                    }
-                }
-                Steal::Success(n)
-            }
-        }
-    }
-
-    fn steal_range_fifo(&self, out: &mut [u64]) -> Steal<usize> {
-        // Orderings as in `steal`, and for the same pairs.
-        let t = self.top.load(Ordering::Acquire);
+        // The front half of `steal`, once per batch, with the same orderings for the same
+        // pairs: Acquire `top` (the CAS that moved it), the fence (the LIFO pop's fence),
+        // Acquire `bottom` (`push`'s Release store).
+        let mut t = self.top.load(Ordering::Acquire);
         #[cfg(not(all(xtcq_loom, xtcq_loom_drop_steal_fence)))]
         fence(Ordering::SeqCst);
         let b = self.bottom.load(Ordering::Acquire);
@@ -250,57 +243,102 @@ impl<'a> DequeRef<'a> {
         if len <= 0 {
             return Steal::Empty;
         }
-        let len = len.min(self.mask + 1) as usize;
-        let n = out.len().min(len.div_ceil(2));
-        for (i, o) in out[..n].iter_mut().enumerate() {
-            *o = self.slot(t.wrapping_add(i as i64)).load(Ordering::Relaxed);
-        }
-        // The owner of a FIFO deque also only ever moves `top` by CAS (its `take`), so one
-        // CAS over the whole range is arbitrated against it exactly like a single steal.
-        match self.top.compare_exchange(t, t.wrapping_add(n as i64), Ordering::SeqCst, Ordering::Relaxed) {
-            Ok(_) => Steal::Success(n),
-            Err(_) => Steal::Retry,
+        // About half, as crossbeam-deque takes; a corrupt `len` is clamped to the capacity.
+        let want = limit.min((len.min(self.mask + 1) as usize).div_ceil(2));
+        match self.flavor {
+            Flavor::Fifo => {
+                for i in 0..want {
+                    // Relaxed, as the slot read in `steal`.
+                    put(i, self.slot(t.wrapping_add(i as i64)).load(Ordering::Relaxed));
+                }
+                // The owner of a FIFO deque also only ever moves `top` by CAS (its `take`),
+                // so one CAS over the whole range is arbitrated against it exactly like a
+                // single steal. SeqCst as in `steal`.
+                match self.top.compare_exchange(
+                    t,
+                    t.wrapping_add(want as i64),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => Steal::Success(want),
+                    Err(_) => Steal::Retry,
+                }
+            }
+            Flavor::Lifo => {
+                let mut n = 0;
+                loop {
+                    // Each handle is one `steal`: read the slot, CAS `top` from `t`.
+                    let v = self.slot(t).load(Ordering::Relaxed);
+                    if self
+                        .top
+                        .compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        // Another consumer moved `top`: stop with what we have.
+                        return if n == 0 { Steal::Retry } else { Steal::Success(n) };
+                    }
+                    put(n, v);
+                    n += 1;
+                    if n == want {
+                        return Steal::Success(n);
+                    }
+                    // The next handle is a steal of its own whose load of `top` is the CAS
+                    // that just succeeded: a read-modify-write reads the latest value, so
+                    // `top` was `t` and is now `t + 1`, and the CAS is sequenced before the
+                    // fence below. The fence then pairs with the LIFO pop's exactly as in
+                    // `steal` (either the owner's pop reads our `t + 1` or later, or we see
+                    // its lowered `bottom`), so only `bottom` needs reading again, not `top`
+                    // (as crossbeam-deque does). `tests/loom_deque.rs` (`batch_e5`) takes a
+                    // value twice without this fence.
+                    t = t.wrapping_add(1);
+                    #[cfg(not(all(xtcq_loom, xtcq_loom_drop_steal_fence)))]
+                    fence(Ordering::SeqCst);
+                    let b = self.bottom.load(Ordering::Acquire);
+                    if b.wrapping_sub(t) <= 0 {
+                        return Steal::Success(n);
+                    }
+                }
+            }
         }
     }
 
     /// Moves about half of this deque (at most `limit`, at most the free room in `dest`) into
     /// `dest`, the caller's own deque.
     pub fn steal_batch(&self, dest: &DequeOwner<'_>, limit: usize) -> Steal<usize> {
-        let mut buf = [0u64; MAX_BATCH];
-        let room = dest.free_room();
+        let room = dest.room_up_to(limit.min(MAX_BATCH));
         if room == 0 {
-            // Nothing could be kept: fall back to stealing nothing rather than dropping.
+            // Nothing could be kept (or nothing asked for): steal nothing rather than drop.
             return Steal::Empty;
         }
-        let n = limit.min(room).min(MAX_BATCH);
-        match self.steal_batch_into(&mut buf[..n]) {
+        // The handles go straight into `dest`'s slots past its `bottom`, as pushes would put
+        // them, and `bottom` moves once for the whole batch (see `DequeOwner::publish`).
+        let db = dest.deque.bottom.load(Ordering::Relaxed);
+        match self.steal_batch_with(room, |i, h| dest.write_slot(db, i, h)) {
             Steal::Success(k) => {
-                for &h in &buf[..k] {
-                    // Cannot fail: `dest` had `room` free slots and only its owner (us)
-                    // adds to it; thieves only remove.
-                    let pushed = dest.push(h);
-                    debug_assert!(pushed.is_ok());
-                }
+                dest.publish(db, k);
                 Steal::Success(k)
             }
-            Steal::Empty => Steal::Empty,
-            Steal::Retry => Steal::Retry,
+            other => other,
         }
     }
 
     /// Like [`steal_batch`](Self::steal_batch), but returns the oldest stolen handle instead
     /// of pushing it.
     pub fn steal_batch_and_pop(&self, dest: &DequeOwner<'_>, limit: usize) -> Steal<u64> {
-        let mut buf = [0u64; MAX_BATCH];
-        let n = limit.min(dest.free_room() + 1).clamp(1, MAX_BATCH);
-        match self.steal_batch_into(&mut buf[..n]) {
-            Steal::Success(0) => Steal::Retry,
+        let n = dest.room_up_to(limit.clamp(1, MAX_BATCH) - 1) + 1;
+        let db = dest.deque.bottom.load(Ordering::Relaxed);
+        let mut first = 0;
+        let r = self.steal_batch_with(n, |i, h| {
+            if i == 0 {
+                first = h;
+            } else {
+                dest.write_slot(db, i - 1, h);
+            }
+        });
+        match r {
             Steal::Success(k) => {
-                for &h in &buf[1..k] {
-                    let pushed = dest.push(h);
-                    debug_assert!(pushed.is_ok());
-                }
-                Steal::Success(buf[0])
+                dest.publish(db, k - 1);
+                Steal::Success(first)
             }
             Steal::Empty => Steal::Empty,
             Steal::Retry => Steal::Retry,
@@ -380,6 +418,47 @@ impl<'a> DequeOwner<'a> {
         // new `bottom` sees the handle in the slot.
         d.bottom.store(b.wrapping_add(1), Ordering::Release);
         Ok(())
+    }
+
+    /// `min(want, free slots)`, reading `top` only when its cached copy says there may be
+    /// fewer than `want` (the same rule as `push`).
+    #[inline]
+    fn room_up_to(&self, want: usize) -> usize {
+        let d = &self.deque;
+        // Relaxed: only we write `bottom`.
+        let b = d.bottom.load(Ordering::Relaxed);
+        let cap = d.mask + 1;
+        let room = |t: i64| (cap - b.wrapping_sub(t).clamp(0, cap)) as usize;
+        // `cached_top` is a lower bound of `top` that we read with Acquire (or set from our
+        // own CAS), so the room it gives is safe to fill, as in `push`.
+        let r = room(self.cached_top.get());
+        if r >= want {
+            return want;
+        }
+        // Acquire as in `push`.
+        let t = d.top.load(Ordering::Acquire);
+        self.cached_top.set(t);
+        room(t).min(want)
+    }
+
+    /// Writes handle `i` of a batch into the slot of index `bottom + i`, past `bottom` where
+    /// no thief looks until [`publish`](Self::publish). The caller made sure of the room with
+    /// [`room_up_to`](Self::room_up_to).
+    #[inline]
+    fn write_slot(&self, bottom: i64, i: usize, h: u64) {
+        // Relaxed: published by the Release store in `publish`, as in `push`.
+        self.deque.slot(bottom.wrapping_add(i as i64)).store(h, Ordering::Relaxed);
+    }
+
+    /// Publishes `n` handles written by [`write_slot`](Self::write_slot) from `bottom` on, with
+    /// one store of `bottom` for the whole batch.
+    #[inline]
+    fn publish(&self, bottom: i64, n: usize) {
+        if n > 0 {
+            // Release pairs with the Acquire load of `bottom` in `steal`, as in `push`: a thief
+            // that sees the new `bottom` sees every handle of the batch in its slot.
+            self.deque.bottom.store(bottom.wrapping_add(n as i64), Ordering::Release);
+        }
     }
 
     /// Free slots, exactly (only we add, so the true room is at least this).

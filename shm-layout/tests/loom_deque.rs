@@ -10,8 +10,10 @@
 //! its second steal and the owner's pop both go for 2.
 //!
 //! With `--cfg xtcq_loom_drop_pop_fence` or `--cfg xtcq_loom_drop_steal_fence` the
-//! corresponding `fence(SeqCst)` is compiled out of `deque.rs`, and the only test here is
-//! the one that expects loom to find a value taken twice (or lost).
+//! corresponding `fence(SeqCst)` is compiled out of `deque.rs` (for the steal: in `steal` and
+//! in the batch steal, both its first fence and its per-handle one), and the only tests here
+//! are the ones that expect loom to find a value taken twice (or lost): in E5 and in the same
+//! race with a LIFO batch steal (`batch_e5`).
 //!
 //! **How far loom 0.7.3 can be trusted here.** Its DPOR remembers only the *last* access to
 //! each atomic. When the spawned thread loads a word and then writes it (a thief: load `top`,
@@ -169,6 +171,51 @@ fn e5(start: Start) -> E5Outcome {
     (popped, steals, drained)
 }
 
+/// What one batch-E5 run took: the thief's batch, the owner's two pops, the owner's drain.
+type BatchOutcome = (Result<Vec<u64>, S>, [Option<u64>; 2], Vec<u64>);
+
+/// E5 with a LIFO batch steal: the owner pushes 1, 2, 3; the thief's `steal_batch_into` wants
+/// two (half of three, rounded up), so it takes 1 and then, with a fence and a fresh load of
+/// `bottom` but no fresh load of `top`, goes for 2, while the owner pops 3 and then 2. The
+/// second handle of the batch and the owner's second pop meet exactly as E5's second steal and
+/// pop do. Panics (inside the model) with "duplicate or lost" unless `[1, 2, 3]` each once.
+fn batch_e5(start: Start) -> BatchOutcome {
+    let d = Arc::new(HeapDeque::new(4));
+    let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
+    for v in 1..=3 {
+        owner.push(v).unwrap();
+    }
+    let d2 = d.clone();
+    let thief = thread::spawn(move || {
+        let mut out = [0u64; 4];
+        match d2.view(Flavor::Lifo).unwrap().steal_batch_into(&mut out) {
+            Steal::Success(n) => Ok(out[..n].to_vec()),
+            Steal::Empty => Err(S::Empty),
+            Steal::Retry => Err(S::Retry),
+        }
+    });
+    start.after_spawn();
+    let pops = [owner.pop(), owner.pop()];
+    let batch = thief.join().unwrap();
+    let mut drained = Vec::new();
+    while let Some(x) = owner.pop() {
+        drained.push(x);
+    }
+    let mut all: Vec<u64> = pops.iter().flatten().copied().collect();
+    all.extend(batch.iter().flatten());
+    all.extend(&drained);
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        [1, 2, 3],
+        "duplicate or lost value: thief's batch {batch:?}, owner's pops {pops:?}, owner drained \
+         {drained:?}"
+    );
+    let (t, b) = d.view(Flavor::Lifo).unwrap().indices();
+    assert_eq!(t, b, "indices after draining");
+    (batch, pops, drained)
+}
+
 #[cfg(not(any(xtcq_loom_drop_pop_fence, xtcq_loom_drop_steal_fence)))]
 mod full_protocol {
     use super::*;
@@ -272,6 +319,69 @@ mod full_protocol {
         assert!(seen.contains(&(Some(1), S::Got(2))), "{seen:?}");
         assert!(seen.contains(&(Some(2), S::Got(1))), "{seen:?}");
         assert!(seen.contains(&(Some(1), S::Retry)), "{seen:?}");
+    }
+
+    /// The LIFO batch steal against the owner's pops (see [`batch_e5`]).
+    #[test]
+    fn batch_e5_lifo_batch_races_two_pops_each_value_once() {
+        let seen = explore("batch_e5", batch_e5);
+        // The batch got 2, so the owner's second pop found nothing; or the owner got 2, and
+        // the batch stopped at 1 (it lost the CAS, or saw the lowered `bottom`, or started
+        // after the pops and wanted only one). These are the only two outcomes: 1 always
+        // goes to the thief, 3 to the owner. That loom does reach the race on 2 is shown by
+        // the fence-removed builds, where this model takes a value twice.
+        let want = BTreeSet::from([
+            (Ok(vec![1, 2]), [Some(3), None], vec![]),
+            (Ok(vec![1]), [Some(3), Some(2)], vec![]),
+        ]);
+        assert_eq!(seen, want);
+    }
+
+    /// `steal_batch_and_pop` into the thief's own deque (handles written past its `bottom`,
+    /// then one Release store of `bottom` for the batch) against the victim's owner popping,
+    /// and a second thief stealing from the first thief's deque: each value once.
+    #[test]
+    fn batch_and_pop_into_own_deque() {
+        let seen = explore("batch_and_pop_into_own_deque", |start| {
+            let victim = Arc::new(HeapDeque::new(4));
+            let owner = DequeOwner::adopt(victim.view(Flavor::Lifo).unwrap());
+            for v in 1..=4 {
+                owner.push(v).unwrap();
+            }
+            let local = Arc::new(HeapDeque::new(4));
+            let (v2, l2) = (victim.clone(), local.clone());
+            let thief = thread::spawn(move || {
+                let mine = DequeOwner::adopt(l2.view(Flavor::Lifo).unwrap());
+                let first = S::from(v2.view(Flavor::Lifo).unwrap().steal_batch_and_pop(&mine, 4));
+                let mut rest = Vec::new();
+                while let Some(x) = mine.pop() {
+                    rest.push(x);
+                }
+                (first, rest)
+            });
+            start.after_spawn();
+            // Meanwhile: the owner pops once, and steals once from the thief's deque.
+            let popped = owner.pop();
+            let from_local = S::from(local.view(Flavor::Lifo).unwrap().steal());
+            let (first, rest) = thief.join().unwrap();
+            let mut all: Vec<u64> = popped.into_iter().chain(first.got()).chain(from_local.got()).collect();
+            all.extend(&rest);
+            while let Some(x) = owner.pop() {
+                all.push(x);
+            }
+            all.sort_unstable();
+            assert_eq!(
+                all,
+                [1, 2, 3, 4],
+                "popped {popped:?}, batch-and-pop {first:?} then {rest:?}, stole {from_local:?} \
+                 from the thief's deque"
+            );
+            (popped, first, from_local, rest)
+        });
+        // The batch (two of four) taken whole, its second handle stolen back from the
+        // thief's deque, and the batch meeting the owner's pop.
+        assert!(seen.contains(&(Some(4), S::Got(1), S::Empty, vec![2])), "{seen:?}");
+        assert!(seen.iter().any(|(_, _, l, _)| *l == S::Got(2)), "{seen:?}");
     }
 
     /// The owner's `take` (no fence, `bottom` read Relaxed) against two single steals, on a
@@ -390,12 +500,31 @@ mod full_protocol {
 #[cfg(any(xtcq_loom_drop_pop_fence, xtcq_loom_drop_steal_fence))]
 #[test]
 fn e5_without_a_fence_takes_a_value_twice() {
+    expect_duplicate("e5", e5);
+}
+
+/// The same for the LIFO batch steal: without the pop's fence, or without the steal's fences
+/// (the batch's first and its per-handle one), a value is taken twice or lost.
+#[cfg(any(xtcq_loom_drop_pop_fence, xtcq_loom_drop_steal_fence))]
+#[test]
+fn batch_e5_without_a_fence_takes_a_value_twice() {
+    expect_duplicate("batch_e5", batch_e5);
+}
+
+#[cfg(any(xtcq_loom_drop_pop_fence, xtcq_loom_drop_steal_fence))]
+fn expect_duplicate<O, F>(name: &str, model: F)
+where
+    O: Ord + Debug + Send + 'static,
+    F: Fn(Start) -> O + Sync + Send + 'static,
+{
     let which = if cfg!(xtcq_loom_drop_pop_fence) { "pop" } else { "steal" };
-    let r = std::panic::catch_unwind(|| explore("e5 without a fence", e5));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        explore(&format!("{name} without a fence"), model)
+    }));
     let payload = match r {
         Ok(seen) => panic!(
-            "loom explored E5 (preemption bound {PREEMPTIONS}) without the {which} fence and \
-             found no duplicate or lost value; outcomes {seen:?}"
+            "loom explored {name} (preemption bound {PREEMPTIONS}) without the {which} fence \
+             and found no duplicate or lost value; outcomes {seen:?}"
         ),
         Err(payload) => payload,
     };
@@ -404,6 +533,6 @@ fn e5_without_a_fence_takes_a_value_twice() {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default();
-    assert!(msg.contains("duplicate or lost"), "the model failed, but not on the E5 assertion: {msg}");
-    eprintln!("without the {which} fence, loom found: {msg}");
+    assert!(msg.contains("duplicate or lost"), "{name} failed, but not on its exactly-once assertion: {msg}");
+    eprintln!("{name} without the {which} fence, loom found: {msg}");
 }
