@@ -21,8 +21,9 @@
 //!
 //! A layout probe in (b) and (c), `xtcq_raw_heap_1line` / `xtcq_raw_heap_2lines`, runs the
 //! same xtcq deque code (`DequeRef::new` over words on the heap) with `top` and `bottom` on one
-//! cache line, as crossbeam keeps `front` and `back`, or on two, as the segment does: it shows
-//! how much of a gap to crossbeam is the layout rather than the algorithm.
+//! cache line, as crossbeam keeps `front` and `back` (and the segment since layout v2), or on
+//! two, as layout v1 did: it shows how much of a gap to crossbeam is the layout rather than the
+//! algorithm.
 //!
 //! "At most 256 in the deque" is kept the same way on every side: xtcq's `push` reads the
 //! thieves' `top` only when its cached copy says the deque may be full; crossbeam's `Worker`
@@ -255,8 +256,8 @@ impl Shm {
     }
 }
 
-/// xtcq's deque words on the heap, with `top` and `bottom` on one cache line or on two
-/// (the segment puts each on its own 128-byte line).
+/// xtcq's deque words on the heap, with `top` and `bottom` on one cache line (as the segment
+/// has done since layout v2) or on two (as layout v1 did).
 #[repr(C, align(128))]
 struct HeapWords {
     top: AtomicI64,
@@ -1088,7 +1089,7 @@ fn print_table(s: &Settings) {
         );
     }
     println!("layout probe: the same deque code over heap words with `top` and `bottom` on one cache");
-    println!("    line (as crossbeam keeps `front` and `back`) or on two (as the segment does).");
+    println!("    line (as crossbeam keeps `front` and `back`) or on two (as layout v1 did).");
     println!("(d) has no crossbeam rival (its deque cannot be shared between processes); its raw row is");
     println!("    the handle deque alone across the two processes. cores busy: CPU time of owner and");
     println!("    thief over wall time (first / second column); near 2 = they ran at once on two cores,");

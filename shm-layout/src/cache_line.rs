@@ -1,8 +1,10 @@
 //! `CacheLine<T>`: a value alone on its own 128-byte line.
 //!
-//! Words that different processes write (a deque's `top` and `bottom`, a queue's wait word)
+//! Words that different processes write (a deque's indices, its lease, a queue's wait word)
 //! each sit in one of these so that a write by one side does not invalidate the line the
-//! other side is spinning on. 128 bytes rather than 64 because the adjacent-line prefetcher
+//! other side is spinning on. The exception is a deque's `top` and `bottom`, which share one
+//! line on purpose (layout v2): every steal reads both, and the benchmark measured one line
+//! faster than two (see `layout::DequeHeader`). 128 bytes rather than 64 because the adjacent-line prefetcher
 //! on x86 pulls lines in pairs. This is the project's own type, not `crossbeam_utils`'s
 //! `CachePadded`, because the segment layout is a file format: its size and alignment must
 //! not change when a dependency is upgraded.
