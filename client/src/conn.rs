@@ -111,12 +111,19 @@ pub(crate) struct Conn {
     client_name: String,
     /// The current link; held for the whole of a request, so requests go one at a time.
     link: Mutex<Link>,
-    /// The current link's status, readable without waiting for a request in flight.
-    status: Mutex<Arc<Status>>,
+    /// The current link's status and handshake, readable without waiting for a request in
+    /// flight.
+    current: Mutex<Current>,
     next_id: AtomicU64,
     timeout: Duration,
     reconnects: AtomicU64,
     segment: Mutex<Option<Arc<Segment>>>,
+}
+
+/// What callers read of the current link without taking it.
+struct Current {
+    status: Arc<Status>,
+    hello: HelloOk,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -130,7 +137,7 @@ impl Conn {
         Ok(Conn {
             path: path.to_path_buf(),
             client_name: client_name.to_string(),
-            status: Mutex::new(link.status.clone()),
+            current: Mutex::new(Current { status: link.status.clone(), hello: link.hello.clone() }),
             link: Mutex::new(link),
             next_id: AtomicU64::new(1),
             timeout,
@@ -145,11 +152,11 @@ impl Conn {
 
     /// What the daemon said in the last handshake.
     pub(crate) fn hello(&self) -> HelloOk {
-        lock(&self.link).hello.clone()
+        lock(&self.current).hello.clone()
     }
 
     pub(crate) fn is_connected(&self) -> bool {
-        !lock(&self.status).lost.load(Ordering::Acquire)
+        !lock(&self.current).status.lost.load(Ordering::Acquire)
     }
 
     /// Times the connection was re-established after a loss.
@@ -158,7 +165,9 @@ impl Conn {
     }
 
     pub(crate) fn shutdown_reason(&self) -> Option<String> {
-        lock(&lock(&self.status).shutdown_reason).clone()
+        let status = lock(&self.current).status.clone();
+        let reason = lock(&status.shutdown_reason).clone();
+        reason
     }
 
     fn lost(&self) -> Error {
@@ -174,17 +183,27 @@ impl Conn {
     /// is still unreachable is reported as the loss; any other failure (say, a version
     /// mismatch after an upgrade) as itself.
     fn reconnect(&self, link: &mut Link) -> Result<(), Error> {
-        match Link::open(&self.path, &self.client_name, self.timeout) {
-            Ok(new) => {
-                let _ = link.writer.shutdown(std::net::Shutdown::Both);
-                *lock(&self.status) = new.status.clone();
-                *link = new;
-                self.reconnects.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+        let new = match Link::open(&self.path, &self.client_name, self.timeout) {
+            Ok(new) => new,
+            Err(e) if e.is_unreachable() => return Err(self.lost()),
+            Err(e) => return Err(e),
+        };
+        // A daemon restarted with --recreate serves a new segment file: the mapping our
+        // handles use is the old one, whose jobs no consumer of the new daemon will see.
+        if let Some(old) = lock(&self.segment).as_ref() {
+            if !same_file(old.file(), &new.hello.segment_path) {
+                let _ = new.writer.shutdown(std::net::Shutdown::Both);
+                return Err(Error::SegmentReplaced {
+                    path: self.path.clone(),
+                    segment: old.path().to_path_buf(),
+                });
             }
-            Err(e) if e.is_unreachable() => Err(self.lost()),
-            Err(e) => Err(e),
         }
+        let _ = link.writer.shutdown(std::net::Shutdown::Both);
+        *lock(&self.current) = Current { status: new.status.clone(), hello: new.hello.clone() };
+        *link = new;
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     pub(crate) fn request_within(
@@ -200,6 +219,9 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
         if let Err(e) = frame::write_frame(&mut link.writer, &f) {
+            // Part of the frame may be out: nothing more can be written on this stream. Closing
+            // it makes the reader mark the link lost, and the next request reconnects.
+            let _ = link.writer.shutdown(std::net::Shutdown::Both);
             return Err(match Error::from_frame(e, &self.path) {
                 Error::DaemonLost { .. } => self.lost(),
                 Error::Timeout { path, .. } => Error::Timeout { path, secs: t.as_secs() },
@@ -229,6 +251,15 @@ impl Conn {
         let seg = Arc::new(Segment::attach(path)?);
         *s = Some(seg.clone());
         Ok(seg)
+    }
+}
+
+/// Whether `file` (open) and the file at `path` are one file (device and inode).
+fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 

@@ -138,6 +138,18 @@ pub enum Error {
     /// The segment holds values no correct program writes.
     #[error("segment corruption: {0}")]
     Corrupt(String),
+    /// The daemon came back with a new segment (restarted with `--recreate`): this client's
+    /// handles still map the old one, so their jobs reach nobody.
+    #[error(
+        "xtcqd at {path} now serves a new segment; this client's handles map the old one ({segment}), \
+         whose jobs no consumer will see: stop using them and connect again"
+    )]
+    SegmentReplaced {
+        /// The socket path.
+        path: PathBuf,
+        /// The segment file this client had mapped.
+        segment: PathBuf,
+    },
     /// A dead letter could not be re-queued or purged.
     #[error("{0}")]
     DeadLetter(String),

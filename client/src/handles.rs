@@ -367,7 +367,8 @@ impl ThiefHandle {
     /// push in any process) until a job arrives or `timeout` passes (`None`: no limit).
     /// `Ok(None)`: timed out.
     pub fn steal_wait(&self, timeout: Option<Duration>) -> Result<Option<Job<'_>>, Error> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to add to the clock is as good as none.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let Some(w) = self.seg.wait_word(self.att.queue.index) else {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };

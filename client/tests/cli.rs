@@ -37,6 +37,24 @@ fn daemon_command() -> Command {
     }
 }
 
+/// Small sizes, so tests are fast and a full queue is easy to reach.
+const SIZES: &[&str] = &[
+    "--queues",
+    "4",
+    "--deques-per-queue",
+    "4",
+    "--deque-capacity",
+    "256",
+    "--records",
+    "4096",
+    "--payload-bytes",
+    "64",
+    "--process-slots",
+    "32",
+    "--overflow-capacity",
+    "4096",
+];
+
 impl Daemon {
     fn start() -> Daemon {
         Daemon::start_in(tempfile::tempdir().expect("tempdir"))
@@ -44,6 +62,11 @@ impl Daemon {
 
     /// Starts a daemon on `dir`'s socket and segment (adopting a segment already there).
     fn start_in(dir: tempfile::TempDir) -> Daemon {
+        Daemon::start_with(dir, SIZES)
+    }
+
+    /// Starts a daemon on `dir`'s socket and segment with these flags.
+    fn start_with(dir: tempfile::TempDir, flags: &[&str]) -> Daemon {
         let socket = dir.path().join("xtcqd.sock");
         let segment = dir.path().join("segment");
         let log = std::fs::OpenOptions::new()
@@ -56,9 +79,7 @@ impl Daemon {
             .arg(&socket)
             .arg("--segment")
             .arg(&segment)
-            .args(["--queues", "4", "--deques-per-queue", "4", "--deque-capacity", "256"])
-            .args(["--records", "4096", "--payload-bytes", "64", "--process-slots", "32"])
-            .args(["--overflow-capacity", "4096"])
+            .args(flags)
             .env_remove("XTCQ_SOCKET")
             .env_remove("NOTIFY_SOCKET")
             .stdout(log.try_clone().expect("log"))
@@ -304,8 +325,9 @@ fn a_job_whose_output_fails_is_requeued_not_lost() {
         .spawn()
         .expect("spawn");
     drop(child.stdout.take());
-    let st = child.wait().expect("wait");
-    assert_ne!(st.code(), Some(0));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(code(&out), 1, "nothing was written: an error");
+    assert!(stderr(&out).contains("cannot write the job to stdout; it was re-queued"), "{}", stderr(&out));
     let got = ok(&d.run(&["steal", "p", "--count", "0"]));
     // The given-back job went to the back of the line.
     let mut jobs: Vec<&str> = got.lines().collect();
@@ -355,12 +377,14 @@ fn shutdown_stops_the_daemon() {
 
 #[test]
 fn demo_farms_jobs_exactly_once() {
-    let o = run_bounded(
-        Command::new(XTCQ).args(["demo", "--jobs", "5000", "--workers", "2"]).env_remove("XTCQ_SOCKET"),
-        None,
-    );
+    // The defaults: 100,000 jobs, one producer process, three worker processes.
+    let o = run_bounded(Command::new(XTCQ).args(["demo"]).env_remove("XTCQ_SOCKET"), None);
     let out = ok(&o);
-    assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
+    assert!(out.contains("-> 3 worker process(es)"), "{out}");
+    assert!(
+        out.contains("exactly once 100000 of 100000 ids acked once; 0 missing, 0 more than once"),
+        "{out}"
+    );
     assert!(out.contains("result       ok"), "{out}");
 }
 
@@ -404,6 +428,24 @@ fn the_client_library_reconnects_after_a_daemon_restart_and_keeps_its_lease() {
     }
     got.sort_unstable();
     assert_eq!(got, (0..20).collect::<Vec<_>>());
+    // The lease taken over the first connection is given back over the second.
+    owner.detach().expect("detach after the restart");
+    other.attach_owner("r").expect("the deque is free again");
+
+    // A daemon restarted with --recreate serves a new segment: requests say so instead of
+    // letting this client's handles feed a segment nobody reads.
+    let mut d = d;
+    let mut child = d.child.take().expect("daemon");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().expect("tempdir"));
+    drop(d);
+    let mut flags = SIZES.to_vec();
+    flags.push("--recreate");
+    let _d = Daemon::start_with(dir, &flags);
+    let e = client.stats(None).expect_err("the segment was replaced");
+    assert!(matches!(e, xtcq_client::Error::SegmentReplaced { .. }), "{e:?}");
+    assert!(e.to_string().contains("new segment"), "{e}");
 }
 
 #[test]
@@ -422,4 +464,108 @@ fn work_extends_the_lease_of_a_job_that_outlives_it() {
     let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
     assert_eq!(json["records"]["queued"], 0);
     assert_eq!(json["records"]["claimed"], 0);
+}
+
+#[test]
+fn work_runs_a_payload_larger_than_a_pipe_and_the_environment_allow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = [
+        "--queues",
+        "1",
+        "--deques-per-queue",
+        "1",
+        "--deque-capacity",
+        "2",
+        "--records",
+        "8",
+        "--payload-bytes",
+        "200000",
+        "--process-slots",
+        "8",
+        "--overflow-capacity",
+        "8",
+    ];
+    let d = Daemon::start_with(dir, &flags);
+    ok(&d.run(&["create", "big", "--deques", "1", "--capacity", "2", "--lease", "300ms"]));
+    // 150,000 bytes: more than a pipe holds (64 KiB) and than one environment string may be
+    // (128 KiB).
+    let payload = "x".repeat(150_000);
+    ok(&d.run_in(&["push", "big"], format!("{payload}\n").as_bytes()));
+    let out = d.dir.path().join("out.txt");
+    // The command reads nothing for 1.2 s (4 leases): the payload write must not hold up
+    // the heartbeats, or the job would be re-queued and run twice.
+    let script = format!(r#"sleep 1.2; n=$(wc -c); echo "$n ${{#XTCQ_PAYLOAD}}" >> {}"#, out.display());
+    let w = d.run(&["work", "big", "--jobs", "2", "--idle-exit", "1s", "--", "sh", "-c", &script]);
+    assert_eq!(code(&w), 0, "{}", stderr(&w));
+    assert_eq!(
+        std::fs::read_to_string(&out).expect("ran"),
+        "150000 0\n",
+        "once, whole payload on stdin only"
+    );
+}
+
+#[test]
+fn a_first_interrupt_lets_running_jobs_finish_a_second_gives_them_back() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    ok(&d.run(&["create", "int"]));
+    ok(&d.run(&["push", "int", "short", "long"]));
+    let out = d.dir.path().join("out.txt");
+    // As from a terminal: `work` leads a process group, and Ctrl-C signals the whole group.
+    let script = format!(
+        r#"case "$XTCQ_PAYLOAD" in short) sleep 0.8;; long) sleep 30;; esac; echo "$XTCQ_PAYLOAD" >> {}"#,
+        out.display()
+    );
+    let spawn = || {
+        d.xtcq()
+            .args(["work", "int", "--", "sh", "-c", &script])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn work")
+    };
+    let interrupt = |c: &Child| {
+        let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("pid");
+        rustix::process::kill_process_group(pid, rustix::process::Signal::INT).expect("SIGINT");
+    };
+    let wait = |mut c: Child| -> (i32, String) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = c.try_wait().expect("wait") {
+                let mut err = String::new();
+                use std::io::Read;
+                let _ = c.stderr.take().expect("stderr").read_to_string(&mut err);
+                return (st.code().unwrap_or(-1), err);
+            }
+            assert!(Instant::now() < deadline, "xtcq work did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let queued = || {
+        let j: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+        (j["records"]["queued"].as_u64(), j["records"]["claimed"].as_u64())
+    };
+
+    // One job at a time: "short" (FIFO from the ring) first. Ctrl-C while it runs: it finishes.
+    let w = spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&w);
+    let (code1, err1) = wait(w);
+    assert_eq!(code1, 0, "{err1}");
+    assert_eq!(std::fs::read_to_string(&out).expect("ran"), "short\n");
+    assert_eq!(queued(), (Some(1), Some(0)), "short acked, long never taken");
+
+    // "long": a first Ctrl-C waits for it; a second kills it, and it goes back to the queue.
+    let w = spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&w);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&w);
+    let (code2, err2) = wait(w);
+    assert_eq!(code2, 5, "the killed job counts as failed: {err2}");
+    assert!(err2.contains("interrupted"), "{err2}");
+    assert_eq!(std::fs::read_to_string(&out).expect("ran"), "short\n", "long never finished");
+    assert_eq!(queued(), (Some(1), Some(0)), "long is back in the queue");
+    assert_eq!(ok(&d.run(&["steal", "int"])), "long\n");
 }

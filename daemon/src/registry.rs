@@ -245,6 +245,22 @@ impl Registry {
         })
     }
 
+    /// The lease word on deque `d` of `q` when it is held by a slot registered for process
+    /// `p` (same pid and start time, both known): a lease that process took over an earlier
+    /// connection, e.g. before a daemon restart, and may give back over this one.
+    pub fn lease_of_process(&self, q: &QueueInfo, d: u32, p: &ProcessId) -> Option<u64> {
+        if p.pid == 0 || p.start_time == 0 {
+            return None;
+        }
+        let _t = self.lock();
+        let word = self.seg.deque_header(q.index, d)?.lease.load(Ordering::Acquire);
+        let slot = self.seg.process_slot(lease_holder(word)?)?;
+        let same = slot.state.load(Ordering::Acquire) == PROCESS_ACTIVE
+            && slot.pid.load(Ordering::Relaxed) == p.pid
+            && slot.start_time.load(Ordering::Relaxed) == p.start_time;
+        same.then_some(word)
+    }
+
     /// Everything to do when a registered process has exited and its connection is closed:
     /// free the records it was filling, re-queue those it had claimed, release its deque
     /// leases (repairing `bottom`), re-index orphaned queued records, free the slot.

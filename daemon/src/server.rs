@@ -604,19 +604,33 @@ impl Conn {
             }
             Request::Detach { queue, deque } => {
                 let q = reg.queue(&queue)?;
-                let pos =
-                    self.leases.iter().position(|(qi, _, d, _)| *qi == q.index && *d == deque).ok_or_else(
-                        || {
-                            ErrorReply::new(
-                                ErrorCode::BadRequest,
-                                format!("this connection holds no lease on deque {deque} of queue {queue}"),
-                            )
-                        },
-                    )?;
-                let (_, _, d, word) = self.leases[pos];
-                reg.release_lease(&q, d, word)?;
-                self.leases.swap_remove(pos);
-                info!(queue = %q.spec.name, deque = d, "owner lease given back");
+                if let Some(pos) = self.leases.iter().position(|(qi, _, d, _)| *qi == q.index && *d == deque)
+                {
+                    let (_, _, d, word) = self.leases[pos];
+                    reg.release_lease(&q, d, word)?;
+                    self.leases.swap_remove(pos);
+                    info!(queue = %q.spec.name, deque = d, "owner lease given back");
+                    return Ok(Response::Detached);
+                }
+                // Not taken over this connection, but maybe by this same process over an
+                // earlier one (it reconnected after a daemon restart): the process, not the
+                // connection, holds a lease.
+                let me = ProcessId {
+                    pid: self.peer.pid,
+                    uid: self.peer.uid,
+                    start_time: self.peer.start_time.unwrap_or(0),
+                };
+                let word = reg.lease_of_process(&q, deque, &me).ok_or_else(|| {
+                    ErrorReply::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "this process holds no lease on deque {deque} of queue {queue} (never taken, or \
+                             already given back)"
+                        ),
+                    )
+                })?;
+                reg.release_lease(&q, deque, word)?;
+                info!(queue = %q.spec.name, deque, pid = me.pid, "owner lease taken over an earlier connection given back");
                 Ok(Response::Detached)
             }
             Request::Shutdown => {

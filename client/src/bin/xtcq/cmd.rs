@@ -171,8 +171,8 @@ where
         match push(payload) {
             Ok(h) => return Ok(h),
             Err(e @ (Error::QueueFull { .. } | Error::RecordsFull(_))) => {
-                let d = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                if Instant::now() >= d {
+                let d = *deadline.get_or_insert_with(|| Instant::now().checked_add(timeout));
+                if d.is_some_and(|d| Instant::now() >= d) {
                     return Err(anyhow::Error::from(e).context(format!(
                         "still full after waiting {}",
                         humantime::format_duration(timeout)
@@ -251,7 +251,8 @@ pub fn steal(socket: Option<&Path>, a: StealArgs) -> Result<i32> {
     let c = connect(socket)?;
     let thief = c.attach_thief(&a.queue)?;
     let wait = a.wait || a.timeout.is_some();
-    let deadline = a.timeout.map(|t| Instant::now() + t);
+    // None: no limit (a timeout too long to add to the clock is as good as none).
+    let deadline = a.timeout.and_then(|t| Instant::now().checked_add(t));
     let sep: &[u8] = if a.null { b"\0" } else { b"\n" };
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -271,9 +272,11 @@ pub fn steal(socket: Option<&Path>, a: StealArgs) -> Result<i32> {
         // Ack only once the payload is out: a job whose output failed (a closed pipe) is
         // given back to the queue, not lost.
         if let Err(e) = out.write_all(&buf).and_then(|_| out.flush()) {
+            // Given back (it counts as an attempt, like any nack).
             job.nack()?;
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return Ok(if taken > 0 { exit::OK } else { exit::ERROR });
+            if e.kind() == std::io::ErrorKind::BrokenPipe && taken > 0 {
+                // The reader had enough (`| head -1`): not an error.
+                return Ok(exit::OK);
             }
             return Err(anyhow::Error::from(e).context("cannot write the job to stdout; it was re-queued"));
         }

@@ -10,7 +10,8 @@ pub const USAGE: i32 = 2;
 /// Nothing to do: `steal` found no job (or its `--timeout` passed), `dead` found no
 /// dead letter.
 pub const EMPTY: i32 = 3;
-/// The daemon could not be reached (not running, no permission, connection lost).
+/// The daemon could not be reached (not running, no permission, connection lost, no answer
+/// in time).
 pub const UNREACHABLE: i32 = 4;
 /// `check` found the segment inconsistent; `work` had jobs that failed; `demo` saw a job
 /// lost or run twice.
@@ -23,7 +24,8 @@ Exit status:
   1  error (no such queue, queue full, payload too large, bad reply, ...)
   2  bad arguments
   3  nothing to do: steal found no job or timed out; dead found no dead letter
-  4  xtcqd not reachable: not running at the socket, permission denied, connection lost
+  4  xtcqd not reachable: not running at the socket, permission denied, connection lost,
+     no answer in time
   5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
      or run twice
 

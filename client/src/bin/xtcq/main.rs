@@ -23,7 +23,9 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "xtcq", version, about, long_about, after_long_help = exit::HELP)]
 pub struct Cli {
-    /// Control socket of xtcqd [default: $XDG_RUNTIME_DIR/xtcq/xtcqd.sock, else /run/xtcq/xtcqd.sock].
+    /// Control socket of xtcqd [default: $XDG_RUNTIME_DIR/xtcq/xtcqd.sock, else
+    /// /tmp/xtcq-$UID/xtcqd.sock; then the system daemon's /run/xtcq/xtcqd.sock if that one is
+    /// absent].
     #[arg(long, global = true, env = "XTCQ_SOCKET", value_name = "PATH")]
     socket: Option<PathBuf>,
 
@@ -31,16 +33,24 @@ pub struct Cli {
     command: Command,
 }
 
-/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds.
+/// The longest duration accepted (100 years): longer ones would overflow a deadline.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds; at most 100 years.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if (0.0..1e9).contains(&secs) {
-            return Ok(Duration::from_secs_f64(secs));
+    let d = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
+            Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))?
         }
-        return Err(format!("{s:?} is not a duration: seconds must be between 0 and 1e9"));
+        Ok(_) => return Err(format!("{s:?} is not a duration: seconds must be a number >= 0")),
+        Err(_) => humantime::parse_duration(t)
+            .map_err(|e| format!("{s:?} is not a duration ({e}); say e.g. 500ms, 2s, 1m"))?,
+    };
+    if d > MAX_DURATION {
+        return Err(format!("{s:?} is too long a duration: at most 100 years"));
     }
-    humantime::parse_duration(t).map_err(|e| format!("{s:?} is not a duration ({e}); say e.g. 500ms, 2s, 1m"))
+    Ok(d)
 }
 
 #[derive(Debug, Subcommand)]

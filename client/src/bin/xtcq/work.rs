@@ -2,10 +2,13 @@
 //! and `work` (a thief that runs a command per job, `--jobs N` at a time).
 //!
 //! Invariants of `work`: a job is acked only when its command exited 0, nacked (with the
-//! reason kept for a dead letter) otherwise, and never left claimed when `work` stops on
-//! SIGINT / SIGTERM: running commands are waited for, then their jobs settled. While a
-//! command runs, its claim's lease is extended, so a long job is not re-queued under a live
-//! worker; only a hung *worker* loses its jobs.
+//! reason kept for a dead letter) otherwise, and never left claimed when `work` stops: the
+//! first SIGINT / SIGTERM stops taking jobs and waits for the running commands (each runs in
+//! its own process group, so a terminal's Ctrl-C does not reach it), a second one kills them
+//! and gives their jobs back. While a command runs, its claim's lease is extended, so a long
+//! job is not re-queued under a live worker; if a heartbeat fails anyway (the worker stalled
+//! past the lease and the job was re-queued), the command is killed, so that one job never
+//! runs twice at the same time.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -82,6 +85,27 @@ struct Counters {
     taken: AtomicU64,
 }
 
+/// How `work` is told to stop: the first SIGINT / SIGTERM stops taking jobs (running commands
+/// finish), the second kills the running commands (their jobs are given back).
+#[derive(Default)]
+struct Stop {
+    taking: AtomicBool,
+    now: AtomicBool,
+}
+
+/// Payloads up to this size also go in `$XTCQ_PAYLOAD`; the kernel refuses any one
+/// environment string over 128 KiB (MAX_ARG_STRLEN), and the command could not start at all.
+const ENV_PAYLOAD_MAX: usize = 64 * 1024;
+
+/// What became of a job's command.
+enum Ran {
+    /// It exited.
+    Exited(ExitStatus),
+    /// It was killed: the job stopped being ours (a heartbeat failed: the lease ran out and
+    /// the job was re-queued), or `work` was told to stop now.
+    Killed(String),
+}
+
 fn describe(st: &ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (st.code(), st.signal()) {
@@ -91,19 +115,32 @@ fn describe(st: &ExitStatus) -> String {
     }
 }
 
-/// Runs the command for one job; extends the lease while it runs. Returns the command's
-/// status, or why it could not be run.
-fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>) -> Result<ExitStatus> {
+/// Kills the command and everything it started (it leads its own process group).
+fn kill_group(child: &mut std::process::Child) {
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs the command for one job, extending the lease while it runs.
+fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+    use std::os::unix::process::CommandExt;
     let payload = job.payload()?;
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..])
         .stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
         .env("XTCQ_JOB", job.handle().to_string())
-        .env("XTCQ_ATTEMPT", job.attempts().to_string());
-    // An environment variable cannot hold a NUL byte: such a payload is on stdin only.
+        .env("XTCQ_ATTEMPT", job.attempts().to_string())
+        // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
+        // command finish, instead of killing it and failing its job.
+        .process_group(0);
     match std::str::from_utf8(&payload) {
-        Ok(s) if !s.contains('\0') => {
+        // An environment string cannot hold a NUL byte or pass the kernel's limit: such a
+        // payload is on stdin only.
+        Ok(s) if !s.contains('\0') && s.len() <= ENV_PAYLOAD_MAX => {
             cmd.env("XTCQ_PAYLOAD", s);
         }
         _ => {
@@ -111,38 +148,54 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>) -> Result<ExitS
         }
     }
     let mut child = cmd.spawn().with_context(|| format!("cannot run {:?}", a.cmd[0]))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A command that does not read its stdin closes the pipe: that is not an error.
-        let _ = stdin.write_all(&payload);
-    }
+    // Written from its own thread: a command that does not read a payload larger than a pipe
+    // holds would otherwise block us here, with no heartbeat, until it exits.
+    let writer = child.stdin.take().map(|mut stdin| {
+        std::thread::spawn(move || {
+            // A command that does not read its stdin closes the pipe: that is not an error.
+            let _ = stdin.write_all(&payload);
+        })
+    });
     let beat = lease.map(|l| (l / 3).max(Duration::from_millis(10)));
-    let mut next_beat = beat.map(|b| Instant::now() + b);
-    loop {
+    let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
+    let ran = loop {
         if let Some(st) = child.try_wait().context("cannot wait for the command")? {
-            return Ok(st);
+            break Ran::Exited(st);
+        }
+        if stop.now.load(Ordering::Relaxed) {
+            kill_group(&mut child);
+            break Ran::Killed("interrupted".into());
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
             if Instant::now() >= nb {
-                // A failed heartbeat means the daemon already re-queued the job (our lease
-                // ran out while we were stalled): the result will be reported as lost.
-                let _ = job.extend_lease(l);
-                next_beat = beat.map(|b| Instant::now() + b);
+                if let Err(e) = job.extend_lease(l) {
+                    // The daemon re-queued the job (we stalled past the lease): another
+                    // worker may run it now, so this run must not go on beside it.
+                    kill_group(&mut child);
+                    break Ran::Killed(format!("killed: {e}"));
+                }
+                next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
         std::thread::sleep(Duration::from_millis(2));
+    };
+    if let Some(w) = writer {
+        // The command has exited, so its end of the pipe is closed and the write is over.
+        let _ = w.join();
     }
+    Ok(ran)
 }
 
-fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &AtomicBool, n: &Counters) -> Result<()> {
+fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
     let queue_lease = Some(Duration::from_millis(thief.queue().lease_ms as u64)).filter(|d| !d.is_zero());
     let lease = a.lease.or(queue_lease);
     let mut idle_since = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.taking.load(Ordering::Relaxed) {
         if a.max_jobs != 0 && n.taken.fetch_add(1, Ordering::Relaxed) >= a.max_jobs {
             break;
         }
         let job = loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop.taking.load(Ordering::Relaxed) {
                 break None;
             }
             if let Some(j) = thief.steal_wait(Some(Duration::from_millis(100)))? {
@@ -165,32 +218,31 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &AtomicBool, n: &Counters) -> 
         n.running.fetch_add(1, Ordering::Relaxed);
         let handle = job.handle();
         let attempt = job.attempts();
-        let outcome = run_one(a, &job, lease);
+        let outcome = run_one(a, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
-        let settled = match &outcome {
-            Ok(st) if st.success() => {
-                n.ok.fetch_add(1, Ordering::Relaxed);
-                job.ack()
-            }
-            Ok(st) => {
-                n.failed.fetch_add(1, Ordering::Relaxed);
-                job.fail(&describe(st))
-            }
-            Err(e) => {
-                n.failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("xtcq: job {handle}: {e:#}");
-                job.fail("cannot run")
-            }
+        // `unusual`: killed or not run, reported even without --verbose.
+        let (what, succeeded, unusual) = match &outcome {
+            Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
+            Ok(Ran::Killed(why)) => (why.clone(), false, true),
+            Err(e) => (format!("not run: {e:#}"), false, true),
         };
-        if a.verbose {
-            let what = match &outcome {
-                Ok(st) => describe(st),
-                Err(_) => "not run".into(),
-            };
+        let settled = match outcome {
+            Ok(Ran::Exited(st)) if st.success() => job.ack(),
+            Ok(Ran::Exited(st)) => job.fail(&describe(&st)),
+            Ok(Ran::Killed(why)) => job.fail(&why),
+            Err(_) => job.fail("cannot run"),
+        };
+        // Counted once settled: a job whose command succeeded but whose ack came too late
+        // (its lease ran out and it was re-queued) did not succeed here.
+        if succeeded && settled.is_ok() {
+            n.ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            n.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if a.verbose || unusual {
             eprintln!("xtcq: job {handle} attempt {} of {}: {what}", attempt + 1, a.queue);
         }
         if let Err(e) = settled {
-            // Lease expired or recovered under us: the job was re-queued; say so and go on.
             eprintln!("xtcq: job {handle}: {e}");
         }
         idle_since = Instant::now();
@@ -202,9 +254,19 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     if a.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("cannot install a signal handler")?;
+    let stop = Arc::new(Stop::default());
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .context("cannot install the SIGINT / SIGTERM handlers")?;
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for _ in signals.forever() {
+                if stop.taking.swap(true, Ordering::Relaxed) {
+                    stop.now.store(true, Ordering::Relaxed);
+                }
+            }
+        });
     }
     let c = connect(socket)?;
     let thief = c.attach_thief(&a.queue)?;
@@ -212,7 +274,18 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
     let result: Result<()> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..a.jobs).map(|_| s.spawn(|| worker(&a, thief.clone(), &stop, &n))).collect();
+        let workers: Vec<_> = (0..a.jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let r = worker(&a, thief.clone(), &stop, &n);
+                    if r.is_err() {
+                        // One worker's error stops them all, not only once it is joined.
+                        stop.taking.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
         let mut first_err = None;
         let mut last_print = Instant::now();
         for w in workers {
@@ -234,11 +307,10 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
             match w.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    stop.store(true, Ordering::Relaxed);
                     first_err.get_or_insert(e);
                 }
                 Err(_) => {
-                    stop.store(true, Ordering::Relaxed);
+                    stop.taking.store(true, Ordering::Relaxed);
                     first_err.get_or_insert(anyhow::anyhow!("a worker thread panicked"));
                 }
             }
