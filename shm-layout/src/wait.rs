@@ -8,9 +8,10 @@
 //!
 //! ```text
 //!  consumer                                   producer
+//!  look for work, yielding, for 20 µs
 //!  s = seq (Acquire)                          publish the job (Release store of bottom)
 //!  sleepers += 1 (SeqCst)                     fence(SeqCst)
-//!  look for work again  -> found: leave       if sleepers > 0 { seq += 1; FUTEX_WAKE(seq) }
+//!  look for work again  -> found: leave       if sleepers > 0 { seq += 1; FUTEX_WAKE(seq, 1) }
 //!  FUTEX_WAIT(seq, s, timeout)
 //!  sleepers -= 1
 //! ```
@@ -38,10 +39,20 @@ pub fn notify(w: &WaitWord) {
 #[cold]
 fn notify_sleepers(w: &WaitWord) {
     w.seq.fetch_add(1, Ordering::Release);
-    // Errors (EFAULT cannot happen for a live reference) are ignored: a sleeper that is not
-    // woken still returns at its timeout.
-    let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+    // One sleeper per notify: every notify stands for one job made available (a push, a
+    // re-queue), and one consumer can take it. Waking them all made every sleeper run for
+    // each job (a herd). No wake-up is lost by it: a sleeper still in the kernel's queue is
+    // woken by the next job's notify, and one on its way there finds `seq` changed and looks
+    // again. Errors (EFAULT cannot happen for a live reference) are ignored: a sleeper that
+    // is not woken still returns at its timeout.
+    let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), 1);
 }
+
+/// How long a consumer keeps looking, yielding its CPU between looks, before it sleeps. A
+/// sleeper costs every push a `FUTEX_WAKE`; a stream of jobs arriving every few µs would
+/// otherwise put the consumers to sleep between jobs and make the producer pay a system call
+/// for each. Short enough that an idle consumer is asleep within tens of µs.
+const LOOK_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// Calls `poll` until it yields something, sleeping on `w` between tries, until `deadline`
 /// (`None`: forever). `Ok(None)` means the deadline passed.
@@ -51,8 +62,16 @@ pub fn wait_for<T, E>(
     mut poll: impl FnMut() -> Result<Option<T>, E>,
 ) -> Result<Option<T>, E> {
     loop {
-        if let Some(v) = poll()? {
-            return Ok(Some(v));
+        let look_until = Instant::now() + LOOK_BEFORE_SLEEP;
+        loop {
+            if let Some(v) = poll()? {
+                return Ok(Some(v));
+            }
+            let now = Instant::now();
+            if now >= look_until || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            std::thread::yield_now();
         }
         let s = w.seq.load(Ordering::Acquire);
         w.sleepers.fetch_add(1, Ordering::SeqCst);

@@ -1,0 +1,126 @@
+//! Sleeping consumers and the pushes that wake them (`wait`): each job wakes one sleeper and
+//! none is lost, however many sleep; a push with nobody asleep leaves the futex word alone
+//! (the no-system-call path). Every wait is bounded: a lost wake-up fails the test by its
+//! timeout instead of hanging it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+
+const SLEEPERS: u32 = 4;
+
+fn setup() -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = SegmentConfig {
+        queues: 1,
+        deques_per_queue: 2,
+        deque_capacity: 64,
+        job_records: 1024,
+        payload_bytes: 16,
+        process_slots: 16,
+        overflow_capacity: 1024,
+        reserved: 0,
+    };
+    let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
+    let spec = QueueSpec {
+        name: "w".into(),
+        flavor: Flavor::Fifo,
+        deques: 2,
+        capacity: 64,
+        max_attempts: 0,
+        lease_ms: 0,
+    };
+    let q = seg.create_queue(&spec).expect("queue");
+    (dir, seg, q)
+}
+
+/// Waits until `n` consumers are counted as sleepers.
+fn until_sleeping(seg: &Segment, q: u32, n: u32) {
+    let w = seg.wait_word(q).expect("wait word");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.sleepers.load(Ordering::SeqCst) < n {
+        assert!(Instant::now() < deadline, "consumers did not go to sleep");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn each_job_wakes_a_sleeper_and_none_is_left_asleep() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    for round in 0..20 {
+        let got = std::thread::scope(|s| {
+            let sleepers: Vec<_> = (0..SLEEPERS)
+                .map(|k| {
+                    let seg = seg.clone();
+                    let q = q.clone();
+                    s.spawn(move || {
+                        let thief = Thief::new(seg, &q, 1 + k).expect("thief");
+                        let t0 = Instant::now();
+                        // Far longer than the test: a sleeper never woken fails below.
+                        let job =
+                            thief.steal_wait(Some(Instant::now() + Duration::from_secs(10))).expect("wait");
+                        let waited = t0.elapsed();
+                        let id = job.map(|j| {
+                            let p = j.payload().expect("payload");
+                            j.ack().expect("ack");
+                            u32::from_le_bytes(p[..4].try_into().expect("4 bytes"))
+                        });
+                        (id, waited)
+                    })
+                })
+                .collect();
+            until_sleeping(&seg, q.index, SLEEPERS);
+            // One job per sleeper, one at a time: with a wake-one futex each must reach a
+            // different sleeper (or one still on its way to sleep).
+            for i in 0..SLEEPERS {
+                owner.push(&(round * 100 + i).to_le_bytes()).expect("push");
+                if round % 2 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            sleepers.into_iter().map(|h| h.join().expect("sleeper")).collect::<Vec<_>>()
+        });
+        let mut ids: Vec<u32> = got
+            .iter()
+            .map(|(id, waited)| {
+                id.unwrap_or_else(|| {
+                    panic!("round {round}: a sleeper timed out after {waited:?} (lost wake-up)")
+                })
+            })
+            .collect();
+        for (_, waited) in &got {
+            assert!(*waited < Duration::from_secs(5), "round {round}: woken only after {waited:?}");
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (0..SLEEPERS).map(|i| round * 100 + i).collect::<Vec<_>>(), "round {round}");
+    }
+}
+
+#[test]
+fn a_push_with_nobody_asleep_leaves_the_futex_word_alone() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let before = w.seq.load(Ordering::SeqCst);
+    for i in 0..100u32 {
+        owner.push(&i.to_le_bytes()).expect("push");
+    }
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "no sleeper: no bump, no FUTEX_WAKE");
+    // With a sleeper, a push bumps it (and wakes it).
+    let thief = Thief::new(seg.clone(), &q, 1).expect("thief");
+    while let Some(j) = thief.steal().expect("steal") {
+        j.ack().expect("ack");
+    }
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            thief.steal_wait(Some(Instant::now() + Duration::from_secs(10))).expect("wait").is_some()
+        });
+        until_sleeping(&seg, q.index, 1);
+        owner.push(b"wake").expect("push");
+        assert!(h.join().expect("sleeper"), "woken with the job");
+    });
+    assert_ne!(w.seq.load(Ordering::SeqCst), before);
+}
