@@ -131,8 +131,10 @@ impl<'a> QueueCtx<'a> {
         }
         st.claim(w.generation(), me).ok()?;
         crate::fail_point!("claim.after_cas");
-        // Always written, so a deadline left by an earlier claim cannot expire this one.
-        // Relaxed: lease expiry re-checks the state word around its read.
+        // Relaxed: every give-back (nack, fail, recovery, lease expiry, requeue of a dead
+        // letter) clears the deadline before its Release CAS, and our claim CAS continues that
+        // release sequence, so a lease scan that sees `Claimed(g, me)` reads 0 or this value,
+        // never a deadline of an earlier claim.
         let deadline = if self.lease_ns == 0 { 0 } else { monotonic_ns().saturating_add(self.lease_ns) };
         hdr.deadline_ns.store(deadline, Ordering::Relaxed);
         Some(ClaimedJob {
@@ -573,9 +575,25 @@ impl ClaimedJob<'_> {
 
     /// Appends the payload to `out` (reuse one buffer across jobs).
     pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
-        // SAFETY: we hold the record in Claimed(me) (our claim CAS succeeded and only we can
-        // move it on, except recovery, which only acts on dead holders).
+        let st = self
+            .ctx
+            .records
+            .state(self.handle.index)
+            .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
+        let before = out.len();
+        // SAFETY: we hold the record in Claimed(me): our claim CAS succeeded, and only we move
+        // it on, except recovery of a dead holder (not us: we run) and lease expiry, which
+        // revokes a live holder whose lease ran out. In that case a producer may be rewriting
+        // the payload while we copy it; the copy stays inside the record (its length is
+        // bounds-checked) and the check below throws it away.
         unsafe { self.ctx.records.read_payload(self.handle.index, out) }?;
+        // Acquire: pairs with the revoke's Release, so a revoke that preceded a rewrite is seen.
+        let now = crate::record::state::StateWord(st.0.load(Ordering::Acquire));
+        if now != ours {
+            out.truncate(before);
+            return Err(self.not_held(now.0));
+        }
         Ok(())
     }
 
@@ -648,7 +666,7 @@ impl ClaimedJob<'_> {
     /// the queue's attempt limit is reached.
     pub fn nack(mut self) -> Result<(), JobError> {
         self.done = true;
-        self.give_back()
+        self.give_back(None)
     }
 
     /// Like [`nack`](Self::nack), recording why (the first
@@ -656,20 +674,34 @@ impl ClaimedJob<'_> {
     /// letter keeps.
     pub fn fail(mut self, reason: &str) -> Result<(), JobError> {
         self.done = true;
-        if let Some(hdr) = self.ctx.records.header(self.handle.index) {
-            crate::dead_letter::store_last_error(hdr, reason);
-        }
-        self.give_back()
+        self.give_back(Some(reason))
     }
 
-    fn give_back(&self) -> Result<(), JobError> {
+    fn give_back(&self, reason: Option<&str>) -> Result<(), JobError> {
         let idx = self.handle.index;
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
+        // Still ours? If lease expiry took the job back, its header may already belong to the
+        // job's next claim, or to another job: write nothing. (A revoke landing between this
+        // check and our CAS below still makes the CAS fail; only the header writes in that
+        // window of a few instructions are exposed. See RELIABILITY.md, known gaps.)
+        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
+        let now = st.load();
+        if now != ours {
+            return Err(self.not_held(now.0));
+        }
+        if let Some(reason) = reason {
+            crate::dead_letter::store_last_error(hdr, reason);
+        }
         // Relaxed: published by the Release of the CAS below; we hold the record.
         let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
         hdr.attempts.store(attempts, Ordering::Relaxed);
+        // Cleared before the Release CAS that gives the job back: the next claim's CAS
+        // continues that release sequence, so a lease scan that Acquires `Claimed(g, next)`
+        // reads 0 or the next claim's deadline, never ours (which may have passed while the
+        // job waited in line, and would expire the next claim at once).
+        hdr.deadline_ns.store(0, Ordering::Relaxed);
         if self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
             return st.dead_letter(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0));
         }
@@ -687,7 +719,7 @@ impl ClaimedJob<'_> {
 impl Drop for ClaimedJob<'_> {
     fn drop(&mut self) {
         if !self.done {
-            let _ = self.give_back();
+            let _ = self.give_back(None);
         }
     }
 }

@@ -119,7 +119,10 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterEr
         return Err(DeadLetterError::QueueFull(handle));
     }
     // Relaxed: published by the Release of `revive`. A racing second requeue fails the CAS.
+    // The deadline is cleared for the same reason as in a nack: the next claim must not
+    // inherit a deadline that passed while the job was dead.
     hdr.attempts.store(0, Ordering::Relaxed);
+    hdr.deadline_ns.store(0, Ordering::Relaxed);
     st.revive(handle.generation).map_err(|_| DeadLetterError::NotDead(handle))?;
     // A full ring here (raced with pushers) leaves the job Queued and unindexed, which
     // recovery's orphan sweep re-indexes; it is not lost.
