@@ -152,7 +152,7 @@ fn r3(start: Start, flavor: Flavor, and_pop: bool) -> (Vec<u64>, Vec<u64>) {
     let th = thread::spawn(move || {
         let v = d2.view(flavor).unwrap();
         let mut got = Vec::new();
-        for i in 0..2 {
+        for _ in 0..2 {
             if let Steal::Success(x) = v.steal() {
                 got.push(x);
             }
