@@ -115,7 +115,11 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             if bottom.saturating_sub(top) > cap {
                 problem(
                     &mut r,
-                    format!("queue {} deque {d}: {} handles > capacity {cap}", q.spec.name, bottom - top),
+                    format!(
+                        "queue {} deque {d}: {} handles > capacity {cap}",
+                        q.spec.name,
+                        bottom.saturating_sub(top)
+                    ),
                 );
             }
             if let Some(h) = seg.deque_header(q.index, d) {
@@ -126,13 +130,17 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
                 }
             }
             for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
-                let w = dq.slot_value(top + k);
+                let w = dq.slot_value(top.wrapping_add(k));
                 r.counts.deque_handles += 1;
                 match JobHandle::from_word(w) {
                     Some(h) if h.index < records.len() => referenced[h.index as usize] = true,
                     _ => problem(
                         &mut r,
-                        format!("queue {} deque {d} index {}: bad handle {w:#x}", q.spec.name, top + k),
+                        format!(
+                            "queue {} deque {d} index {}: bad handle {w:#x}",
+                            q.spec.name,
+                            top.wrapping_add(k)
+                        ),
                     ),
                 }
             }

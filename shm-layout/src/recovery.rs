@@ -194,7 +194,7 @@ fn referenced(seg: &Segment) -> Vec<bool> {
             let (top, bottom) = dq.indices();
             let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
             for k in 0..n {
-                if let Some(h) = JobHandle::from_word(dq.slot_value(top + k)) {
+                if let Some(h) = JobHandle::from_word(dq.slot_value(top.wrapping_add(k))) {
                     if let Some(s) = seen.get_mut(h.index as usize) {
                         *s = true;
                     }

@@ -927,3 +927,25 @@ fn full_queue_is_an_error_and_leaks_no_record() {
         o.push(&[i]).unwrap();
     }
 }
+
+/// Deque indices at the far ends of `i64` (as a scribbler can leave them): the check and the
+/// orphan sweep report or skip them, never overflow. (Found by `hostile_scribbler` in CI:
+/// the check's message computed `bottom - top` unchecked.)
+#[test]
+fn extreme_deque_indices_are_reported_not_overflowed() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seg");
+    let seg = Arc::new(Segment::create(&path, &small_config(), 0o600).unwrap());
+    let q = seg.create_queue(&spec("x", Flavor::Lifo)).unwrap();
+    for (top, bottom) in
+        [(i64::MIN, i64::MAX), (i64::MAX, i64::MIN), (i64::MAX - 1, i64::MAX), (-5, i64::MAX)]
+    {
+        let h = seg.deque_header(q.index, 0).unwrap();
+        h.top.store(top, Ordering::Relaxed);
+        h.bottom.store(bottom, Ordering::Relaxed);
+        let report = shm_layout::check::check_segment(&seg, false);
+        assert!(!report.is_consistent(), "top {top} bottom {bottom}: {report:?}");
+        let _ = shm_layout::recovery::reindex_orphans(&seg);
+    }
+}
