@@ -569,3 +569,50 @@ fn a_first_interrupt_lets_running_jobs_finish_a_second_gives_them_back() {
     assert_eq!(queued(), (Some(1), Some(0)), "long is back in the queue");
     assert_eq!(ok(&d.run(&["steal", "int"])), "long\n");
 }
+
+/// The README's first command on a fresh clone: `cargo run -p xtcq-client --bin xtcq -- demo`
+/// builds no `xtcqd` binary, so `demo` runs the daemon embedded in `xtcq`. Here: `xtcq` alone
+/// in a directory, with no `xtcqd` beside it.
+#[test]
+fn demo_runs_with_the_embedded_daemon_when_no_xtcqd_is_installed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alone = dir.path().join("xtcq");
+    std::fs::copy(XTCQ, &alone).expect("copy xtcq");
+    let o = run_bounded(
+        Command::new(&alone).args(["demo", "--jobs", "5000", "--workers", "2"]).env_remove("XTCQ_SOCKET"),
+        None,
+    );
+    let out = ok(&o);
+    assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
+}
+
+/// `xtcq __xtcqd` takes the global `--socket` like any other subcommand, and serves there.
+#[test]
+fn the_embedded_daemon_serves_on_the_socket_it_is_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("s.sock");
+    let mut flags: Vec<String> = vec!["--segment".into(), dir.path().join("seg").display().to_string()];
+    flags.extend(SIZES.iter().map(|s| s.to_string()));
+    let mut child = Command::new(XTCQ)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("__xtcqd")
+        .args(&flags)
+        .env_remove("XTCQ_SOCKET")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the embedded daemon is not serving {}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = run_bounded(Command::new(XTCQ).arg("--socket").arg(&socket).arg("shutdown"), None);
+    ok(&o);
+    let st = child.wait().expect("wait");
+    assert!(st.success(), "{st}");
+}

@@ -56,10 +56,18 @@ pub struct RoleArgs {
 }
 
 /// `xtcq __xtcqd ARGS`: the daemon, run in this process, as the `xtcqd` binary runs it.
-pub fn embedded_daemon(args: Vec<String>) -> Result<i32> {
+///
+/// `--socket` is `xtcq`'s own global flag (and `$XTCQ_SOCKET`), so clap hands it to us as
+/// `socket` rather than in `args`: it is passed on to the daemon here.
+pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> {
     use clap::Parser;
-    let args = xtcqd::Args::try_parse_from(std::iter::once("xtcqd".to_string()).chain(args))
-        .map_err(|e| anyhow!("{e}"))?;
+    let mut argv: Vec<std::ffi::OsString> = vec!["xtcqd".into()];
+    if let Some(s) = socket {
+        argv.push("--socket".into());
+        argv.push(s.as_os_str().to_owned());
+    }
+    argv.extend(args.into_iter().map(Into::into));
+    let args = xtcqd::Args::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?;
     xtcqd::init_logging();
     let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;
     xtcqd::run(cfg)?;

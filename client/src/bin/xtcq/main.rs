@@ -107,7 +107,7 @@ fn main() {
         Command::Produce(a) => work::produce(socket, a),
         Command::Work(a) => work::work(socket, a),
         Command::Demo(a) => demo::demo(a),
-        Command::EmbeddedDaemon { args } => demo::embedded_daemon(args),
+        Command::EmbeddedDaemon { args } => demo::embedded_daemon(socket, args),
         Command::DemoRole(a) => demo::role(socket, a),
     };
     match result {
