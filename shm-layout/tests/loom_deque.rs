@@ -25,10 +25,11 @@
 //! it needs to have seen (the racy ones) were in fact reached.
 #![cfg(xtcq_loom)]
 
+mod loom_support;
+use loom_support::{explore, Start};
+
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
-use std::sync::Mutex;
 
 use loom::sync::Arc;
 use loom::thread;
@@ -40,64 +41,6 @@ use shm_layout::{DequeOwner, Flavor, HeapDeque, Steal};
 /// at all, see above), and it takes milliseconds. The seed's
 /// failing interleaving needs only one or two preemptions.
 const PREEMPTIONS: usize = 10;
-
-/// Which thread the scheduler runs first after the model's `spawn` (see the module comment).
-#[derive(Clone, Copy, Debug)]
-enum Start {
-    MainFirst,
-    SpawnedFirst,
-}
-
-impl Start {
-    /// Call right after spawning.
-    fn after_spawn(self) {
-        if let Start::SpawnedFirst = self {
-            thread::yield_now();
-        }
-    }
-}
-
-/// Checks `model` under both starts and returns every outcome seen.
-fn explore<O, F>(name: &str, model: F) -> BTreeSet<O>
-where
-    O: Ord + Debug + Send + 'static,
-    F: Fn(Start) -> O + Sync + Send + 'static,
-{
-    let seen = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
-    let model = std::sync::Arc::new(model);
-    for start in [Start::MainFirst, Start::SpawnedFirst] {
-        let iterations = std::sync::Arc::new(AtomicUsize::new(0));
-        let mut b = loom::model::Builder::new();
-        // `LOOM_MAX_PREEMPTIONS` (read by `Builder::new`) overrides the default bound.
-        let bound = *b.preemption_bound.get_or_insert(PREEMPTIONS);
-        let t0 = std::time::Instant::now();
-        {
-            let (seen, model, counter) = (seen.clone(), model.clone(), iterations.clone());
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                b.check(move || {
-                    counter.fetch_add(1, StdOrdering::Relaxed);
-                    let o = model(start);
-                    seen.lock().unwrap().insert(o);
-                })
-            }));
-            if let Err(payload) = r {
-                eprintln!(
-                    "{name} ({start:?}): failed in interleaving {} (preemption bound {bound})",
-                    iterations.load(StdOrdering::Relaxed)
-                );
-                std::panic::resume_unwind(payload);
-            }
-        }
-        eprintln!(
-            "{name} ({start:?}): {} interleavings, preemption bound {bound}, {:.2?}",
-            iterations.load(StdOrdering::Relaxed),
-            t0.elapsed()
-        );
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
-    eprintln!("{name}: outcomes {seen:?}");
-    seen
-}
 
 /// A [`Steal`] as an outcome (`Steal` itself is not `Ord`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -222,7 +165,7 @@ mod full_protocol {
 
     #[test]
     fn e5_pop_races_two_steals_each_value_once() {
-        let seen = explore("e5", e5);
+        let seen = explore("e5", PREEMPTIONS, e5);
         let s = S::Got;
         // The plain outcomes: the owner pops 2 while the thief takes 1, or the thief takes
         // both first.
@@ -237,7 +180,7 @@ mod full_protocol {
     /// to exactly one of them.
     #[test]
     fn last_item_pop_vs_steal() {
-        let seen = explore("last_item_pop_vs_steal", |start| {
+        let seen = explore("last_item_pop_vs_steal", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(2));
             let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
             owner.push(7).unwrap();
@@ -261,7 +204,7 @@ mod full_protocol {
     /// handle pushed at its index, never the one that overwrote it.
     #[test]
     fn push_reuses_slot_after_steal() {
-        let seen = explore("push_reuses_slot_after_steal", |start| {
+        let seen = explore("push_reuses_slot_after_steal", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(2));
             let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
             owner.push(1).unwrap();
@@ -297,7 +240,7 @@ mod full_protocol {
     /// taken once.
     #[test]
     fn fifo_take_vs_steal() {
-        let seen = explore("fifo_take_vs_steal", |start| {
+        let seen = explore("fifo_take_vs_steal", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(2));
             let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
             owner.push(1).unwrap();
@@ -324,7 +267,7 @@ mod full_protocol {
     /// The LIFO batch steal against the owner's pops (see [`batch_e5`]).
     #[test]
     fn batch_e5_lifo_batch_races_two_pops_each_value_once() {
-        let seen = explore("batch_e5", batch_e5);
+        let seen = explore("batch_e5", PREEMPTIONS, batch_e5);
         // The batch got 2, so the owner's second pop found nothing; or the owner got 2, and
         // the batch stopped at 1 (it lost the CAS, or saw the lowered `bottom`, or started
         // after the pops and wanted only one). These are the only two outcomes: 1 always
@@ -342,7 +285,7 @@ mod full_protocol {
     /// and a second thief stealing from the first thief's deque: each value once.
     #[test]
     fn batch_and_pop_into_own_deque() {
-        let seen = explore("batch_and_pop_into_own_deque", |start| {
+        let seen = explore("batch_and_pop_into_own_deque", PREEMPTIONS, |start| {
             let victim = Arc::new(HeapDeque::new(4));
             let owner = DequeOwner::adopt(victim.view(Flavor::Lifo).unwrap());
             for v in 1..=4 {
@@ -389,7 +332,7 @@ mod full_protocol {
     /// meets a thief at the CAS on `top` (the owner then retries at the new `top` itself).
     #[test]
     fn fifo_take_vs_two_steals() {
-        let seen = explore("fifo_take_vs_two_steals", |start| {
+        let seen = explore("fifo_take_vs_two_steals", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(4));
             let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
             for v in 1..=3 {
@@ -423,7 +366,7 @@ mod full_protocol {
     /// CAS on `top`: the two CASes decide between them, each value is taken once.
     #[test]
     fn fifo_take_vs_batch_steal() {
-        let seen = explore("fifo_take_vs_batch_steal", |start| {
+        let seen = explore("fifo_take_vs_batch_steal", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(4));
             let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
             for v in 1..=3 {
@@ -462,7 +405,7 @@ mod full_protocol {
     /// them lowers nothing and takes only by CAS.
     #[test]
     fn lifo_take_then_pop_vs_two_steals() {
-        let seen = explore("lifo_take_then_pop_vs_two_steals", |start| {
+        let seen = explore("lifo_take_then_pop_vs_two_steals", PREEMPTIONS, |start| {
             let d = Arc::new(HeapDeque::new(4));
             let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
             for v in 1..=3 {
@@ -519,7 +462,7 @@ where
 {
     let which = if cfg!(xtcq_loom_drop_pop_fence) { "pop" } else { "steal" };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        explore(&format!("{name} without a fence"), model)
+        explore(&format!("{name} without a fence"), PREEMPTIONS, model)
     }));
     let payload = match r {
         Ok(seen) => panic!(

@@ -9,10 +9,10 @@
 //! `loom_deque.rs` for why), and asserts that the racy outcomes were reached.
 #![cfg(xtcq_loom)]
 
+mod loom_support;
+use loom_support::explore;
+
 use std::collections::BTreeSet;
-use std::fmt::Debug;
-use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
-use std::sync::Mutex;
 
 use loom::sync::atomic::Ordering;
 use loom::sync::Arc;
@@ -22,52 +22,6 @@ use shm_layout::overflow::{full_cell_for, HeapOverflow};
 /// Default preemption bound. Three threads on a retrying ring grow fast (the two-pusher
 /// model: ~3k interleavings at 3, ~32k at 5, ~570k at 20, a minute); 4 keeps it near a second.
 const PREEMPTIONS: usize = 4;
-
-#[derive(Clone, Copy, Debug)]
-enum Start {
-    MainFirst,
-    SpawnedFirst,
-}
-
-impl Start {
-    fn after_spawn(self) {
-        if let Start::SpawnedFirst = self {
-            thread::yield_now();
-        }
-    }
-}
-
-fn explore<O, F>(name: &str, model: F) -> BTreeSet<O>
-where
-    O: Ord + Debug + Send + 'static,
-    F: Fn(Start) -> O + Sync + Send + 'static,
-{
-    let seen = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
-    let model = std::sync::Arc::new(model);
-    for start in [Start::MainFirst, Start::SpawnedFirst] {
-        let iterations = std::sync::Arc::new(AtomicUsize::new(0));
-        let mut b = loom::model::Builder::new();
-        // `LOOM_MAX_PREEMPTIONS` (read by `Builder::new`) overrides the default bound.
-        let bound = *b.preemption_bound.get_or_insert(PREEMPTIONS);
-        let t0 = std::time::Instant::now();
-        {
-            let (seen, model, iterations) = (seen.clone(), model.clone(), iterations.clone());
-            b.check(move || {
-                iterations.fetch_add(1, StdOrdering::Relaxed);
-                let o = model(start);
-                seen.lock().unwrap().insert(o);
-            });
-        }
-        eprintln!(
-            "{name} ({start:?}): {} interleavings, preemption bound {bound}, {:.2?}",
-            iterations.load(StdOrdering::Relaxed),
-            t0.elapsed()
-        );
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
-    eprintln!("{name}: outcomes {seen:?}");
-    seen
-}
 
 /// A ring of capacity 2 with `head == tail == 1`.
 fn advanced_ring() -> Arc<HeapOverflow> {
@@ -81,7 +35,7 @@ fn advanced_ring() -> Arc<HeapOverflow> {
 /// Two pushers and one popper: every index comes out exactly once.
 #[test]
 fn two_pushers_one_popper_each_index_once() {
-    let seen = explore("two_pushers_one_popper_each_index_once", |start| {
+    let seen = explore("two_pushers_one_popper_each_index_once", PREEMPTIONS, |start| {
         let ring = advanced_ring();
         let pushers: Vec<_> = [1u32, 2]
             .into_iter()
@@ -121,7 +75,7 @@ fn two_pushers_one_popper_each_index_once() {
 /// find both indices; neither may be lost or popped twice.
 #[test]
 fn dead_pusher_is_helped_past() {
-    let seen = explore("dead_pusher_is_helped_past", |start| {
+    let seen = explore("dead_pusher_is_helped_past", PREEMPTIONS, |start| {
         let ring = advanced_ring();
         ring.cells()[1].store(full_cell_for(1, 2, 5), Ordering::Release);
         let r2 = ring.clone();

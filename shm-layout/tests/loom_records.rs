@@ -15,10 +15,11 @@
 //! racy outcomes were in fact reached.
 #![cfg(xtcq_loom)]
 
+mod loom_support;
+use loom_support::explore;
+
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
-use std::sync::Mutex;
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,54 +30,6 @@ use shm_layout::{RecordState, State, StateWord, NO_HOLDER};
 /// Default preemption bound: every record model has two threads and a handful of CASes, so at
 /// 10 raising it finds nothing more (same counts as at 20), and it takes milliseconds.
 const PREEMPTIONS: usize = 10;
-
-/// Which thread the scheduler runs first after the model's `spawn`.
-#[derive(Clone, Copy, Debug)]
-enum Start {
-    MainFirst,
-    SpawnedFirst,
-}
-
-impl Start {
-    fn after_spawn(self) {
-        if let Start::SpawnedFirst = self {
-            thread::yield_now();
-        }
-    }
-}
-
-/// Checks `model` under both starts and returns every outcome seen.
-fn explore<O, F>(name: &str, model: F) -> BTreeSet<O>
-where
-    O: Ord + Debug + Send + 'static,
-    F: Fn(Start) -> O + Sync + Send + 'static,
-{
-    let seen = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
-    let model = std::sync::Arc::new(model);
-    for start in [Start::MainFirst, Start::SpawnedFirst] {
-        let iterations = std::sync::Arc::new(AtomicUsize::new(0));
-        let mut b = loom::model::Builder::new();
-        // `LOOM_MAX_PREEMPTIONS` (read by `Builder::new`) overrides the default bound.
-        let bound = *b.preemption_bound.get_or_insert(PREEMPTIONS);
-        let t0 = std::time::Instant::now();
-        {
-            let (seen, model, iterations) = (seen.clone(), model.clone(), iterations.clone());
-            b.check(move || {
-                iterations.fetch_add(1, StdOrdering::Relaxed);
-                let o = model(start);
-                seen.lock().unwrap().insert(o);
-            });
-        }
-        eprintln!(
-            "{name} ({start:?}): {} interleavings, preemption bound {bound}, {:.2?}",
-            iterations.load(StdOrdering::Relaxed),
-            t0.elapsed()
-        );
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
-    eprintln!("{name}: outcomes {seen:?}");
-    seen
-}
 
 /// Process slots of the model's actors.
 const A: u32 = 1;
@@ -124,7 +77,7 @@ impl Record {
 /// is told who holds it.
 #[test]
 fn two_claimers_exactly_one_wins() {
-    let seen = explore("two_claimers_exactly_one_wins", |start| {
+    let seen = explore("two_claimers_exactly_one_wins", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Queued, NO_HOLDER));
         let r2 = r.clone();
         let b = thread::spawn(move || r2.st().claim(1, B));
@@ -166,7 +119,7 @@ enum OldHandle {
 /// fails as stale — it never claims the new job.
 #[test]
 fn stale_generation_claim_fails() {
-    let seen = explore("stale_generation_claim_fails", |start| {
+    let seen = explore("stale_generation_claim_fails", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Queued, NO_HOLDER));
         let r2 = r.clone();
         let b = thread::spawn(move || match r2.st().claim(1, B) {
@@ -208,7 +161,7 @@ fn stale_generation_claim_fails() {
 /// one transition applies, and the word is what that one leaves.
 #[test]
 fn ack_vs_requeue_claimed() {
-    let seen = explore("ack_vs_requeue_claimed", |start| {
+    let seen = explore("ack_vs_requeue_claimed", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Claimed, A));
         let r2 = r.clone();
         let recovery = thread::spawn(move || r2.st().requeue_claimed(1, A));
@@ -246,7 +199,7 @@ fn ack_vs_requeue_claimed() {
 /// races a `revive`. Each pair has exactly one winner.
 #[test]
 fn dead_letter_vs_requeue_then_revive_vs_purge() {
-    let seen = explore("dead_letter_vs_requeue_then_revive_vs_purge", |start| {
+    let seen = explore("dead_letter_vs_requeue_then_revive_vs_purge", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Claimed, A));
         let r2 = r.clone();
         let other = thread::spawn(move || {
@@ -283,7 +236,7 @@ fn dead_letter_vs_requeue_then_revive_vs_purge() {
 /// payload the filler wrote before publishing (a plain, non-atomic write).
 #[test]
 fn publish_claim_orders_payload() {
-    let seen = explore("publish_claim_orders_payload", |start| {
+    let seen = explore("publish_claim_orders_payload", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Free, NO_HOLDER));
         let r2 = r.clone();
         let consumer = thread::spawn(move || {
@@ -308,7 +261,7 @@ fn publish_claim_orders_payload() {
 #[test]
 fn control_relaxed_publish_is_caught() {
     let r = std::panic::catch_unwind(|| {
-        explore("control_relaxed_publish_is_caught", |start| {
+        explore("control_relaxed_publish_is_caught", PREEMPTIONS, |start| {
             let r = Record::new(word(1, State::Filling, A));
             let r2 = r.clone();
             let consumer = thread::spawn(move || {
@@ -336,7 +289,7 @@ fn control_relaxed_publish_is_caught() {
 /// done before the next filler overwrites it.
 #[test]
 fn ack_orders_payload_reads_before_reuse() {
-    let seen = explore("ack_orders_payload_reads_before_reuse", |start| {
+    let seen = explore("ack_orders_payload_reads_before_reuse", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Claimed, A));
         r.write_payload(7);
         let r2 = r.clone();
@@ -363,7 +316,7 @@ fn ack_orders_payload_reads_before_reuse() {
 /// holding the job: the next claimer reads it, Relaxed, and never the old value.
 #[test]
 fn nack_publishes_attempt_count() {
-    let seen = explore("nack_publishes_attempt_count", |start| {
+    let seen = explore("nack_publishes_attempt_count", PREEMPTIONS, |start| {
         let r = Record::new(word(1, State::Claimed, A));
         let r2 = r.clone();
         let holder = thread::spawn(move || {

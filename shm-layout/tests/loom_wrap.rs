@@ -9,56 +9,12 @@
 //! room is caught by the `r3` models only). Run by `.ci/loom`.
 #![cfg(xtcq_loom)]
 
-use std::collections::BTreeSet;
-use std::fmt::Debug;
-use std::sync::Mutex;
+mod loom_support;
+use loom_support::{explore, Start};
 
 use loom::sync::Arc;
 use loom::thread;
 use shm_layout::{DequeOwner, Flavor, HeapDeque, Steal};
-
-#[derive(Clone, Copy, Debug)]
-enum Start {
-    MainFirst,
-    SpawnedFirst,
-}
-impl Start {
-    fn after_spawn(self) {
-        if let Start::SpawnedFirst = self {
-            thread::yield_now();
-        }
-    }
-}
-
-fn explore<O, F>(name: &str, model: F) -> BTreeSet<O>
-where
-    O: Ord + Debug + Send + 'static,
-    F: Fn(Start) -> O + Sync + Send + 'static,
-{
-    let seen = std::sync::Arc::new(Mutex::new(BTreeSet::new()));
-    let model = std::sync::Arc::new(model);
-    for start in [Start::MainFirst, Start::SpawnedFirst] {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound.get_or_insert(3);
-        let (seen, model) = (seen.clone(), model.clone());
-        let t0 = std::time::Instant::now();
-        let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let n2 = n.clone();
-        b.check(move || {
-            n2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let o = model(start);
-            seen.lock().unwrap().insert(o);
-        });
-        eprintln!(
-            "{name} ({start:?}): {} interleavings {:.2?}",
-            n.load(std::sync::atomic::Ordering::Relaxed),
-            t0.elapsed()
-        );
-    }
-    let s = std::mem::take(&mut *seen.lock().unwrap());
-    eprintln!("{name}: {} outcomes: {s:?}", s.len());
-    s
-}
 
 fn batch_into(v: shm_layout::DequeRef<'_>) -> Result<Vec<u64>, &'static str> {
     let mut out = [0u64; 4];
@@ -73,7 +29,7 @@ fn batch_into(v: shm_layout::DequeRef<'_>) -> Result<Vec<u64>, &'static str> {
 /// while the owner takes once and pushes 5 into slot 0 (wrap). Each value exactly once.
 #[test]
 fn r1_fifo_batch_vs_take_and_wrapping_push() {
-    let seen = explore("r1", |start| {
+    let seen = explore("r1", 3, |start| {
         let d = Arc::new(HeapDeque::new(4));
         let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
         for v in 1..=4 {
@@ -104,7 +60,7 @@ fn r1_fifo_batch_vs_take_and_wrapping_push() {
 /// pushes 5 and 6 (wrapping onto slots 0 and 1 as soon as `top` allows).
 #[test]
 fn r2_lifo_batch_vs_pop_take_wrap() {
-    explore("r2", |start| {
+    explore("r2", 3, |start| {
         let d = Arc::new(HeapDeque::new(4));
         let owner = DequeOwner::adopt(d.view(Flavor::Lifo).unwrap());
         for v in 1..=4 {
@@ -185,26 +141,26 @@ fn r3(start: Start, flavor: Flavor, and_pop: bool) -> (Vec<u64>, Vec<u64>) {
 
 #[test]
 fn r3_batch_into_own_wrapping_deque_lifo() {
-    explore("r3 lifo", |s| r3(s, Flavor::Lifo, false));
+    explore("r3 lifo", 3, |s| r3(s, Flavor::Lifo, false));
 }
 #[test]
 fn r3_batch_into_own_wrapping_deque_fifo() {
-    explore("r3 fifo", |s| r3(s, Flavor::Fifo, false));
+    explore("r3 fifo", 3, |s| r3(s, Flavor::Fifo, false));
 }
 #[test]
 fn r3_batch_and_pop_into_own_wrapping_deque_lifo() {
-    explore("r3p lifo", |s| r3(s, Flavor::Lifo, true));
+    explore("r3p lifo", 3, |s| r3(s, Flavor::Lifo, true));
 }
 #[test]
 fn r3_batch_and_pop_into_own_wrapping_deque_fifo() {
-    explore("r3p fifo", |s| r3(s, Flavor::Fifo, true));
+    explore("r3p fifo", 3, |s| r3(s, Flavor::Fifo, true));
 }
 
 /// Victim owner pops concurrently with a LIFO batch into dest, and the batch's handles are
 /// stolen back from dest by the victim's owner thread (E5 on the batch plus publish).
 #[test]
 fn r4_lifo_batch_into_dest_vs_pops_and_stealback() {
-    explore("r4", |start| {
+    explore("r4", 3, |start| {
         let victim = Arc::new(HeapDeque::new(4));
         let vo = DequeOwner::adopt(victim.view(Flavor::Lifo).unwrap());
         for v in 1..=3 {
