@@ -18,7 +18,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,24 +31,6 @@ const QUEUE: &str = "crash";
 const RECORDS: u64 = 16384;
 /// Most jobs a consumer claims at once.
 const BATCH: usize = 4;
-
-fn env_u(k: &str, default: u64) -> u64 {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn out(line: impl std::fmt::Display) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "@@ {line}");
-    let _ = o.flush();
-}
-
-/// Blocks until the parent closes our stdin.
-fn hold() {
-    let mut s = String::new();
-    while std::io::stdin().lock().read_line(&mut s).map(|n| n > 0).unwrap_or(false) {
-        s.clear();
-    }
-}
 
 /// An append-only log written with one `write(2)` per line: a line is either wholly in the
 /// file or not at all when the process is killed.
@@ -68,16 +50,7 @@ impl Log {
 /// unset.
 #[test]
 fn child_main() {
-    let Ok(role) = std::env::var("XTCQ_TEST_ROLE") else { return };
-    let code = match run_role(&role) {
-        Ok(()) => 0,
-        Err(e) => {
-            out(format_args!("error {e}"));
-            1
-        }
-    };
-    let _ = std::io::stdout().flush();
-    std::process::exit(code);
+    child_entry(run_role);
 }
 
 fn parse_id(p: &[u8]) -> Result<u64, Error> {
@@ -101,8 +74,8 @@ fn push_retrying(
 }
 
 fn run_role(role: &str) -> Result<(), Error> {
-    let n = env_u("XTCQ_TEST_N", 100);
-    let base = env_u("XTCQ_TEST_BASE", 0);
+    let n = env_or("XTCQ_TEST_N", 100);
+    let base = env_or("XTCQ_TEST_BASE", 0);
     let c = Client::connect(None)?;
     match role {
         // Owner: push ids base..base+n; with XTCQ_TEST_POP, then pop (LIFO) and ack them all.

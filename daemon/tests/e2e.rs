@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,45 +16,16 @@ use xtcq_client::{Client, Error, Flavor, QueueParams};
 
 const N: usize = 10_000;
 
-fn env_u(k: &str, default: usize) -> usize {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn out(line: impl std::fmt::Display) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "@@ {line}");
-    let _ = o.flush();
-}
-
-/// Blocks until the parent closes our stdin.
-fn hold() {
-    let mut s = String::new();
-    while std::io::stdin().lock().read_line(&mut s).map(|n| n > 0).unwrap_or(false) {
-        s.clear();
-    }
-}
-
 /// The entry point of child processes; an ordinary (empty) test when `XTCQ_TEST_ROLE` is
 /// unset.
 #[test]
 fn child_main() {
-    let Ok(role) = std::env::var("XTCQ_TEST_ROLE") else { return };
-    let code = match run_role(&role) {
-        Ok(()) => 0,
-        Err(e) => {
-            out(format_args!("error {e}"));
-            1
-        }
-    };
-    let _ = std::io::stdout().flush();
-    // Do not return into the test harness: exit now, skipping destructors on purpose for the
-    // roles that simulate a crash.
-    std::process::exit(code);
+    child_entry(run_role);
 }
 
 fn run_role(role: &str) -> Result<(), Error> {
     let queue = std::env::var("XTCQ_TEST_QUEUE").unwrap_or_else(|_| "jobs".into());
-    let n = env_u("XTCQ_TEST_N", N);
+    let n = env_or("XTCQ_TEST_N", N);
     let c = Client::connect(None)?;
     match role {
         // Push n jobs (payload: the job number) from our own deque, then exit (or hold).

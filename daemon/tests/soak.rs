@@ -40,30 +40,11 @@ const QUEUE: &str = "soak";
 const BATCH: usize = 8;
 const RECORDS: u64 = 16384;
 
-fn env_u(k: &str, default: u64) -> u64 {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn out(line: impl std::fmt::Display) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "@@ {line}");
-    let _ = o.flush();
-}
-
 /// The entry point of child processes; an ordinary (empty) test when `XTCQ_TEST_ROLE` is
 /// unset.
 #[test]
 fn child_main() {
-    let Ok(role) = std::env::var("XTCQ_TEST_ROLE") else { return };
-    let code = match run_role(&role) {
-        Ok(()) => 0,
-        Err(e) => {
-            out(format_args!("error {e}"));
-            1
-        }
-    };
-    let _ = std::io::stdout().flush();
-    std::process::exit(code);
+    child_entry(run_role);
 }
 
 /// Connects, retrying while the daemon is down (it may be being restarted).
@@ -107,8 +88,8 @@ fn run_role(role: &str) -> Result<(), Error> {
     match role {
         // Push ids base..base+n, logging each after its push returned.
         "producer" => {
-            let base = env_u("XTCQ_TEST_BASE", 0);
-            let n = env_u("XTCQ_TEST_N", 0);
+            let base = env_or("XTCQ_TEST_BASE", 0);
+            let n = env_or("XTCQ_TEST_N", 0);
             let mut log = log_file();
             let owner = retry(|| connect()?.attach_owner(QUEUE))?;
             for id in base..base + n {
@@ -129,7 +110,7 @@ fn run_role(role: &str) -> Result<(), Error> {
         // Steal (batches, else a blocking single steal), log, run, ack; after stdin closes,
         // exit once the queue stays empty.
         "worker" => {
-            let work = Duration::from_micros(env_u("XTCQ_SOAK_WORK_US", 200));
+            let work = Duration::from_micros(env_or("XTCQ_SOAK_WORK_US", 200));
             let mut log = log_file();
             let stop = Arc::new(AtomicBool::new(false));
             {
@@ -234,7 +215,7 @@ fn spawn_worker(socket: &Path, dir: &Path, k: usize) -> Child {
     let log = dir.join(format!("worker.{k}.log"));
     let env = [
         ("XTCQ_TEST_LOG", log.display().to_string()),
-        ("XTCQ_SOAK_WORK_US", env_u("XTCQ_SOAK_WORK_US", 200).to_string()),
+        ("XTCQ_SOAK_WORK_US", env_or("XTCQ_SOAK_WORK_US", 200).to_string()),
     ];
     Child { role: spawn_role("worker", socket, &env), log }
 }
@@ -269,11 +250,11 @@ fn recoveries(log: &str) -> BTreeMap<u32, u64> {
 #[test]
 #[ignore = "long: the random-kill soak; run with --ignored (see the module docs)"]
 fn random_kill_soak() {
-    let jobs = env_u("XTCQ_SOAK_JOBS", 200_000);
-    let secs = env_u("XTCQ_SOAK_SECS", 0);
-    let kill_ms = env_u("XTCQ_SOAK_KILL_MS", 300).max(10);
-    let daemon_kills = env_u("XTCQ_SOAK_DAEMON_KILLS", 3);
-    let seed = env_u("XTCQ_SOAK_SEED", monotonic_ns() | 1);
+    let jobs = env_or("XTCQ_SOAK_JOBS", 200_000);
+    let secs = env_or("XTCQ_SOAK_SECS", 0);
+    let kill_ms = env_or("XTCQ_SOAK_KILL_MS", 300).max(10);
+    let daemon_kills = env_or("XTCQ_SOAK_DAEMON_KILLS", 3);
+    let seed = env_or("XTCQ_SOAK_SEED", monotonic_ns() | 1);
     let mut rng = Rng(seed | 1);
     eprintln!(
         "soak: {jobs} jobs, 1 producer + 4 workers, a kill every ~{kill_ms} ms, {daemon_kills} daemon kills, seed {seed}"

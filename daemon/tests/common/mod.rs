@@ -329,3 +329,44 @@ pub fn eventually<T>(t: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T>
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+// ---- The child side: what a test binary re-run in a role uses to talk to the harness above.
+
+/// `$k` parsed, or `default`.
+pub fn env_or<T: std::str::FromStr>(k: &str, default: T) -> T {
+    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Writes one `@@ ` line (what [`Role`] reads) and flushes it at once: the child may die next.
+pub fn out(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "@@ {line}");
+    let _ = o.flush();
+}
+
+/// Blocks until the parent closes our stdin.
+pub fn hold() {
+    let mut s = String::new();
+    while std::io::stdin().lock().read_line(&mut s).map(|n| n > 0).unwrap_or(false) {
+        s.clear();
+    }
+}
+
+/// The body of a test binary's `child_main`: a no-op when `XTCQ_TEST_ROLE` is unset (an
+/// ordinary, empty test); else runs `run_role`, reports an error as `@@ error …`, and exits
+/// without returning into the test harness (skipping destructors on purpose, for the roles
+/// that simulate a crash).
+pub fn child_entry<E: std::fmt::Display>(run_role: impl FnOnce(&str) -> Result<(), E>) {
+    let Ok(role) = std::env::var("XTCQ_TEST_ROLE") else { return };
+    let code = match run_role(&role) {
+        Ok(()) => 0,
+        Err(e) => {
+            out(format_args!("error {e}"));
+            1
+        }
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
