@@ -18,7 +18,7 @@ use crate::layout::WaitWord;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::state::{JobHandle, State};
-use crate::segment::{monotonic_ns, QueueError, QueueInfo, Segment};
+use crate::segment::{coarse_monotonic_ns, monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
 /// Why a push failed. The job was not queued.
@@ -274,15 +274,6 @@ impl Owner {
         }
         self.ctx.pop_overflow(self.me)
     }
-}
-
-/// CLOCK_MONOTONIC_COARSE in ns: the time of the last kernel tick (1-4 ms resolution), never
-/// ahead of [`monotonic_ns`]. For a job's enqueue time, which is there to tell a job's age:
-/// the precise clock costs ~34 ns per call in this project's KVM guests (measured with a C
-/// loop of 10M calls: 34.1 ns vs 6.7 ns coarse), half of a whole single-thread push + pop.
-fn coarse_monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).

@@ -213,6 +213,15 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// CLOCK_MONOTONIC_COARSE in ns: the time of the last kernel tick (1-4 ms resolution), never
+/// ahead of [`monotonic_ns`]. For a job's enqueue time, which is there to tell a job's age:
+/// the precise clock costs ~34 ns per call in this project's KVM guests (measured with a C
+/// loop of 10M calls: 34.1 ns vs 6.7 ns coarse), half of a whole single-thread push + pop.
+pub fn coarse_monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 impl Segment {
     /// Creates a new segment file at `path` (which must not exist) with `config`, readable
     /// and writable by the modes in `mode` (e.g. `0o600`, or `0o660` for a group).
