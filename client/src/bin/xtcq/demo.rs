@@ -403,11 +403,8 @@ pub fn role(socket: Option<&Path>, a: RoleArgs) -> Result<i32> {
             let mut buf = Vec::with_capacity(PAYLOAD);
             let mut last = 0u64;
             loop {
-                let job = match thief.steal()? {
-                    Some(j) => Some(j),
-                    None => thief.steal_wait(Some(Duration::from_millis(20)))?,
-                };
-                let Some(job) = job else {
+                // steal_wait looks first, and sleeps only when there is nothing.
+                let Some(job) = thief.steal_wait(Some(Duration::from_millis(20)))? else {
                     if a.stop.exists() && thief.steal()?.is_none() {
                         break;
                     }

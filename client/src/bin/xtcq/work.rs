@@ -227,9 +227,8 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
-            Ok(Ran::Exited(st)) if st.success() => job.ack(),
-            Ok(Ran::Exited(st)) => job.fail(&describe(&st)),
-            Ok(Ran::Killed(why)) => job.fail(&why),
+            Ok(Ran::Exited(_)) if succeeded => job.ack(),
+            Ok(Ran::Exited(_) | Ran::Killed(_)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
         // Counted once settled: a job whose command succeeded but whose ack came too late
