@@ -74,8 +74,8 @@ fn push_retrying(
 }
 
 fn run_role(role: &str) -> Result<(), Error> {
-    let n = env_or("XTCQ_TEST_N", 100);
-    let base = env_or("XTCQ_TEST_BASE", 0);
+    let n: u64 = env_or("XTCQ_TEST_N", 100);
+    let base: u64 = env_or("XTCQ_TEST_BASE", 0);
     let c = Client::connect(None)?;
     match role {
         // Owner: push ids base..base+n; with XTCQ_TEST_POP, then pop (LIFO) and ack them all.

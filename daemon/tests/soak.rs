@@ -88,8 +88,8 @@ fn run_role(role: &str) -> Result<(), Error> {
     match role {
         // Push ids base..base+n, logging each after its push returned.
         "producer" => {
-            let base = env_or("XTCQ_TEST_BASE", 0);
-            let n = env_or("XTCQ_TEST_N", 0);
+            let base: u64 = env_or("XTCQ_TEST_BASE", 0);
+            let n: u64 = env_or("XTCQ_TEST_N", 0);
             let mut log = log_file();
             let owner = retry(|| connect()?.attach_owner(QUEUE))?;
             for id in base..base + n {
@@ -353,13 +353,14 @@ fn random_kill_soak() {
             continue;
         }
 
-        // A worker (4 in 5) or the producer (unless it has just finished).
+        // A worker (4 in 5) or the producer (unless it has just finished). The first kill is
+        // the producer's, so that even a short run covers a producer dying mid-stream.
         let daemon = daemons.len() - 1;
         let producer_running = producer
             .as_mut()
             .and_then(|p| p.role.child.as_mut())
             .is_some_and(|ch| matches!(ch.try_wait(), Ok(None)));
-        if rng.below(5) == 0 && producer_running {
+        if (rng.below(5) == 0 || producer_kills == 0) && producer_running {
             let mut p = producer.take().unwrap();
             let pid = p.role.pid();
             let at_ns = monotonic_ns();
@@ -404,9 +405,20 @@ fn random_kill_soak() {
 
     // Accounting.
     let mut pushed: Vec<u64> = Vec::new();
+    let mut logged_in: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for p in &producer_logs {
-        pushed.extend(lines(p).iter().map(|l| l.parse::<u64>().expect("producer log line")));
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        for l in lines(p) {
+            let id = l.parse::<u64>().unwrap_or_else(|e| panic!("producer log line {l:?} in {name}: {e}"));
+            pushed.push(id);
+            logged_in.entry(id).or_default().push(name.clone());
+        }
     }
+    let twice: Vec<_> = logged_in.iter().filter(|(_, f)| f.len() > 1).take(10).collect();
+    assert!(
+        twice.is_empty(),
+        "ids logged as pushed more than once (id, logs): {twice:?}; producer logs {producer_logs:?}"
+    );
     let mut runs: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for w in &worker_logs {
         for l in lines(w) {

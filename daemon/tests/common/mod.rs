@@ -332,9 +332,15 @@ pub fn eventually<T>(t: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T>
 
 // ---- The child side: what a test binary re-run in a role uses to talk to the harness above.
 
-/// `$k` parsed, or `default`.
+/// `k` parsed as a `T`, or `default` when unset. A value that does not parse panics rather
+/// than falling back: a silent default once gave every soak producer the same id range.
 pub fn env_or<T: std::str::FromStr>(k: &str, default: T) -> T {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    match std::env::var(k) {
+        Ok(v) => {
+            v.parse().unwrap_or_else(|_| panic!("{k}={v:?} does not parse as {}", std::any::type_name::<T>()))
+        }
+        Err(_) => default,
+    }
 }
 
 /// Writes one `@@ ` line (what [`Role`] reads) and flushes it at once: the child may die next.
