@@ -426,6 +426,7 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         "overflow.push.after_cell",
         "overflow.pop.after_cell",
         "ack.before_cas",
+        "give_back.writing",
         "nack.after_requeue",
         "daemon.recovery.mid",
     ];
@@ -490,6 +491,12 @@ fn consumer_killed_after_taking_an_overflow_cell() {
 fn consumer_killed_after_running_a_job_before_its_ack() {
     let reruns = consumer_dies("ack.before_cas", 1024, 20, &[]);
     assert_eq!(reruns.ran, 1, "the job it ran is re-run once: {reruns:?}");
+}
+
+#[test]
+fn consumer_killed_while_writing_the_header_of_a_nack() {
+    let reruns = consumer_dies("give_back.writing", 1024, 5, &[("XTCQ_TEST_NACK", "1")]);
+    assert_eq!(reruns.ran, 1, "the job being nacked is run again, once: {reruns:?}");
 }
 
 #[test]

@@ -612,21 +612,14 @@ impl ClaimedJob<'_> {
         else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
-        let w = st.load();
-        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
-        if w != ours {
-            return Err(self.not_held(w.0));
-        }
+        // Writing(me) while we store the deadline: a revoke cannot slip in between a check
+        // and the store and leave our deadline on the record's next claim.
+        st.begin_write(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))?;
         let d = monotonic_ns().saturating_add(lease.as_nanos().min(u64::MAX as u128) as u64);
+        // Relaxed: published by end_write's Release.
         hdr.deadline_ns.store(d, Ordering::Relaxed);
         self.deadline.set(d);
-        // Lost a race with expiry between the check and the store: the next claim overwrites
-        // the deadline, and we report the loss.
-        let w = st.load();
-        if w != ours {
-            return Err(self.not_held(w.0));
-        }
-        Ok(())
+        st.end_write(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))
     }
 
     fn not_held(&self, found: u64) -> JobError {
@@ -673,19 +666,17 @@ impl ClaimedJob<'_> {
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
-        // Still ours? If lease expiry took the job back, its header may already belong to the
-        // job's next claim, or to another job: write nothing. (A revoke landing between this
-        // check and our CAS below still makes the CAS fail; only the header writes in that
-        // window of a few instructions are exposed. See RELIABILITY.md, known gaps.)
-        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
-        let now = st.load();
-        if now != ours {
-            return Err(self.not_held(now.0));
-        }
+        let g = self.handle.generation;
+        // Claimed(me) -> Writing(me) first: if lease expiry took the job back, this fails and
+        // we write nothing (the header may already be the next claim's, or another job's);
+        // once it succeeds, nothing but our own death moves the record until we leave
+        // Writing, so the header writes below cannot land on another job.
+        st.begin_write(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+        crate::fail_point!("give_back.writing");
         if let Some(reason) = reason {
             crate::dead_letter::store_last_error(hdr, reason);
         }
-        // Relaxed: published by the Release of the CAS below; we hold the record.
+        // Relaxed: published by the Release of the CAS that leaves Writing.
         let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
         hdr.attempts.store(attempts, Ordering::Relaxed);
         // Cleared before the Release CAS that gives the job back: the next claim's CAS
@@ -694,12 +685,12 @@ impl ClaimedJob<'_> {
         // job waited in line, and would expire the next claim at once).
         hdr.deadline_ns.store(0, Ordering::Relaxed);
         if self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
-            return st.dead_letter(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0));
+            return st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,
         // which recovery re-indexes. The other order could leave an index whose claim fails
         // while we still hold the record, and the job would wait for recovery.
-        st.requeue_claimed(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
         self.ctx.overflow.push(idx).map_err(|source| JobError::Requeue { handle: self.handle, source })?;
         crate::wait::notify(self.ctx.wait);

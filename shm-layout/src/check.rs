@@ -186,11 +186,12 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             State::Free => r.counts.free += 1,
             State::Filling => r.counts.filling += 1,
             State::Queued => r.counts.queued += 1,
-            State::Claimed => r.counts.claimed += 1,
+            // Writing is a claim whose holder is writing its header for a moment.
+            State::Claimed | State::Writing => r.counts.claimed += 1,
             State::Dead => r.counts.dead += 1,
         }
         match state {
-            State::Filling | State::Claimed => {
+            State::Filling | State::Claimed | State::Writing => {
                 if holder == NO_HOLDER || holder >= cfg.process_slots {
                     problem(
                         &mut r,

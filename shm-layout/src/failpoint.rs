@@ -19,6 +19,7 @@ pub const POINTS: &[(&str, &str)] = &[
     ("overflow.push.after_cell", "a pusher filled an overflow cell and has not advanced tail"),
     ("overflow.pop.after_cell", "a popper emptied an overflow cell and has not claimed the record"),
     ("ack.before_cas", "a consumer finished a job and has not acked it"),
+    ("give_back.writing", "a consumer giving a job back holds it in Writing and has not re-queued it"),
     ("nack.after_requeue", "a consumer re-queued a job (Queued) and has not indexed it"),
     ("daemon.recovery.mid", "the daemon is half-way through recovering a dead process"),
 ];

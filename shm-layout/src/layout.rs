@@ -45,12 +45,14 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
-/// Bumped on any change to this file.
+/// Bumped on any change to this file, and on any new value a shared word can hold.
 ///
 /// - 1: first release.
 /// - 2: [`DequeHeader`] keeps `top` and `bottom` on one line (was a line each); the header is
 ///   256 bytes, was 384, so every deque's slots and every region after the deques moved.
-pub const LAYOUT_VERSION: u32 = 2;
+/// - 3: a record's state word can be `Writing` (5): a holder writing the header. A version-2
+///   process would take that for corruption.
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"

@@ -6,9 +6,12 @@
 //! run while every other process keeps working:
 //! - a record `Filling(g, dead)` is freed (`Free(g + 1)`): its push never returned, so its
 //!   producer never got a handle and nothing indexes it;
-//! - a record `Claimed(g, dead)` is first revoked (`Claimed(g, NO_HOLDER)`, one CAS), then
-//!   gets attempt + 1 and is re-queued on its queue's overflow ring, or dead-lettered at the
-//!   queue's attempt limit (lease expiry does the same to the claim of a live holder);
+//! - a record `Claimed(g, dead)` or `Writing(g, dead)` is first revoked (`Claimed(g,
+//!   NO_HOLDER)`, one CAS), then gets attempt + 1 and is re-queued on its queue's overflow
+//!   ring, or dead-lettered at the queue's attempt limit (lease expiry does the same to the
+//!   `Claimed` record of a live holder, never to a `Writing` one: that holder is writing the
+//!   header itself). A holder that died in `Writing` while giving the job back may already
+//!   have counted its attempt, so that job may count one attempt more than it ran;
 //! - a record `Queued(g)` that no deque slot in `[top, bottom)` and no overflow cell in
 //!   `[head, tail)` names — a thief died between its winning CAS on `top` and its claim — is
 //!   put on the overflow ring again. Only records seen `Queued` and unreferenced with the same
@@ -58,7 +61,7 @@ pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
             Some(State::Filling) if st.free_filling(w.generation(), holder).is_ok() => {
                 out.freed_filling += 1;
             }
-            Some(State::Claimed) => {
+            Some(State::Claimed | State::Writing) => {
                 let handle = JobHandle { index: i, generation: w.generation() };
                 match give_back(seg, i, w, holder, "its consumer died") {
                     Ok(GiveBack::Requeued) => out.requeued.push(handle),
@@ -85,9 +88,9 @@ enum GiveBack {
     Moved,
 }
 
-/// `Claimed(w, holder)` → `Claimed(w, NO_HOLDER)` (revoked: taken from its holder, so only
-/// we may write its header now) → attempt + 1 → `Queued` + overflow index, or `Dead` at the
-/// limit.
+/// `Claimed(w, holder)` (or `Writing(w, holder)` of a dead holder) → `Claimed(w, NO_HOLDER)`
+/// (revoked: taken from its holder, so only we may write its header now) → attempt + 1 →
+/// `Queued` + overflow index, or `Dead` at the limit. `w` is the word as the caller saw it.
 ///
 /// The revoking CAS comes first because the holder of an expired lease is alive: it may ack
 /// at any moment, and once the record is freed a producer may be filling it for another job.
@@ -110,9 +113,11 @@ fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) ->
         // (they were published by the claim it made or by its own later stores before any
         // Release it did); Release orders our revoke before our header writes for a reader
         // that Acquires the state word.
-        let from = StateWord::pack(g, State::Claimed, holder).0;
+        if !matches!(w.state(), Some(State::Claimed | State::Writing)) || w.holder() != holder {
+            return Ok(GiveBack::Moved);
+        }
         let to = StateWord::pack(g, State::Claimed, NO_HOLDER).0;
-        if st.0.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if st.0.compare_exchange(w.0, to, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Ok(GiveBack::Moved);
         }
     }

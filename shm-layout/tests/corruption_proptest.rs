@@ -79,7 +79,8 @@ fn plausible_word() -> impl Strategy<Value = u64> {
         Just(State::Filling),
         Just(State::Queued),
         Just(State::Claimed),
-        Just(State::Dead)
+        Just(State::Dead),
+        Just(State::Writing)
     ];
     prop_oneof![
         any::<u64>(),

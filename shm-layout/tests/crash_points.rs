@@ -275,6 +275,11 @@ fn ack_before_cas() {
 }
 
 #[test]
+fn give_back_writing() {
+    crash_at("give_back.writing", "nack", Flavor::Lifo, 16, 3);
+}
+
+#[test]
 fn nack_after_requeue() {
     crash_at("nack.after_requeue", "nack", Flavor::Lifo, 16, 3);
 }

@@ -34,6 +34,7 @@ const PREEMPTIONS: usize = 10;
 /// Process slots of the model's actors.
 const A: u32 = 1;
 const B: u32 = 2;
+const C: u32 = 3;
 
 fn word(generation: u32, state: State, holder: u32) -> u64 {
     StateWord::pack(generation, state, holder).0
@@ -333,4 +334,116 @@ fn nack_publishes_attempt_count() {
         claimed
     });
     assert_eq!(seen, BTreeSet::from([false, true]));
+}
+
+/// Lease expiry revokes a live holder's claim while the holder gives the job back itself;
+/// the revoker re-runs the job (claim and ack by B) and the record is refilled by another
+/// job (C). The holder writes the header (the payload cell stands for its attempt count)
+/// only inside `Writing`, so its write is ordered against the revoker's and the next job's
+/// (loom would report an unordered one) and never lands on the next job.
+#[test]
+fn give_back_in_writing_vs_revoke_and_reuse() {
+    let seen = explore("give_back_in_writing_vs_revoke_and_reuse", PREEMPTIONS, |start| {
+        let r = Record::new(word(1, State::Claimed, A));
+        let r2 = r.clone();
+        let expiry = thread::spawn(move || revoke_rerun_and_refill(&r2));
+        start.after_spawn();
+        let gave_back = r.st().begin_write(1, A).is_ok();
+        if gave_back {
+            r.write_payload(r.read_payload() + 1);
+            r.st().requeue_written(1, A).expect("nothing moves a Writing record but its holder");
+        }
+        let revoked = expiry.join().unwrap();
+        assert!(gave_back != revoked, "gave back {gave_back}, revoked {revoked}");
+        if revoked {
+            assert_eq!(r.st().load(), StateWord::pack(2, State::Queued, NO_HOLDER));
+            assert_eq!(r.read_payload(), 100, "the late holder wrote on the next job's header");
+        } else {
+            assert_eq!(r.st().load(), StateWord::pack(1, State::Queued, NO_HOLDER));
+            assert_eq!(r.read_payload(), 1);
+        }
+        revoked
+    });
+    assert_eq!(seen, BTreeSet::from([false, true]));
+}
+
+/// What lease expiry and the jobs after it do in the two models above and below: revoke A's
+/// claim (as `recovery::give_back` does), count the attempt, re-queue; B claims and acks; C
+/// fills the record with a new job whose header says 100. `false` if A's claim was gone.
+fn revoke_rerun_and_refill(r: &Record) -> bool {
+    let (from, to) = (word(1, State::Claimed, A), word(1, State::Claimed, NO_HOLDER));
+    if r.state.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return false;
+    }
+    r.write_payload(r.read_payload() + 1);
+    r.st().requeue_claimed(1, NO_HOLDER).unwrap();
+    r.st().claim(1, B).unwrap();
+    r.st().ack(1, B).unwrap();
+    assert_eq!(r.st().begin_fill(C).unwrap(), 2);
+    r.write_payload(100);
+    r.st().publish(2, C).unwrap();
+    true
+}
+
+/// Control for the test above: the give-back as it was before `Writing` (check the word is
+/// still ours, write the header, then CAS `Claimed -> Queued`) lets the holder's write race
+/// the revoker's and the next job's, and loom finds it. Shows the model above has teeth.
+#[test]
+fn control_check_then_write_give_back_is_caught() {
+    let r = std::panic::catch_unwind(|| {
+        explore("control_check_then_write_give_back_is_caught", PREEMPTIONS, |start| {
+            let r = Record::new(word(1, State::Claimed, A));
+            let r2 = r.clone();
+            let expiry = thread::spawn(move || revoke_rerun_and_refill(&r2));
+            start.after_spawn();
+            if r.st().load() == StateWord::pack(1, State::Claimed, A) {
+                r.write_payload(r.read_payload() + 1);
+                let _ = r.st().requeue_claimed(1, A);
+            }
+            if expiry.join().unwrap() {
+                assert_eq!(r.read_payload(), 100, "the late holder wrote on the next job's header");
+            }
+        })
+    });
+    let payload = r.expect_err("loom did not catch the check-then-write give-back");
+    let msg = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains("Causality violation") || msg.contains("the late holder wrote"),
+        "failed for another reason: {msg}"
+    );
+    eprintln!("control: loom caught the check-then-write give-back, as it should: {msg}");
+}
+
+/// A lease extension (`begin_write`, deadline store, `end_write`) races lease expiry: exactly
+/// one wins; a lost extension writes nothing.
+#[test]
+fn extend_lease_vs_revoke() {
+    let seen = explore("extend_lease_vs_revoke", PREEMPTIONS, |start| {
+        let r = Record::new(word(1, State::Claimed, A));
+        let r2 = r.clone();
+        let expiry = thread::spawn(move || revoke_rerun_and_refill(&r2));
+        start.after_spawn();
+        let extended = r.st().begin_write(1, A).is_ok();
+        if extended {
+            r.write_payload(50);
+            r.st().end_write(1, A).expect("nothing moves a Writing record but its holder");
+        }
+        let revoked = expiry.join().unwrap();
+        if revoked {
+            assert_eq!(r.read_payload(), 100, "a lost extension wrote on the next job's header");
+        } else {
+            assert!(extended);
+            assert_eq!(r.st().load(), StateWord::pack(1, State::Claimed, A));
+            assert_eq!(r.read_payload(), 50);
+        }
+        (extended, revoked)
+    });
+    // The extension first (expiry then finds Writing and gives up, or finds Claimed again
+    // and revokes), or the revoke first (the extension fails).
+    assert!(seen.contains(&(true, false)), "{seen:?}");
+    assert!(seen.contains(&(false, true)), "{seen:?}");
 }

@@ -22,7 +22,16 @@
 //!      +-- abandon (could not be indexed) --------------------------+                       |  |
 //!      +-- ack(me): Free(g + 1) --------------------------------------------------------------+  |
 //!                                              Dead(g) <-- dead_letter(me) ---------------------+
+//!
+//!   Claimed(g, me) --begin_write--> Writing(g, me) --end_write--> Claimed(g, me)   (extend a lease)
+//!                                   Writing(g, me) --requeue_written / dead_letter_written--> Queued(g) / Dead(g)
 //! ```
+//!
+//! `Writing(g, me)` is the holder's claim while it writes the record's header (attempt count,
+//! last error, lease deadline): lease expiry only revokes `Claimed`, so from `begin_write` to
+//! the CAS that leaves `Writing` nobody else can take the record, and the holder's header
+//! writes cannot land on the record's next job. Recovery of a dead holder treats `Writing`
+//! exactly like `Claimed`.
 //!
 //! **The claim CAS `Queued(g) -> Claimed(g, me)` is the one arbiter of who runs a job.**
 //! Deques and overflow rings are only indexes; a stale handle (older generation) or a
@@ -53,6 +62,9 @@ pub enum State {
     Claimed = 3,
     /// Failed too often; kept for inspection, not run.
     Dead = 4,
+    /// Still held by its holder, which is writing the header (giving the job back, or
+    /// extending its lease); lease expiry leaves it alone, recovery treats it as `Claimed`.
+    Writing = 5,
 }
 
 impl State {
@@ -63,6 +75,7 @@ impl State {
             2 => State::Queued,
             3 => State::Claimed,
             4 => State::Dead,
+            5 => State::Writing,
             _ => return None,
         })
     }
@@ -212,6 +225,47 @@ impl<'a> RecordState<'a> {
         self.cas(
             StateWord::pack(generation, State::Claimed, holder),
             StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Claimed(g, me) -> Writing(g, me)`: the holder takes the header for itself before it
+    /// writes it, so that a lease revoke cannot hand the record to another job in between.
+    /// Fails when the claim is no longer ours (lease expired, or a stale handle).
+    pub fn begin_write(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Claimed, me),
+            StateWord::pack(generation, State::Writing, me),
+            Ordering::Acquire,
+        )
+    }
+
+    /// `Writing(g, me) -> Claimed(g, me)`. Release publishes the new lease deadline to a
+    /// lease scan that Acquires the word.
+    pub fn end_write(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Writing, me),
+            StateWord::pack(generation, State::Claimed, me),
+            Ordering::Release,
+        )
+    }
+
+    /// `Writing(g, me) -> Queued(g)`: a nack. Release publishes the attempt count and last
+    /// error; pairs with the next `claim`. The caller must then index the record again.
+    pub fn requeue_written(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Writing, me),
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Writing(g, me) -> Dead(g)`: a nack at the attempt limit. Release publishes the last
+    /// error to whoever lists the dead letters.
+    pub fn dead_letter_written(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Writing, me),
+            StateWord::pack(generation, State::Dead, NO_HOLDER),
             Ordering::Release,
         )
     }
