@@ -13,6 +13,15 @@
 //!   daemon), or fails with [`Error::DaemonLost`] when the daemon is still unreachable.
 //!   Handles keep working in shared memory meanwhile: a restarted daemon adopts the
 //!   process's slot and leases from the segment, not from the connection;
+//! - a connection holds at most one process slot (the daemon registers it at the first
+//!   attach); this side remembers it, and the first request on a re-established link is a
+//!   `Resume` of that slot, so the process keeps one slot across daemon restarts instead of
+//!   taking one more per restart. A daemon that predates `Resume` answers `BadRequest`:
+//!   then the link carries on as before (it adopted our slot, so our handles still work,
+//!   and the next attach takes a fresh one). A daemon that refuses the slot
+//!   (`SlotNotHeld`: it recovered it, e.g. taking the process for dead) is reported once as
+//!   [`Error::SlotNotResumed`], since handles attached under that slot are no longer backed
+//!   by it; the link is kept and the next attach takes a fresh slot;
 //! - dropping the last [`Conn`] shuts the socket down, which ends the reader thread; the
 //!   daemon then sees the connection close (and releases leases once the process exits).
 
@@ -26,7 +35,7 @@ use std::time::Duration;
 use shm_layout::Segment;
 use xtcq_proto::frame;
 use xtcq_proto::{
-    ErrorReply, Event, Hello, HelloOk, HelloReply, Request, RequestFrame, Response, ServerMessage,
+    ErrorCode, ErrorReply, Event, Hello, HelloOk, HelloReply, Request, RequestFrame, Response, ServerMessage,
 };
 
 use crate::Error;
@@ -118,6 +127,9 @@ pub(crate) struct Conn {
     timeout: Duration,
     reconnects: AtomicU64,
     segment: Mutex<Option<Arc<Segment>>>,
+    /// `(slot, slot epoch)` the daemon gave this connection at its first attach (or a
+    /// resume): what a re-established link asks back.
+    held_slot: Mutex<Option<(u32, u64)>>,
 }
 
 /// What callers read of the current link without taking it.
@@ -143,6 +155,7 @@ impl Conn {
             timeout,
             reconnects: AtomicU64::new(0),
             segment: Mutex::new(None),
+            held_slot: Mutex::new(None),
         })
     }
 
@@ -157,6 +170,11 @@ impl Conn {
 
     pub(crate) fn is_connected(&self) -> bool {
         !lock(&self.current).status.lost.load(Ordering::Acquire)
+    }
+
+    /// The process slot this connection holds, if it attached.
+    pub(crate) fn process_slot(&self) -> Option<u32> {
+        lock(&self.held_slot).map(|(slot, _)| slot)
     }
 
     /// Times the connection was re-established after a loss.
@@ -179,11 +197,12 @@ impl Conn {
         self.request_within(req, queue, self.timeout)
     }
 
-    /// Re-establishes a lost link (a restarted daemon, or one that came back). A daemon that
-    /// is still unreachable is reported as the loss; any other failure (say, a version
-    /// mismatch after an upgrade) as itself.
+    /// Re-establishes a lost link (a restarted daemon, or one that came back), and asks the
+    /// daemon to give it the process slot this connection held. A daemon that is still
+    /// unreachable is reported as the loss; any other failure (say, a version mismatch
+    /// after an upgrade) as itself.
     fn reconnect(&self, link: &mut Link) -> Result<(), Error> {
-        let new = match Link::open(&self.path, &self.client_name, self.timeout) {
+        let mut new = match Link::open(&self.path, &self.client_name, self.timeout) {
             Ok(new) => new,
             Err(e) if e.is_unreachable() => return Err(self.lost()),
             Err(e) => return Err(e),
@@ -199,11 +218,46 @@ impl Conn {
                 });
             }
         }
+        let held = *lock(&self.held_slot);
+        if let Some((slot, slot_epoch)) = held {
+            match self.exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout) {
+                Ok(Response::Resumed { process_slot, slot_epoch: e })
+                    if process_slot == slot && e == slot_epoch => {}
+                Ok(other) => {
+                    let _ = new.writer.shutdown(std::net::Shutdown::Both);
+                    return Err(Error::Protocol {
+                        path: self.path.clone(),
+                        message: format!("the daemon answered a resume of slot {slot} with {other:?}"),
+                    });
+                }
+                // A daemon that predates Resume cannot decode it. It adopted our slot from the
+                // segment, so our handles still work; this link's next attach takes another
+                // slot, as before Resume existed.
+                Err(e) if e.code() == Some(ErrorCode::BadRequest) => {}
+                Err(Error::Daemon(ErrorReply { code: ErrorCode::SlotNotHeld, message })) => {
+                    // The slot is gone (recovered: the daemon took us for dead) or never was
+                    // ours. Say so once; the link is good, and the next attach registers a
+                    // fresh slot.
+                    *lock(&self.held_slot) = None;
+                    self.install(link, new);
+                    return Err(Error::SlotNotResumed { path: self.path.clone(), slot, message });
+                }
+                Err(e) => {
+                    let _ = new.writer.shutdown(std::net::Shutdown::Both);
+                    return Err(if e.is_unreachable() { self.lost() } else { e });
+                }
+            }
+        }
+        self.install(link, new);
+        Ok(())
+    }
+
+    /// Makes `new` the current link.
+    fn install(&self, link: &mut Link, new: Link) {
         let _ = link.writer.shutdown(std::net::Shutdown::Both);
         *lock(&self.current) = Current { status: new.status.clone(), hello: new.hello.clone() };
         *link = new;
         self.reconnects.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 
     pub(crate) fn request_within(
@@ -216,6 +270,30 @@ impl Conn {
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
         }
+        let r = self.exchange(&mut link, req, queue, t)?;
+        // Remember the slot the daemon registered (or gave back) for this connection.
+        let slot = match &r {
+            Response::OwnerAttached(l) => Some((l.attachment.process_slot, l.attachment.slot_epoch)),
+            Response::ThiefAttached(a) | Response::InjectorAttached(a) => {
+                Some((a.process_slot, a.slot_epoch))
+            }
+            Response::Resumed { process_slot, slot_epoch } => Some((*process_slot, *slot_epoch)),
+            _ => None,
+        };
+        if slot.is_some() {
+            *lock(&self.held_slot) = slot;
+        }
+        Ok(r)
+    }
+
+    /// Sends `req` on `link` and waits up to `t` for its reply.
+    fn exchange(
+        &self,
+        link: &mut Link,
+        req: Request,
+        queue: Option<&str>,
+        t: Duration,
+    ) -> Result<Response, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
         if let Err(e) = frame::write_frame(&mut link.writer, &f) {
@@ -387,6 +465,111 @@ mod tests {
         let e = c.request(Request::Ping, None).unwrap_err();
         assert!(matches!(&e, Error::DaemonLost { reason: Some(r), .. } if r == "test over"), "{e:?}");
         assert!(e.to_string().contains("test over"));
+    }
+
+    /// A fake daemon for two connections in turn: the first attaches us as a thief in slot 3
+    /// (epoch 7) and closes, as a daemon killed after it; the second answers our first
+    /// request with `resume_reply` and every later one with Pong. Every request it reads is
+    /// sent to the returned channel.
+    fn restarting_fake(
+        resume_reply: Result<Response, ErrorReply>,
+    ) -> (tempfile::TempDir, PathBuf, mpsc::Receiver<Request>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fake.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _: Hello = frame::read_frame(&mut s).unwrap();
+            frame::write_frame(&mut s, &ok()).unwrap();
+            let f: RequestFrame = frame::read_frame(&mut s).unwrap();
+            let _ = tx.send(f.request);
+            let att = xtcq_proto::Attachment {
+                process_slot: 3,
+                slot_epoch: 7,
+                segment_path: "/nonexistent".into(),
+                queue: xtcq_proto::QueueInfo {
+                    index: 0,
+                    name: "q".into(),
+                    flavor: Flavor::Lifo,
+                    deques: 1,
+                    capacity: 2,
+                    max_attempts: 0,
+                    lease_ms: 0,
+                },
+            };
+            let r = ServerMessage::Reply { id: f.id, result: Ok(Response::ThiefAttached(att)) };
+            frame::write_frame(&mut s, &r).unwrap();
+            drop(s);
+            let (mut s, _) = l.accept().unwrap();
+            let _: Hello = frame::read_frame(&mut s).unwrap();
+            frame::write_frame(&mut s, &ok()).unwrap();
+            let mut reply = Some(resume_reply);
+            while let Ok(f) = frame::read_frame::<_, RequestFrame>(&mut s) {
+                let _ = tx.send(f.request);
+                let result = reply.take().unwrap_or(Ok(Response::Pong));
+                frame::write_frame(&mut s, &ServerMessage::Reply { id: f.id, result }).unwrap();
+            }
+        });
+        (dir, path, rx)
+    }
+
+    /// Attaches over the first fake connection and waits until its loss is noticed.
+    fn attached_then_lost(p: &Path) -> Conn {
+        let c = Conn::open(p, "t", T).unwrap();
+        c.request(Request::AttachThief { queue: "q".into() }, Some("q")).unwrap();
+        assert_eq!(c.process_slot(), Some(3));
+        let deadline = std::time::Instant::now() + T;
+        while c.is_connected() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!c.is_connected());
+        c
+    }
+
+    const RESUME: Request = Request::Resume { slot: 3, slot_epoch: 7 };
+
+    #[test]
+    fn a_reconnect_asks_for_the_slot_it_held_first() {
+        let (_d, p, seen) = restarting_fake(Ok(Response::Resumed { process_slot: 3, slot_epoch: 7 }));
+        let c = attached_then_lost(&p);
+        assert_eq!(c.request(Request::Ping, None).unwrap(), Response::Pong);
+        let seen: Vec<Request> = seen.try_iter().collect();
+        assert_eq!(seen, vec![Request::AttachThief { queue: "q".into() }, RESUME, Request::Ping]);
+        assert_eq!((c.reconnects(), c.process_slot()), (1, Some(3)));
+    }
+
+    #[test]
+    fn a_daemon_without_resume_is_used_as_before() {
+        let old = ErrorReply::new(ErrorCode::BadRequest, "unknown variant `Resume`, expected one of `Ping`");
+        let (_d, p, seen) = restarting_fake(Err(old));
+        let c = attached_then_lost(&p);
+        assert_eq!(c.request(Request::Ping, None).unwrap(), Response::Pong);
+        assert_eq!(seen.try_iter().nth(1), Some(RESUME));
+        assert_eq!(c.reconnects(), 1);
+    }
+
+    #[test]
+    fn a_refused_resume_is_reported_once_and_the_link_is_kept() {
+        let (_d, p, seen) = restarting_fake(Err(ErrorReply::new(
+            ErrorCode::SlotNotHeld,
+            "it is registered to another process",
+        )));
+        let c = attached_then_lost(&p);
+        let e = c.request(Request::Ping, None).unwrap_err();
+        assert!(matches!(e, Error::SlotNotResumed { slot: 3, .. }), "{e:?}");
+        assert_eq!(e.code(), Some(ErrorCode::SlotNotHeld));
+        let m = e.to_string();
+        assert!(
+            m.contains("slot 3") && m.contains("registered to another process") && m.contains("attach again"),
+            "{m}"
+        );
+        // Not reported again: the link is up and holds no slot; no second Resume is sent.
+        assert_eq!(c.request(Request::Ping, None).unwrap(), Response::Pong);
+        assert_eq!(c.process_slot(), None);
+        let seen: Vec<Request> = seen.try_iter().collect();
+        assert_eq!(seen, vec![Request::AttachThief { queue: "q".into() }, RESUME, Request::Ping]);
+        assert_eq!(c.reconnects(), 1);
     }
 
     #[test]

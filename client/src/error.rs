@@ -150,6 +150,24 @@ pub enum Error {
         /// The segment file this client had mapped.
         segment: PathBuf,
     },
+    /// After its connection was re-established (a daemon restart), the daemon would not give
+    /// this process back the process slot it held: it recovered it (it took the process for
+    /// dead) or the slot is not this process's. Handles attached under that slot are no
+    /// longer backed by it. Reported once; the connection is up, and the next attach takes a
+    /// fresh slot.
+    #[error(
+        "xtcqd at {path} did not give this process back its process slot {slot} after reconnecting \
+         ({message}); handles attached before the reconnect may no longer be valid (their jobs and \
+         deque leases may have been given back): drop them and attach again"
+    )]
+    SlotNotResumed {
+        /// The socket path.
+        path: PathBuf,
+        /// The slot this process held.
+        slot: u32,
+        /// The daemon's reason.
+        message: String,
+    },
     /// A dead letter could not be re-queued or purged.
     #[error("{0}")]
     DeadLetter(String),
@@ -167,6 +185,7 @@ impl Error {
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
             Error::BadRequest(_) => ErrorCode::BadRequest,
             Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
+            Error::SlotNotResumed { .. } => ErrorCode::SlotNotHeld,
             Error::Daemon(e) => e.code,
             _ => return None,
         })

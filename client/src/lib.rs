@@ -121,6 +121,13 @@ impl Client {
         self.conn.reconnects()
     }
 
+    /// The process slot this client's connection holds in the segment (the `me` of its
+    /// handles), once it has attached; `None` before. Kept across daemon restarts: the
+    /// connection asks for it back when it reconnects.
+    pub fn process_slot(&self) -> Option<u32> {
+        self.conn.process_slot()
+    }
+
     /// `false` while the control connection is gone (daemon stopped or crashed) and no
     /// request has re-established it yet. Attached handles keep working in shared memory; a
     /// restarted daemon keeps their leases, and the next request reconnects.

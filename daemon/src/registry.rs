@@ -9,6 +9,14 @@
 //! - a slot is `PROCESS_ACTIVE` from registration until its process has exited *and* its
 //!   connection is closed; then [`Registry::recover_process`] gives back what it held and
 //!   frees it. A process that merely disconnects keeps its slot and leases.
+//! - each slot this daemon watches has exactly one *keeper*: the task that recovers it once
+//!   its process has exited (the connection that registered it, the watcher of a slot
+//!   adopted from an earlier daemon, or the connection that resumed it). A resume moves the
+//!   keeper; a task that is no longer the keeper recovers nothing, so a slot is recovered
+//!   once however many connections it had.
+//! - a slot is given back by [`Registry::resume`] only to the process it is registered to,
+//!   as this daemon identified it (kernel pid, start time, uid; never re-read from the
+//!   segment, which every attached process can write), at the epoch the caller names.
 //! - a deque's lease word is `0` or `lease_word(slot, epoch)` of an active slot; it is set by
 //!   a CAS from 0 (at most one owner per deque), and cleared only by the holder's explicit
 //!   detach or by recovery after the holder died — ownership never moves while the old owner
@@ -16,7 +24,8 @@
 //! - slot writes: fields first, then the state word with Release, so a reader that sees
 //!   `PROCESS_ACTIVE` (Acquire) sees the fields.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
@@ -38,7 +47,7 @@ pub struct SlotId {
 }
 
 /// Who is registering.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessId {
     /// Pid (0: unknown).
     pub pid: u32,
@@ -55,19 +64,42 @@ pub struct Adopted {
     pub slot: SlotId,
     /// Its process.
     pub process: ProcessId,
+    /// The keeper of the slot: the watcher the daemon starts for it.
+    pub keeper: Keeper,
 }
+
+/// Names the one task in charge of recovering a slot once its process has exited (see the
+/// module's invariants). Made by [`Registry::keeper`]; never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keeper(u64);
 
 /// The registry; cheap to clone.
 #[derive(Clone)]
 pub struct Registry {
     seg: Arc<Segment>,
     lock: Arc<Mutex<Tracked>>,
+    next_keeper: Arc<AtomicU64>,
 }
 
-/// In-memory bookkeeping the segment does not hold (for stats).
+/// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
 #[derive(Default)]
 struct Tracked {
-    connected: BTreeSet<u32>,
+    slots: BTreeMap<u32, Kept>,
+}
+
+/// A registered slot this daemon watches.
+struct Kept {
+    /// The incarnation registered (or adopted).
+    epoch: u64,
+    /// The process it belongs to, as this daemon identified it: from the kernel for a slot
+    /// registered over a connection, from the segment confirmed by `/proc` and a pidfd for
+    /// an adopted one. Kept here, so a process that scribbles over the segment's copy
+    /// cannot make the slot look like its own.
+    process: ProcessId,
+    /// Who recovers it.
+    keeper: Keeper,
+    /// Whether the keeper is an open connection.
+    connected: bool,
 }
 
 /// Converts a segment queue error to an error reply.
@@ -110,7 +142,12 @@ fn now_unix_ns() -> u64 {
 impl Registry {
     /// A registry over `seg`.
     pub fn new(seg: Arc<Segment>) -> Self {
-        Self { seg, lock: Arc::new(Mutex::new(Tracked::default())) }
+        Self { seg, lock: Arc::new(Mutex::new(Tracked::default())), next_keeper: Arc::new(AtomicU64::new(1)) }
+    }
+
+    /// A new keeper token (one per connection, one per adopted slot's watcher).
+    pub fn keeper(&self) -> Keeper {
+        Keeper(self.next_keeper.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The segment.
@@ -123,8 +160,8 @@ impl Registry {
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a process in a free slot with `roles`.
-    pub fn register(&self, p: ProcessId, roles: u32) -> Result<SlotId, proto::ErrorReply> {
+    /// Registers a process in a free slot with `roles`, kept by the connection `keeper`.
+    pub fn register(&self, p: ProcessId, roles: u32, keeper: Keeper) -> Result<SlotId, proto::ErrorReply> {
         let mut t = self.lock();
         let n = self.seg.config().process_slots;
         for i in 0..n {
@@ -140,7 +177,7 @@ impl Registry {
             let epoch = s.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             // Release: the fields above are visible to whoever sees ACTIVE.
             s.state.store(PROCESS_ACTIVE, Ordering::Release);
-            t.connected.insert(i);
+            t.slots.insert(i, Kept { epoch, process: p, keeper, connected: true });
             return Ok(SlotId { slot: i, epoch });
         }
         Err(proto::ErrorReply::new(
@@ -157,16 +194,79 @@ impl Registry {
         }
     }
 
-    /// Marks a slot's connection closed (its process may live on).
-    pub fn disconnected(&self, slot: SlotId) {
-        self.lock().connected.remove(&slot.slot);
+    /// Gives slot `want` to the connection `keeper` of process `p`, which held it over an
+    /// earlier connection: only if this daemon has it registered to exactly that process
+    /// (pid, start time and uid, all known) at `want.epoch`, and the segment still shows
+    /// it active at that epoch. The keeper moves to the connection, which from now on
+    /// recovers the slot when it has closed and the process has exited. Anything else is
+    /// [`proto::ErrorCode::SlotNotHeld`], and nothing changes.
+    pub fn resume(&self, want: SlotId, p: &ProcessId, keeper: Keeper) -> Result<SlotId, proto::ErrorReply> {
+        let refuse = |why: String| {
+            proto::ErrorReply::new(
+                proto::ErrorCode::SlotNotHeld,
+                format!(
+                    "process slot {} (epoch {}) cannot be given back to this process: {why}; attach \
+                     again for a fresh slot",
+                    want.slot, want.epoch
+                ),
+            )
+        };
+        // Without a pid and a start time nothing tells this process from another (say, one
+        // in a pid namespace we cannot see into): never hand it a slot on its word.
+        if p.pid == 0 || p.start_time == 0 {
+            return Err(refuse(
+                "xtcqd cannot identify the connecting process (no pid or start time visible to it)".into(),
+            ));
+        }
+        let mut t = self.lock();
+        let n = self.seg.config().process_slots;
+        let Some(s) = self.seg.process_slot(want.slot) else {
+            return Err(refuse(format!("the segment has {n} process slots")));
+        };
+        let Some(kept) = t.slots.get_mut(&want.slot) else {
+            return Err(refuse(
+                "it is not registered (free, or recovered after its process was seen to exit)".into(),
+            ));
+        };
+        if kept.epoch != want.epoch {
+            return Err(refuse("it was registered again since, for another attachment".into()));
+        }
+        if kept.process.pid != p.pid || kept.process.uid != p.uid {
+            return Err(refuse("it is registered to another process".into()));
+        }
+        if kept.process.start_time == 0 {
+            // Registered when /proc did not show a start time: a reused pid would pass.
+            return Err(refuse(
+                "it was registered without its process's start time, so xtcqd cannot tell that it is \
+                 this process"
+                    .into(),
+            ));
+        }
+        if kept.process.start_time != p.start_time {
+            return Err(refuse("it is registered to another process (an earlier one with this pid)".into()));
+        }
+        // The segment must agree (a slot being recovered, or scribbled over, is not given).
+        if s.state.load(Ordering::Acquire) != PROCESS_ACTIVE || s.epoch.load(Ordering::Relaxed) != want.epoch
+        {
+            return Err(refuse("the segment no longer shows it active at that epoch".into()));
+        }
+        kept.keeper = keeper;
+        kept.connected = true;
+        Ok(want)
     }
 
-    /// Whether `slot` is still registered at the same incarnation.
-    pub fn slot_is_active(&self, slot: SlotId) -> bool {
-        self.seg.process_slot(slot.slot).is_some_and(|s| {
-            s.state.load(Ordering::Acquire) == PROCESS_ACTIVE && s.epoch.load(Ordering::Relaxed) == slot.epoch
-        })
+    /// Marks a slot's connection `keeper` closed (its process may live on). Returns whether
+    /// `keeper` still keeps the slot, i.e. must watch the process and recover the slot: not
+    /// when another connection of the process has resumed it meanwhile.
+    pub fn disconnected(&self, slot: SlotId, keeper: Keeper) -> bool {
+        let mut t = self.lock();
+        match t.slots.get_mut(&slot.slot) {
+            Some(k) if k.keeper == keeper && k.epoch == slot.epoch => {
+                k.connected = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Creates a queue.
@@ -247,18 +347,35 @@ impl Registry {
 
     /// The lease word on deque `d` of `q` when it is held by a slot registered for process
     /// `p` (same pid and start time, both known): a lease that process took over an earlier
-    /// connection, e.g. before a daemon restart, and may give back over this one.
+    /// connection, e.g. before a daemon restart, and may give back over this one. The
+    /// process is the one this daemon recorded for the slot, not what the segment says.
     pub fn lease_of_process(&self, q: &QueueInfo, d: u32, p: &ProcessId) -> Option<u64> {
         if p.pid == 0 || p.start_time == 0 {
             return None;
         }
-        let _t = self.lock();
+        let t = self.lock();
         let word = self.seg.deque_header(q.index, d)?.lease.load(Ordering::Acquire);
-        let slot = self.seg.process_slot(lease_holder(word)?)?;
+        let holder = lease_holder(word)?;
+        let kept = t.slots.get(&holder)?;
+        let slot = self.seg.process_slot(holder)?;
         let same = slot.state.load(Ordering::Acquire) == PROCESS_ACTIVE
-            && slot.pid.load(Ordering::Relaxed) == p.pid
-            && slot.start_time.load(Ordering::Relaxed) == p.start_time;
+            && word >> 32 == kept.epoch & 0xFFFF_FFFF
+            && kept.process.pid == p.pid
+            && kept.process.start_time == p.start_time;
         same.then_some(word)
+    }
+
+    /// [`recover_process`](Self::recover_process), if `keeper` still keeps `slot` at its
+    /// epoch; else nothing (another task keeps it, or it was recovered already). Returns
+    /// whether it recovered.
+    pub fn recover_kept(&self, slot: SlotId, keeper: Keeper) -> bool {
+        let mut t = self.lock();
+        match t.slots.get(&slot.slot) {
+            Some(k) if k.keeper == keeper && k.epoch == slot.epoch => {}
+            _ => return false,
+        }
+        self.recover_locked(&mut t, slot);
+        true
     }
 
     /// Everything to do when a registered process has exited and its connection is closed:
@@ -266,7 +383,13 @@ impl Registry {
     /// leases (repairing `bottom`), re-index orphaned queued records, free the slot.
     pub fn recover_process(&self, slot: SlotId) {
         let mut t = self.lock();
-        t.connected.remove(&slot.slot);
+        self.recover_locked(&mut t, slot);
+    }
+
+    fn recover_locked(&self, t: &mut Tracked, slot: SlotId) {
+        if t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch) {
+            t.slots.remove(&slot.slot);
+        }
         let Some(s) = self.seg.process_slot(slot.slot) else { return };
         if s.epoch.load(Ordering::Relaxed) != slot.epoch {
             return; // already recovered and reused
@@ -313,7 +436,8 @@ impl Registry {
 
     /// On adopting a segment: recovers every registered process that is no longer alive (and
     /// any record or lease naming a slot that is not registered), and returns the live ones,
-    /// to be watched until they exit.
+    /// each with the keeper to watch it until it exits (or until its process resumes it
+    /// over a connection).
     pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
         let n = self.seg.config().process_slots;
         let mut live = Vec::new();
@@ -330,13 +454,21 @@ impl Registry {
             match state {
                 PROCESS_FREE => {}
                 PROCESS_ACTIVE if alive(process.pid, process.start_time) => {
-                    live.push(Adopted { slot, process })
+                    live.push(Adopted { slot, process, keeper: self.keeper() })
                 }
                 _ => dead.push(slot),
             }
         }
         for slot in &dead {
             self.recover_process(*slot);
+        }
+        {
+            let mut t = self.lock();
+            for a in &live {
+                let kept =
+                    Kept { epoch: a.slot.epoch, process: a.process, keeper: a.keeper, connected: false };
+                t.slots.insert(a.slot.slot, kept);
+            }
         }
         {
             // Claims a previous daemon revoked (lease expiry or recovery) and died before
@@ -359,7 +491,7 @@ impl Registry {
         for i in 0..records.len() {
             let Some(st) = records.state(i) else { break };
             let w = st.load();
-            if matches!(w.state(), Some(State::Filling | State::Claimed | State::Writing)) {
+            if matches!(w.state(), Some(State::Filling | State::Claimed)) {
                 if let Some(h) = recovery::holder_slot(&self.seg, w) {
                     if !live_slots.contains(&h) {
                         strays.insert(h);
@@ -431,7 +563,7 @@ impl Registry {
 
     /// Whether `slot`'s connection is open.
     pub fn is_connected(&self, slot: u32) -> bool {
-        self.lock().connected.contains(&slot)
+        self.lock().slots.get(&slot).is_some_and(|k| k.connected)
     }
 
     /// Stats of one queue (`Some`) or all.
@@ -453,8 +585,7 @@ impl Registry {
                 Some(State::Free) => r.free += 1,
                 Some(State::Filling) => r.filling += 1,
                 Some(State::Queued) => r.queued += 1,
-                // Writing: still claimed; its holder is writing the header for a moment.
-                Some(State::Claimed | State::Writing) => r.claimed += 1,
+                Some(State::Claimed) => r.claimed += 1,
                 Some(State::Dead) => r.dead += 1,
                 None => r.corrupt += 1,
             };
@@ -502,7 +633,7 @@ impl Registry {
                     uid: s.uid.load(Ordering::Relaxed),
                     roles: s.role.load(Ordering::Relaxed),
                     epoch: s.epoch.load(Ordering::Relaxed),
-                    connected: t.connected.contains(&i),
+                    connected: t.slots.get(&i).is_some_and(|k| k.connected),
                     attached_unix_ns: s.attached_unix_ns.load(Ordering::Relaxed),
                 })
             })

@@ -5,10 +5,17 @@
 //!
 //! ```text
 //!  accept -> SO_PEERCRED + pidfd -> Hello (within --io-timeout) -> version check
-//!         -> uid/gid check -> HelloOk -> requests ... -> EOF
-//!         -> if it attached: wait for its process to exit (pidfd readable)
+//!         -> uid/gid check -> HelloOk -> [Resume] -> requests ... -> EOF
+//!         -> if it attached (or resumed) and still keeps the slot: wait for its process
+//!            to exit (pidfd readable)
 //!         -> recover_process: give back records and leases, free the slot
 //! ```
+//!
+//! A process that lives on after its connection ended (a daemon restart, a lost link)
+//! keeps its slot; when it connects again it sends `Resume` first and gets that slot back
+//! for the new connection, which then keeps it (see `registry`'s keepers): the watcher of an
+//! adopted slot, or the old connection, stands down, and the new connection's end plus the
+//! process's exit recover it, once.
 //!
 //! Invariants:
 //! - a malformed, oversized or hostile frame costs only its own connection: it gets an error
@@ -37,7 +44,7 @@ use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, Server
 
 use crate::config::Config;
 use crate::peer::{self, Peer};
-use crate::registry::{queue_info, ProcessId, Registry, SlotId};
+use crate::registry::{queue_info, Keeper, ProcessId, Registry, SlotId};
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
@@ -110,7 +117,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
                         "adopted a live attached process; watching it"
                     );
                     let st = st.clone();
-                    tasks.spawn(async move { watch_exit(st, a.slot, Some(fd), a.process).await });
+                    tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, Some(fd), a.process).await });
                 }
                 None => reg.recover_process(a.slot),
             }
@@ -276,6 +283,8 @@ struct Conn {
     stream: UnixStream,
     peer: Peer,
     name: String,
+    /// This connection as the keeper of the slot it registers or resumes.
+    keeper: Keeper,
     slot: Option<SlotId>,
     /// `(queue index, queue name, deque, lease word)`.
     leases: Vec<(u32, String, u32, u64)>,
@@ -291,18 +300,25 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
         }
     };
     debug!(pid = peer.pid, uid = peer.uid, pidfd = peer.pidfd.is_some(), "connection");
-    let mut c = Conn { st: st.clone(), stream, peer, name: String::new(), slot: None, leases: Vec::new() };
+    let keeper = st.reg.keeper();
+    let mut c =
+        Conn { st: st.clone(), stream, peer, name: String::new(), keeper, slot: None, leases: Vec::new() };
     let end = c.run().await;
     st.connections.fetch_sub(1, Ordering::Relaxed);
+    let process = c.process_id();
     let Conn { stream, peer, slot, .. } = c;
     drop(stream);
     let Some(slot) = slot else { return };
-    st.reg.disconnected(slot);
+    let keeps = st.reg.disconnected(slot, keeper);
     if matches!(end, End::Shutdown) {
         return; // the slot and its leases stay for the next daemon
     }
-    let process = ProcessId { pid: peer.pid, uid: peer.uid, start_time: peer.start_time.unwrap_or(0) };
-    watch_exit(st, slot, peer.pidfd, process).await;
+    if !keeps {
+        // The process resumed the slot over a newer connection, which watches it now.
+        debug!(slot = slot.slot, pid = peer.pid, "connection closed; its slot is kept by a newer one");
+        return;
+    }
+    watch_exit(st, slot, keeper, peer.pidfd, process).await;
 }
 
 /// Every `every`, re-queues the jobs whose claim lease has run out, until shutdown.
@@ -323,8 +339,15 @@ async fn expire_leases(st: Arc<Shared>, every: Duration) {
     }
 }
 
-/// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`.
-async fn watch_exit(st: Arc<Shared>, slot: SlotId, pidfd: Option<OwnedFd>, process: ProcessId) {
+/// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`
+/// if `keeper` still keeps it (a resume may have handed it to a newer connection).
+async fn watch_exit(
+    st: Arc<Shared>,
+    slot: SlotId,
+    keeper: Keeper,
+    pidfd: Option<OwnedFd>,
+    process: ProcessId,
+) {
     let mut rx = st.shutdown.subscribe();
     let exited = async {
         if let Some(fd) = pidfd {
@@ -351,12 +374,13 @@ async fn watch_exit(st: Arc<Shared>, slot: SlotId, pidfd: Option<OwnedFd>, proce
         _ = exited => {}
         _ = shutdown_requested(&mut rx) => return,
     }
-    if !st.reg.slot_is_active(slot) {
-        return;
-    }
     let reg = st.reg.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || reg.recover_process(slot)).await {
-        warn!(slot = slot.slot, error = %e, "recovery task failed");
+    match tokio::task::spawn_blocking(move || reg.recover_kept(slot, keeper)).await {
+        Ok(true) => {}
+        Ok(false) => {
+            debug!(slot = slot.slot, pid = process.pid, "process exited; its slot is kept elsewhere")
+        }
+        Err(e) => warn!(slot = slot.slot, error = %e, "recovery task failed"),
     }
 }
 
@@ -526,19 +550,17 @@ impl Conn {
         }
     }
 
+    /// The peer as the kernel identified it (0 for what it could not tell).
+    fn process_id(&self) -> ProcessId {
+        ProcessId { pid: self.peer.pid, uid: self.peer.uid, start_time: self.peer.start_time.unwrap_or(0) }
+    }
+
     fn ensure_slot(&mut self, role: u32) -> Result<SlotId, ErrorReply> {
         if let Some(s) = self.slot {
             self.st.reg.add_roles(s, role);
             return Ok(s);
         }
-        let s = self.st.reg.register(
-            ProcessId {
-                pid: self.peer.pid,
-                uid: self.peer.uid,
-                start_time: self.peer.start_time.unwrap_or(0),
-            },
-            role,
-        )?;
+        let s = self.st.reg.register(self.process_id(), role, self.keeper)?;
         info!(slot = s.slot, epoch = s.epoch, pid = self.peer.pid, client = %self.name, "process registered");
         self.slot = Some(s);
         Ok(s)
@@ -615,11 +637,7 @@ impl Conn {
                 // Not taken over this connection, but maybe by this same process over an
                 // earlier one (it reconnected after a daemon restart): the process, not the
                 // connection, holds a lease.
-                let me = ProcessId {
-                    pid: self.peer.pid,
-                    uid: self.peer.uid,
-                    start_time: self.peer.start_time.unwrap_or(0),
-                };
+                let me = self.process_id();
                 let word = reg.lease_of_process(&q, deque, &me).ok_or_else(|| {
                     ErrorReply::new(
                         ErrorCode::BadRequest,
@@ -632,6 +650,32 @@ impl Conn {
                 reg.release_lease(&q, deque, word)?;
                 info!(queue = %q.spec.name, deque, pid = me.pid, "owner lease taken over an earlier connection given back");
                 Ok(Response::Detached)
+            }
+            Request::Resume { slot, slot_epoch } => {
+                let want = SlotId { slot, epoch: slot_epoch };
+                match self.slot {
+                    Some(have) if have == want => {
+                        return Ok(Response::Resumed { process_slot: slot, slot_epoch });
+                    }
+                    Some(have) => {
+                        return Err(ErrorReply::new(
+                            ErrorCode::BadRequest,
+                            format!(
+                                "this connection already holds process slot {}; Resume comes before any \
+                                 attach on a connection",
+                                have.slot
+                            ),
+                        ))
+                    }
+                    None => {}
+                }
+                let me = self.process_id();
+                let got = reg.resume(want, &me, self.keeper).inspect_err(|e| {
+                    warn!(pid = me.pid, uid = me.uid, client = %self.name, "resume refused: {}", e.message)
+                })?;
+                info!(slot = got.slot, epoch = got.epoch, pid = me.pid, client = %self.name, "process resumed its slot");
+                self.slot = Some(got);
+                Ok(Response::Resumed { process_slot: got.slot, slot_epoch: got.epoch })
             }
             Request::Shutdown => {
                 if self.peer.uid == self.st.my_uid || self.peer.uid == 0 {

@@ -174,6 +174,7 @@ mod tests {
             Request::AttachInjector { queue: "q".into() },
             Request::Detach { queue: "q".into(), deque: 1 },
             Request::Shutdown,
+            Request::Resume { slot: 3, slot_epoch: u64::MAX },
         ];
         for (i, r) in reqs.into_iter().enumerate() {
             roundtrip(RequestFrame { id: i as u64, request: r });
@@ -198,7 +199,9 @@ mod tests {
             Ok(Response::InjectorAttached(att)),
             Ok(Response::Detached),
             Ok(Response::ShuttingDown),
+            Ok(Response::Resumed { process_slot: 3, slot_epoch: 9 }),
             Err(ErrorReply::new(ErrorCode::NoSuchQueue, "no such queue: q")),
+            Err(ErrorReply::new(ErrorCode::SlotNotHeld, "not yours")),
         ];
         for (i, r) in resps.into_iter().enumerate() {
             roundtrip(ServerMessage::Reply { id: i as u64, result: r });
@@ -292,6 +295,26 @@ mod tests {
         match decode::<ServerMessage>(body).unwrap() {
             ServerMessage::Reply { result: Err(e), .. } => assert_eq!(e.code, ErrorCode::Unknown),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn resume_has_the_wire_shape_an_older_daemon_refuses_as_an_unknown_variant() {
+        // What a daemon that predates Resume sees: a request variant it does not know. It
+        // answers BadRequest (a decode error), which the client takes for "no resume here".
+        let bytes =
+            encode(&RequestFrame { id: 5, request: Request::Resume { slot: 1, slot_epoch: 2 } }).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes[4..]).unwrap();
+        assert_eq!(v["request"]["Resume"]["slot"], 1);
+        assert_eq!(v["request"]["Resume"]["slot_epoch"], 2);
+        // A forged slot of the wrong type or range is a decode error, never a panic.
+        for body in [
+            br#"{"id":1,"request":{"Resume":{"slot":-1,"slot_epoch":1}}}"#.as_slice(),
+            br#"{"id":1,"request":{"Resume":{"slot":4294967296,"slot_epoch":1}}}"#,
+            br#"{"id":1,"request":{"Resume":{"slot":"0","slot_epoch":1}}}"#,
+            br#"{"id":1,"request":{"Resume":{"slot":0}}}"#,
+        ] {
+            assert!(matches!(decode::<RequestFrame>(body), Err(FrameError::Decode(_))), "{body:?}");
         }
     }
 

@@ -18,6 +18,17 @@
 //! released once the connection is closed and the process has exited, or by an explicit
 //! [`Request::Detach`]).
 //!
+//! A process whose connection was lost (the daemon restarted, say) but which lives on keeps
+//! its slot and leases in the segment. When it connects again, its first request is
+//! [`Request::Resume`] naming the slot and slot epoch it holds: the daemon gives the new
+//! connection that same slot when, and only when, the slot is registered to exactly the
+//! connecting process (kernel-given pid, start time and uid) at that epoch; otherwise it
+//! answers [`ErrorCode::SlotNotHeld`] and the connection carries on without a slot (its next
+//! attach registers a fresh one). `Resume` was added without a version bump: it is a new
+//! request, not a changed one, so a peer that predates it is still understood — a daemon
+//! that predates it answers `BadRequest` (unknown variant), and a client that predates it
+//! never sends it.
+//!
 //! Invariants:
 //! - [`Hello`] and [`HelloReply`] keep their shape across protocol versions (fields may be
 //!   added, never removed or retyped), so a version mismatch is always reported as one;
@@ -187,6 +198,19 @@ pub enum Request {
     /// Ask the daemon to stop (allowed only to the daemon's own uid and root);
     /// [`Response::ShuttingDown`].
     Shutdown,
+    /// Take back, for this connection, the process slot that this same process was given
+    /// over an earlier connection (before a daemon restart, or a lost link), so that this
+    /// connection's attachments share it instead of registering another, and so that the
+    /// slot's leases and claims stay bound to the process's life. Sent before any attach
+    /// on the connection; [`Response::Resumed`], or [`ErrorCode::SlotNotHeld`] when the slot
+    /// is not registered to the connecting process at `slot_epoch` (recovered, reused, or
+    /// another process's).
+    Resume {
+        /// The slot index ([`Attachment::process_slot`]).
+        slot: u32,
+        /// Its incarnation ([`Attachment::slot_epoch`]).
+        slot_epoch: u64,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -260,6 +284,13 @@ pub enum Response {
     Detached,
     /// To [`Request::Shutdown`]: the daemon is stopping.
     ShuttingDown,
+    /// To [`Request::Resume`]: this connection now holds that slot again.
+    Resumed {
+        /// The slot index.
+        process_slot: u32,
+        /// Its incarnation (unchanged by a resume).
+        slot_epoch: u64,
+    },
 }
 
 /// The segment's fixed configuration.
@@ -430,6 +461,9 @@ pub enum ErrorCode {
     Corrupt,
     /// A fault inside the daemon.
     Internal,
+    /// The process slot named by a [`Request::Resume`] is not registered to the connecting
+    /// process at that epoch.
+    SlotNotHeld,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,
