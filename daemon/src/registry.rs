@@ -491,7 +491,7 @@ impl Registry {
         for i in 0..records.len() {
             let Some(st) = records.state(i) else { break };
             let w = st.load();
-            if matches!(w.state(), Some(State::Filling | State::Claimed)) {
+            if matches!(w.state(), Some(State::Filling | State::Claimed | State::Writing)) {
                 if let Some(h) = recovery::holder_slot(&self.seg, w) {
                     if !live_slots.contains(&h) {
                         strays.insert(h);
@@ -585,7 +585,8 @@ impl Registry {
                 Some(State::Free) => r.free += 1,
                 Some(State::Filling) => r.filling += 1,
                 Some(State::Queued) => r.queued += 1,
-                Some(State::Claimed) => r.claimed += 1,
+                // Writing: still claimed; its holder is writing the header for a moment.
+                Some(State::Claimed | State::Writing) => r.claimed += 1,
                 Some(State::Dead) => r.dead += 1,
                 None => r.corrupt += 1,
             };
