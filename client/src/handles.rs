@@ -107,6 +107,12 @@ impl<'a> Job<'a> {
     pub fn fail(self, reason: &str) -> Result<(), Error> {
         Ok(self.inner.fail(reason)?)
     }
+
+    /// Not run after all (the payload could not be handed on, or the consumer is stopping):
+    /// re-queues it without counting an attempt, so it never becomes a dead letter this way.
+    pub fn release(self) -> Result<(), Error> {
+        Ok(self.inner.release()?)
+    }
 }
 
 /// Gives a deque lease back when dropped (after the `Owner` declared before it).

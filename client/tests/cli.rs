@@ -508,7 +508,7 @@ fn work_runs_a_payload_larger_than_a_pipe_and_the_environment_allow() {
 fn a_first_interrupt_lets_running_jobs_finish_a_second_gives_them_back() {
     use std::os::unix::process::CommandExt;
     let d = Daemon::start();
-    ok(&d.run(&["create", "int"]));
+    ok(&d.run(&["create", "int", "--max-attempts", "1"]));
     ok(&d.run(&["push", "int", "short", "long"]));
     let out = d.dir.path().join("out.txt");
     // As from a terminal: `work` leads a process group, and Ctrl-C signals the whole group.
@@ -567,7 +567,45 @@ fn a_first_interrupt_lets_running_jobs_finish_a_second_gives_them_back() {
     assert!(err2.contains("interrupted"), "{err2}");
     assert_eq!(std::fs::read_to_string(&out).expect("ran"), "short\n", "long never finished");
     assert_eq!(queued(), (Some(1), Some(0)), "long is back in the queue");
+    // Not counted as an attempt: the queue allows one, and "long" is not a dead letter.
+    assert!(err2.contains("not counted as an attempt"), "{err2}");
     assert_eq!(ok(&d.run(&["steal", "int"])), "long\n");
+}
+
+/// `xtcq steal` that cannot write the job (its stdout is a pipe nobody reads) gives it back
+/// without counting an attempt: with `--max-attempts 1`, a counted give-back would have made
+/// it a dead letter.
+#[test]
+fn steal_to_a_closed_pipe_gives_the_job_back_uncounted() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "p", "--max-attempts", "1"]));
+    ok(&d.run(&["push", "p", "only"]));
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut child = d
+        .xtcq()
+        .args(["steal", "p"])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn steal");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let st = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "xtcq steal did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write the job to stdout; it was re-queued"), "{err}");
+    let dead = d.run(&["dead", "p"]);
+    assert!(!stdout(&dead).contains("only"), "a dead letter: {}", stdout(&dead));
+    assert_eq!(ok(&d.run(&["steal", "p"])), "only\n");
 }
 
 /// The README's first command on a fresh clone: `cargo run -p xtcq-client --bin xtcq -- demo`

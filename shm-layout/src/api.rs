@@ -661,7 +661,19 @@ impl ClaimedJob<'_> {
         self.give_back(Some(reason))
     }
 
+    /// Gives the job back *without* counting an attempt, for a job this consumer did not run
+    /// (it could not hand the payload on, or was told to stop before it finished): re-queued
+    /// on the overflow ring, never dead-lettered.
+    pub fn release(mut self) -> Result<(), JobError> {
+        self.done = true;
+        self.give_back_as(None, false)
+    }
+
     fn give_back(&self, reason: Option<&str>) -> Result<(), JobError> {
+        self.give_back_as(reason, true)
+    }
+
+    fn give_back_as(&self, reason: Option<&str>, count_attempt: bool) -> Result<(), JobError> {
         let idx = self.handle.index;
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
@@ -677,14 +689,14 @@ impl ClaimedJob<'_> {
             crate::dead_letter::store_last_error(hdr, reason);
         }
         // Relaxed: published by the Release of the CAS that leaves Writing.
-        let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
+        let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(count_attempt as u32);
         hdr.attempts.store(attempts, Ordering::Relaxed);
         // Cleared before the Release CAS that gives the job back: the next claim's CAS
         // continues that release sequence, so a lease scan that Acquires `Claimed(g, next)`
         // reads 0 or the next claim's deadline, never ours (which may have passed while the
         // job waited in line, and would expire the next claim at once).
         hdr.deadline_ns.store(0, Ordering::Relaxed);
-        if self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
+        if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
             return st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,

@@ -272,8 +272,9 @@ pub fn steal(socket: Option<&Path>, a: StealArgs) -> Result<i32> {
         // Ack only once the payload is out: a job whose output failed (a closed pipe) is
         // given back to the queue, not lost.
         if let Err(e) = out.write_all(&buf).and_then(|_| out.flush()) {
-            // Given back (it counts as an attempt, like any nack).
-            job.nack()?;
+            // Given back without counting an attempt: the job was not run, and a reader
+            // that closes the pipe (`| head -1`) must not push jobs toward the dead letters.
+            job.release()?;
             if e.kind() == std::io::ErrorKind::BrokenPipe && taken > 0 {
                 // The reader had enough (`| head -1`): not an error.
                 return Ok(exit::OK);

@@ -5,7 +5,7 @@
 //! reason kept for a dead letter) otherwise, and never left claimed when `work` stops: the
 //! first SIGINT / SIGTERM stops taking jobs and waits for the running commands (each runs in
 //! its own process group, so a terminal's Ctrl-C does not reach it), a second one kills them
-//! and gives their jobs back. While a command runs, its claim's lease is extended, so a long
+//! and gives their jobs back (not counted as attempts: the jobs did not fail). While a command runs, its claim's lease is extended, so a long
 //! job is not re-queued under a live worker; if a heartbeat fails anyway (the worker stalled
 //! past the lease and the job was re-queued), the command is killed, so that one job never
 //! runs twice at the same time.
@@ -102,8 +102,11 @@ enum Ran {
     /// It exited.
     Exited(ExitStatus),
     /// It was killed: the job stopped being ours (a heartbeat failed: the lease ran out and
-    /// the job was re-queued), or `work` was told to stop now.
+    /// the job was re-queued).
     Killed(String),
+    /// `work` was told to stop now (a second SIGINT / SIGTERM) and killed it: the job did
+    /// not fail, so it goes back without counting an attempt.
+    Interrupted,
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -164,7 +167,7 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
         }
         if stop.now.load(Ordering::Relaxed) {
             kill_group(&mut child);
-            break Ran::Killed("interrupted".into());
+            break Ran::Interrupted;
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
             if Instant::now() >= nb {
@@ -224,10 +227,14 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
         let (what, succeeded, unusual) = match &outcome {
             Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
             Ok(Ran::Killed(why)) => (why.clone(), false, true),
+            Ok(Ran::Interrupted) => {
+                ("interrupted; given back, not counted as an attempt".into(), false, true)
+            }
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
+            Ok(Ran::Interrupted) => job.release(),
             Ok(Ran::Exited(_) | Ran::Killed(_)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
