@@ -130,6 +130,9 @@ pub(crate) struct Conn {
     /// `(slot, slot epoch)` the daemon gave this connection at its first attach (or a
     /// resume): what a re-established link asks back.
     held_slot: Mutex<Option<(u32, u64)>>,
+    /// Bumped each time the daemon refused to give the held slot back: handles attached
+    /// before that no longer act for a slot of this process (see `handles::usable`).
+    slots_lost: AtomicU64,
 }
 
 /// What callers read of the current link without taking it.
@@ -156,7 +159,16 @@ impl Conn {
             reconnects: AtomicU64::new(0),
             segment: Mutex::new(None),
             held_slot: Mutex::new(None),
+            slots_lost: AtomicU64::new(0),
         })
+    }
+
+    /// How many times a held slot was lost (see `slots_lost`). Relaxed: a handle only needs
+    /// to see the loss by the time the request that reported it has returned, which the
+    /// link's mutex orders.
+    #[inline]
+    pub(crate) fn slots_lost(&self) -> u64 {
+        self.slots_lost.load(Ordering::Relaxed)
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -239,6 +251,7 @@ impl Conn {
                     // ours. Say so once; the link is good, and the next attach registers a
                     // fresh slot.
                     *lock(&self.held_slot) = None;
+                    self.slots_lost.fetch_add(1, Ordering::Relaxed);
                     self.install(link, new);
                     return Err(Error::SlotNotResumed { path: self.path.clone(), slot, message });
                 }

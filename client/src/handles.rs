@@ -40,6 +40,29 @@ fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<shm_layout::Queu
     Ok(info)
 }
 
+/// Whether a handle may still act: not once a daemon restarted with `--recreate` retired its
+/// segment (its jobs would be seen by no one), nor once the daemon refused to give back the
+/// process slot it was attached under (the slot's leases and claims were recovered and may
+/// be someone else's now). `lost_at` is `Conn::slots_lost` when the handle was made. Two
+/// loads of lines that are almost never written.
+#[inline]
+fn usable(seg: &Segment, conn: &Conn, slot: u32, lost_at: u64) -> Result<(), Error> {
+    if seg.is_retired() {
+        return Err(Error::SegmentReplaced {
+            path: conn.path().to_path_buf(),
+            segment: seg.path().to_path_buf(),
+        });
+    }
+    if conn.slots_lost() != lost_at {
+        return Err(Error::SlotNotResumed {
+            path: conn.path().to_path_buf(),
+            slot,
+            message: "this handle was attached under that slot".into(),
+        });
+    }
+    Ok(())
+}
+
 /// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
 /// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
 /// Dropped without either, it is nacked.
@@ -147,6 +170,7 @@ pub struct OwnerHandle {
     // Declared before `lease`: dropped first.
     owner: Owner,
     lease: LeaseGuard,
+    lost_at: u64,
 }
 
 impl std::fmt::Debug for OwnerHandle {
@@ -164,7 +188,13 @@ impl OwnerHandle {
         let seg = conn.segment(&lease.attachment.segment_path)?;
         let info = resolve(&seg, &conn, &lease.attachment.queue)?;
         let owner = Owner::new(seg, &info, lease.deque, lease.attachment.process_slot)?;
-        Ok(Self { owner, lease: LeaseGuard { conn, lease, released: false } })
+        let lost_at = conn.slots_lost();
+        Ok(Self { owner, lease: LeaseGuard { conn, lease, released: false }, lost_at })
+    }
+
+    #[inline]
+    fn usable(&self) -> Result<(), Error> {
+        usable(self.owner.segment(), &self.lease.conn, self.process_slot(), self.lost_at)
     }
 
     /// The queue.
@@ -195,16 +225,19 @@ impl OwnerHandle {
     /// Queues a job: into our deque, or the queue's overflow ring when the deque is full.
     /// Wakes sleeping thieves (a system call only when some sleep).
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, Error> {
+        self.usable()?;
         self.owner.push(payload).map_err(Error::from_push)
     }
 
     /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
     pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
+        self.usable()?;
         Ok(self.owner.pop().map_err(ring)?.map(Job::new))
     }
 
     /// Our oldest job (FIFO whatever the flavor), else one from the overflow ring.
     pub fn take(&self) -> Result<Option<Job<'_>>, Error> {
+        self.usable()?;
         Ok(self.owner.take().map_err(ring)?.map(Job::new))
     }
 
@@ -221,7 +254,7 @@ impl OwnerHandle {
     /// Stops owning the deque and gives the lease back now (dropping the handle does the
     /// same, best effort). Jobs left in the deque stay there for thieves.
     pub fn detach(self) -> Result<(), Error> {
-        let OwnerHandle { owner, mut lease } = self;
+        let OwnerHandle { owner, mut lease, .. } = self;
         drop(owner);
         let t = Duration::from_secs(10);
         lease.release(t)
@@ -236,6 +269,7 @@ pub struct ThiefHandle {
     att: Attachment,
     rng: AtomicU64,
     conn: Arc<Conn>,
+    lost_at: u64,
 }
 
 impl Clone for ThiefHandle {
@@ -246,6 +280,7 @@ impl Clone for ThiefHandle {
             att: self.att.clone(),
             rng: AtomicU64::new(self.next_random() | 1),
             conn: self.conn.clone(),
+            lost_at: self.lost_at,
         }
     }
 }
@@ -272,7 +307,8 @@ impl ThiefHandle {
         let seg = conn.segment(&att.segment_path)?;
         let info = resolve(&seg, &conn, &att.queue)?;
         let thief = Thief::new(seg.clone(), &info, att.process_slot)?;
-        Ok(Self { thief, seg, rng: AtomicU64::new(seed(att.process_slot)), att, conn })
+        let lost_at = conn.slots_lost();
+        Ok(Self { thief, seg, rng: AtomicU64::new(seed(att.process_slot)), att, conn, lost_at })
     }
 
     /// xorshift64*: a random start for each round of steals, so thieves spread out.
@@ -316,6 +352,8 @@ impl ThiefHandle {
     }
 
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
+        // Also what a sleeping `steal_wait` sees when it is woken by the segment's retirement.
+        usable(&self.seg, &self.conn, self.att.process_slot, self.lost_at)?;
         if let Some(j) = self.thief.steal_overflow().map_err(ring)? {
             return Ok(Some(j));
         }
@@ -340,6 +378,7 @@ impl ThiefHandle {
     /// Up to `limit` jobs at once: from the overflow ring if it has any, else about half of
     /// one deque in one CAS (FIFO queues) or a few CASes. Empty when nothing was found.
     pub fn steal_batch(&self, limit: usize) -> Result<Vec<Job<'_>>, Error> {
+        usable(&self.seg, &self.conn, self.att.process_slot, self.lost_at)?;
         let limit = limit.max(1);
         let mut out = Vec::new();
         while out.len() < limit {
@@ -386,7 +425,8 @@ impl ThiefHandle {
 pub struct InjectorHandle {
     inj: Injector,
     att: Attachment,
-    _conn: Arc<Conn>,
+    conn: Arc<Conn>,
+    lost_at: u64,
 }
 
 impl std::fmt::Debug for InjectorHandle {
@@ -400,7 +440,8 @@ impl InjectorHandle {
         let seg = conn.segment(&att.segment_path)?;
         let info = resolve(&seg, &conn, &att.queue)?;
         let inj = Injector::new(seg, &info, att.process_slot)?;
-        Ok(Self { inj, att, _conn: conn })
+        let lost_at = conn.slots_lost();
+        Ok(Self { inj, att, conn, lost_at })
     }
 
     /// The queue.
@@ -410,6 +451,7 @@ impl InjectorHandle {
 
     /// Queues a job on the overflow ring; wakes sleeping thieves.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, Error> {
+        usable(self.inj.segment(), &self.conn, self.att.process_slot, self.lost_at)?;
         self.inj.push(payload).map_err(Error::from_push)
     }
 }

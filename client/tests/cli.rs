@@ -432,20 +432,41 @@ fn the_client_library_reconnects_after_a_daemon_restart_and_keeps_its_lease() {
     owner.detach().expect("detach after the restart");
     other.attach_owner("r").expect("the deque is free again");
 
-    // A daemon restarted with --recreate serves a new segment: requests say so instead of
-    // letting this client's handles feed a segment nobody reads.
+    // A daemon restarted with --recreate serves a new segment: requests say so, and so do
+    // this client's handles on the old one (they check the segment's retired mark), instead
+    // of feeding a segment nobody reads. A consumer asleep in steal_wait is woken to say it.
+    let owner = client.attach_owner("r").expect("owner");
+    let injector = client.attach_injector("r").expect("injector");
     let mut d = d;
     let mut child = d.child.take().expect("daemon");
     child.kill().expect("kill");
     child.wait().expect("reap");
     let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().expect("tempdir"));
     drop(d);
-    let mut flags = SIZES.to_vec();
-    flags.push("--recreate");
-    let _d = Daemon::start_with(dir, &flags);
-    let e = client.stats(None).expect_err("the segment was replaced");
-    assert!(matches!(e, xtcq_client::Error::SegmentReplaced { .. }), "{e:?}");
-    assert!(e.to_string().contains("new segment"), "{e}");
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thief = &thief;
+        s.spawn(move || {
+            let t0 = Instant::now();
+            let r = thief.steal_wait(Some(Duration::from_secs(60))).map(|j| j.is_some());
+            let _ = tx.send((r, t0.elapsed()));
+        });
+        // Asleep by now (it looks for 20 µs, then sleeps).
+        std::thread::sleep(Duration::from_millis(200));
+        let mut flags = SIZES.to_vec();
+        flags.push("--recreate");
+        let _d = Daemon::start_with(dir, &flags);
+        let (r, waited) = rx.recv_timeout(Duration::from_secs(20)).expect("the sleeping steal was not woken");
+        assert!(matches!(r, Err(xtcq_client::Error::SegmentReplaced { .. })), "{r:?} after {waited:?}");
+        let e = owner.push(b"x").expect_err("a push into the retired segment");
+        assert!(matches!(e, xtcq_client::Error::SegmentReplaced { .. }), "{e:?}");
+        assert!(matches!(owner.pop(), Err(xtcq_client::Error::SegmentReplaced { .. })));
+        assert!(matches!(injector.push(b"x"), Err(xtcq_client::Error::SegmentReplaced { .. })));
+        assert!(matches!(thief.steal_batch(4), Err(xtcq_client::Error::SegmentReplaced { .. })));
+        let e = client.stats(None).expect_err("the segment was replaced");
+        assert!(matches!(e, xtcq_client::Error::SegmentReplaced { .. }), "{e:?}");
+        assert!(e.to_string().contains("new segment"), "{e}");
+    });
 }
 
 #[test]

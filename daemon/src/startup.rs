@@ -190,6 +190,19 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
             }
             Err(e) => return Err(io_err("cannot lock the segment", path)(e.into())),
         }
+        // Processes still mapping the old file (clients of the daemon that served it) would
+        // go on pushing and stealing there, unseen by anyone who attaches to the new one:
+        // mark it retired, which their handles check, and wake their sleeping consumers. A
+        // file that does not attach (another version, corrupt) has no such clients to tell.
+        match Segment::attach(path) {
+            Ok(old) => {
+                old.retire();
+                info!(segment = %path.display(), "--recreate: retired the existing segment; its clients are told");
+            }
+            Err(e) => {
+                info!(segment = %path.display(), error = %e, "--recreate: the existing segment does not attach; not retired")
+            }
+        }
         fs::remove_file(path).map_err(io_err("cannot remove the segment", path))?;
         warn!(segment = %path.display(), "--recreate: removed the existing segment and its jobs");
     }

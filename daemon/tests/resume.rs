@@ -45,7 +45,7 @@ fn run_role(role: &str) -> Result<(), Error> {
         // Owner and thief of QUEUE, then obeys one command per stdin line until stdin closes:
         // `round K` (a request, which reconnects after a daemon restart; 10 pushes on the old
         // owner handle; a new thief handle; 5 steals and acks on the old one), `claim` (3 steals
-        // held unacked), `ping`, `attach` (a new thief handle).
+        // held unacked), `ping`, `attach` (a new thief handle), `old` (a push and a steal on the first handles).
         "resumer" => {
             let owner = c.attach_owner(QUEUE)?;
             let thief = c.attach_thief(QUEUE)?;
@@ -88,6 +88,16 @@ fn run_role(role: &str) -> Result<(), Error> {
                         Ok(()) => out("ping ok"),
                         Err(e) => out(format_args!("ping error {:?} {e}", e.code())),
                     },
+                    // The handles attached at the start, used again.
+                    Some("old") => {
+                        let say = |what: &str, r: Result<(), Error>| match r {
+                            Ok(()) => format!("{what} ok"),
+                            Err(e) => format!("{what} error {:?}", e.code()),
+                        };
+                        let push = say("push", owner.push(b"1").map(|_| ()));
+                        let steal = say("steal", thief.steal().map(|_| ()));
+                        out(format_args!("old {push}; {steal}"));
+                    }
                     Some("attach") => {
                         let t = c.attach_thief(QUEUE)?;
                         let epoch = c
@@ -448,6 +458,9 @@ fn a_process_whose_slot_a_restarted_daemon_recovered_is_told_once_then_gets_a_fr
     assert!(line.contains("drop them and attach again"), "{line}");
     send(&mut r, "ping");
     assert_eq!(r.line(T), "ping ok", "told once");
+    // Its handles from before act for a slot it no longer holds: they refuse.
+    send(&mut r, "old");
+    assert_eq!(r.line(T), "old push error Some(SlotNotHeld); steal error Some(SlotNotHeld)");
     send(&mut r, "attach");
     let (_, new_epoch) = slot_line(&r.line(T));
     assert_ne!(new_epoch, epoch, "a fresh registration");

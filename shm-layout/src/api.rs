@@ -337,7 +337,7 @@ pub struct Injector {
     info: QueueInfo,
     me: u32,
     cursor: Cell<u32>,
-    _seg: Arc<Segment>,
+    seg: Arc<Segment>,
 }
 
 impl Injector {
@@ -350,8 +350,13 @@ impl Injector {
             info: queue.clone(),
             me,
             cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
-            _seg: seg,
+            seg,
         })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
     }
 
     /// Queues a job in the overflow ring.

@@ -51,11 +51,16 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 /// - 2: [`DequeHeader`] keeps `top` and `bottom` on one line (was a line each); the header is
 ///   256 bytes, was 384, so every deque's slots and every region after the deques moved.
 /// - 3: a record's state word can be `Writing` (5): a holder writing the header. A version-2
-///   process would take that for corruption.
+///   process would take that for corruption. The ready word can be [`RETIRED`].
 pub const LAYOUT_VERSION: u32 = 3;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
+
+/// `HeaderLive::ready` of a segment a daemon replaced (`xtcqd --recreate`) just before it
+/// unlinked the file: processes still mapping it stop using it instead of pushing jobs that
+/// no consumer of the new segment will see.
+pub const RETIRED: u32 = 0x5245_5449; // "RETI"
 
 /// Queue names are at most this many bytes of UTF-8.
 pub const MAX_QUEUE_NAME: usize = 64;

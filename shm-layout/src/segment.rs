@@ -99,6 +99,15 @@ pub enum SegmentError {
         /// [`LAYOUT_VERSION`].
         expected: u32,
     },
+    /// A daemon started with `--recreate` replaced the segment.
+    #[error(
+        "segment {path} was replaced by a daemon started with --recreate; connect to the daemon \
+         again to use the new one"
+    )]
+    Retired {
+        /// The path.
+        path: PathBuf,
+    },
     /// The ready word is not set.
     #[error(
         "segment {path} is not ready: its creator has not finished (or died while creating \
@@ -345,6 +354,9 @@ impl Segment {
                 expected: MAGIC,
             });
         }
+        if ready == crate::layout::RETIRED {
+            return Err(SegmentError::Retired { path: path.to_path_buf() });
+        }
         if ready != READY {
             return Err(SegmentError::NotReady { path: path.to_path_buf() });
         }
@@ -402,6 +414,31 @@ impl Segment {
     pub fn header_live(&self) -> &HeaderLive {
         // SAFETY: the header is inside every validated mapping; HeaderLive is atomics only.
         unsafe { self.at(core::mem::offset_of!(SegmentHeader, live) as u64) }
+    }
+
+    /// Marks the segment replaced (`xtcqd --recreate`, before it unlinks the file) and wakes
+    /// every sleeping consumer, so that processes still mapping it see [`is_retired`] and
+    /// stop, instead of queueing jobs no one will serve.
+    ///
+    /// [`is_retired`]: Segment::is_retired
+    pub fn retire(&self) {
+        // Stored before the wake-ups bump each wait word's `seq` (Release): a sleeper whose
+        // Acquire read of `seq` comes after the bump sees RETIRED in its next look, and one
+        // that read `seq` before it is woken (or finds `seq` moved).
+        self.header_live().ready.store(crate::layout::RETIRED, Ordering::Release);
+        for q in 0..self.desc.config.queues {
+            if let Some(w) = self.wait_word(q) {
+                crate::wait::wake_all(w);
+            }
+        }
+    }
+
+    /// Whether a daemon replaced this segment ([`retire`](Segment::retire)). One load of a
+    /// line that is written only when a daemon starts or retires the segment, so it stays in
+    /// every core's cache: cheap enough for every push and steal.
+    #[inline]
+    pub fn is_retired(&self) -> bool {
+        self.header_live().ready.load(Ordering::Relaxed) == crate::layout::RETIRED
     }
 
     /// Offset of queue-table entry `index`. Only its atomic parts are ever borrowed: the

@@ -48,6 +48,13 @@ fn notify_sleepers(w: &WaitWord) {
     let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), 1);
 }
 
+/// Wakes every sleeper, for a change all of them must see (the segment was retired).
+#[cold]
+pub fn wake_all(w: &WaitWord) {
+    w.seq.fetch_add(1, Ordering::Release);
+    let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+}
+
 /// How long a consumer keeps looking, yielding its CPU between looks, before it sleeps. A
 /// sleeper costs every push a `FUTEX_WAKE`; a stream of jobs arriving every few µs would
 /// otherwise put the consumers to sleep between jobs and make the producer pay a system call
