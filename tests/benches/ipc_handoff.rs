@@ -1,4 +1,5 @@
-//! Cross-process hand-off: xtcq vs a pipe, a Unix stream socket and a POSIX message queue.
+//! Cross-process hand-off: xtcq vs a pipe, a Unix stream socket, a POSIX message queue and
+//! Redis.
 //!
 //! ```sh
 //! cargo bench -p xtcq-tests --bench ipc_handoff                      # full: a few minutes
@@ -10,6 +11,14 @@
 //! producer owns a deque and `push`es; the consumer `steal`s (claim included), copies the
 //! payload out and `ack`s. The others move the same 64 bytes with write(2) / mq_send(3) and
 //! read(2) / mq_receive(3).
+//!
+//! Redis, when `redis-server` is on PATH (or `XTCQ_BENCH_REDIS_SERVER` names one): a private
+//! server in a temporary directory, on a Unix socket only, killed at the end. The producer
+//! sends `LPUSH` and reads its reply per message, as a job queue built on Redis does; the
+//! consumer `RPOP`s in a loop (spinning; a nil reply is retried) or blocks in `BRPOP q 0`
+//! (asleep). The server is a third process: it is not pinned. Fewer messages than for the
+//! others (`XTCQ_BENCH_REDIS_N`, `XTCQ_BENCH_REDIS_N_LAT`): each costs two round trips through
+//! it. Without a server the bench says so in one line and goes on.
 //!
 //! Each transport runs with the consumer spinning (xtcq: `steal` in a loop; the others:
 //! `O_NONBLOCK` reads retried on EAGAIN) and sleeping (xtcq: `steal_wait`, a futex; the
@@ -68,6 +77,7 @@ enum Transport {
     Pipe,
     Unix,
     Mq,
+    Redis,
 }
 
 impl Transport {
@@ -77,6 +87,7 @@ impl Transport {
             Transport::Pipe => "pipe",
             Transport::Unix => "unix-stream",
             Transport::Mq => "posix-mq",
+            Transport::Redis => "redis",
         }
     }
     fn parse(s: &str) -> Transport {
@@ -85,6 +96,7 @@ impl Transport {
             "pipe" => Transport::Pipe,
             "unix-stream" => Transport::Unix,
             "posix-mq" => Transport::Mq,
+            "redis" => Transport::Redis,
             _ => panic!("unknown transport {s}"),
         }
     }
@@ -180,6 +192,251 @@ fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
+// ---------------------------------------------------------------- Redis: server and RESP
+
+/// A minimal RESP2 client: commands out, and the few reply shapes this bench expects in.
+/// Hand-rolled so that a Redis message costs what the protocol costs (one `write` and one
+/// `read` per command on each side), with no client library's own work in the figures.
+mod resp {
+    use std::io::{self, Read, Write};
+    use std::ops::Range;
+    use std::os::unix::net::UnixStream;
+    use std::path::Path;
+
+    pub struct Conn {
+        stream: UnixStream,
+        out: Vec<u8>,
+        buf: Vec<u8>,
+        start: usize,
+        end: usize,
+    }
+
+    fn bad(what: &str, got: &[u8]) -> io::Error {
+        let got = String::from_utf8_lossy(&got[..got.len().min(120)]);
+        io::Error::new(io::ErrorKind::InvalidData, format!("redis: expected {what}, got {got:?}"))
+    }
+
+    impl Conn {
+        pub fn connect(path: &Path) -> io::Result<Conn> {
+            let stream = UnixStream::connect(path)?;
+            Ok(Conn { stream, out: Vec::with_capacity(4096), buf: vec![0; 16 * 1024], start: 0, end: 0 })
+        }
+
+        /// Appends one command to what `flush` sends.
+        pub fn queue(&mut self, args: &[&[u8]]) {
+            write!(self.out, "*{}\r\n", args.len()).expect("writing to a Vec");
+            for a in args {
+                write!(self.out, "${}\r\n", a.len()).expect("writing to a Vec");
+                self.out.extend_from_slice(a);
+                self.out.extend_from_slice(b"\r\n");
+            }
+        }
+
+        pub fn flush(&mut self) -> io::Result<()> {
+            self.stream.write_all(&self.out)?;
+            self.out.clear();
+            Ok(())
+        }
+
+        /// Reads more from the server (one `read`), keeping what is not consumed yet.
+        fn fill(&mut self) -> io::Result<()> {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.end == self.buf.len() {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            let n = loop {
+                match self.stream.read(&mut self.buf[self.end..]) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    r => break r?,
+                }
+            };
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "redis closed the connection"));
+            }
+            self.end += n;
+            Ok(())
+        }
+
+        /// The next reply's first line: its type byte and the rest (a range of `buf`, valid
+        /// until the next `fill`). An error reply (`-ERR ...`) is an `Err`.
+        fn header(&mut self) -> io::Result<(u8, Range<usize>)> {
+            let r = loop {
+                if let Some(i) = self.buf[self.start..self.end].windows(2).position(|w| w == b"\r\n") {
+                    let r = self.start..self.start + i;
+                    self.start += i + 2;
+                    break r;
+                }
+                self.fill()?;
+            };
+            match self.buf[r.clone()] {
+                [] => Err(bad("a reply", b"an empty line")),
+                [b'-', ref msg @ ..] => Err(io::Error::other(format!(
+                    "redis replied with an error: {}",
+                    String::from_utf8_lossy(msg)
+                ))),
+                [t, ..] => Ok((t, r.start + 1..r.end)),
+            }
+        }
+
+        /// The number after a header of type `want` (`:` integer, `$` bulk length, `*` array
+        /// length).
+        fn number(&self, (t, r): (u8, Range<usize>), want: u8, what: &str) -> io::Result<i64> {
+            let line = &self.buf[r.start - 1..r.end];
+            let n = std::str::from_utf8(&line[1..]).ok().and_then(|x| x.parse().ok());
+            match n {
+                Some(n) if t == want => Ok(n),
+                _ => Err(bad(what, line)),
+            }
+        }
+
+        /// A simple-string reply equal to `want` (`PONG`, `OK`).
+        pub fn read_status(&mut self, want: &str) -> io::Result<()> {
+            let (t, r) = self.header()?;
+            if t == b'+' && self.buf[r.clone()] == *want.as_bytes() {
+                Ok(())
+            } else {
+                Err(bad(&format!("+{want}"), &self.buf[r.start - 1..r.end]))
+            }
+        }
+
+        /// An integer reply (`LPUSH`: the list's new length).
+        pub fn read_int(&mut self) -> io::Result<i64> {
+            let h = self.header()?;
+            self.number(h, b':', "an integer reply")
+        }
+
+        /// A bulk-string reply into `out`; `Ok(false)` for nil (`RPOP` of an empty list).
+        pub fn read_bulk(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
+            let h = self.header()?;
+            let Ok(n) = usize::try_from(self.number(h, b'$', "a bulk string")?) else {
+                return Ok(false); // $-1
+            };
+            while self.end - self.start < n + 2 {
+                self.fill()?;
+            }
+            let body = self.start..self.start + n;
+            if self.buf[body.end..body.end + 2] != *b"\r\n" {
+                return Err(bad("CRLF after a bulk string", &self.buf[body.end..body.end + 2]));
+            }
+            out.clear();
+            out.extend_from_slice(&self.buf[body]);
+            self.start += n + 2;
+            Ok(true)
+        }
+
+        /// `BRPOP`'s reply: the array (key, value); the value ends up in `out`.
+        pub fn read_brpop(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+            let h = self.header()?;
+            let n = self.number(h, b'*', "BRPOP's array (key, value)")?;
+            if n != 2 {
+                return Err(bad("BRPOP's array of 2 (key, value)", format!("an array of {n}").as_bytes()));
+            }
+            for what in ["BRPOP's key", "BRPOP's value"] {
+                if !self.read_bulk(out)? {
+                    return Err(bad(what, b"nil"));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A private `redis-server` on a Unix socket in a temporary directory. Dropping it (at the
+/// end, or while a panic unwinds) kills the server, so none outlives the bench.
+struct RedisServer {
+    child: Child,
+    socket: PathBuf,
+    version: String,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one and waits for it to answer PING; `Err` says why there is none.
+    fn start() -> Result<RedisServer, String> {
+        let exe = match std::env::var_os("XTCQ_BENCH_REDIS_SERVER") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::var_os("PATH")
+                .and_then(|path| {
+                    std::env::split_paths(&path).map(|d| d.join("redis-server")).find(|p| p.is_file())
+                })
+                .ok_or(
+                    "no redis-server on PATH (apt-get install redis-server, or set XTCQ_BENCH_REDIS_SERVER)",
+                )?,
+        };
+        let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+        let socket = dir.path().join("redis.sock");
+        let log = dir.path().join("redis.log");
+        let logf = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let logf2 = logf.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(&exe)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(&socket)
+            .args(["--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(logf)
+            .stderr(logf2)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        let mut server = RedisServer { child, socket, version: String::new(), _dir: dir };
+        let log_text = || {
+            let t = std::fs::read_to_string(&log).unwrap_or_default();
+            if t.trim().is_empty() {
+                "(empty)".to_string()
+            } else {
+                t
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(st)) = server.child.try_wait() {
+                return Err(format!(
+                    "{} exited ({st}) before answering PING; its log:\n{}",
+                    exe.display(),
+                    log_text()
+                ));
+            }
+            match server.hello() {
+                Ok(v) => {
+                    server.version = v;
+                    return Ok(server);
+                }
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "{} did not answer PING in 10 s ({e}); its log:\n{}",
+                        exe.display(),
+                        log_text()
+                    ));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
+    /// PING, then the server's version from INFO.
+    fn hello(&self) -> std::io::Result<String> {
+        let mut c = resp::Conn::connect(&self.socket)?;
+        c.queue(&[b"PING"]);
+        c.queue(&[b"INFO", b"server"]);
+        c.flush()?;
+        c.read_status("PONG")?;
+        let mut info = Vec::new();
+        c.read_bulk(&mut info)?;
+        let info = String::from_utf8_lossy(&info);
+        Ok(info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").trim().to_string())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 // ---------------------------------------------------------------- consumer (child) side
 
 /// What a consumer receives with.
@@ -187,6 +444,7 @@ enum Rx<'a> {
     Xtcq { thief: &'a xtcq_client::ThiefHandle, buf: Vec<u8>, batch: usize, pending: VecDeque<Job<'a>> },
     Stream { fd: RawFd, buf: Vec<u8>, start: usize, end: usize },
     Mq { mq: libc::mqd_t, buf: Vec<u8> },
+    Redis { conn: resp::Conn, key: Vec<u8>, buf: Vec<u8> },
 }
 
 impl Rx<'_> {
@@ -259,6 +517,26 @@ impl Rx<'_> {
                     _ => panic!("mq_receive returned {n}: {e}"),
                 }
             },
+            Rx::Redis { conn, key, buf } => {
+                if spin {
+                    // A spinning Redis consumer can only ask again: every look is a round trip.
+                    loop {
+                        conn.queue(&[b"RPOP", key]);
+                        conn.flush().unwrap_or_else(|e| panic!("redis RPOP: {e}"));
+                        if conn.read_bulk(buf).unwrap_or_else(|e| panic!("redis RPOP: {e}")) {
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    conn.queue(&[b"BRPOP", key, b"0"]);
+                    conn.flush().unwrap_or_else(|e| panic!("redis BRPOP: {e}"));
+                    conn.read_brpop(buf).unwrap_or_else(|e| panic!("redis BRPOP: {e}"));
+                }
+                assert_eq!(buf.len(), MSG, "redis payload length");
+                let (seq, ts) = decode(buf);
+                f(seq, ts);
+            }
         }
     }
 }
@@ -307,6 +585,13 @@ fn consumer() {
             unsafe { libc::mq_getattr(mq, &mut attr) };
             Rx::Mq { mq, buf: vec![0; attr.mq_msgsize.max(MSG as i64) as usize] }
         }
+        Transport::Redis => {
+            let socket = PathBuf::from(std::env::var_os("XTCQ_BENCH_REDIS_SOCKET").expect("redis socket"));
+            let conn = resp::Conn::connect(&socket)
+                .unwrap_or_else(|e| panic!("consumer: connect to redis at {}: {e}", socket.display()));
+            let key = std::env::var("XTCQ_BENCH_REDIS_KEY").expect("redis key").into_bytes();
+            Rx::Redis { conn, key, buf: Vec::with_capacity(MSG) }
+        }
     };
     ctl.ready.store(1, Ordering::Release);
 
@@ -330,6 +615,10 @@ fn consumer() {
         lat.push(got.1);
         ctl.done.store(n_thr + i + 1, Ordering::Release);
     }
+    if lat.is_empty() {
+        println!("@@ lat 0 0 0 0 0");
+        return;
+    }
     lat.sort_unstable();
     let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
     println!("@@ lat {} {} {} {} {}", lat.len(), q(0.5), q(0.99), q(0.999), lat[lat.len() - 1]);
@@ -342,10 +631,11 @@ enum Tx<'a> {
     Xtcq(&'a OwnerHandle),
     Fd(OwnedFd),
     Mq(libc::mqd_t),
+    Redis { conn: resp::Conn, key: Vec<u8> },
 }
 
 impl Tx<'_> {
-    fn send(&self, m: &[u8; MSG]) {
+    fn send(&mut self, m: &[u8; MSG]) {
         match self {
             Tx::Xtcq(owner) => {
                 let mut tries = 0u32;
@@ -387,6 +677,27 @@ impl Tx<'_> {
                     assert_eq!(errno().raw_os_error(), Some(libc::EINTR), "mq_send: {}", errno());
                 }
             }
+            Tx::Redis { conn, key } => {
+                // The reply is read before the next push: a producer that wants to know its
+                // job is queued, as a Redis job queue's client does.
+                conn.queue(&[b"LPUSH", key, m]);
+                conn.flush().unwrap_or_else(|e| panic!("redis LPUSH: {e}"));
+                conn.read_int().unwrap_or_else(|e| panic!("redis LPUSH: {e}"));
+            }
+        }
+    }
+
+    /// Redis only: messages `seqs` as `LPUSH`es in one write, then their replies.
+    fn send_pipelined(&mut self, seqs: std::ops::Range<u64>, m: &mut [u8; MSG]) {
+        let Tx::Redis { conn, key } = self else { unreachable!("pipelining is for Redis only") };
+        let n = seqs.end - seqs.start;
+        for seq in seqs {
+            encode(seq, m);
+            conn.queue(&[b"LPUSH", key, m]);
+        }
+        conn.flush().unwrap_or_else(|e| panic!("redis LPUSH (pipelined): {e}"));
+        for _ in 0..n {
+            conn.read_int().unwrap_or_else(|e| panic!("redis LPUSH (pipelined): {e}"));
         }
     }
 }
@@ -411,6 +722,9 @@ struct Bench {
     mq_depth: i64,
     runs: u32,
     sleep_gap_ns: u64,
+    redis: Option<RedisServer>,
+    redis_n_thr: u64,
+    redis_n_lat: u64,
 }
 
 /// Spins until `f` holds, checking the clock and the child now and then.
@@ -439,7 +753,20 @@ fn spin_until(t: u64) {
 }
 
 impl Bench {
+    /// Throughput and latency messages per run. Redis gets fewer (each is a round trip
+    /// through its server), and its pipelined variant no latency phase: one message at a
+    /// time has nothing to pipeline.
+    fn sizes(&self, transport: Transport, batch: usize) -> (u64, u64) {
+        match transport {
+            Transport::Redis if batch > 1 => (self.redis_n_thr, 0),
+            Transport::Redis => (self.redis_n_thr, self.redis_n_lat),
+            _ => (self.n_thr, self.n_lat),
+        }
+    }
+
+    /// For Redis, `batch` > 1 is the producer pipelining that many `LPUSH`es per write.
     fn one(&self, transport: Transport, spin: bool, batch: usize, k: u32) -> Run {
+        let (n_thr, n_lat) = self.sizes(transport, batch);
         let ctl_path = self.daemon.dir().join(format!("ctl.{}.{spin}.{batch}.{k}", transport.name()));
         let ctl_map = CtlMap::open(&ctl_path, true);
         let ctl = ctl_map.get();
@@ -448,14 +775,14 @@ impl Bench {
             .env("XTCQ_BENCH_TRANSPORT", transport.name())
             .env("XTCQ_BENCH_MODE", if spin { "spin" } else { "sleep" })
             .env("XTCQ_BENCH_BATCH", batch.to_string())
-            .env("XTCQ_BENCH_N_THR", self.n_thr.to_string())
-            .env("XTCQ_BENCH_N_LAT", self.n_lat.to_string())
+            .env("XTCQ_BENCH_N_THR", n_thr.to_string())
+            .env("XTCQ_BENCH_N_LAT", n_lat.to_string())
             .env("XTCQ_BENCH_CTL", &ctl_path)
             .env("XTCQ_SOCKET", &self.daemon.socket)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut mq_name = None;
-        let tx = match transport {
+        let mut tx = match transport {
             Transport::Xtcq => {
                 cmd.stdin(Stdio::null());
                 Tx::Xtcq(&self.owner)
@@ -502,6 +829,18 @@ impl Bench {
                 mq_name = Some(c);
                 Tx::Mq(mq)
             }
+            Transport::Redis => {
+                let server = self.redis.as_ref().expect("a redis transport without a server");
+                let key = format!("xtcq-bench:{spin}:{batch}:{k}");
+                let mut conn = resp::Conn::connect(&server.socket)
+                    .unwrap_or_else(|e| panic!("connect to redis at {}: {e}", server.socket.display()));
+                conn.queue(&[b"DEL", key.as_bytes()]);
+                conn.flush().and_then(|()| conn.read_int()).unwrap_or_else(|e| panic!("redis DEL: {e}"));
+                cmd.env("XTCQ_BENCH_REDIS_SOCKET", &server.socket)
+                    .env("XTCQ_BENCH_REDIS_KEY", &key)
+                    .stdin(Stdio::null());
+                Tx::Redis { conn, key: key.into_bytes() }
+            }
         };
         let mut child = cmd.spawn().expect("spawn consumer");
         drop(cmd); // closes our copy of the consumer's end of a pipe or socket
@@ -510,22 +849,26 @@ impl Bench {
         wait_for(&mut child, "the consumer to be ready", limit, || ctl.ready.load(Ordering::Acquire) == 1);
         let mut m = [0xabu8; MSG];
         let t0 = now_ns();
-        for i in 0..self.n_thr {
-            encode(i, &mut m);
-            tx.send(&m);
+        if transport == Transport::Redis && batch > 1 {
+            for i in (0..n_thr).step_by(batch) {
+                tx.send_pipelined(i..(i + batch as u64).min(n_thr), &mut m);
+            }
+        } else {
+            for i in 0..n_thr {
+                encode(i, &mut m);
+                tx.send(&m);
+            }
         }
         let t_sent = now_ns();
-        wait_for(&mut child, "the throughput phase", limit, || {
-            ctl.done.load(Ordering::Acquire) == self.n_thr
-        });
-        let mps = self.n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
-        let send_mps = self.n_thr as f64 * 1e3 / (t_sent - t0) as f64;
+        wait_for(&mut child, "the throughput phase", limit, || ctl.done.load(Ordering::Acquire) == n_thr);
+        let mps = n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
+        let send_mps = n_thr as f64 * 1e3 / (t_sent - t0) as f64;
 
         // A sleeping consumer needs a few µs to be back asleep after it bumps `done`; give it
         // far more, so that each message finds it asleep.
         let gap = if spin { 2_000 } else { self.sleep_gap_ns };
-        for i in 0..self.n_lat {
-            let seq = self.n_thr + i;
+        for i in 0..n_lat {
+            let seq = n_thr + i;
             encode(seq, &mut m);
             tx.send(&m);
             wait_for(&mut child, "a latency message", limit, || ctl.done.load(Ordering::Acquire) == seq + 1);
@@ -557,6 +900,16 @@ impl Bench {
             .map(|x| x.parse().unwrap())
             .collect();
         Run { mps, send_mps, p50: v[1], p99: v[2], p999: v[3] }
+    }
+}
+
+/// M msgs/s: two decimals, three significant digits below 1 (Redis runs at hundredths).
+fn rate(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        let decimals = (2.0 - v.log10().floor()).clamp(2.0, 6.0) as usize;
+        format!("{v:.decimals$}")
     }
 }
 
@@ -684,8 +1037,14 @@ fn main() {
     let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(if quick { 1 } else { 3 }) as u32;
     let only = std::env::var("XTCQ_BENCH_ONLY").ok();
     let sleep_gap_ns = env_u64("XTCQ_BENCH_GAP_US").unwrap_or(50) * 1000;
+    let redis_n_thr = env_u64("XTCQ_BENCH_REDIS_N").unwrap_or(if quick { 20_000 } else { 100_000 });
+    let redis_n_lat = env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 });
+    let wanted = |t: Transport| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == t.name()));
 
     let daemon = Daemon::start(Path::new(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
+    // Before pinning, so that the server is not pinned with us: it is a third process on
+    // whichever CPU the scheduler gives it.
+    let redis = wanted(Transport::Redis).then(RedisServer::start);
     pin(0); // after starting the daemon, which should not be pinned with us
     let client = daemon.client();
     let mut params = QueueParams::new(QUEUE);
@@ -695,8 +1054,24 @@ fn main() {
     client.create_queue(&params).expect("create queue");
     let owner = client.attach_owner(QUEUE).expect("attach_owner");
     let cal = calibrate(&owner, &client);
-    let bench =
-        Bench { owner, _client: client, daemon, n_thr, n_lat, mq_depth: mq_depth(), runs, sleep_gap_ns };
+    let (redis, redis_skipped) = match redis {
+        Some(Ok(server)) => (Some(server), None),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
+    let bench = Bench {
+        owner,
+        _client: client,
+        daemon,
+        n_thr,
+        n_lat,
+        mq_depth: mq_depth(),
+        runs,
+        sleep_gap_ns,
+        redis,
+        redis_n_thr,
+        redis_n_lat,
+    };
 
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -719,6 +1094,13 @@ fn main() {
     for (what, ns) in &cal {
         println!("  per op: {what:<40} {ns:>7.1} ns");
     }
+    if let Some(server) = &bench.redis {
+        println!(
+            "redis: server {} on a Unix socket, not pinned (a third process); {} throughput + {} \
+             latency messages per run",
+            server.version, redis_n_thr, redis_n_lat
+        );
+    }
     println!();
     println!(
         "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
@@ -726,18 +1108,18 @@ fn main() {
     );
     println!("|{:-<13}|{:-<36}|{:->14}|{:->12}|{:->10}|{:->10}|{:->11}|", "", "", ":", ":", ":", ":", ":");
     let handoff_before = if ncpus() >= 2 { line_handoff_ns(200_000) } else { 0.0 };
-    for transport in [Transport::Xtcq, Transport::Pipe, Transport::Unix, Transport::Mq] {
-        if only.as_deref().is_some_and(|o| !o.split(',').any(|x| x == transport.name())) {
+    for transport in [Transport::Xtcq, Transport::Pipe, Transport::Unix, Transport::Mq, Transport::Redis] {
+        if !wanted(transport) || (transport == Transport::Redis && bench.redis.is_none()) {
             continue;
         }
         if transport == Transport::Mq && bench.mq_depth == 0 {
             println!("| {:<11} | skipped: cannot create a POSIX message queue here |", transport.name());
             continue;
         }
-        let modes: &[(bool, usize)] = if transport == Transport::Xtcq {
-            &[(true, 1), (true, 32), (false, 1)]
-        } else {
-            &[(true, 1), (false, 1)]
+        let modes: &[(bool, usize)] = match transport {
+            Transport::Xtcq => &[(true, 1), (true, 32), (false, 1)],
+            Transport::Redis => &[(true, 1), (false, 1), (false, 32)],
+            _ => &[(true, 1), (false, 1)],
         };
         for &(spin, batch) in modes {
             let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, batch, k)).collect();
@@ -747,20 +1129,40 @@ fn main() {
                 (Transport::Xtcq, false) => "asleep in steal_wait (futex)",
                 (Transport::Mq, true) => "spinning, O_NONBLOCK mq_receive",
                 (Transport::Mq, false) => "asleep in mq_receive",
+                (Transport::Redis, true) => "spinning, RPOP loop",
+                (Transport::Redis, false) if batch > 1 => "BRPOP; producer pipelines 32",
+                (Transport::Redis, false) => "asleep in BRPOP",
                 (_, true) => "spinning, O_NONBLOCK read",
                 (_, false) => "asleep in read",
             };
+            let us = |f: fn(&Run) -> u64| {
+                if bench.sizes(transport, batch).1 == 0 {
+                    "n/a".to_string()
+                } else {
+                    format!("{:.2}", median_u(runs.iter().map(f).collect()) as f64 / 1e3)
+                }
+            };
             println!(
-                "| {:<11} | {:<34} | {:>12.2} | {:>10.2} | {:>8.2} | {:>8.2} | {:>9.2} |",
+                "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
                 transport.name(),
                 how,
-                median_f(runs.iter().map(|r| r.mps).collect()),
-                median_f(runs.iter().map(|r| r.send_mps).collect()),
-                median_u(runs.iter().map(|r| r.p50).collect()) as f64 / 1e3,
-                median_u(runs.iter().map(|r| r.p99).collect()) as f64 / 1e3,
-                median_u(runs.iter().map(|r| r.p999).collect()) as f64 / 1e3,
+                rate(median_f(runs.iter().map(|r| r.mps).collect())),
+                rate(median_f(runs.iter().map(|r| r.send_mps).collect())),
+                us(|r| r.p50),
+                us(|r| r.p99),
+                us(|r| r.p999),
             );
         }
+    }
+    if bench.redis.is_some() {
+        println!(
+            "\nredis rows: {} throughput + {} latency messages per run (the others: {} + {}); the \
+             pipelined row has no latency phase",
+            redis_n_thr, redis_n_lat, n_thr, n_lat
+        );
+    }
+    if let Some(why) = &redis_skipped {
+        println!("\nredis: skipped: {}", why.trim_end().replace('\n', " | "));
     }
     if ncpus() >= 2 {
         // The host places the two vCPUs of a VM where it likes; this figure (cheap: ~30 ns,
