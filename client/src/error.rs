@@ -66,6 +66,23 @@ pub enum Error {
     /// The queue table is full.
     #[error("cannot create queue: {0}")]
     QueueTableFull(String),
+    /// A delete was refused: a process is (or may be) attached to the queue, or one of its
+    /// jobs is being run. The message names the processes and what to do.
+    #[error("{message}")]
+    QueueInUse {
+        /// The queue.
+        queue: String,
+        /// The daemon's explanation.
+        message: String,
+    },
+    /// A delete without force was refused: the queue holds queued jobs or dead letters.
+    #[error("{message}")]
+    QueueNotEmpty {
+        /// The queue.
+        queue: String,
+        /// The daemon's explanation (how many).
+        message: String,
+    },
     /// Every deque of the queue has a live owner.
     #[error("no free deque in queue {queue}: {message}")]
     NoFreeDeque {
@@ -181,6 +198,8 @@ impl Error {
             Error::NoSuchQueue(_) => ErrorCode::NoSuchQueue,
             Error::QueueExists(_) => ErrorCode::QueueExists,
             Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
+            Error::QueueInUse { .. } => ErrorCode::QueueInUse,
+            Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
             Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
             Error::BadRequest(_) => ErrorCode::BadRequest,
@@ -210,6 +229,8 @@ impl Error {
             ErrorCode::NoSuchQueue => Error::NoSuchQueue(q()),
             ErrorCode::QueueExists => Error::QueueExists(q()),
             ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
+            ErrorCode::QueueInUse => Error::QueueInUse { queue: q(), message: e.message },
+            ErrorCode::QueueNotEmpty => Error::QueueNotEmpty { queue: q(), message: e.message },
             ErrorCode::NoFreeDeque => Error::NoFreeDeque { queue: q(), message: e.message },
             ErrorCode::NoFreeSlot => Error::NoFreeSlot(e.message),
             ErrorCode::Unauthorized => Error::Unauthorized(e.message),

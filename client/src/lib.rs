@@ -1,4 +1,4 @@
-//! `xtcq-client`: connect to `xtcqd`, create and inspect queues, and attach as an owner
+//! `xtcq-client`: connect to `xtcqd`, create, inspect and delete queues, and attach as an owner
 //! (a producer with its own deque) or a thief (a consumer that steals from every deque).
 //!
 //! ```no_run
@@ -43,7 +43,8 @@ pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::JobHandle;
 pub use xtcq_proto::{
-    self as proto, Flavor, HelloOk, QueueInfo, QueueParams, Request, Response, Stats, PROTOCOL_VERSION,
+    self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
+    PROTOCOL_VERSION,
 };
 
 use conn::Conn;
@@ -144,6 +145,7 @@ impl Client {
     pub fn call(&self, req: Request) -> Result<Response, Error> {
         let queue = match &req {
             Request::CreateQueue(p) => Some(p.name.clone()),
+            Request::DeleteQueue { name, .. } => Some(name.clone()),
             Request::Stats { queue } => queue.clone(),
             Request::AttachOwner { queue, .. }
             | Request::AttachThief { queue }
@@ -171,6 +173,29 @@ impl Client {
         match self.call(Request::CreateQueue(params.clone()))? {
             Response::QueueCreated(q) => Ok(q),
             r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Deletes `queue`, freeing its table entry for another queue (of that name or not).
+    ///
+    /// Refused with [`Error::QueueInUse`] while a process is attached to the queue (an owner
+    /// until it detaches or exits; a thief or injector until it exits; after a daemon restart,
+    /// every process attached before it, since the daemon cannot tell which queues those
+    /// use), naming them, or while one of its jobs is being run; and unless `force`, with
+    /// [`Error::QueueNotEmpty`] while it holds queued jobs or dead letters. With `force` those
+    /// are dropped (handles to them no longer claim, re-queue or purge anything). A daemon
+    /// that predates deletion answers [`Error::BadRequest`], saying so.
+    pub fn delete_queue(&self, queue: &str, force: bool) -> Result<QueueDeleted, Error> {
+        match self.call(Request::DeleteQueue { name: queue.to_string(), force }) {
+            Ok(Response::QueueDeleted(d)) => Ok(d),
+            Ok(r) => Err(self.unexpected(r)),
+            // Our daemon never answers a DeleteQueue with BadRequest; one that cannot decode it
+            // does (unknown variant).
+            Err(Error::BadRequest(m)) => Err(Error::BadRequest(format!(
+                "xtcqd at {} does not know how to delete a queue (it predates DeleteQueue; upgrade it): {m}",
+                self.conn.path().display()
+            ))),
+            Err(e) => Err(e),
         }
     }
 
@@ -227,7 +252,12 @@ impl Client {
     }
 
     /// Puts a dead letter of `queue` back on the queue (attempts reset), to run again.
+    ///
+    /// This pushes onto the queue's overflow ring, so the process first attaches to the queue
+    /// as an injector (one process slot, until it exits), as any producer does: the daemon
+    /// then knows it may write there, and refuses to delete (and reset) the queue meanwhile.
     pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        let _attached = self.attach_injector(queue)?;
         let seg = self.dead_letter_of(queue, job)?;
         shm_layout::dead_letter::requeue_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
     }

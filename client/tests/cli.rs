@@ -675,3 +675,229 @@ fn the_embedded_daemon_serves_on_the_socket_it_is_given() {
     let st = child.wait().expect("wait");
     assert!(st.success(), "{st}");
 }
+
+/// `xtcq check` on the daemon's segment: exit 0, "consistent".
+#[track_caller]
+fn check_ok(d: &Daemon) {
+    let c = ok(&d.run(&["check"]));
+    assert!(c.contains("consistent") && !c.contains("INCONSISTENT"), "{c}");
+}
+
+/// Names of the queues `xtcq ls` lists.
+fn queues(d: &Daemon) -> Vec<String> {
+    ok(&d.run(&["ls"]))
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// Waits (at most 20 s) until `pid` is registered with the daemon (it has attached).
+#[track_caller]
+fn wait_attached(d: &Daemon, pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+        if s["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pid {pid} never attached: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Spawns `xtcq ARGS` in the background; stdin piped (held open by the returned child).
+fn spawn_xtcq(d: &Daemon, args: &[&str]) -> Child {
+    d.xtcq()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn xtcq")
+}
+
+#[test]
+fn delete_refuses_jobs_unless_forced_then_the_name_is_created_anew_and_empty() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q", "--deques", "2", "--capacity", "64", "--max-attempts", "1"]));
+    ok(&d.run(&["create", "other"]));
+    ok(&d.run(&["push", "other", "stays"]));
+    let pushed = ok(&d.run(&["push", "q", "--print-handle", "a", "b", "c"]));
+    let old_handles: Vec<&str> = pushed.lines().collect();
+    assert_eq!(old_handles.len(), 3, "{pushed}");
+    // One job fails once, at the queue's limit of one attempt: a dead letter.
+    let w = d.run(&["work", "q", "--max-jobs", "1", "--idle-exit", "300ms", "--", "sh", "-c", "exit 1"]);
+    assert_eq!(code(&w), 5, "{}", stderr(&w));
+    let dead = ok(&d.run(&["dead", "q"]));
+    let dead_handle =
+        dead.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("dead").to_string();
+    check_ok(&d);
+
+    // Jobs: refused, saying how many and what to do; nothing changed.
+    let e = d.run(&["delete", "q"]);
+    assert_eq!(code(&e), 1, "{}", stderr(&e));
+    let msg = stderr(&e);
+    assert!(
+        msg.starts_with("xtcq: error: queue q still holds 2 queued job(s) and 1 dead letter(s)"),
+        "{msg}"
+    );
+    assert!(msg.contains("--force"), "{msg}");
+    assert_eq!(queues(&d), ["q", "other"]);
+    check_ok(&d);
+
+    // Forced: the jobs and the dead letter are dropped, and the queue is gone.
+    let f = d.run(&["delete", "q", "--force"]);
+    assert_eq!(code(&f), 0, "{}", stderr(&f));
+    assert!(stderr(&f).contains("dropping 2 queued job(s) and 1 dead letter(s)"), "{}", stderr(&f));
+    assert_eq!(queues(&d), ["other"]);
+    let e = d.run(&["stats", "q"]);
+    assert_eq!(code(&e), 1);
+    assert!(stderr(&e).contains("no such queue: q"), "{}", stderr(&e));
+    assert_eq!(code(&d.run(&["steal", "q"])), 1, "nothing to steal from");
+    check_ok(&d);
+    let json: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
+    assert_eq!((json["records"]["queued"].as_u64(), json["records"]["dead"].as_u64()), (Some(1), Some(0)));
+
+    // The same name, another spec: a new queue, empty.
+    ok(&d.run(&["create", "q", "--deques", "1", "--capacity", "4", "--flavor", "fifo"]));
+    let ls = ok(&d.run(&["ls"]));
+    let row: Vec<&str> =
+        ls.lines().find(|l| l.starts_with("q ")).expect("q listed").split_whitespace().collect();
+    assert_eq!(row[..7], ["q", "fifo", "1", "4", "-", "-", "0"], "{ls}");
+    assert_eq!(code(&d.run(&["steal", "q"])), 3, "the new queue starts empty");
+    assert_eq!(code(&d.run(&["dead", "q"])), 3, "and without dead letters");
+    check_ok(&d);
+    // Every free record filled by the new queue, so the old jobs' records are reused.
+    let lines: String = (0..4095).map(|i| format!("new-{i}\n")).collect();
+    ok(&d.run_in(&["push", "q"], lines.as_bytes()));
+    // Handles from before the delete act on nothing.
+    for h in old_handles.iter().copied().chain([dead_handle.as_str()]) {
+        for verb in ["--requeue", "--purge"] {
+            let e = d.run(&["dead", "q", verb, h]);
+            assert_eq!(code(&e), 1, "{verb} {h}: {}", stderr(&e));
+            assert!(stderr(&e).contains("not a dead letter"), "{}", stderr(&e));
+        }
+    }
+    check_ok(&d);
+    // Only the new jobs come out.
+    let got = ok(&d.run(&["steal", "q", "--count", "0"]));
+    assert_eq!(got.lines().count(), 4095);
+    assert!(got.lines().all(|l| l.starts_with("new-")), "{got}");
+    assert_eq!(ok(&d.run(&["steal", "other"])), "stays\n", "the other queue kept its job");
+    ok(&d.run(&["delete", "q"]));
+    ok(&d.run(&["delete", "other"]));
+    assert!(queues(&d).is_empty());
+    check_ok(&d);
+}
+
+#[test]
+fn delete_of_no_such_queue_is_exit_1_and_bad_arguments_exit_2() {
+    let d = Daemon::start();
+    let e = d.run(&["delete", "nope"]);
+    assert_eq!(code(&e), 1);
+    assert_eq!(stderr(&e), "xtcq: error: no such queue: nope\n");
+    let e = d.run(&["delete", "nope", "--force"]);
+    assert_eq!(code(&e), 1);
+    assert!(stderr(&e).contains("no such queue: nope"), "{}", stderr(&e));
+    ok(&d.run(&["create", "q"]));
+    for args in [&["delete"][..], &["delete", "q", "r"], &["delete", "q", "--forse"], &["delete", "--force"]]
+    {
+        let e = d.run(args);
+        assert_eq!(code(&e), 2, "{args:?}: {}", stderr(&e));
+    }
+    assert_eq!(queues(&d), ["q"], "no bad invocation deleted anything");
+    // Twice: the second finds nothing.
+    ok(&d.run(&["delete", "q"]));
+    assert_eq!(code(&d.run(&["delete", "q"])), 1);
+    let gone = d.dir.path().join("nobody-here.sock");
+    let o = run_bounded(Command::new(XTCQ).arg("--socket").arg(&gone).args(["delete", "q"]), None);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    check_ok(&d);
+}
+
+#[test]
+fn delete_is_refused_while_a_thief_or_an_owner_process_is_attached() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "t"]));
+    ok(&d.run(&["create", "o", "--deques", "1"]));
+
+    // A thief waiting for jobs: attached until it exits.
+    let mut thief = spawn_xtcq(&d, &["steal", "t", "--wait", "--timeout", "60s"]);
+    wait_attached(&d, thief.id());
+    for force in [&["delete", "t"][..], &["delete", "t", "--force"]] {
+        let e = d.run(force);
+        assert_eq!(code(&e), 1, "{}", stderr(&e));
+        let msg = stderr(&e);
+        assert!(msg.contains("queue t is in use"), "{msg}");
+        assert!(msg.contains(&format!("pid {} (thief)", thief.id())), "{msg}");
+        assert!(msg.contains("stop those processes"), "{msg}");
+    }
+    // Another queue is not in its way.
+    ok(&d.run(&["create", "spare"]));
+    ok(&d.run(&["delete", "spare"]));
+    check_ok(&d);
+    thief.kill().expect("kill thief");
+    thief.wait().expect("reap thief");
+    // Right after it exited: the daemon gives back its slot and the delete goes through.
+    ok(&d.run(&["delete", "t"]));
+    check_ok(&d);
+
+    // A producer owning a deque, still running (its stdin open).
+    let mut owner = spawn_xtcq(&d, &["produce", "o"]);
+    owner.stdin.as_mut().expect("stdin").write_all(b"one job\n").expect("write");
+    wait_attached(&d, owner.id());
+    let e = d.run(&["delete", "o", "--force"]);
+    assert_eq!(code(&e), 1, "{}", stderr(&e));
+    assert!(stderr(&e).contains(&format!("pid {} (owner of deque 0)", owner.id())), "{}", stderr(&e));
+    assert_eq!(queues(&d), ["o"]);
+    check_ok(&d);
+    // It finishes (stdin closed) and exits: its job stays, so only --force deletes the queue.
+    drop(owner.stdin.take());
+    let st = owner.wait().expect("reap producer");
+    assert!(st.success(), "{st}");
+    let e = d.run(&["delete", "o"]);
+    assert_eq!(code(&e), 1, "{}", stderr(&e));
+    assert!(stderr(&e).contains("1 queued job(s) and 0 dead letter(s)"), "{}", stderr(&e));
+    ok(&d.run(&["delete", "o", "--force"]));
+    assert!(queues(&d).is_empty());
+    check_ok(&d);
+}
+
+#[test]
+fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until_it_exits() {
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "used"]));
+    ok(&d.run(&["create", "unused"]));
+    let mut thief = spawn_xtcq(&d, &["steal", "used", "--wait", "--timeout", "60s"]);
+    wait_attached(&d, thief.id());
+    ok(&d.run(&["create", "before"]));
+    let e = d.run(&["delete", "used"]);
+    assert_eq!(code(&e), 1);
+    ok(&d.run(&["delete", "unused"]));
+    ok(&d.run(&["create", "unused"]));
+
+    // kill -9 the daemon; a new one adopts the segment and the live thief's slot, but not the
+    // knowledge of which queue the thief uses.
+    let mut child = d.child.take().expect("daemon");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().expect("tempdir"));
+    drop(d);
+    let d = Daemon::start_in(dir);
+    for q in ["unused", "before", "used"] {
+        let e = d.run(&["delete", q]);
+        assert_eq!(code(&e), 1, "{q}: {}", stderr(&e));
+        let msg = stderr(&e);
+        assert!(msg.contains(&format!("pid {} (attached before xtcqd restarted", thief.id())), "{msg}");
+    }
+    assert_eq!(queues(&d), ["used", "unused", "before"]);
+    check_ok(&d);
+    thief.kill().expect("kill thief");
+    thief.wait().expect("reap thief");
+    for q in ["unused", "before", "used"] {
+        ok(&d.run(&["delete", q]));
+    }
+    assert!(queues(&d).is_empty());
+    check_ok(&d);
+}

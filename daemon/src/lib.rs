@@ -9,7 +9,7 @@
 //! - [`notify`]: systemd readiness notification.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
-//! create queues, register processes, grant and release leases, and recover.
+//! create and delete queues, register processes, grant and release leases, and recover.
 
 #![warn(missing_docs)]
 

@@ -23,6 +23,13 @@
 //!   lives.
 //! - slot writes: fields first, then the state word with Release, so a reader that sees
 //!   `PROCESS_ACTIVE` (Acquire) sees the fields.
+//! - a queue is deleted ([`Registry::delete_queue`]) only while no process is attached to it:
+//!   no lease on one of its deques (in the segment), and no slot this daemon tracks that
+//!   attached to it as a thief or injector, or that it adopted from an earlier daemon (the
+//!   segment does not say which queues a thief or injector uses, so an adopted slot may use
+//!   any). Attaches resolve the queue and record the attachment under the same lock, so an
+//!   attach and a delete of one queue cannot interleave: either the attach comes first and
+//!   the delete is refused, or the delete comes first and the attach finds no such queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
@@ -31,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
 use shm_layout::record::state::State;
 use shm_layout::recovery::{self, lease_holder, lease_word};
-use shm_layout::segment::QueueError;
+use shm_layout::segment::{DeleteError, QueueError};
 use shm_layout::{QueueInfo, QueueSpec, Segment};
 use std::sync::atomic::Ordering;
 use tracing::{info, warn};
@@ -100,6 +107,31 @@ struct Kept {
     keeper: Keeper,
     /// Whether the keeper is an open connection.
     connected: bool,
+    /// The queues it attached to as a thief or injector, as far as this daemon knows.
+    uses: Uses,
+}
+
+/// The queues a slot's process attached to as a thief or an injector. (An owner is known by
+/// its lease word in the segment, which also says when it detached.) Attachments last until
+/// the process exits: neither role has a detach, and the process may keep using a handle
+/// without its connection.
+enum Uses {
+    /// Queue-table index → `ROLE_THIEF | ROLE_INJECTOR` bits, of every attach this daemon
+    /// granted to the slot (over any of its process's connections).
+    Known(BTreeMap<u32, u32>),
+    /// Adopted from an earlier daemon, which knew: the segment does not record it, so the
+    /// process may use any queue. A resume does not change that (the old handles live on).
+    Unknown,
+}
+
+/// Why [`Registry::delete_queue`] refused.
+#[derive(Debug)]
+pub struct DeleteRefused {
+    /// The answer for the client.
+    pub reply: proto::ErrorReply,
+    /// Everyone in the way is a process that has exited and whose slot its watcher has not
+    /// recovered yet (a matter of milliseconds): asking again shortly may succeed.
+    pub only_exited: bool,
 }
 
 /// Converts a segment queue error to an error reply.
@@ -177,7 +209,10 @@ impl Registry {
             let epoch = s.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             // Release: the fields above are visible to whoever sees ACTIVE.
             s.state.store(PROCESS_ACTIVE, Ordering::Release);
-            t.slots.insert(i, Kept { epoch, process: p, keeper, connected: true });
+            t.slots.insert(
+                i,
+                Kept { epoch, process: p, keeper, connected: true, uses: Uses::Known(BTreeMap::new()) },
+            );
             return Ok(SlotId { slot: i, epoch });
         }
         Err(proto::ErrorReply::new(
@@ -291,15 +326,40 @@ impl Registry {
         self.seg.queue_by_name(name).map_err(|e| queue_error(&e))
     }
 
-    /// Leases deque `want` (or the first free one) of `q` to `slot`. Returns the deque and
-    /// the lease word.
+    /// Attaches `slot` to queue `name` as a thief or injector (`role`): resolves the queue
+    /// and records the attachment in one step under the lock, so that a delete of the queue
+    /// either sees the attachment (and refuses) or has happened before (and this finds no
+    /// such queue). Returns the queue.
+    pub fn attach(&self, name: &str, slot: SlotId, role: u32) -> Result<QueueInfo, proto::ErrorReply> {
+        let mut t = self.lock();
+        let q = self.queue(name)?;
+        match t.slots.get_mut(&slot.slot) {
+            Some(k) if k.epoch == slot.epoch => {
+                if let Uses::Known(m) = &mut k.uses {
+                    *m.entry(q.index).or_insert(0) |= role;
+                }
+                Ok(q)
+            }
+            // Recovered meanwhile: its process has exited.
+            _ => Err(proto::ErrorReply::new(
+                proto::ErrorCode::SlotNotHeld,
+                format!("process slot {} is no longer registered to this process", slot.slot),
+            )),
+        }
+    }
+
+    /// Leases deque `want` (or the first free one) of queue `name` to `slot`. Returns the
+    /// queue, the deque and the lease word. The queue is resolved under the lock, as in
+    /// [`attach`](Self::attach).
     pub fn lease(
         &self,
-        q: &QueueInfo,
+        name: &str,
         want: Option<u32>,
         slot: SlotId,
-    ) -> Result<(u32, u64), proto::ErrorReply> {
+    ) -> Result<(QueueInfo, u32, u64), proto::ErrorReply> {
         let _t = self.lock();
+        let q = self.queue(name)?;
+        let q = &q;
         let word = lease_word(slot.slot, slot.epoch as u32);
         let candidates: Vec<u32> = match want {
             Some(d) if d >= q.spec.deques => {
@@ -316,7 +376,7 @@ impl Registry {
             // AcqRel: pairs with the Release of the clearing CAS in recovery / detach, so
             // the new owner sees the repaired `bottom`.
             if h.lease.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return Ok((*d, word));
+                return Ok((q.clone(), *d, word));
             }
         }
         let msg = match want {
@@ -439,6 +499,19 @@ impl Registry {
     /// each with the keeper to watch it until it exits (or until its process resumes it
     /// over a connection).
     pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
+        {
+            // A daemon that died half-way through deleting a queue: finish the delete (it had
+            // passed its checks), so the entry is free again and nothing names the queue.
+            let _t = self.lock();
+            for (index, dropped) in self.seg.finish_interrupted_deletes() {
+                warn!(
+                    index,
+                    dropped_queued = dropped.queued,
+                    dropped_dead = dropped.dead,
+                    "finished deleting a queue whose delete a previous daemon did not complete"
+                );
+            }
+        }
         let n = self.seg.config().process_slots;
         let mut live = Vec::new();
         let mut dead = Vec::new();
@@ -465,8 +538,13 @@ impl Registry {
         {
             let mut t = self.lock();
             for a in &live {
-                let kept =
-                    Kept { epoch: a.slot.epoch, process: a.process, keeper: a.keeper, connected: false };
+                let kept = Kept {
+                    epoch: a.slot.epoch,
+                    process: a.process,
+                    keeper: a.keeper,
+                    connected: false,
+                    uses: Uses::Unknown,
+                };
                 t.slots.insert(a.slot.slot, kept);
             }
         }
@@ -526,6 +604,128 @@ impl Registry {
             recovery::reindex_orphans(&self.seg);
         }
         live
+    }
+
+    /// Deletes queue `name` (see [`Segment::delete_queue_at`]) unless a process is, or may
+    /// be, attached to it, or runs one of its jobs; and, unless `force`, unless it holds
+    /// queued jobs or dead letters (with `force` they are dropped). A refusal names the
+    /// processes in the way (`alive(pid, start_time)` tells which have exited) or the jobs,
+    /// and what to do. Under the lock that creates queues and grants attachments (see the
+    /// module's invariants); it walks every record, so call it off the async threads.
+    pub fn delete_queue(
+        &self,
+        name: &str,
+        force: bool,
+        alive: impl Fn(u32, u64) -> bool,
+    ) -> Result<proto::QueueDeleted, DeleteRefused> {
+        let refused = |reply| DeleteRefused { reply, only_exited: false };
+        let t = self.lock();
+        let q = self.queue(name).map_err(refused)?;
+        let usage = self.seg.queue_usage(q.index);
+
+        // Every process slot in the way, with why.
+        let mut in_way: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for &(d, slot) in &usage.leases {
+            in_way.entry(slot).or_default().push(format!("owner of deque {d}"));
+        }
+        for (&slot, k) in &t.slots {
+            match &k.uses {
+                Uses::Unknown => in_way.entry(slot).or_default().push(
+                    "attached before xtcqd restarted, so xtcqd cannot tell which queues it uses".into(),
+                ),
+                Uses::Known(m) => {
+                    if let Some(&roles) = m.get(&q.index) {
+                        let r = in_way.entry(slot).or_default();
+                        if roles & proto::ROLE_THIEF != 0 {
+                            r.push("thief".into());
+                        }
+                        if roles & proto::ROLE_INJECTOR != 0 {
+                            r.push("injector".into());
+                        }
+                    }
+                }
+            }
+        }
+        for &(slot, jobs) in &usage.holders {
+            in_way.entry(slot).or_default().push(format!("running {jobs} of its jobs"));
+        }
+        let mut who = Vec::new();
+        let mut all_exited = true;
+        for (slot, why) in &in_way {
+            // The process as this daemon identified it; the segment's copy for a slot it does
+            // not track (a stray lease or claim, which only corruption leaves).
+            let p = t.slots.get(slot).map(|k| k.process).or_else(|| {
+                self.seg.process_slot(*slot).map(|s| ProcessId {
+                    pid: s.pid.load(Ordering::Relaxed),
+                    uid: s.uid.load(Ordering::Relaxed),
+                    start_time: s.start_time.load(Ordering::Relaxed),
+                })
+            });
+            let pid = p.map(|p| p.pid).unwrap_or(0);
+            // Without a pid nothing tells that it exited: it may well be attached.
+            let exited = p.is_some_and(|p| p.pid != 0 && !alive(p.pid, p.start_time));
+            all_exited &= exited;
+            let who_is =
+                if pid != 0 { format!("pid {pid}") } else { format!("process slot {slot} (pid unknown)") };
+            let exited_note = if exited { ", exited: xtcqd is still giving back what it held" } else { "" };
+            who.push(format!("{who_is} ({}{exited_note})", why.join(", ")));
+        }
+        let unheld = usage.claimed - usage.holders.iter().map(|&(_, n)| n).sum::<u32>().min(usage.claimed);
+        if unheld > 0 {
+            // Revoked by a lease expiry or a recovery that is re-queuing them (they are only
+            // seen between the two steps, which run under this lock, so: never, barring
+            // corruption).
+            who.push(format!("{unheld} job(s) of it taken back from their consumer and not re-queued yet"));
+            all_exited = false;
+        }
+        if !who.is_empty() {
+            let reply = proto::ErrorReply::new(
+                proto::ErrorCode::QueueInUse,
+                format!(
+                    "queue {name} is in use, so it was not deleted: {}. A process stays attached until it \
+                     exits (an owner also until it detaches), and a job is being run until it is acked or \
+                     given back: stop those processes, or wait for them, then delete again",
+                    who.join("; ")
+                ),
+            );
+            return Err(DeleteRefused { reply, only_exited: all_exited });
+        }
+        if !force && (usage.queued > 0 || usage.dead > 0) {
+            return Err(refused(proto::ErrorReply::new(
+                proto::ErrorCode::QueueNotEmpty,
+                format!(
+                    "queue {name} still holds {} queued job(s) and {} dead letter(s), so it was not \
+                     deleted: consume them (and purge the dead letters), or delete with --force to drop them",
+                    usage.queued, usage.dead
+                ),
+            )));
+        }
+        let d = self.seg.delete_queue_at(q.index, force).map_err(|e| {
+            // Only what the checks above missed: a lease or claim that came between them and
+            // the delete's own look (nothing under this lock grants one), or a lookup that failed.
+            let code = match &e {
+                DeleteError::Queue(qe) => return refused(queue_error(qe)),
+                DeleteError::Leased { .. }
+                | DeleteError::JobsHeld { .. }
+                | DeleteError::StillInUse { .. } => proto::ErrorCode::QueueInUse,
+                DeleteError::NotEmpty { .. } => proto::ErrorCode::QueueNotEmpty,
+            };
+            refused(proto::ErrorReply::new(code, format!("{e}; it was not deleted")))
+        })?;
+        drop(t);
+        info!(
+            queue = %name,
+            index = q.index,
+            force,
+            dropped_queued = d.dropped.queued,
+            dropped_dead = d.dropped.dead,
+            "queue deleted"
+        );
+        Ok(proto::QueueDeleted {
+            queue: queue_info(&d.info),
+            dropped_queued: d.dropped.queued as u64,
+            dropped_dead: d.dropped.dead as u64,
+        })
     }
 
     /// Re-queues (or dead-letters) every claim whose lease deadline has passed: its holder is

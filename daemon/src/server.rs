@@ -48,6 +48,9 @@ use crate::registry::{queue_info, Keeper, ProcessId, Registry, SlotId};
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
+/// How long a delete waits for exited processes in its way to be recovered.
+const DELETE_WAIT_FOR_EXITED: Duration = Duration::from_secs(3);
+
 /// State shared by every task.
 struct Shared {
     cfg: Config,
@@ -603,9 +606,12 @@ impl Conn {
                 }
             }
             Request::AttachOwner { queue, deque } => {
-                let q = reg.queue(&queue)?;
+                // A look first, so that a request for no queue registers no slot; the lease
+                // resolves the queue again under the registry's lock (a delete may have come
+                // in between).
+                reg.queue(&queue)?;
                 let slot = self.ensure_slot(proto::ROLE_OWNER)?;
-                let (d, word) = reg.lease(&q, deque, slot)?;
+                let (q, d, word) = reg.lease(&queue, deque, slot)?;
                 self.leases.push((q.index, q.spec.name.clone(), d, word));
                 info!(slot = slot.slot, queue = %q.spec.name, deque = d, "owner lease granted");
                 Ok(Response::OwnerAttached(proto::OwnerLease {
@@ -615,14 +621,39 @@ impl Conn {
                 }))
             }
             Request::AttachThief { queue } => {
-                let q = reg.queue(&queue)?;
+                // As for an owner: look, register, then resolve and record under the lock.
+                reg.queue(&queue)?;
                 let slot = self.ensure_slot(proto::ROLE_THIEF)?;
+                let q = reg.attach(&queue, slot, proto::ROLE_THIEF)?;
                 Ok(Response::ThiefAttached(self.attachment(slot, &q)))
             }
             Request::AttachInjector { queue } => {
-                let q = reg.queue(&queue)?;
+                reg.queue(&queue)?;
                 let slot = self.ensure_slot(proto::ROLE_INJECTOR)?;
+                let q = reg.attach(&queue, slot, proto::ROLE_INJECTOR)?;
                 Ok(Response::InjectorAttached(self.attachment(slot, &q)))
+            }
+            Request::DeleteQueue { name, force } => {
+                // A process that has just exited is still in the way until its watcher has
+                // given back what it held (milliseconds): ask again for a little while rather
+                // than refuse a `delete` typed right after its last consumer quit.
+                let until = tokio::time::Instant::now() + DELETE_WAIT_FOR_EXITED;
+                loop {
+                    let (reg, n) = (reg.clone(), name.clone());
+                    let r = tokio::task::spawn_blocking(move || reg.delete_queue(&n, force, peer::is_alive))
+                        .await
+                        .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("delete failed: {e}")))?;
+                    match r {
+                        Ok(d) => return Ok(Response::QueueDeleted(d)),
+                        Err(refused) if refused.only_exited && tokio::time::Instant::now() < until => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(refused) => {
+                            info!(queue = %name, pid = self.peer.pid, client = %self.name, "delete refused: {}", refused.reply.message);
+                            return Err(refused.reply);
+                        }
+                    }
+                }
             }
             Request::Detach { queue, deque } => {
                 let q = reg.queue(&queue)?;

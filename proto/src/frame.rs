@@ -175,6 +175,8 @@ mod tests {
             Request::Detach { queue: "q".into(), deque: 1 },
             Request::Shutdown,
             Request::Resume { slot: 3, slot_epoch: u64::MAX },
+            Request::DeleteQueue { name: "q".into(), force: false },
+            Request::DeleteQueue { name: "q".into(), force: true },
         ];
         for (i, r) in reqs.into_iter().enumerate() {
             roundtrip(RequestFrame { id: i as u64, request: r });
@@ -200,8 +202,15 @@ mod tests {
             Ok(Response::Detached),
             Ok(Response::ShuttingDown),
             Ok(Response::Resumed { process_slot: 3, slot_epoch: 9 }),
+            Ok(Response::QueueDeleted(QueueDeleted {
+                queue: info.clone(),
+                dropped_queued: 5,
+                dropped_dead: 1,
+            })),
             Err(ErrorReply::new(ErrorCode::NoSuchQueue, "no such queue: q")),
             Err(ErrorReply::new(ErrorCode::SlotNotHeld, "not yours")),
+            Err(ErrorReply::new(ErrorCode::QueueInUse, "pid 7 is attached")),
+            Err(ErrorReply::new(ErrorCode::QueueNotEmpty, "3 queued job(s)")),
         ];
         for (i, r) in resps.into_iter().enumerate() {
             roundtrip(ServerMessage::Reply { id: i as u64, result: r });
@@ -316,6 +325,46 @@ mod tests {
         ] {
             assert!(matches!(decode::<RequestFrame>(body), Err(FrameError::Decode(_))), "{body:?}");
         }
+    }
+
+    #[test]
+    fn delete_queue_has_the_wire_shape_an_older_daemon_refuses_as_an_unknown_variant() {
+        // What a daemon that predates DeleteQueue sees: a request variant it does not know,
+        // which it answers with BadRequest (a decode error), deleting nothing.
+        let bytes = encode(&RequestFrame {
+            id: 6,
+            request: Request::DeleteQueue { name: "old".into(), force: true },
+        })
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes[4..]).unwrap();
+        assert_eq!(v["request"]["DeleteQueue"]["name"], "old");
+        assert_eq!(v["request"]["DeleteQueue"]["force"], true);
+        // A field of the wrong type, or a missing one, is a decode error, never a panic (and
+        // never a delete with a defaulted `force`).
+        for body in [
+            br#"{"id":1,"request":{"DeleteQueue":{"name":"q"}}}"#.as_slice(),
+            br#"{"id":1,"request":{"DeleteQueue":{"name":"q","force":"yes"}}}"#,
+            br#"{"id":1,"request":{"DeleteQueue":{"name":7,"force":false}}}"#,
+            br#"{"id":1,"request":{"DeleteQueue":"q"}}"#,
+        ] {
+            assert!(matches!(decode::<RequestFrame>(body), Err(FrameError::Decode(_))), "{body:?}");
+        }
+        // A client that predates the new refusal codes still reads the reply (as Unknown).
+        #[derive(serde::Deserialize)]
+        #[serde(rename = "ErrorCode")]
+        enum OldErrorCode {
+            NoSuchQueue,
+            #[serde(other)]
+            Unknown,
+        }
+        for code in [ErrorCode::QueueInUse, ErrorCode::QueueNotEmpty] {
+            let json = serde_json::to_string(&code).unwrap();
+            assert!(matches!(serde_json::from_str::<OldErrorCode>(&json).unwrap(), OldErrorCode::Unknown));
+        }
+        assert!(matches!(
+            serde_json::from_str::<OldErrorCode>("\"NoSuchQueue\"").unwrap(),
+            OldErrorCode::NoSuchQueue
+        ));
     }
 
     #[test]

@@ -29,6 +29,16 @@
 //! that predates it answers `BadRequest` (unknown variant), and a client that predates it
 //! never sends it.
 //!
+//! [`Request::DeleteQueue`] frees a queue's table entry, so that the name (or another) can be
+//! created there again. The daemon refuses, with [`ErrorCode::QueueInUse`] and a message that
+//! names the processes, while any process is attached to the queue (an owner's deque lease,
+//! a thief or an injector; a process the daemon adopted after a restart counts as attached to
+//! every queue, since nothing tells it which ones it uses) or while one of its jobs is being
+//! run; and unless `force`, with [`ErrorCode::QueueNotEmpty`] while it holds queued jobs or
+//! dead letters, saying how many (`force` drops them). It was added as `Resume` was, without
+//! a version bump: a daemon that predates it answers `BadRequest` (unknown variant), and a
+//! client that predates the two error codes decodes them as [`ErrorCode::Unknown`].
+//!
 //! Invariants:
 //! - [`Hello`] and [`HelloReply`] keep their shape across protocol versions (fields may be
 //!   added, never removed or retyped), so a version mismatch is always reported as one;
@@ -211,6 +221,16 @@ pub enum Request {
         /// Its incarnation ([`Attachment::slot_epoch`]).
         slot_epoch: u64,
     },
+    /// Delete queue `name` and free its table entry; [`Response::QueueDeleted`]. Refused with
+    /// [`ErrorCode::QueueInUse`] while a process is (or may be) attached to it or one of its
+    /// jobs is being run, and, unless `force`, with [`ErrorCode::QueueNotEmpty`] while it
+    /// holds queued jobs or dead letters. With `force` those are dropped.
+    DeleteQueue {
+        /// Queue name.
+        name: String,
+        /// Drop its queued jobs and dead letters instead of refusing.
+        force: bool,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -263,6 +283,17 @@ impl OwnerLease {
     }
 }
 
+/// What a [`Request::DeleteQueue`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDeleted {
+    /// The queue as it was.
+    pub queue: QueueInfo,
+    /// Queued jobs dropped (only with `force`).
+    pub dropped_queued: u64,
+    /// Dead letters dropped (only with `force`).
+    pub dropped_dead: u64,
+}
+
 /// A successful reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
@@ -291,6 +322,8 @@ pub enum Response {
         /// Its incarnation (unchanged by a resume).
         slot_epoch: u64,
     },
+    /// To [`Request::DeleteQueue`]: the queue is gone; its table entry is free.
+    QueueDeleted(QueueDeleted),
 }
 
 /// The segment's fixed configuration.
@@ -464,6 +497,12 @@ pub enum ErrorCode {
     /// The process slot named by a [`Request::Resume`] is not registered to the connecting
     /// process at that epoch.
     SlotNotHeld,
+    /// A [`Request::DeleteQueue`] was refused: a process is (or may be) attached to the
+    /// queue, or one of its jobs is being run. The message names the processes.
+    QueueInUse,
+    /// A [`Request::DeleteQueue`] without `force` was refused: the queue holds queued jobs or
+    /// dead letters. The message says how many.
+    QueueNotEmpty,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

@@ -2,6 +2,9 @@
 //! it finds rather than stopping at the first problem. `xtcq check` and the crash tests use it.
 //!
 //! Verified (the header and region layout were already validated by `Segment::attach`):
+//! - every queue-table entry's state is free, creating, active or deleting; a free entry
+//!   (never used, or deleted) has no deque lease and all of its deque indices and overflow
+//!   ring positions at 0 (a delete resets them), so a queue created there starts empty;
 //! - every active queue's descriptor decodes;
 //! - per deque: `top <= bottom + 1` (a pop in flight may leave `bottom` one below `top`)
 //!   and `bottom - top <= capacity`; every slot in `[top, bottom)` holds a well-formed handle
@@ -10,13 +13,17 @@
 //!   names an existing record;
 //! - per record: the state decodes; `Filling` and `Claimed` name a registered (active or
 //!   recovering) process slot; `Free`, `Queued` and `Dead` name none; the payload length fits
-//!   the record; a `Queued`, `Claimed` or `Dead` record belongs to an active queue;
+//!   the record; a `Queued`, `Claimed` or `Dead` record belongs to an active queue (a `Free`
+//!   or `Filling` record's queue field is left from an earlier job, and may name a free or
+//!   deleted entry);
 //! - with `quiescent` (no process is attached, e.g. after every client exited): no record is
 //!   `Filling` or `Claimed`, and every `Queued` record is referenced by a deque or a ring.
 //!
 //! The walk reads racy snapshots; on a live segment only `quiescent = false` is meaningful.
 
-use crate::layout::{PROCESS_ACTIVE, PROCESS_RECOVERING};
+use crate::layout::{
+    PROCESS_ACTIVE, PROCESS_RECOVERING, QUEUE_ACTIVE, QUEUE_CREATING, QUEUE_DELETING, QUEUE_FREE,
+};
 use crate::record::state::{JobHandle, State, NO_HOLDER};
 use crate::recovery::lease_holder;
 use crate::segment::Segment;
@@ -84,6 +91,16 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             let st = p.state.load(Ordering::Acquire);
             *live = st == PROCESS_ACTIVE || st == PROCESS_RECOVERING;
             r.counts.processes += *live as u32;
+        }
+    }
+
+    for index in 0..cfg.queues {
+        match seg.queue_state(index) {
+            // Transient while a daemon creates or deletes a queue; a `DELETING` left by a
+            // daemon that died is finished by the next one when it adopts the segment.
+            Some(QUEUE_ACTIVE | QUEUE_CREATING | QUEUE_DELETING) | None => {}
+            Some(QUEUE_FREE) => check_free_entry(seg, index, &mut |m| problem(&mut r, m)),
+            Some(other) => problem(&mut r, format!("queue-table entry {index}: unknown state {other}")),
         }
     }
 
@@ -234,4 +251,27 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
         }
     }
     r
+}
+
+/// A free queue-table entry is as a new segment has it: no deque leased, every deque and the
+/// overflow ring at position 0 (slots and cells are not read: nothing reads them before a
+/// push writes them, and a delete zeroes them too).
+fn check_free_entry(seg: &Segment, index: u32, problem: &mut dyn FnMut(String)) {
+    for d in 0..seg.config().deques_per_queue {
+        let Some(h) = seg.deque_header(index, d) else { break };
+        let lease = h.lease.load(Ordering::Acquire);
+        let (top, bottom) = (h.top.load(Ordering::Acquire), h.bottom.load(Ordering::Acquire));
+        if lease != 0 {
+            problem(format!("free queue-table entry {index} deque {d}: leased ({lease:#x})"));
+        }
+        if top != 0 || bottom != 0 {
+            problem(format!("free queue-table entry {index} deque {d}: top {top} bottom {bottom}, not 0"));
+        }
+    }
+    if let Some(ring) = seg.overflow(index) {
+        let (head, tail) = ring.positions();
+        if head != 0 || tail != 0 {
+            problem(format!("free queue-table entry {index} overflow ring: head {head} tail {tail}, not 0"));
+        }
+    }
 }

@@ -52,7 +52,11 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 ///   256 bytes, was 384, so every deque's slots and every region after the deques moved.
 /// - 3: a record's state word can be `Writing` (5): a holder writing the header. A version-2
 ///   process would take that for corruption. The ready word can be [`RETIRED`].
-pub const LAYOUT_VERSION: u32 = 3;
+/// - 4: a queue-table entry's state word can be [`QUEUE_DELETING`] (3): a queue being
+///   deleted, whose deques and overflow ring the daemon is resetting before it marks the
+///   entry [`QUEUE_FREE`] again. A version-3 daemon would leave such an entry (left by a
+///   daemon killed half-way through a delete) unusable instead of finishing the delete.
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -284,15 +288,23 @@ pub struct DescriptorBlock {
     pub desc: SegmentDescriptor,
 }
 
-/// Queue-table entry state: never used.
+/// Queue-table entry state: unused (never used, or its queue was deleted); its deques and
+/// overflow ring are all zero.
 pub const QUEUE_FREE: u32 = 0;
 /// Queue-table entry state: being written by the daemon.
 pub const QUEUE_CREATING: u32 = 1;
 /// Queue-table entry state: in use; the descriptor is final.
 pub const QUEUE_ACTIVE: u32 = 2;
+/// Queue-table entry state: being deleted by the daemon (`ACTIVE -> DELETING -> FREE`). No
+/// lookup returns it, so nothing new attaches; its jobs are dropped and its deques, overflow
+/// ring and descriptor reset before it becomes [`QUEUE_FREE`]. A daemon that finds one when
+/// it adopts a segment (its predecessor died during the delete) finishes the delete.
+pub const QUEUE_DELETING: u32 = 3;
 
-/// A queue's fixed properties. Plain data, written before `QueueControl::state` becomes
-/// [`QUEUE_ACTIVE`] (Release), never changed after.
+/// A queue's fixed properties. Plain data, written while the entry is [`QUEUE_CREATING`],
+/// before `QueueControl::state` becomes [`QUEUE_ACTIVE`] (Release), and not written again
+/// until the entry is created anew after a delete (a delete leaves it as it was, so a reader
+/// that saw `ACTIVE` just before the delete copies a whole descriptor, not a half-zeroed one).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueDescriptor {

@@ -56,4 +56,4 @@ pub use api::{ClaimedJob, Injector, JobError, Owner, PushError, Thief};
 #[cfg(not(xtcq_loom))]
 pub use layout::SegmentConfig;
 #[cfg(not(xtcq_loom))]
-pub use segment::{QueueError, QueueInfo, QueueSpec, Segment, SegmentError};
+pub use segment::{DeleteError, QueueError, QueueInfo, QueueSpec, Segment, SegmentError};

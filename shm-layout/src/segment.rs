@@ -170,6 +170,128 @@ pub enum QueueError {
     },
 }
 
+/// Why a queue was not deleted ([`Segment::delete_queue_at`]). Nothing was changed, except
+/// that a forced delete that ran into a process it was not told about may have dropped some
+/// of the queue's queued jobs before it put the queue back (see `delete_queue_at`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeleteError {
+    /// No such queue, not an active one, or its descriptor is corrupt.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// Some of its deques have an owner.
+    #[error(
+        "queue {queue} has owners (deque, process slot): {leases:?}; an owner's lease ends when it \
+         detaches or its process exits"
+    )]
+    Leased {
+        /// Queue name.
+        queue: String,
+        /// `(deque, owner's process slot)` of each leased deque.
+        leases: Vec<(u32, u32)>,
+    },
+    /// Some of its jobs are being run (claimed, or held while their holder writes the header).
+    #[error(
+        "queue {queue} has {claimed} job(s) being run ((process slot, jobs): {holders:?}); wait until \
+         they are acked or given back"
+    )]
+    JobsHeld {
+        /// Queue name.
+        queue: String,
+        /// Jobs claimed.
+        claimed: u32,
+        /// `(process slot, jobs)` holding them ([`NO_HOLDER`] is left out).
+        holders: Vec<(u32, u32)>,
+    },
+    /// It holds jobs, and the delete was not forced.
+    #[error(
+        "queue {queue} still holds {queued} queued job(s) and {dead} dead letter(s); consume or purge \
+         them, or force the delete to drop them"
+    )]
+    NotEmpty {
+        /// Queue name.
+        queue: String,
+        /// Jobs waiting to be claimed.
+        queued: u32,
+        /// Dead letters.
+        dead: u32,
+    },
+    /// Jobs of the queue kept coming back while a forced delete was dropping them: some
+    /// process the caller did not keep away is still giving jobs back to it.
+    #[error(
+        "jobs of queue {queue} kept coming back while it was being deleted: a process is still using it"
+    )]
+    StillInUse {
+        /// Queue name.
+        queue: String,
+    },
+}
+
+/// What refers to one queue-table entry, from one walk of its deques and of every record
+/// ([`Segment::queue_usage`]). A racy snapshot unless the caller keeps everyone else away.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueUsage {
+    /// `(deque, owner's process slot)` of every deque of the entry with a lease word, over
+    /// all of the segment's deques per queue (a lease beyond the queue's count is corruption,
+    /// and still someone's).
+    pub leases: Vec<(u32, u32)>,
+    /// Records of the queue waiting to be claimed.
+    pub queued: u32,
+    /// Dead letters of the queue.
+    pub dead: u32,
+    /// Records of the queue being run (`Claimed` or `Writing`).
+    pub claimed: u32,
+    /// `(process slot, jobs)` holding those, by slot ascending; claims revoked by a daemon
+    /// and not yet given back ([`NO_HOLDER`]) are counted in `claimed` only.
+    pub holders: Vec<(u32, u32)>,
+    /// Records being filled whose queue field names the entry. Only a hint: a filler writes
+    /// the queue field during the fill, so until it publishes, the field may still name the
+    /// queue of the record's previous job. A job can only be pushed to a queue by one of its
+    /// owners or injectors, so the daemon keeps those away instead of counting on this.
+    pub filling: u32,
+}
+
+impl QueueUsage {
+    /// Whether a delete (forced or not) must be refused with this usage.
+    pub fn refusal(&self, queue: &str, force: bool) -> Result<(), DeleteError> {
+        if !self.leases.is_empty() {
+            return Err(DeleteError::Leased { queue: queue.to_string(), leases: self.leases.clone() });
+        }
+        if self.claimed > 0 {
+            return Err(DeleteError::JobsHeld {
+                queue: queue.to_string(),
+                claimed: self.claimed,
+                holders: self.holders.clone(),
+            });
+        }
+        if !force && (self.queued > 0 || self.dead > 0) {
+            return Err(DeleteError::NotEmpty {
+                queue: queue.to_string(),
+                queued: self.queued,
+                dead: self.dead,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Jobs a delete dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DroppedJobs {
+    /// Queued jobs freed.
+    pub queued: u32,
+    /// Dead letters freed.
+    pub dead: u32,
+}
+
+/// A queue [`Segment::delete_queue_at`] deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueDeleted {
+    /// The queue as it was.
+    pub info: QueueInfo,
+    /// What a forced delete dropped (zero without force).
+    pub dropped: DroppedJobs,
+}
+
 /// A queue's properties, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueSpec {
@@ -554,6 +676,13 @@ impl Segment {
         }
         // SAFETY: in the mapping; plain data valid for any bits, copied out once.
         let d = unsafe { core::ptr::read_volatile(desc_ptr) };
+        // Still ACTIVE after the copy, or the queue was deleted meanwhile and is not to be
+        // reported. (A delete leaves the descriptor as it was, so the copy is whole unless the
+        // entry was also created anew while we copied: a delete and a create, each a walk of
+        // every record, inside one 96-byte copy.)
+        if control.state.load(Ordering::Acquire) != QUEUE_ACTIVE {
+            return Err(not_active);
+        }
         let corrupt = |what: String| QueueError::Corrupt { index, what };
         let c = &self.desc.config;
         if d.name_len == 0 || d.name_len as usize > MAX_QUEUE_NAME {
@@ -601,6 +730,239 @@ impl Segment {
             .ok_or_else(|| QueueError::NoSuchQueue(name.to_string()))
     }
 
+    /// The raw state word (`QUEUE_*`) of queue-table entry `index`, `None` out of range.
+    pub fn queue_state(&self, index: u32) -> Option<u32> {
+        self.queue_control(index).map(|c| c.state.load(Ordering::Acquire))
+    }
+
+    /// What refers to queue-table entry `index`: leases on its deques and its records by
+    /// state. Empty for an index out of range.
+    pub fn queue_usage(&self, index: u32) -> QueueUsage {
+        let mut u = QueueUsage::default();
+        if index >= self.desc.config.queues {
+            return u;
+        }
+        for d in 0..self.desc.config.deques_per_queue {
+            if let Some(h) = self.deque_header(index, d) {
+                if let Some(slot) = crate::recovery::lease_holder(h.lease.load(Ordering::Acquire)) {
+                    u.leases.push((d, slot));
+                }
+            }
+        }
+        let records = self.records();
+        let mut holders = std::collections::BTreeMap::<u32, u32>::new();
+        for i in 0..records.len() {
+            let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+            // The word first (Acquire), then the queue field: for a published record the
+            // field was written before the word's publishing CAS, so it is the job's queue.
+            let w = st.load();
+            if hdr.queue.load(Ordering::Relaxed) != index {
+                continue;
+            }
+            match w.state() {
+                Some(State::Queued) => u.queued += 1,
+                Some(State::Dead) => u.dead += 1,
+                Some(State::Claimed | State::Writing) => {
+                    u.claimed += 1;
+                    if w.holder() != NO_HOLDER {
+                        *holders.entry(w.holder()).or_insert(0) += 1;
+                    }
+                }
+                Some(State::Filling) => u.filling += 1,
+                // Free, or bits no correct program writes (`check` reports those).
+                Some(State::Free) | None => {}
+            }
+        }
+        u.holders = holders.into_iter().collect();
+        u
+    }
+
+    /// Deletes the queue at table entry `index`, so that the entry can be created anew:
+    /// refused while one of its deques is leased or one of its jobs is being run, and, unless
+    /// `force`, while it holds queued jobs or dead letters (with `force` those are dropped:
+    /// each record is freed by one CAS that bumps its generation, so a handle from before
+    /// fails its claim, re-queue or purge).
+    ///
+    /// The caller (the daemon, under the lock it takes to create queues and attach processes)
+    /// must keep every process away from the queue: no owner, thief or injector attached. A
+    /// record being filled cannot be told to belong to the queue before it is published (see
+    /// [`QueueUsage::filling`]), and a thief or injector leaves no trace in the segment.
+    ///
+    /// Steps: `ACTIVE -> DELETING` first, so that no lookup (`queue`, `queues`,
+    /// `queue_by_name`) returns it and nothing new attaches; then the jobs are dropped; then
+    /// every deque of the entry (`top = bottom = 0`, slots and lease word zeroed) and its
+    /// overflow ring (`head = tail = 0`, cells zeroed) are reset, and its sleepers woken (the
+    /// wait word's `seq` is bumped, never reset: a sleeper compares it with the value it read);
+    /// then `DELETING -> FREE`. A lease or claim that shows up once the entry is `DELETING`
+    /// (a process the caller did not keep away) puts the entry back to `ACTIVE` and refuses.
+    /// A crash in between leaves `DELETING`, which [`finish_interrupted_deletes`] completes.
+    ///
+    /// [`finish_interrupted_deletes`]: Segment::finish_interrupted_deletes
+    pub fn delete_queue_at(&self, index: u32, force: bool) -> Result<QueueDeleted, DeleteError> {
+        let info = self.queue(index)?;
+        let name = info.spec.name.as_str();
+        // Refuse before the entry leaves ACTIVE, so that a refused delete never makes the
+        // queue disappear for a moment.
+        self.queue_usage(index).refusal(name, force)?;
+        let not_active = QueueError::NotActive { index, queues: self.desc.config.queues };
+        let control = self.queue_control(index).ok_or(not_active.clone())?;
+        // AcqRel: we see every write made under the ACTIVE state we replace; a racing second
+        // delete (or anything else that moved the word) fails here.
+        control
+            .state
+            .compare_exchange(QUEUE_ACTIVE, QUEUE_DELETING, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| not_active)?;
+        let mut dropped = DroppedJobs::default();
+        // Look again now that the queue cannot be found: a lease or a claim that came between
+        // the first look and the CAS, or a job re-queued in the middle of our withdrawals (a
+        // nack), is someone the caller did not keep away. Each round withdraws what it finds;
+        // jobs that keep coming back after a few rounds are a process still at work.
+        const ROUNDS: u32 = 4;
+        for round in 0..=ROUNDS {
+            let usage = self.queue_usage(index);
+            let refused = usage.refusal(name, force).and_then(|()| {
+                if round == ROUNDS && (usage.queued > 0 || usage.dead > 0) {
+                    Err(DeleteError::StillInUse { queue: name.to_string() })
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = refused {
+                // Back as it was: the deques, ring and descriptor are untouched so far. (Jobs
+                // a forced delete withdrew stay dropped; their handles fail as stale.)
+                control.state.store(QUEUE_ACTIVE, Ordering::Release);
+                return Err(e);
+            }
+            if usage.queued == 0 && usage.dead == 0 {
+                break;
+            }
+            let d = self.withdraw_jobs(index);
+            dropped.queued += d.queued;
+            dropped.dead += d.dead;
+        }
+        self.reset_queue_entry(index);
+        // Release: whoever creates the entry anew (its Acquire CAS from FREE) sees the reset.
+        control.state.store(QUEUE_FREE, Ordering::Release);
+        Ok(QueueDeleted { info, dropped })
+    }
+
+    /// Completes every delete a crash interrupted (entries left `DELETING`): drops the jobs
+    /// still naming the entry, resets it as [`delete_queue_at`] does, marks it `FREE`.
+    /// Returns each entry finished and what it dropped. For a daemon adopting a segment,
+    /// before it serves anyone.
+    ///
+    /// [`delete_queue_at`]: Segment::delete_queue_at
+    pub fn finish_interrupted_deletes(&self) -> Vec<(u32, DroppedJobs)> {
+        let mut out = Vec::new();
+        for index in 0..self.desc.config.queues {
+            let Some(control) = self.queue_control(index) else { break };
+            if control.state.load(Ordering::Acquire) != QUEUE_DELETING {
+                continue;
+            }
+            // The interrupted delete had passed its checks: whatever is left of its jobs goes.
+            let dropped = self.withdraw_jobs(index);
+            self.reset_queue_entry(index);
+            control.state.store(QUEUE_FREE, Ordering::Release);
+            out.push((index, dropped));
+        }
+        out
+    }
+
+    /// Frees every `Queued` record and dead letter whose queue is `index` (one CAS each,
+    /// from the exact word seen: a record that moved meanwhile is left to the next look).
+    fn withdraw_jobs(&self, index: u32) -> DroppedJobs {
+        let mut dropped = DroppedJobs::default();
+        let records = self.records();
+        for i in 0..records.len() {
+            let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+            let w = st.load();
+            let state = match w.state() {
+                Some(s @ (State::Queued | State::Dead)) => s,
+                _ => continue,
+            };
+            if hdr.queue.load(Ordering::Relaxed) != index {
+                continue;
+            }
+            // `Queued(g) / Dead(g) -> Free(g + 1)`; fails if the record moved on (its
+            // generation or state changed), and then it is no longer this job.
+            if st.withdraw(w.generation(), state).is_ok() {
+                match state {
+                    State::Dead => dropped.dead += 1,
+                    _ => dropped.queued += 1,
+                }
+            }
+        }
+        dropped
+    }
+
+    /// Resets queue-table entry `index`'s deques, overflow ring and sleepers, for an entry
+    /// this caller holds in `DELETING` (nobody else reads or writes them).
+    fn reset_queue_entry(&self, index: u32) {
+        // Relaxed throughout: published by the Release store of FREE that follows.
+        for d in 0..self.desc.config.deques_per_queue {
+            if let Some((h, slots)) = self.deque_words(index, d) {
+                for s in slots {
+                    s.store(0, Ordering::Relaxed);
+                }
+                h.top.store(0, Ordering::Relaxed);
+                h.bottom.store(0, Ordering::Relaxed);
+                h.lease.store(0, Ordering::Relaxed);
+            }
+        }
+        if let Some((h, cells)) = self.overflow_words(index) {
+            // A zero cell is "empty at lap 0", what position 0 expects, as in a new segment.
+            for c in cells {
+                c.store(0, Ordering::Relaxed);
+            }
+            h.head.store(0, Ordering::Relaxed);
+            h.tail.store(0, Ordering::Relaxed);
+        }
+        // Anyone still asleep on the queue (nobody should be) wakes up and looks again, and
+        // finds it gone; `seq` only moves forward.
+        if let Some(w) = self.wait_word(index) {
+            crate::wait::wake_all(w);
+        }
+    }
+
+    /// Deque `deque` of entry `queue` with all of the segment's `deque_capacity` slots,
+    /// whatever the queue there uses.
+    fn deque_words(&self, queue: u32, deque: u32) -> Option<(&DequeHeader, &[AtomicU64])> {
+        let off = self.deque_offset(queue, deque)?;
+        // SAFETY: indices checked by `deque_offset`; the deque region and stride were
+        // validated against the mapping, and the stride holds the header and the segment's
+        // `deque_capacity` slots after it (both 128-aligned); atomics only.
+        Some(unsafe {
+            let h: &DequeHeader = self.at(off);
+            let slots = core::slice::from_raw_parts(
+                self.map.as_mut_ptr().add((off + core::mem::size_of::<DequeHeader>() as u64) as usize)
+                    as *const AtomicU64,
+                self.desc.config.deque_capacity as usize,
+            );
+            (h, slots)
+        })
+    }
+
+    /// The overflow ring of entry `queue`, as raw words.
+    fn overflow_words(&self, queue: u32) -> Option<(&OverflowHeader, &[AtomicU64])> {
+        let c = &self.desc.config;
+        if queue >= c.queues {
+            return None;
+        }
+        let off = self.desc.regions.overflow + queue as u64 * self.desc.regions.overflow_stride;
+        // SAFETY: queue < queues; the overflow region and stride were validated against the
+        // mapping, the stride holds the header and `overflow_capacity` cells after it, and
+        // both are 128-aligned; atomics only.
+        Some(unsafe {
+            let h: &OverflowHeader = self.at(off);
+            let cells = core::slice::from_raw_parts(
+                self.map.as_mut_ptr().add((off + core::mem::size_of::<OverflowHeader>() as u64) as usize)
+                    as *const AtomicU64,
+                c.overflow_capacity as usize,
+            );
+            (h, cells)
+        })
+    }
+
     fn deque_offset(&self, queue: u32, deque: u32) -> Option<u64> {
         let c = &self.desc.config;
         if queue >= c.queues || deque >= c.deques_per_queue {
@@ -643,21 +1005,7 @@ impl Segment {
 
     /// The overflow ring of queue-table entry `queue`.
     pub fn overflow(&self, queue: u32) -> Option<OverflowRef<'_>> {
-        let c = &self.desc.config;
-        if queue >= c.queues {
-            return None;
-        }
-        let off = self.desc.regions.overflow + queue as u64 * self.desc.regions.overflow_stride;
-        // SAFETY: queue < queues; region and stride validated; cells follow the header.
-        let (h, cells) = unsafe {
-            let h: &OverflowHeader = self.at(off);
-            let cells = core::slice::from_raw_parts(
-                self.map.as_mut_ptr().add((off + core::mem::size_of::<OverflowHeader>() as u64) as usize)
-                    as *const AtomicU64,
-                c.overflow_capacity as usize,
-            );
-            (h, cells)
-        };
+        let (h, cells) = self.overflow_words(queue)?;
         OverflowRef::new(&h.head, &h.tail, cells).ok()
     }
 

@@ -1,5 +1,5 @@
-//! The one-shot subcommands: `create`, `ls`, `push`, `steal`, `stats`, `dead`, `check`,
-//! `shutdown`. Each connects, does its work, and returns an exit status (see `exit`).
+//! The one-shot subcommands: `create`, `delete`, `ls`, `push`, `steal`, `stats`, `dead`,
+//! `check`, `shutdown`. Each connects, does its work, and returns an exit status (see `exit`).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -87,6 +87,28 @@ pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
         Err(Error::QueueExists(_)) if a.exist_ok => Ok(exit::OK),
         Err(e) => Err(e.into()),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Queue name.
+    queue: String,
+    /// Drop the queue's queued jobs and dead letters instead of refusing to delete a queue
+    /// that holds some. A queue with an attached process, or with a job being run, is never
+    /// deleted.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn delete(socket: Option<&Path>, a: DeleteArgs) -> Result<i32> {
+    let d = connect(socket)?.delete_queue(&a.queue, a.force)?;
+    if d.dropped_queued > 0 || d.dropped_dead > 0 {
+        eprintln!(
+            "xtcq: deleted queue {}, dropping {} queued job(s) and {} dead letter(s)",
+            d.queue.name, d.dropped_queued, d.dropped_dead
+        );
+    }
+    Ok(exit::OK)
 }
 
 #[derive(Debug, Args)]

@@ -57,6 +57,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 enum Command {
     /// Create a queue.
     Create(cmd::CreateArgs),
+    /// Delete a queue, freeing its place in the queue table. Refused while any process is
+    /// attached to it or runs one of its jobs, and (without --force) while it holds jobs.
+    Delete(cmd::DeleteArgs),
     /// List queues.
     #[command(alias = "list")]
     Ls(cmd::LsArgs),
@@ -97,6 +100,7 @@ fn main() {
     let socket = cli.socket.as_deref();
     let result = match cli.command {
         Command::Create(a) => cmd::create(socket, a),
+        Command::Delete(a) => cmd::delete(socket, a),
         Command::Ls(a) => cmd::ls(socket, a),
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
