@@ -41,24 +41,34 @@ fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<shm_layout::Queu
 }
 
 /// Whether a handle may still act: not once a daemon restarted with `--recreate` retired its
-/// segment (its jobs would be seen by no one), nor once the daemon refused to give back the
-/// process slot it was attached under (the slot's leases and claims were recovered and may
-/// be someone else's now). `lost_at` is `Conn::slots_lost` when the handle was made. Two
-/// loads of lines that are almost never written.
+/// segment (its jobs would be seen by no one), nor once its process slot is no longer this
+/// attachment's — the daemon recovered it (it took the process for dead), perhaps gave it to
+/// another process (a new epoch), or refused to give it back on a reconnect (`lost_at` is
+/// `Conn::slots_lost` when the handle was made). Read from the segment on each call, so a
+/// process that makes no requests (a pure producer or worker) still stops at once. Loads of
+/// lines written only at registration and recovery.
 #[inline]
-fn usable(seg: &Segment, conn: &Conn, slot: u32, lost_at: u64) -> Result<(), Error> {
+fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<(), Error> {
     if seg.is_retired() {
         return Err(Error::SegmentReplaced {
             path: conn.path().to_path_buf(),
             segment: seg.path().to_path_buf(),
         });
     }
+    let lost = |message: &str| Error::SlotNotResumed {
+        path: conn.path().to_path_buf(),
+        slot: att.process_slot,
+        message: message.into(),
+    };
     if conn.slots_lost() != lost_at {
-        return Err(Error::SlotNotResumed {
-            path: conn.path().to_path_buf(),
-            slot,
-            message: "this handle was attached under that slot".into(),
-        });
+        return Err(lost("this handle was attached under that slot"));
+    }
+    let ours = seg.process_slot(att.process_slot).is_some_and(|p| {
+        p.state.load(Ordering::Relaxed) == shm_layout::layout::PROCESS_ACTIVE
+            && p.epoch.load(Ordering::Relaxed) == att.slot_epoch
+    });
+    if !ours {
+        return Err(lost("the segment no longer registers it to this handle's attachment (recovered, or another process's now)"));
     }
     Ok(())
 }
@@ -192,9 +202,24 @@ impl OwnerHandle {
         Ok(Self { owner, lease: LeaseGuard { conn, lease, released: false }, lost_at })
     }
 
+    /// Also checks that the deque's lease word is still ours: two owners on one deque
+    /// would break the Chase-Lev protocol.
     #[inline]
     fn usable(&self) -> Result<(), Error> {
-        usable(self.owner.segment(), &self.lease.conn, self.process_slot(), self.lost_at)
+        let lease = &self.lease.lease;
+        let seg = self.owner.segment();
+        usable(seg, &self.lease.conn, &lease.attachment, self.lost_at)?;
+        let held = seg
+            .deque_header(lease.attachment.queue.index, lease.deque)
+            .is_some_and(|h| h.lease.load(Ordering::Relaxed) == lease.lease);
+        if !held {
+            return Err(Error::SlotNotResumed {
+                path: self.lease.conn.path().to_path_buf(),
+                slot: lease.attachment.process_slot,
+                message: format!("deque {} is no longer leased to this handle", lease.deque),
+            });
+        }
+        Ok(())
     }
 
     /// The queue.
@@ -353,7 +378,7 @@ impl ThiefHandle {
 
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
         // Also what a sleeping `steal_wait` sees when it is woken by the segment's retirement.
-        usable(&self.seg, &self.conn, self.att.process_slot, self.lost_at)?;
+        usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
         if let Some(j) = self.thief.steal_overflow().map_err(ring)? {
             return Ok(Some(j));
         }
@@ -378,7 +403,7 @@ impl ThiefHandle {
     /// Up to `limit` jobs at once: from the overflow ring if it has any, else about half of
     /// one deque in one CAS (FIFO queues) or a few CASes. Empty when nothing was found.
     pub fn steal_batch(&self, limit: usize) -> Result<Vec<Job<'_>>, Error> {
-        usable(&self.seg, &self.conn, self.att.process_slot, self.lost_at)?;
+        usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
         let limit = limit.max(1);
         let mut out = Vec::new();
         while out.len() < limit {
@@ -449,9 +474,14 @@ impl InjectorHandle {
         &self.att.queue
     }
 
+    /// This process's slot in the segment.
+    pub fn process_slot(&self) -> u32 {
+        self.att.process_slot
+    }
+
     /// Queues a job on the overflow ring; wakes sleeping thieves.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, Error> {
-        usable(self.inj.segment(), &self.conn, self.att.process_slot, self.lost_at)?;
+        usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
         self.inj.push(payload).map_err(Error::from_push)
     }
 }

@@ -257,9 +257,10 @@ impl Client {
     /// as an injector (one process slot, until it exits), as any producer does: the daemon
     /// then knows it may write there, and refuses to delete (and reset) the queue meanwhile.
     pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
-        let _attached = self.attach_injector(queue)?;
+        let attached = self.attach_injector(queue)?;
         let seg = self.dead_letter_of(queue, job)?;
-        shm_layout::dead_letter::requeue_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
+        shm_layout::dead_letter::requeue_dead(&seg, job, attached.process_slot())
+            .map_err(|e| Error::DeadLetter(e.to_string()))
     }
 
     /// Deletes a dead letter of `queue` for good.

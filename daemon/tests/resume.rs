@@ -448,6 +448,10 @@ fn a_process_whose_slot_a_restarted_daemon_recovered_is_told_once_then_gets_a_fr
     d = Daemon::start_in(&dir, SMALL, &[]);
     eventually(T, || slots_of(&c, pid).is_empty().then_some(())).expect("the slot recovered");
 
+    // Before it makes any request (a pure producer or worker never does), its handles see in
+    // the segment that the slot is no longer theirs, and refuse.
+    send(&mut r, "old");
+    assert_eq!(r.line(T), "old push error Some(SlotNotHeld); steal error Some(SlotNotHeld)");
     send(&mut r, "ping");
     let line = r.line(T);
     assert!(

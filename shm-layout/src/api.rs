@@ -140,7 +140,7 @@ impl<'a> QueueCtx<'a> {
         Some(ClaimedJob {
             deadline: std::cell::Cell::new(deadline),
             ctx: self,
-            handle: JobHandle { index, generation: w.generation() },
+            handle: std::cell::Cell::new(JobHandle { index, generation: w.generation() }),
             me,
             done: false,
         })
@@ -551,15 +551,17 @@ pub struct ClaimedJob<'q> {
     ctx: &'q QueueCtx<'q>,
     /// Our lease deadline, CLOCK_MONOTONIC ns (0: none).
     deadline: std::cell::Cell<u64>,
-    handle: JobHandle,
+    /// `(index, generation)` of our claim; the generation moves on when we extend the lease.
+    handle: std::cell::Cell<JobHandle>,
     me: u32,
     done: bool,
 }
 
 impl ClaimedJob<'_> {
-    /// `(record index, generation)`.
+    /// `(record index, generation)` of the claim; the generation moves on with each
+    /// [`extend_lease`](Self::extend_lease).
     pub fn handle(&self) -> JobHandle {
-        self.handle
+        self.handle.get()
     }
 
     /// A copy of the payload.
@@ -574,17 +576,21 @@ impl ClaimedJob<'_> {
         let st = self
             .ctx
             .records
-            .state(self.handle.index)
+            .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
-        let ours = crate::record::state::StateWord::pack(self.handle.generation, State::Claimed, self.me);
+        let ours =
+            crate::record::state::StateWord::pack(self.handle.get().generation, State::Claimed, self.me);
         let before = out.len();
         // SAFETY: we hold the record in Claimed(me): our claim CAS succeeded, and only we move
         // it on, except recovery of a dead holder (not us: we run) and lease expiry, which
         // revokes a live holder whose lease ran out. In that case a producer may be rewriting
         // the payload while we copy it; the copy stays inside the record (its length is
         // bounds-checked) and the check below throws it away.
-        unsafe { self.ctx.records.read_payload(self.handle.index, out) }?;
-        // Acquire: pairs with the revoke's Release, so a revoke that preceded a rewrite is seen.
+        unsafe { self.ctx.records.read_payload(self.handle.get().index, out) }?;
+        // The fence keeps the copy's reads before the re-check (an Acquire load alone orders
+        // only what comes after it; as in a seqlock reader), and makes the check see a revoke
+        // whose Release preceded a rewrite we might have copied from.
+        crate::sync::fence(Ordering::Acquire);
         let now = crate::record::state::StateWord(st.0.load(Ordering::Acquire));
         if now != ours {
             out.truncate(before);
@@ -595,13 +601,21 @@ impl ClaimedJob<'_> {
 
     /// Times this job was given back before this claim.
     pub fn attempts(&self) -> u32 {
-        self.ctx.records.header(self.handle.index).map(|h| h.attempts.load(Ordering::Relaxed)).unwrap_or(0)
+        self.ctx
+            .records
+            .header(self.handle.get().index)
+            .map(|h| h.attempts.load(Ordering::Relaxed))
+            .unwrap_or(0)
     }
 
     /// When it was queued: CLOCK_MONOTONIC ns at the kernel tick's resolution (1-4 ms; a
     /// job's age, not a latency measurement).
     pub fn enqueued_ns(&self) -> u64 {
-        self.ctx.records.header(self.handle.index).map(|h| h.enqueued_ns.load(Ordering::Relaxed)).unwrap_or(0)
+        self.ctx
+            .records
+            .header(self.handle.get().index)
+            .map(|h| h.enqueued_ns.load(Ordering::Relaxed))
+            .unwrap_or(0)
     }
 
     /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
@@ -612,29 +626,32 @@ impl ClaimedJob<'_> {
     /// Extends (or sets) the claim's lease to `lease` from now: a heartbeat for a long job.
     /// Fails with `LeaseExpired` / `NotHeld` when the job is no longer ours.
     pub fn extend_lease(&self, lease: std::time::Duration) -> Result<(), JobError> {
-        let (Some(st), Some(hdr)) =
-            (self.ctx.records.state(self.handle.index), self.ctx.records.header(self.handle.index))
-        else {
+        let (Some(st), Some(hdr)) = (
+            self.ctx.records.state(self.handle.get().index),
+            self.ctx.records.header(self.handle.get().index),
+        ) else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
         // Writing(me) while we store the deadline: a revoke cannot slip in between a check
         // and the store and leave our deadline on the record's next claim.
-        st.begin_write(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        st.begin_write(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
         let d = monotonic_ns().saturating_add(lease.as_nanos().min(u64::MAX as u128) as u64);
         // Relaxed: published by end_write's Release.
         hdr.deadline_ns.store(d, Ordering::Relaxed);
         self.deadline.set(d);
-        st.end_write(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))
+        let g = st.end_write(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        self.handle.set(JobHandle { index: self.handle.get().index, generation: g });
+        Ok(())
     }
 
     fn not_held(&self, found: u64) -> JobError {
         let d = self.deadline.get();
         if d != 0 && monotonic_ns() >= d {
-            return JobError::LeaseExpired { handle: self.handle };
+            return JobError::LeaseExpired { handle: self.handle.get() };
         }
         let w = crate::record::state::StateWord(found);
         JobError::NotHeld {
-            handle: self.handle,
+            handle: self.handle.get(),
             found: format!("{:?} generation {} holder {}", w.state(), w.generation(), w.holder()),
         }
     }
@@ -645,10 +662,10 @@ impl ClaimedJob<'_> {
         let st = self
             .ctx
             .records
-            .state(self.handle.index)
+            .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
         crate::fail_point!("ack.before_cas");
-        st.ack(self.handle.generation, self.me).map_err(|c| self.not_held(c.found.0))
+        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))
     }
 
     /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when
@@ -679,11 +696,11 @@ impl ClaimedJob<'_> {
     }
 
     fn give_back_as(&self, reason: Option<&str>, count_attempt: bool) -> Result<(), JobError> {
-        let idx = self.handle.index;
+        let idx = self.handle.get().index;
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
         };
-        let g = self.handle.generation;
+        let g = self.handle.get().generation;
         // Claimed(me) -> Writing(me) first: if lease expiry took the job back, this fails and
         // we write nothing (the header may already be the next claim's, or another job's);
         // once it succeeds, nothing but our own death moves the record until we leave
@@ -709,7 +726,10 @@ impl ClaimedJob<'_> {
         // while we still hold the record, and the job would wait for recovery.
         st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
-        self.ctx.overflow.push(idx).map_err(|source| JobError::Requeue { handle: self.handle, source })?;
+        self.ctx
+            .overflow
+            .push(idx)
+            .map_err(|source| JobError::Requeue { handle: self.handle.get(), source })?;
         crate::wait::notify(self.ctx.wait);
         Ok(())
     }

@@ -101,8 +101,13 @@ pub fn dead_letters(seg: &Segment, queue: u32) -> Vec<DeadLetter> {
     out
 }
 
-/// Puts dead letter `handle` back in line with its attempts reset to 0.
-pub fn requeue_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterError> {
+/// Puts dead letter `handle` back in line with its attempts reset to 0, as process slot `me`
+/// (the caller's slot: if it dies half-way, recovery re-queues the job).
+///
+/// `Dead(g) -> Writing(g, me)` first, then the header writes, then `Writing -> Queued(g + 1)`:
+/// a second requeuer's CAS fails before it writes anything, so its stores cannot land on the
+/// claim that follows the first one's re-queue.
+pub fn requeue_dead(seg: &Segment, handle: JobHandle, me: u32) -> Result<(), DeadLetterError> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(handle.index), records.header(handle.index)) else {
         return Err(DeadLetterError::Corrupt(format!("record {} out of range", handle.index)));
@@ -118,12 +123,13 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterEr
     if ring.len() >= ring.capacity() {
         return Err(DeadLetterError::QueueFull(handle));
     }
-    // Relaxed: published by the Release of `revive`. A racing second requeue fails the CAS.
-    // The deadline is cleared for the same reason as in a nack: the next claim must not
-    // inherit a deadline that passed while the job was dead.
+    st.take_dead(handle.generation, me).map_err(|_| DeadLetterError::NotDead(handle))?;
+    // Relaxed: published by the Release of `requeue_written`. The deadline is cleared for the
+    // same reason as in a nack: the next claim must not inherit a deadline that passed while
+    // the job was dead.
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    st.revive(handle.generation).map_err(|_| DeadLetterError::NotDead(handle))?;
+    st.requeue_written(handle.generation, me).map_err(|_| DeadLetterError::NotDead(handle))?;
     // A full ring here (raced with pushers) leaves the job Queued and unindexed, which
     // recovery's orphan sweep re-indexes; it is not lost.
     if ring.push(handle.index).is_err() {

@@ -56,6 +56,8 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 ///   deleted, whose deques and overflow ring the daemon is resetting before it marks the
 ///   entry [`QUEUE_FREE`] again. A version-3 daemon would leave such an entry (left by a
 ///   daemon killed half-way through a delete) unusable instead of finishing the delete.
+///   Also: a give-back, a dead letter and a lease extension move a record's generation on
+///   (a version-3 process would keep using the old one and fail its own claims).
 pub const LAYOUT_VERSION: u32 = 4;
 
 /// `HeaderLive::ready` once the creator has initialised everything.

@@ -165,7 +165,7 @@ fn delete_is_refused_while_owned_or_running_or_holding_jobs_then_forced_and_the_
         assert!(records.state(h.index).unwrap().claim(h.generation, 1).is_err(), "{h}");
     }
     assert!(matches!(purge_dead(&seg, dead_handle), Err(DeadLetterError::NotDead(_))));
-    assert!(matches!(requeue_dead(&seg, dead_handle), Err(DeadLetterError::NotDead(_))));
+    assert!(matches!(requeue_dead(&seg, dead_handle, 1), Err(DeadLetterError::NotDead(_))));
 
     // The same name again, another spec: the freed entry is reused, and the queue is empty.
     let again = seg.create_queue(&spec("work", Flavor::Lifo, 1, 4, 0)).unwrap();

@@ -233,8 +233,8 @@ fn dead_letters_keep_payload_and_last_error_and_can_be_requeued_or_purged() {
     // Cut to LAST_ERROR_BYTES.
     assert!(dead[0].last_error.starts_with("exit status "), "{:?}", dead[0].last_error);
     assert_eq!(dead[0].last_error.len(), shm_layout::dead_letter::LAST_ERROR_BYTES);
-    requeue_dead(&seg, dead[0].handle).unwrap();
-    assert!(requeue_dead(&seg, dead[0].handle).is_err(), "requeued twice");
+    requeue_dead(&seg, dead[0].handle, 1).unwrap();
+    assert!(requeue_dead(&seg, dead[0].handle, 1).is_err(), "requeued twice");
     purge_dead(&seg, dead[1].handle).unwrap();
     assert!(purge_dead(&seg, dead[1].handle).is_err(), "purged twice");
     let j = thief.steal().unwrap().unwrap();
@@ -245,4 +245,73 @@ fn dead_letters_keep_payload_and_last_error_and_can_be_requeued_or_purged() {
     let r = check_segment(&seg, true);
     assert!(r.is_consistent(), "{:?}", r.problems);
     assert_eq!(r.counts.free, seg.records().len());
+}
+
+/// A holder in `Writing` (writing its header: a nack or a lease extension) whose deadline has
+/// passed: lease expiry leaves it alone (revoking it is what would let the holder's writes
+/// land on another job), `check_segment` counts it as claimed, and once its holder is dead,
+/// recovery gives it back like a claim.
+#[test]
+fn a_writing_record_is_left_by_expiry_counted_as_claimed_and_recovered_when_its_holder_dies() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[9]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let j = thief.steal().unwrap().unwrap();
+    let h = j.handle();
+    std::mem::forget(j);
+    let st = seg.records().state(h.index).unwrap();
+    st.begin_write(h.generation, 2).unwrap();
+    seg.records().header(h.index).unwrap().deadline_ns.store(1, Ordering::Relaxed);
+    assert!(expire_leases(&seg, u64::MAX).is_empty(), "expiry revoked a Writing record");
+    assert_eq!(st.load().state(), Some(State::Writing));
+    let r = check_segment(&seg, false);
+    assert!(r.is_consistent(), "{:?}", r.problems);
+    assert_eq!(r.counts.claimed, 1);
+    let rec = recover_holder(&seg, 2);
+    assert_eq!(rec.requeued.len(), 1);
+    let again = thief.steal().unwrap().expect("re-queued");
+    assert_eq!(id(&again), 9);
+    assert_eq!(again.attempts(), 1);
+    again.ack().unwrap();
+    assert!(check_segment(&seg, true).is_consistent());
+}
+
+/// The same process slot claims a job again after lease expiry re-queued it (another thread
+/// of a worker): the first thread's stale claim can neither extend nor ack the new one,
+/// because every give-back moves the generation on.
+#[test]
+fn a_stale_claim_cannot_act_on_a_re_claim_by_the_same_slot() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[5]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let stale = thief.steal().unwrap().unwrap();
+    stale.extend_lease(std::time::Duration::from_nanos(1)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    assert_eq!(expire_leases(&seg, shm_layout::segment::monotonic_ns()).len(), 1);
+    let fresh = thief.steal().unwrap().expect("re-queued after expiry");
+    assert_ne!(fresh.handle().generation, stale.handle().generation);
+    assert!(stale.extend_lease(std::time::Duration::from_secs(60)).is_err(), "a stale heartbeat succeeded");
+    assert!(stale.ack().is_err(), "a stale ack succeeded");
+    assert_eq!(id(&fresh), 5);
+    fresh.ack().expect("the live claim is intact");
+    assert!(check_segment(&seg, true).is_consistent());
+}
+
+/// A lease extension moves the generation on, so a lease scan that read the old deadline
+/// before the extension cannot revoke the extended claim with the word it read.
+#[test]
+fn an_extension_changes_the_word_a_lease_scan_read() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[6]).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let j = thief.steal().unwrap().unwrap();
+    let st = seg.records().state(j.handle().index).unwrap();
+    let seen_by_scan = st.load();
+    j.extend_lease(std::time::Duration::from_secs(60)).unwrap();
+    assert_ne!(st.load(), seen_by_scan);
+    assert_eq!(st.load().state(), Some(State::Claimed));
+    j.ack().unwrap();
 }

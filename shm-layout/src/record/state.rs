@@ -17,14 +17,15 @@
 //! ```text
 //!   Free(g) --begin_fill(me)--> Filling(g, me) --publish--> Queued(g) --claim(me)--> Claimed(g, me)
 //!      ^                              |                      ^    |                     |  |  |
-//!      |      free_filling (recovery) |        nack(me) / requeue_claimed (recovery,    |  |  |
-//!      +------------------------------+        lease expiry) -----------------------------+  |  |
+//!      |      free_filling (recovery) |      requeue_claimed (recovery, lease expiry):  |  |  |
+//!      +------------------------------+      Queued(g + 1) <------------------------------+  |  |
 //!      +-- abandon (could not be indexed) --------------------------+                       |  |
 //!      +-- ack(me): Free(g + 1) --------------------------------------------------------------+  |
-//!                                              Dead(g) <-- dead_letter(me) ---------------------+
+//!                                          Dead(g + 1) <-- dead_letter (recovery) -------------+
 //!
-//!   Claimed(g, me) --begin_write--> Writing(g, me) --end_write--> Claimed(g, me)   (extend a lease)
-//!                                   Writing(g, me) --requeue_written / dead_letter_written--> Queued(g) / Dead(g)
+//!   Claimed(g, me) --begin_write--> Writing(g, me) --end_write--> Claimed(g + 1, me)   (extend a lease)
+//!                                   Writing(g, me) --requeue_written / dead_letter_written--> Queued(g + 1) / Dead(g + 1)
+//!   Dead(g) --take_dead(me)--> Writing(g, me)   (requeue a dead letter: attempts reset)
 //! ```
 //!
 //! `Writing(g, me)` is the holder's claim while it writes the record's header (attempt count,
@@ -32,6 +33,13 @@
 //! the CAS that leaves `Writing` nobody else can take the record, and the holder's header
 //! writes cannot land on the record's next job. Recovery of a dead holder treats `Writing`
 //! exactly like `Claimed`.
+//!
+//! Every transition that ends a claim or a holder's write (`ack`, a give-back, a dead
+//! letter, `end_write`) moves the generation on, so a word never comes back to a value it
+//! had: a stale `ClaimedJob` of a process whose job was revoked, re-queued and claimed again
+//! by the same process slot (another thread of it, or the process that got the slot next)
+//! cannot act on the new claim, and a lease scan cannot revoke a claim extended since it
+//! read the deadline.
 //!
 //! **The claim CAS `Queued(g) -> Claimed(g, me)` is the one arbiter of who runs a job.**
 //! Deques and overflow rings are only indexes; a stale handle (older generation) or a
@@ -218,13 +226,14 @@ impl<'a> RecordState<'a> {
         )
     }
 
-    /// `Claimed(g, holder) -> Queued(g)`: give the job back (a nack by its holder, recovery
-    /// after the holder died, or an expired lease). Release publishes the attempt count the
-    /// caller wrote while holding the job. The caller must then index the record again.
+    /// `Claimed(g, holder) -> Queued(g + 1)`: give the job back (recovery after the holder
+    /// died, or an expired lease). Release publishes the attempt count the caller wrote
+    /// while holding the job. The caller must then index the record again (by index: the
+    /// overflow ring does not carry generations).
     pub fn requeue_claimed(&self, generation: u32, holder: u32) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, State::Claimed, holder),
-            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            StateWord::pack(next_generation(generation), State::Queued, NO_HOLDER),
             Ordering::Release,
         )
     }
@@ -240,41 +249,58 @@ impl<'a> RecordState<'a> {
         )
     }
 
-    /// `Writing(g, me) -> Claimed(g, me)`. Release publishes the new lease deadline to a
-    /// lease scan that Acquires the word.
-    pub fn end_write(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+    /// `Writing(g, me) -> Claimed(g + 1, me)`; returns `g + 1`, the claim's generation from
+    /// now on. Release publishes the new lease deadline to a lease scan that Acquires the
+    /// word. The new generation makes the word differ from the one a lease scan may have
+    /// read (with the old, expired deadline) before the extension: the scan's revoking CAS
+    /// fails instead of taking back a claim that was just extended.
+    pub fn end_write(&self, generation: u32, me: u32) -> Result<u32, Conflict> {
+        let next = next_generation(generation);
         self.cas(
             StateWord::pack(generation, State::Writing, me),
-            StateWord::pack(generation, State::Claimed, me),
+            StateWord::pack(next, State::Claimed, me),
             Ordering::Release,
+        )
+        .map(|_| next)
+    }
+
+    /// `Dead(g) -> Writing(g, me)`: process slot `me` takes a dead letter to put it back in
+    /// line (attempts reset), then leaves with [`requeue_written`](Self::requeue_written). A
+    /// second requeuer's CAS fails; if `me` dies in between, recovery re-queues the job as
+    /// it does any `Writing` record of a dead holder.
+    pub fn take_dead(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Dead, NO_HOLDER),
+            StateWord::pack(generation, State::Writing, me),
+            Ordering::Acquire,
         )
     }
 
-    /// `Writing(g, me) -> Queued(g)`: a nack. Release publishes the attempt count and last
-    /// error; pairs with the next `claim`. The caller must then index the record again.
+    /// `Writing(g, me) -> Queued(g + 1)`: a nack. Release publishes the attempt count and
+    /// last error; pairs with the next `claim`. The caller must then index the record again.
     pub fn requeue_written(&self, generation: u32, me: u32) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, State::Writing, me),
-            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            StateWord::pack(next_generation(generation), State::Queued, NO_HOLDER),
             Ordering::Release,
         )
     }
 
-    /// `Writing(g, me) -> Dead(g)`: a nack at the attempt limit. Release publishes the last
-    /// error to whoever lists the dead letters.
+    /// `Writing(g, me) -> Dead(g + 1)`: a nack at the attempt limit. Release publishes the
+    /// last error to whoever lists the dead letters.
     pub fn dead_letter_written(&self, generation: u32, me: u32) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, State::Writing, me),
-            StateWord::pack(generation, State::Dead, NO_HOLDER),
+            StateWord::pack(next_generation(generation), State::Dead, NO_HOLDER),
             Ordering::Release,
         )
     }
 
-    /// `Claimed(g, me) -> Dead(g)`: too many attempts.
+    /// `Claimed(g, me) -> Dead(g + 1)`: too many attempts.
     pub fn dead_letter(&self, generation: u32, me: u32) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, State::Claimed, me),
-            StateWord::pack(generation, State::Dead, NO_HOLDER),
+            StateWord::pack(next_generation(generation), State::Dead, NO_HOLDER),
             Ordering::Release,
         )
     }
@@ -299,7 +325,8 @@ impl<'a> RecordState<'a> {
         )
     }
 
-    /// `Dead(g) -> Queued(g)`: put a dead letter back in line.
+    /// `Dead(g) -> Queued(g)`: put a dead letter back in line as it is. (`requeue_dead`
+    /// goes through [`take_dead`](Self::take_dead) instead, to reset the attempt count.)
     pub fn revive(&self, generation: u32) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, State::Dead, NO_HOLDER),
