@@ -99,7 +99,17 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             // Transient while a daemon creates or deletes a queue; a `DELETING` left by a
             // daemon that died is finished by the next one when it adopts the segment.
             Some(QUEUE_ACTIVE | QUEUE_CREATING | QUEUE_DELETING) | None => {}
-            Some(QUEUE_FREE) => check_free_entry(seg, index, &mut |m| problem(&mut r, m)),
+            Some(QUEUE_FREE) => {
+                let mut found = Vec::new();
+                check_free_entry(seg, index, &mut |m| found.push(m));
+                // A create (and attach, push) racing this walk on a live segment is not a
+                // problem: report only what an entry that stayed free shows.
+                if seg.queue_state(index) == Some(QUEUE_FREE) {
+                    for m in found {
+                        problem(&mut r, m);
+                    }
+                }
+            }
             Some(other) => problem(&mut r, format!("queue-table entry {index}: unknown state {other}")),
         }
     }
@@ -150,7 +160,14 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
                 let w = dq.slot_value(top.wrapping_add(k));
                 r.counts.deque_handles += 1;
                 match JobHandle::from_word(w) {
-                    Some(h) if h.index < records.len() => referenced[h.index as usize] = true,
+                    Some(h) if h.index < records.len() => {
+                        // Only a handle of the record's current generation can claim it: a
+                        // leftover of an earlier generation (a job indexed twice, then given
+                        // back) must not make an unreachable job look referenced.
+                        if records.state(h.index).is_some_and(|st| st.load().generation() == h.generation) {
+                            referenced[h.index as usize] = true;
+                        }
+                    }
                     _ => problem(
                         &mut r,
                         format!(

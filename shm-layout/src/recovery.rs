@@ -25,7 +25,7 @@
 
 use crate::layout::DequeHeader;
 use crate::overflow::RingError;
-use crate::record::state::{JobHandle, State, StateWord, NO_HOLDER};
+use crate::record::state::{next_generation, JobHandle, State, StateWord, NO_HOLDER};
 use crate::segment::Segment;
 use crate::sync::Ordering;
 
@@ -62,7 +62,9 @@ pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
                 out.freed_filling += 1;
             }
             Some(State::Claimed | State::Writing) => {
-                let handle = JobHandle { index: i, generation: w.generation() };
+                // As the job is now: a give-back moves the generation on, and this is the id
+                // `xtcq dead --requeue` takes for a dead letter.
+                let handle = JobHandle { index: i, generation: next_generation(w.generation()) };
                 match give_back(seg, i, w, holder, "its consumer died") {
                     Ok(GiveBack::Requeued) => out.requeued.push(handle),
                     Ok(GiveBack::Unindexed) => {
@@ -182,7 +184,7 @@ pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
         if let Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) =
             give_back(seg, i, w, w.holder(), "lease expired")
         {
-            out.push(JobHandle { index: i, generation: w.generation() });
+            out.push(JobHandle { index: i, generation: next_generation(w.generation()) });
         }
     }
     out
@@ -199,8 +201,13 @@ fn referenced(seg: &Segment) -> Vec<bool> {
             let (top, bottom) = dq.indices();
             let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
             for k in 0..n {
+                // Only a handle of the record's current generation counts: one left over from
+                // an earlier generation (the job was indexed twice, then given back, which
+                // moves the generation on) can no longer claim it, so the job is an orphan.
                 if let Some(h) = JobHandle::from_word(dq.slot_value(top.wrapping_add(k))) {
-                    if let Some(s) = seen.get_mut(h.index as usize) {
+                    let current =
+                        records.state(h.index).is_some_and(|st| st.load().generation() == h.generation);
+                    if let (true, Some(s)) = (current, seen.get_mut(h.index as usize)) {
                         *s = true;
                     }
                 }

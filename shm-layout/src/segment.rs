@@ -679,7 +679,9 @@ impl Segment {
         // Still ACTIVE after the copy, or the queue was deleted meanwhile and is not to be
         // reported. (A delete leaves the descriptor as it was, so the copy is whole unless the
         // entry was also created anew while we copied: a delete and a create, each a walk of
-        // every record, inside one 96-byte copy.)
+        // every record, inside one 96-byte copy.) The fence keeps the copy's reads before the
+        // re-check, as in a seqlock reader; the Acquire load alone would not.
+        crate::sync::fence(Ordering::Acquire);
         if control.state.load(Ordering::Acquire) != QUEUE_ACTIVE {
             return Err(not_active);
         }
@@ -848,8 +850,9 @@ impl Segment {
 
     /// Completes every delete a crash interrupted (entries left `DELETING`): drops the jobs
     /// still naming the entry, resets it as [`delete_queue_at`] does, marks it `FREE`.
-    /// Returns each entry finished and what it dropped. For a daemon adopting a segment,
-    /// before it serves anyone.
+    /// Returns each entry finished and what it dropped. An entry still in use (a deque
+    /// lease or a claimed job) goes back to `ACTIVE` instead: the delete is undone, not
+    /// forced. For a daemon adopting a segment, before it serves anyone.
     ///
     /// [`delete_queue_at`]: Segment::delete_queue_at
     pub fn finish_interrupted_deletes(&self) -> Vec<(u32, DroppedJobs)> {
@@ -859,7 +862,16 @@ impl Segment {
             if control.state.load(Ordering::Acquire) != QUEUE_DELETING {
                 continue;
             }
-            // The interrupted delete had passed its checks: whatever is left of its jobs goes.
+            // The daemon may have died after ACTIVE -> DELETING but before the re-check that
+            // would have refused (a lease or a claim appeared: a process the daemon did not
+            // know of). Someone still uses the queue: undo the delete rather than reset a
+            // deque or free a job under them. Otherwise the delete had passed its checks, and
+            // whatever is left of its jobs goes.
+            let usage = self.queue_usage(index);
+            if !usage.leases.is_empty() || usage.claimed > 0 {
+                control.state.store(QUEUE_ACTIVE, Ordering::Release);
+                continue;
+            }
             let dropped = self.withdraw_jobs(index);
             self.reset_queue_entry(index);
             control.state.store(QUEUE_FREE, Ordering::Release);

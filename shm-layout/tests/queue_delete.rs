@@ -253,6 +253,32 @@ fn a_delete_a_crash_interrupted_is_finished_and_check_sees_it_meanwhile() {
     assert!(Thief::new(seg.clone(), &again, 1).unwrap().steal().unwrap().is_none());
 }
 
+/// A daemon died after moving the entry to DELETING, before the re-check that would have
+/// refused: a deque is leased and a job is claimed. The next daemon undoes the delete instead
+/// of resetting the deque and freeing jobs under their users. (Found by review.)
+#[test]
+fn an_interrupted_delete_of_a_queue_in_use_is_undone_not_finished() {
+    let (dir, seg) = setup();
+    let path = dir.path().join("seg");
+    let q = seg.create_queue(&spec("busy", Flavor::Fifo, 2, 16, 0)).unwrap();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    owner.push(&[1]).unwrap();
+    owner.push(&[2]).unwrap();
+    seg.deque_header(q.index, 0)
+        .unwrap()
+        .lease
+        .store(shm_layout::recovery::lease_word(0, 1), Ordering::Release);
+    let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+    let held = thief.steal().unwrap().expect("a job to hold");
+    poke_queue_state(&seg, &path, q.index, QUEUE_DELETING);
+    assert_eq!(seg.finish_interrupted_deletes(), vec![], "a queue in use was deleted");
+    assert_eq!(seg.queue_state(q.index), Some(QUEUE_ACTIVE));
+    held.ack().expect("the held job is intact");
+    let rest = thief.steal().unwrap().expect("the queued job is intact");
+    rest.ack().unwrap();
+    owner.push(&[3]).expect("the owner's deque is intact");
+}
+
 #[test]
 fn check_flags_a_free_entry_left_dirty_and_an_unknown_entry_state() {
     let (dir, seg) = setup();

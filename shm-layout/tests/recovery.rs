@@ -199,7 +199,12 @@ fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
     alive.extend_lease(std::time::Duration::from_secs(60)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(30));
     let expired = expire_leases(&seg, shm_layout::segment::monotonic_ns());
-    assert_eq!(expired, vec![hung.handle()], "only the claim without a heartbeat expires");
+    // Reported as the job now is: the re-queue moved its generation on.
+    let requeued = shm_layout::JobHandle {
+        index: hung.handle().index,
+        generation: shm_layout::record::state::next_generation(hung.handle().generation),
+    };
+    assert_eq!(expired, vec![requeued], "only the claim without a heartbeat expires");
     let err = hung.ack().unwrap_err();
     assert!(err.to_string().starts_with("lease expired"), "{err}");
     alive.ack().unwrap();
@@ -314,4 +319,38 @@ fn an_extension_changes_the_word_a_lease_scan_read() {
     assert_ne!(st.load(), seen_by_scan);
     assert_eq!(st.load().state(), Some(State::Claimed));
     j.ack().unwrap();
+}
+
+/// A job indexed twice (the orphan sweep re-indexed it on the ring while its producer was
+/// still on its way to the deque push), claimed through the ring and given back by a nacker
+/// that died before indexing it again: the record is `Queued(g + 1)` and the deque still holds
+/// the stale `(i, g)`, whose claim fails. The sweep must not count that handle as a reference,
+/// or the job is stranded. (Found by review; failed before the generation check.)
+#[test]
+fn a_stale_deque_handle_does_not_hide_a_re_queued_orphan() {
+    let (_d, seg, q) = setup(0);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    let h = owner.push(&[42]).unwrap();
+    seg.overflow(q.index).unwrap().push(h.index).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 2).unwrap();
+    let j = thief.steal_overflow().unwrap().expect("claimed through the ring");
+    let g = j.handle().generation;
+    std::mem::forget(j);
+    let st = seg.records().state(h.index).unwrap();
+    st.begin_write(g, 2).unwrap();
+    st.requeue_written(g, 2).unwrap();
+    // The nacker died here, before its ring push.
+    assert!(!check_segment(&seg, true).is_consistent(), "an unreachable job passed the check");
+    recover_holder(&seg, 2);
+    assert_eq!(reindex_orphans(&seg).len(), 1, "the orphan was not re-indexed");
+    let mut got = 0;
+    for _ in 0..4 {
+        if let Some(j) = thief.steal().unwrap() {
+            assert_eq!(id(&j), 42);
+            got += 1;
+            j.ack().unwrap();
+        }
+    }
+    assert_eq!(got, 1, "job stranded: Queued but unreachable");
+    assert!(check_segment(&seg, true).is_consistent());
 }
