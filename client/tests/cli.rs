@@ -126,17 +126,23 @@ fn run_bounded(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
         let mut w = child.stdin.take().expect("stdin");
         w.write_all(input).expect("write stdin");
     }
+    wait_bounded(child, Duration::from_secs(60), &format!("xtcq {cmd:?}"))
+}
+
+/// Waits for `child` within `limit`, collecting what it writes to its piped stdout and
+/// stderr meanwhile (so a chatty child cannot block on a full pipe); past the limit, kills it
+/// and fails the test.
+fn wait_bounded(child: Child, limit: Duration, what: &str) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    match rx.recv_timeout(Duration::from_secs(60)) {
+    match rx.recv_timeout(limit) {
         Ok(out) => out.expect("wait"),
         Err(_) => {
-            // SAFETY: kill(2) on our own child.
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("xtcq {cmd:?} did not finish in 60 s");
+            panic!("{what} did not finish in {limit:?}");
         }
     }
 }
@@ -550,18 +556,9 @@ fn a_first_interrupt_lets_running_jobs_finish_a_second_gives_them_back() {
         let pid = rustix::process::Pid::from_raw(c.id() as i32).expect("pid");
         rustix::process::kill_process_group(pid, rustix::process::Signal::INT).expect("SIGINT");
     };
-    let wait = |mut c: Child| -> (i32, String) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = c.try_wait().expect("wait") {
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = c.stderr.take().expect("stderr").read_to_string(&mut err);
-                return (st.code().unwrap_or(-1), err);
-            }
-            assert!(Instant::now() < deadline, "xtcq work did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    let wait = |c: Child| -> (i32, String) {
+        let o = wait_bounded(c, Duration::from_secs(20), "xtcq work");
+        (code(&o), stderr(&o))
     };
     let queued = || {
         let j: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
@@ -603,7 +600,7 @@ fn steal_to_a_closed_pipe_gives_the_job_back_uncounted() {
     ok(&d.run(&["push", "p", "only"]));
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    let mut child = d
+    let child = d
         .xtcq()
         .args(["steal", "p"])
         .stdin(Stdio::null())
@@ -611,18 +608,9 @@ fn steal_to_a_closed_pipe_gives_the_job_back_uncounted() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn steal");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let st = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "xtcq steal did not finish");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    use std::io::Read;
-    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-    assert_eq!(st.code(), Some(1), "{err}");
+    let o = wait_bounded(child, Duration::from_secs(20), "xtcq steal");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot write the job to stdout; it was re-queued"), "{err}");
     let dead = d.run(&["dead", "p"]);
     assert!(!stdout(&dead).contains("only"), "a dead letter: {}", stdout(&dead));

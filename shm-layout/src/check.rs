@@ -161,10 +161,9 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
                 r.counts.deque_handles += 1;
                 match JobHandle::from_word(w) {
                     Some(h) if h.index < records.len() => {
-                        // Only a handle of the record's current generation can claim it: a
-                        // leftover of an earlier generation (a job indexed twice, then given
-                        // back) must not make an unreachable job look referenced.
-                        if records.state(h.index).is_some_and(|st| st.load().generation() == h.generation) {
+                        // A stale handle (see `is_current`) must not make an unreachable job
+                        // look referenced.
+                        if records.is_current(h) {
                             referenced[h.index as usize] = true;
                         }
                     }

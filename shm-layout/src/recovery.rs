@@ -201,13 +201,9 @@ fn referenced(seg: &Segment) -> Vec<bool> {
             let (top, bottom) = dq.indices();
             let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
             for k in 0..n {
-                // Only a handle of the record's current generation counts: one left over from
-                // an earlier generation (the job was indexed twice, then given back, which
-                // moves the generation on) can no longer claim it, so the job is an orphan.
+                // A stale handle (see `is_current`) leaves its job an orphan.
                 if let Some(h) = JobHandle::from_word(dq.slot_value(top.wrapping_add(k))) {
-                    let current =
-                        records.state(h.index).is_some_and(|st| st.load().generation() == h.generation);
-                    if let (true, Some(s)) = (current, seen.get_mut(h.index as usize)) {
+                    if let (true, Some(s)) = (records.is_current(h), seen.get_mut(h.index as usize)) {
                         *s = true;
                     }
                 }

@@ -16,7 +16,7 @@
 use core::marker::PhantomData;
 
 use crate::layout::{RecordHeader, RECORD_HEADER_SIZE};
-use crate::record::state::RecordState;
+use crate::record::state::{JobHandle, RecordState};
 use crate::sync::Ordering;
 
 /// Every record was in use during a full scan.
@@ -91,6 +91,14 @@ impl<'a> RecordArena<'a> {
     #[inline]
     pub fn state(&self, index: u32) -> Option<RecordState<'a>> {
         self.header(index).map(|h| RecordState(&h.state))
+    }
+
+    /// Whether `h` names its record's current generation: only such a handle can still
+    /// claim the record. A leftover of an earlier generation (a job indexed twice, then
+    /// given back, which moves the generation on) references nothing.
+    #[inline]
+    pub fn is_current(&self, h: JobHandle) -> bool {
+        self.state(h.index).is_some_and(|st| st.load().generation() == h.generation)
     }
 
     /// Finds a free record and moves it to `Filling(me)`, scanning from `*cursor`, which is
