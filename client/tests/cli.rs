@@ -889,3 +889,112 @@ fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until
     assert!(queues(&d).is_empty());
     check_ok(&d);
 }
+
+/// A user and a group created for one test (as root), removed when dropped.
+struct SystemUser {
+    user: String,
+    group: String,
+}
+
+impl SystemUser {
+    /// `user` with primary group `group` (created too, unless it exists).
+    fn create(user: &str, group: &str) -> SystemUser {
+        let have_group =
+            Command::new("getent").args(["group", group]).output().expect("getent").status.success();
+        if !have_group {
+            let s = Command::new("groupadd").arg(group).status().expect("groupadd");
+            assert!(s.success(), "groupadd {group}");
+        }
+        let s = Command::new("useradd").args(["-M", "-N", "-g", group, "-s", "/bin/false", user]).status();
+        assert!(s.expect("useradd").success(), "useradd {user}");
+        SystemUser { user: user.into(), group: group.into() }
+    }
+
+    fn id(&self, flag: &str) -> u32 {
+        let o = Command::new("id").args([flag, &self.user]).output().expect("id");
+        String::from_utf8_lossy(&o.stdout).trim().parse().expect("id prints a number")
+    }
+}
+
+impl Drop for SystemUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).status();
+        let _ = Command::new("groupdel").arg(&self.group).status();
+    }
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+#[test]
+fn users_and_groups_are_named_through_the_name_service() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create a user and a group");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tag = std::process::id() % 100_000;
+    let (alice, farm, bob) = (format!("xtcqa{tag}"), format!("xtcqf{tag}"), format!("xtcqb{tag}"));
+    let alice = SystemUser::create(&alice, &farm);
+    let bob = SystemUser::create(&bob, &format!("xtcqo{tag}"));
+
+    // A name that does not exist is a clear error naming it, and leaves nothing behind.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = run_bounded(
+        daemon_command()
+            .arg("--socket")
+            .arg(dir.path().join("s.sock"))
+            .arg("--segment")
+            .arg(dir.path().join("seg"))
+            .args(["--allow-uid", "no-such-user-xyz"]),
+        None,
+    );
+    assert_ne!(code(&bad), 0);
+    assert!(stderr(&bad).contains("--allow-uid: no such user \"no-such-user-xyz\""), "{}", stderr(&bad));
+
+    // The daemon shares with the group by name and allows alice by name.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--group", &alice.group, "--allow-uid", &alice.user]);
+    let d = Daemon::start_with(dir, &flags);
+    ok(&d.run(&["create", "named"]));
+    let as_user = |u: &SystemUser, args: &[&str]| {
+        let mut c = d.xtcq();
+        c.args(args).uid(u.id("-u")).gid(u.id("-g"));
+        c
+    };
+    ok(&run_bounded(&mut as_user(&alice, &["push", "named"]), Some(b"one\n")));
+    // A consumer of alice's waits, attached, while root reads the process table.
+    let waiter = as_user(&alice, &["steal", "named", "--wait", "--timeout", "30s", "--count", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn steal");
+    let shown = (0..500)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            ok(&d.run(&["stats"]))
+        })
+        .find(|s| s.contains(&format!("({})", alice.user)));
+    assert!(shown.is_some(), "stats never showed {}'s name: {}", alice.user, ok(&d.run(&["stats"])));
+    ok(&d.run_in(&["push", "named"], b"two\n"));
+    let got = wait_bounded(waiter, Duration::from_secs(60), "alice's steal");
+    assert_eq!(stdout(&got), "one\ntwo\n", "{}", stderr(&got));
+
+    // bob is in neither list: refused, and the message names him and what is allowed. (The
+    // socket is opened to all first, so that the daemon's own check is what refuses him.)
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let refused = run_bounded(&mut as_user(&bob, &["ls"]), None);
+    assert_ne!(code(&refused), 0, "{}", stderr(&refused));
+    let text = stderr(&refused);
+    for want in [
+        format!("uid {} ({})", bob.id("-u"), bob.user),
+        format!("uid {} ({})", alice.id("-u"), alice.user),
+        format!("gid {} ({})", alice.id("-g"), alice.group),
+    ] {
+        assert!(text.contains(&want), "{want:?} missing from: {text}");
+    }
+}

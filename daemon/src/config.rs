@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use shm_layout::SegmentConfig;
+use xtcq_proto::names;
 
 /// xtcqd: the xtcq shared-memory job-queue daemon.
 ///
@@ -74,14 +75,15 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub overflow_capacity: Option<u32>,
 
-    /// Also allow peers with this uid (repeatable). The daemon's own uid is always allowed
-    /// unless --no-allow-self.
-    #[arg(long, value_name = "UID")]
-    pub allow_uid: Vec<u32>,
+    /// Also allow peers with this user (name or uid; repeatable). The daemon's own uid is
+    /// always allowed unless --no-allow-self.
+    #[arg(long, value_name = "USER")]
+    pub allow_uid: Vec<String>,
 
-    /// Allow peers whose primary or supplementary group is this gid (repeatable).
-    #[arg(long, value_name = "GID")]
-    pub allow_gid: Vec<u32>,
+    /// Allow peers whose primary or supplementary group is this group (name or gid;
+    /// repeatable).
+    #[arg(long, value_name = "GROUP")]
+    pub allow_gid: Vec<String>,
 
     /// Share with a group (name or gid): the socket and segment become 0660 owned by it, and
     /// its members are allowed.
@@ -136,9 +138,14 @@ pub struct Config {
 /// Bad arguments.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// `--group` named no group.
-    #[error("--group {0}: no such group (not a gid, and not in /etc/group)")]
-    NoSuchGroup(String),
+    /// A user or group flag named no user or group.
+    #[error("{flag}: {source}")]
+    Name {
+        /// The flag, e.g. `--allow-uid`.
+        flag: &'static str,
+        /// What the name service said.
+        source: xtcq_proto::names::NameError,
+    },
     /// Another bad value.
     #[error("{0}")]
     Invalid(String),
@@ -167,18 +174,19 @@ impl Config {
             }
         }
         c.validate().map_err(|e| ConfigError::Invalid(format!("segment size flags: {e}")))?;
-        let group = match &args.group {
-            None => None,
-            Some(g) => Some(resolve_group(g)?),
-        };
+        let group = args
+            .group
+            .as_deref()
+            .map(|g| names::resolve_gid(g).map_err(|source| ConfigError::Name { flag: "--group", source }))
+            .transpose()?;
         let me = rustix::process::getuid().as_raw();
-        let mut allow_uids = args.allow_uid.clone();
+        let mut allow_uids = resolve_ids("--allow-uid", &args.allow_uid, names::resolve_uid)?;
         if !args.no_allow_self {
             allow_uids.push(me);
         }
         allow_uids.sort_unstable();
         allow_uids.dedup();
-        let mut allow_gids = args.allow_gid.clone();
+        let mut allow_gids = resolve_ids("--allow-gid", &args.allow_gid, names::resolve_gid)?;
         allow_gids.extend(group);
         allow_gids.sort_unstable();
         allow_gids.dedup();
@@ -216,22 +224,13 @@ impl Config {
     }
 }
 
-/// A group name or number to a gid (`/etc/group`; NSS-only groups must be given by number).
-pub fn resolve_group(g: &str) -> Result<u32, ConfigError> {
-    if let Ok(n) = g.parse::<u32>() {
-        return Ok(n);
-    }
-    let text = std::fs::read_to_string("/etc/group").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(':');
-            let name = f.next()?;
-            let _pw = f.next()?;
-            let gid = f.next()?.parse::<u32>().ok()?;
-            (name == g).then_some(gid)
-        })
-        .next()
-        .ok_or_else(|| ConfigError::NoSuchGroup(g.to_string()))
+/// Each of `given` (names or numbers) to an id with `resolve`, the flag named in the error.
+fn resolve_ids(
+    flag: &'static str,
+    given: &[String],
+    resolve: fn(&str) -> Result<u32, names::NameError>,
+) -> Result<Vec<u32>, ConfigError> {
+    given.iter().map(|v| resolve(v).map_err(|source| ConfigError::Name { flag, source })).collect()
 }
 
 #[cfg(test)]
@@ -239,10 +238,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numeric_and_named_groups_resolve() {
-        assert_eq!(resolve_group("1234").unwrap(), 1234);
-        assert_eq!(resolve_group("root").unwrap(), 0);
-        assert!(matches!(resolve_group("no-such-group-xyz"), Err(ConfigError::NoSuchGroup(_))));
+    fn users_and_groups_are_names_or_numbers() {
+        let a = Args::parse_from([
+            "xtcqd",
+            "--group",
+            "root",
+            "--allow-uid",
+            "root",
+            "--allow-uid",
+            "1234",
+            "--allow-gid",
+            "0",
+        ]);
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!(c.group, Some(0));
+        assert!(c.allow_uids.contains(&0) && c.allow_uids.contains(&1234));
+        assert!(c.allow_gids.contains(&0));
+        for (flag, value) in [("--group", "no-such-group-xyz"), ("--allow-gid", "no-such-group-xyz")] {
+            let e = Config::from_args(&Args::parse_from(["xtcqd", flag, value])).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{flag}: no such group \"{value}\"")), "{e}");
+        }
+        let e =
+            Config::from_args(&Args::parse_from(["xtcqd", "--allow-uid", "no-such-user-xyz"])).unwrap_err();
+        assert!(e.to_string().starts_with("--allow-uid: no such user \"no-such-user-xyz\""), "{e}");
     }
 
     #[test]

@@ -40,6 +40,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 use xtcq_proto::frame::{self, FrameError};
+use xtcq_proto::names;
 use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
 
 use crate::config::Config;
@@ -171,8 +172,8 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         socket = %cfg.socket.display(),
         segment = %seg.path().display(),
         pid = std::process::id(),
-        allow_uids = ?cfg.allow_uids,
-        allow_gids = ?cfg.allow_gids,
+        allow_users = %names::uid_list_label(&cfg.allow_uids),
+        allow_groups = %names::gid_list_label(&cfg.allow_gids),
         "xtcqd ready"
     );
 
@@ -484,9 +485,14 @@ impl Conn {
             let cfg = &self.st.cfg;
             self.refuse(ErrorReply::new(
                 ErrorCode::Unauthorized,
+                // A name-service lookup per refusal only (never per accepted connection): a
+                // slow LDAP server then delays only those who are turned away.
                 format!(
-                    "uid {} (gid {}) is not allowed by this xtcqd (allowed uids {:?}, gids {:?})",
-                    self.peer.uid, self.peer.gid, cfg.allow_uids, cfg.allow_gids
+                    "{}, {}, is not allowed by this xtcqd (allowed: users [{}], groups [{}])",
+                    names::uid_label(self.peer.uid),
+                    names::gid_label(self.peer.gid),
+                    names::uid_list_label(&cfg.allow_uids),
+                    names::gid_list_label(&cfg.allow_gids)
                 ),
             ))
             .await;

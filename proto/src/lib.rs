@@ -6,6 +6,7 @@
 //! - [`msg`]: the typed messages — the [`msg::Hello`] handshake that opens every connection,
 //!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
 //!   [`msg::ErrorCode`] every error reply carries;
+//! - [`names`]: users and groups by name, through the system's name service (NSS);
 //! - [`paths`]: where the socket and the segment are by default, resolved the same way by the
 //!   daemon and by every client.
 //!
@@ -21,6 +22,7 @@
 
 pub mod frame;
 pub mod msg;
+pub mod names;
 pub mod paths;
 
 pub use frame::{FrameError, MAX_FRAME_LEN};

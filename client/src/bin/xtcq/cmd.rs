@@ -376,13 +376,17 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
         }
     }
     if !s.processes.is_empty() {
-        o.push_str("\nSLOT  PID      UID    STATE       CONNECTED\n");
+        o.push_str("\nSLOT  PID      USER              STATE       CONNECTED\n");
         for p in &s.processes {
+            let user = match xtcq_proto::names::user_name(p.uid) {
+                Some(name) => format!("{} ({name})", p.uid),
+                None => p.uid.to_string(),
+            };
             o.push_str(&format!(
-                "{:<5} {:<8} {:<6} {:<11} {}\n",
+                "{:<5} {:<8} {:<17} {:<11} {}\n",
                 p.slot,
                 p.pid,
-                p.uid,
+                user,
                 format!("{:?}", p.state).to_lowercase(),
                 if p.connected { "yes" } else { "no" }
             ));

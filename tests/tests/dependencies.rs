@@ -1,0 +1,48 @@
+//! The README's "Dependencies and why" lists what each crate links directly; this keeps that
+//! list true by comparing it with `cargo tree -e normal --depth 1` for each crate named there.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+/// `crate: dep, dep` lines of the README's first `text` block after the section heading.
+fn readme_lists() -> Vec<(String, BTreeSet<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let section = readme.split("## Dependencies and why").nth(1).expect("a 'Dependencies and why' section");
+    let block = section.split("```text\n").nth(1).and_then(|b| b.split("```").next()).expect("a text block");
+    block
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(krate, deps)| (krate.to_string(), deps.split(", ").map(str::to_string).collect()))
+        .collect()
+}
+
+/// The direct normal dependencies of `krate`, by name.
+fn linked(krate: &str) -> BTreeSet<String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "-e", "normal", "--depth", "1", "--prefix", "none", "-p", krate])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(out.status.success(), "cargo tree -p {krate}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .skip(1) // the crate itself
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_what_each_crate_links() {
+    let lists = readme_lists();
+    assert!(lists.len() >= 4, "the README's list names too few crates: {lists:?}");
+    for (krate, listed) in lists {
+        let have = linked(&krate);
+        assert_eq!(
+            listed, have,
+            "README 'Dependencies and why' is out of date for {krate}: listed (left) vs cargo tree (right)"
+        );
+    }
+}
