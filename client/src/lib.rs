@@ -41,6 +41,7 @@ pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnerHandle, ThiefHandle};
 pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
+pub use shm_layout::segment::monotonic_ns;
 pub use shm_layout::JobHandle;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
@@ -233,6 +234,20 @@ impl Client {
     /// every queued job is indexed: only meaningful when no process is attached.
     pub fn check(&self, quiescent: bool) -> Result<CheckReport, Error> {
         Ok(shm_layout::check::check_segment(&*self.segment()?, quiescent))
+    }
+
+    /// Verifies every invariant of a segment file that no daemon serves (a copy, or one
+    /// left by a stopped daemon), as [`Client::check`] does for the daemon's own.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let not_a_segment = dir.path().join("junk");
+    /// std::fs::write(&not_a_segment, b"junk").unwrap();
+    /// assert!(xtcq_client::Client::check_segment_file(&not_a_segment, false).is_err());
+    /// ```
+    pub fn check_segment_file(path: &Path, quiescent: bool) -> Result<CheckReport, Error> {
+        let seg = shm_layout::Segment::attach(path)?;
+        Ok(shm_layout::check::check_segment(&seg, quiescent))
     }
 
     fn queue_index(&self, queue: &str) -> Result<(Arc<shm_layout::Segment>, u32), Error> {

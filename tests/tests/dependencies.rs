@@ -46,3 +46,18 @@ fn the_readme_lists_what_each_crate_links() {
         );
     }
 }
+
+#[test]
+fn the_client_library_links_no_runtime_no_command_line_and_no_daemon() {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "-e", "normal", "--prefix", "none", "-p", "xtcq-client"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let names: BTreeSet<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    for banned in ["tokio", "tracing-subscriber", "clap", "xtcqd", "anyhow"] {
+        assert!(!names.contains(banned), "xtcq-client links {banned}: {names:?}");
+    }
+}

@@ -496,11 +496,8 @@ pub struct CheckArgs {
 
 pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
     let report = match &a.segment {
-        Some(p) => {
-            let seg = shm_layout::Segment::attach(p)
-                .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?;
-            shm_layout::check::check_segment(&seg, a.quiescent)
-        }
+        Some(p) => xtcq_client::Client::check_segment_file(p, a.quiescent)
+            .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?,
         None => connect(socket)?.check(a.quiescent)?,
     };
     let n = &report.counts;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
-use shm_layout::segment::monotonic_ns;
+use xtcq_client::monotonic_ns;
 use xtcq_client::{Client, Flavor, QueueParams};
 
 use crate::exit;

@@ -617,7 +617,7 @@ fn steal_to_a_closed_pipe_gives_the_job_back_uncounted() {
     assert_eq!(ok(&d.run(&["steal", "p"])), "only\n");
 }
 
-/// The README's first command on a fresh clone: `cargo run -p xtcq-client --bin xtcq -- demo`
+/// The README's first command on a fresh clone: `cargo run -p xtcq-cli --bin xtcq -- demo`
 /// builds no `xtcqd` binary, so `demo` runs the daemon embedded in `xtcq`. Here: `xtcq` alone
 /// in a directory, with no `xtcqd` beside it.
 #[test]
