@@ -76,14 +76,22 @@ fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<
 /// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
 /// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
 /// Dropped without either, it is nacked.
-#[derive(Debug)]
 pub struct Job<'a> {
     inner: ClaimedJob<'a>,
+    /// What [`into_owned`](Job::into_owned) needs to outlive the handle that claimed it.
+    seg: &'a Arc<Segment>,
+    conn: &'a Arc<Conn>,
 }
 
 impl<'a> Job<'a> {
-    fn new(inner: ClaimedJob<'a>) -> Self {
-        Self { inner }
+    fn new(seg: &'a Arc<Segment>, conn: &'a Arc<Conn>) -> impl Fn(ClaimedJob<'a>) -> Self {
+        move |inner| Self { inner, seg, conn }
+    }
+
+    /// This job as an [`OwnedJob`], which no longer borrows the handle that claimed it: keep
+    /// it in another thread, a C handle or a Python object, and settle it there.
+    pub fn into_owned(self) -> OwnedJob {
+        OwnedJob { inner: self.inner.into_owned(self.seg.clone()), _conn: self.conn.clone() }
     }
 
     /// A copy of the payload.
@@ -143,6 +151,79 @@ impl<'a> Job<'a> {
 
     /// Not run after all (the payload could not be handed on, or the consumer is stopping):
     /// re-queues it without counting an attempt, so it never becomes a dead letter this way.
+    pub fn release(self) -> Result<(), Error> {
+        Ok(self.inner.release()?)
+    }
+}
+
+/// A claimed job that owns its claim: made by [`Job::into_owned`]. `Send + Sync`. It keeps
+/// the process's control connection (and so its process slot) open while it lives, so its
+/// claim stays this process's after the thief or owner handle that took it is dropped. The
+/// same checks as [`Job`]: a stale job (lease expired, re-claimed) acks nothing.
+pub struct OwnedJob {
+    inner: shm_layout::OwnedJob,
+    _conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for Job<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("handle", &self.inner.handle()).finish()
+    }
+}
+
+impl std::fmt::Debug for OwnedJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedJob").field("handle", &self.inner.handle()).finish()
+    }
+}
+
+impl OwnedJob {
+    /// A copy of the payload.
+    pub fn payload(&mut self) -> Result<Vec<u8>, Error> {
+        Ok(self.inner.payload()?)
+    }
+
+    /// Appends the payload to `out` (to reuse one buffer across jobs).
+    pub fn read_payload(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        Ok(self.inner.read_payload(out)?)
+    }
+
+    /// `(record index, generation)`.
+    pub fn handle(&self) -> JobHandle {
+        self.inner.handle()
+    }
+
+    /// Times the job was given back before this claim.
+    pub fn attempts(&mut self) -> u32 {
+        self.inner.attempts()
+    }
+
+    /// The claim's lease deadline (CLOCK_MONOTONIC ns), if any.
+    pub fn lease_deadline_ns(&self) -> Option<u64> {
+        self.inner.lease_deadline_ns()
+    }
+
+    /// Sets the claim's lease to `lease` from now (a heartbeat for a long job).
+    pub fn extend_lease(&mut self, lease: Duration) -> Result<(), Error> {
+        Ok(self.inner.extend_lease(lease)?)
+    }
+
+    /// Done: frees the record.
+    pub fn ack(self) -> Result<(), Error> {
+        Ok(self.inner.ack()?)
+    }
+
+    /// Failed: re-queues it (or dead-letters it at the queue's attempt limit).
+    pub fn nack(self) -> Result<(), Error> {
+        Ok(self.inner.nack()?)
+    }
+
+    /// Like [`nack`](OwnedJob::nack), keeping `reason` as the job's last error.
+    pub fn fail(self, reason: &str) -> Result<(), Error> {
+        Ok(self.inner.fail(reason)?)
+    }
+
+    /// Not run after all: re-queued without counting an attempt.
     pub fn release(self) -> Result<(), Error> {
         Ok(self.inner.release()?)
     }
@@ -257,13 +338,13 @@ impl OwnerHandle {
     /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
     pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
-        Ok(self.owner.pop().map_err(ring)?.map(Job::new))
+        Ok(self.owner.pop().map_err(ring)?.map(Job::new(self.owner.segment(), &self.lease.conn)))
     }
 
     /// Our oldest job (FIFO whatever the flavor), else one from the overflow ring.
     pub fn take(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
-        Ok(self.owner.take().map_err(ring)?.map(Job::new))
+        Ok(self.owner.take().map_err(ring)?.map(Job::new(self.owner.segment(), &self.lease.conn)))
     }
 
     /// Jobs in our deque (approximate while thieves steal).
@@ -373,7 +454,7 @@ impl ThiefHandle {
     /// One job: the overflow ring first, then every deque from a random start; rounds repeat
     /// while a steal lost a race. `None` when everything looked empty.
     pub fn steal(&self) -> Result<Option<Job<'_>>, Error> {
-        Ok(self.steal_claimed()?.map(Job::new))
+        Ok(self.steal_claimed()?.map(Job::new(&self.seg, &self.conn)))
     }
 
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
@@ -430,7 +511,7 @@ impl ThiefHandle {
                 std::hint::spin_loop();
             }
         }
-        Ok(out.into_iter().map(Job::new).collect())
+        Ok(out.into_iter().map(Job::new(&self.seg, &self.conn)).collect())
     }
 
     /// Like [`steal`](Self::steal), but sleeps (a futex on the queue's wait word, woken by a
@@ -442,7 +523,8 @@ impl ThiefHandle {
         let Some(w) = self.seg.wait_word(self.att.queue.index) else {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };
-        Ok(shm_layout::wait::wait_for(w, deadline, || self.steal_claimed())?.map(Job::new))
+        Ok(shm_layout::wait::wait_for(w, deadline, || self.steal_claimed())?
+            .map(Job::new(&self.seg, &self.conn)))
     }
 }
 

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::Error;
-pub use handles::{InjectorHandle, Job, OwnerHandle, ThiefHandle};
+pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::segment::monotonic_ns;

@@ -21,6 +21,9 @@ use crate::record::state::{JobHandle, State};
 use crate::segment::{coarse_monotonic_ns, monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
+mod owned;
+pub use owned::OwnedJob;
+
 /// Why a push failed. The job was not queued.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
@@ -98,14 +101,23 @@ struct QueueCtx<'a> {
 
 impl<'a> QueueCtx<'a> {
     fn new(seg: &'a Segment, q: &QueueInfo) -> Result<Self, QueueError> {
-        let corrupt = |what: &str| QueueError::Corrupt { index: q.index, what: what.to_string() };
+        Self::from_parts(seg, q.index, q.spec.max_attempts, q.spec.lease_ms as u64 * 1_000_000)
+    }
+
+    fn from_parts(
+        seg: &'a Segment,
+        queue: u32,
+        max_attempts: u32,
+        lease_ns: u64,
+    ) -> Result<Self, QueueError> {
+        let corrupt = |what: &str| QueueError::Corrupt { index: queue, what: what.to_string() };
         Ok(Self {
-            queue: q.index,
-            max_attempts: q.spec.max_attempts,
-            lease_ns: q.spec.lease_ms as u64 * 1_000_000,
+            queue,
+            max_attempts,
+            lease_ns,
             records: seg.records(),
-            overflow: seg.overflow(q.index).ok_or_else(|| corrupt("no overflow ring"))?,
-            wait: seg.wait_word(q.index).ok_or_else(|| corrupt("no wait word"))?,
+            overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
+            wait: seg.wait_word(queue).ok_or_else(|| corrupt("no wait word"))?,
         })
     }
 

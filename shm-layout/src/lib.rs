@@ -52,7 +52,7 @@ pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
 pub use record::state::{JobHandle, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]
-pub use api::{ClaimedJob, Injector, JobError, Owner, PushError, Thief};
+pub use api::{ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};
 #[cfg(not(xtcq_loom))]
 pub use layout::SegmentConfig;
 #[cfg(not(xtcq_loom))]
