@@ -1,0 +1,32 @@
+//! `libxtcq`: xtcq's C API (`include/xtcq.h`), over `xtcq-client`.
+//!
+//! Rules every entry point keeps:
+//! - returns an `int` status: `XTCQ_OK` (0), `XTCQ_EMPTY` (1: nothing there, not an error),
+//!   or a negative `XTCQ_E_*`; the message is read with `xtcq_last_error` (per thread);
+//! - never unwinds into C: a panic is caught and becomes `XTCQ_E_PANIC` ([`entry`]);
+//! - never allocates on push, pop or steal: a job handle is made once and reused, and its
+//!   payload buffer keeps its capacity;
+//! - on a handle inherited across `fork()`, does nothing and returns `XTCQ_E_FORKED`
+//!   ([`fork`]); freeing such a handle in the child releases nothing the parent uses;
+//! - blocking waits take a timeout in milliseconds, so a backend can wait in short steps and
+//!   check for interrupts between them.
+//!
+//! Thread safety, per handle: `xtcq_client` and `xtcq_thief` may be used from several
+//! threads at once; `xtcq_owner`, `xtcq_injector` and `xtcq_job` by one thread at a time
+//! (any thread).
+
+#![allow(non_camel_case_types)]
+
+mod client;
+mod entry;
+mod fork;
+mod job;
+mod producer;
+mod status;
+mod thief;
+
+pub use client::*;
+pub use job::*;
+pub use producer::*;
+pub use status::*;
+pub use thief::*;

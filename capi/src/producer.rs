@@ -1,0 +1,232 @@
+//! `xtcq_owner` (a producer that owns one deque of a queue) and `xtcq_injector` (a producer
+//! without a deque: pushes go to the queue's overflow ring).
+//!
+//! - One thread at a time per handle (the Chase-Lev owner end is single-threaded); the
+//!   handle may move between threads.
+//! - A push copies the payload into a record in shared memory: no lock, no allocation, and
+//!   a system call only when a consumer sleeps waiting.
+//! - Freeing an owner gives its deque back; jobs left in it stay there for thieves.
+
+use std::ffi::{c_char, c_int};
+
+use ::xtcq_client::{InjectorHandle, OwnerHandle};
+
+use crate::client::{not_forked, xtcq_client};
+use crate::entry::{arg, c_str, free_handle, guarded, shared, store};
+use crate::job::xtcq_job;
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
+
+/// A queue's deque, owned by this process (opaque).
+pub struct xtcq_owner {
+    inner: OwnerHandle,
+    born: u64,
+}
+
+/// A pusher onto a queue's overflow ring (opaque).
+pub struct xtcq_injector {
+    inner: InjectorHandle,
+    born: u64,
+}
+
+/// Resolves `client` and `queue` for an attach and checks `out`.
+///
+/// # Safety
+/// As the attach functions.
+unsafe fn attach_args<'a, T>(
+    client: *const xtcq_client,
+    queue: *const c_char,
+    out: *mut *mut T,
+) -> Result<(&'a xtcq_client, &'a str), c_int> {
+    if out.is_null() {
+        return Err(fail(XTCQ_E_INVALID, "out is NULL"));
+    }
+    // SAFETY: the caller's contract.
+    let c = unsafe { shared(client, "client") }?;
+    // SAFETY: the caller's contract.
+    let q = unsafe { c_str(queue, "queue") }?;
+    not_forked(c.born)?;
+    Ok((c, q))
+}
+
+/// The bytes of a push.
+///
+/// # Safety
+/// `data` is valid for `len` bytes, or NULL with `len` 0.
+pub(crate) unsafe fn payload_arg<'a>(data: *const u8, len: usize) -> Result<&'a [u8], c_int> {
+    if data.is_null() {
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            Err(fail(XTCQ_E_INVALID, "data is NULL with a non-zero len"))
+        };
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(data, len) })
+}
+
+/// Takes a free deque of `queue` as its owner and stores the handle in `*out`.
+/// `XTCQ_E_NO_ROOM` when every deque has a live owner.
+///
+/// # Safety
+/// `client` is a live client; `queue` a NUL-terminated string; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_attach(
+    client: *const xtcq_client,
+    queue: *const c_char,
+    out: *mut *mut xtcq_owner,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (c, q) = match unsafe { attach_args(client, queue, out) } {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        match c.inner.attach_owner(q) {
+            // SAFETY: `out` checked non-null; writable by the caller's contract.
+            Ok(inner) => unsafe {
+                store(out, xtcq_owner { inner, born: c.born });
+                XTCQ_OK
+            },
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Gives the deque back and frees the handle (NULL is ignored).
+///
+/// # Safety
+/// `owner` is NULL or came from `xtcq_owner_attach` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_free(owner: *mut xtcq_owner) {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        unsafe { free_handle(owner, |o| o.born) };
+        XTCQ_OK
+    });
+}
+
+/// Queues a job of `len` bytes: into the owner's deque, or the overflow ring when it is
+/// full. `XTCQ_E_FULL` when both are (retry after consumers catch up).
+///
+/// # Safety
+/// `owner` is a live owner, used by this thread only for the call; `data` valid for `len`.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_push(owner: *mut xtcq_owner, data: *const u8, len: usize) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (o, bytes) = match unsafe { (arg(owner, "owner"), payload_arg(data, len)) } {
+            (Ok(o), Ok(b)) => (o, b),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(o.born) {
+            return code;
+        }
+        match o.inner.push(bytes) {
+            Ok(_) => XTCQ_OK,
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Claims the owner's next job (the queue's order) into `job`; `XTCQ_EMPTY` when none.
+///
+/// # Safety
+/// `owner` is a live owner and `job` a live job handle, each used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_pop(owner: *mut xtcq_owner, job: *mut xtcq_job) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (o, j) = match unsafe { (arg(owner, "owner"), arg(job, "job")) } {
+            (Ok(o), Ok(j)) => (o, j),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(o.born).and_then(|()| j.ready_for_claim()) {
+            return code;
+        }
+        match o.inner.pop() {
+            Ok(Some(claimed)) => {
+                j.hold(claimed);
+                XTCQ_OK
+            }
+            Ok(None) => XTCQ_EMPTY,
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Jobs in the owner's deque (approximate while thieves steal); 0 for NULL.
+///
+/// # Safety
+/// `owner` is NULL or a live owner.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_len(owner: *const xtcq_owner) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { owner.as_ref() }.filter(|o| !crate::fork::forked_since(o.born)).map_or(0, |o| o.inner.len())
+}
+
+/// Attaches to `queue` as an injector and stores the handle in `*out`.
+///
+/// # Safety
+/// `client` is a live client; `queue` a NUL-terminated string; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_attach(
+    client: *const xtcq_client,
+    queue: *const c_char,
+    out: *mut *mut xtcq_injector,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (c, q) = match unsafe { attach_args(client, queue, out) } {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        match c.inner.attach_injector(q) {
+            // SAFETY: `out` checked non-null; writable by the caller's contract.
+            Ok(inner) => unsafe {
+                store(out, xtcq_injector { inner, born: c.born });
+                XTCQ_OK
+            },
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Frees an injector (NULL is ignored).
+///
+/// # Safety
+/// `injector` is NULL or came from `xtcq_injector_attach` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_free(injector: *mut xtcq_injector) {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        unsafe { free_handle(injector, |i| i.born) };
+        XTCQ_OK
+    });
+}
+
+/// Queues a job of `len` bytes on the queue's overflow ring. `XTCQ_E_FULL` when it is full.
+///
+/// # Safety
+/// `injector` is a live injector, used by this thread only for the call; `data` valid for
+/// `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_push(
+    injector: *mut xtcq_injector,
+    data: *const u8,
+    len: usize,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (i, bytes) = match unsafe { (arg(injector, "injector"), payload_arg(data, len)) } {
+            (Ok(i), Ok(b)) => (i, b),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(i.born) {
+            return code;
+        }
+        match i.inner.push(bytes) {
+            Ok(_) => XTCQ_OK,
+            Err(e) => from_error(&e),
+        }
+    })
+}

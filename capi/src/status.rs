@@ -1,0 +1,124 @@
+//! Status codes, their text, and the calling thread's last error message.
+//!
+//! - Every entry point returns one of the `XTCQ_*` codes: 0 for success, [`XTCQ_EMPTY`] (a
+//!   positive "nothing there / would block", like PostgreSQL's `SHM_MQ_WOULD_BLOCK`), and
+//!   negative codes for errors.
+//! - The full message of the last error (what was wrong and what to do) is kept per thread
+//!   and read with `xtcq_last_error`; it is replaced by the next error on that thread only.
+//! - Mapping a library error to a code is done here once, so each code means one thing.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CString};
+
+use ::xtcq_client::Error;
+
+/// Success.
+pub const XTCQ_OK: c_int = 0;
+/// Nothing there: no job to steal or pop, or the wait timed out. Not an error.
+pub const XTCQ_EMPTY: c_int = 1;
+/// A null pointer, a string that is not UTF-8, or an out-of-range argument.
+pub const XTCQ_E_INVALID: c_int = -1;
+/// xtcqd is not reachable: not running, no permission on its socket, connection lost, or no
+/// answer in time.
+pub const XTCQ_E_UNREACHABLE: c_int = -2;
+/// The daemon refused this process or request (uid, group, or the peer is not trusted).
+pub const XTCQ_E_UNAUTHORIZED: c_int = -3;
+/// No such queue.
+pub const XTCQ_E_NO_SUCH_QUEUE: c_int = -4;
+/// The queue already exists (create without `XTCQ_EXIST_OK`).
+pub const XTCQ_E_EXISTS: c_int = -5;
+/// The queue, its overflow ring or the segment's records are full; retry later.
+pub const XTCQ_E_FULL: c_int = -6;
+/// The payload is larger than the segment's records hold.
+pub const XTCQ_E_TOO_LARGE: c_int = -7;
+/// The job is no longer this process's: its lease expired, or it was recovered.
+pub const XTCQ_E_NOT_HELD: c_int = -8;
+/// The handle was inherited across `fork()`: connect again in the child.
+pub const XTCQ_E_FORKED: c_int = -9;
+/// The segment is corrupt, was replaced, or this process's slot is no longer its own.
+pub const XTCQ_E_SEGMENT: c_int = -10;
+/// No free deque, process slot or queue-table entry.
+pub const XTCQ_E_NO_ROOM: c_int = -11;
+/// The caller's buffer is too small (the length needed was stored).
+pub const XTCQ_E_BUFFER_TOO_SMALL: c_int = -12;
+/// A bug inside libxtcq was caught before it could unwind into C; the handle may be used
+/// no further.
+pub const XTCQ_E_PANIC: c_int = -13;
+/// Another error (the message says which).
+pub const XTCQ_E_OTHER: c_int = -14;
+/// A delete without force was refused: processes are attached to the queue, a job of it is
+/// running, or it holds jobs.
+pub const XTCQ_E_IN_USE: c_int = -15;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Keeps `message` as this thread's last error and returns `code`.
+pub(crate) fn fail(code: c_int, message: impl Into<String>) -> c_int {
+    let text = message.into().replace('\0', " ");
+    LAST_ERROR.with(|m| *m.borrow_mut() = CString::new(text).unwrap_or_default());
+    code
+}
+
+/// The code for a library error (and keeps its message).
+pub(crate) fn from_error(e: &Error) -> c_int {
+    use ::xtcq_client::JobError;
+    let code = match e {
+        _ if e.is_unreachable() => XTCQ_E_UNREACHABLE,
+        Error::Unauthorized(_) => XTCQ_E_UNAUTHORIZED,
+        Error::NoSuchQueue(_) => XTCQ_E_NO_SUCH_QUEUE,
+        Error::QueueExists(_) => XTCQ_E_EXISTS,
+        Error::QueueFull { .. } | Error::RecordsFull(_) => XTCQ_E_FULL,
+        Error::PayloadTooLarge { .. } => XTCQ_E_TOO_LARGE,
+        Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => XTCQ_E_NOT_HELD,
+        Error::Job(JobError::Requeue { .. }) => XTCQ_E_FULL,
+        Error::NoFreeDeque { .. } | Error::NoFreeSlot(_) | Error::QueueTableFull(_) => XTCQ_E_NO_ROOM,
+        Error::Segment(_)
+        | Error::Corrupt(_)
+        | Error::SegmentReplaced { .. }
+        | Error::SlotNotResumed { .. }
+        | Error::Queue(_)
+        | Error::Job(_) => XTCQ_E_SEGMENT,
+        Error::BadRequest(_) => XTCQ_E_INVALID,
+        Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => XTCQ_E_IN_USE,
+        _ => XTCQ_E_OTHER,
+    };
+    fail(code, e.to_string())
+}
+
+/// A short, static description of a status code.
+///
+/// # Safety
+/// None: any `status` is accepted, and the result is a static string that lives forever.
+#[no_mangle]
+pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
+    let s: &'static [u8] = match status {
+        XTCQ_OK => b"ok\0",
+        XTCQ_EMPTY => b"empty: nothing there, or the wait timed out\0",
+        XTCQ_E_INVALID => b"invalid argument\0",
+        XTCQ_E_UNREACHABLE => b"xtcqd is not reachable\0",
+        XTCQ_E_UNAUTHORIZED => b"not authorized\0",
+        XTCQ_E_NO_SUCH_QUEUE => b"no such queue\0",
+        XTCQ_E_EXISTS => b"queue already exists\0",
+        XTCQ_E_FULL => b"full\0",
+        XTCQ_E_TOO_LARGE => b"payload too large\0",
+        XTCQ_E_NOT_HELD => b"job no longer held (lease expired or recovered)\0",
+        XTCQ_E_FORKED => b"handle inherited across fork(); connect again in this process\0",
+        XTCQ_E_SEGMENT => b"segment corrupt, replaced, or this process's slot was lost\0",
+        XTCQ_E_NO_ROOM => b"no free deque, process slot or queue entry\0",
+        XTCQ_E_BUFFER_TOO_SMALL => b"buffer too small\0",
+        XTCQ_E_PANIC => b"internal error in libxtcq (caught)\0",
+        XTCQ_E_OTHER => b"error\0",
+        XTCQ_E_IN_USE => b"queue in use or not empty\0",
+        _ => b"unknown status\0",
+    };
+    s.as_ptr().cast()
+}
+
+/// The message of the last error on the calling thread ("" if none): what was wrong and
+/// what to do. Valid until the next failing call on this thread.
+#[no_mangle]
+pub extern "C" fn xtcq_last_error() -> *const c_char {
+    LAST_ERROR.with(|m| m.borrow().as_ptr())
+}

@@ -1,0 +1,133 @@
+//! `xtcq_thief`: a consumer of one queue, stealing from its overflow ring and every deque.
+//!
+//! - Thread-safe: several threads may steal through one thief at once, each into its own
+//!   job handle.
+//! - A steal is one CAS on the shared deque, no system call; `xtcq_thief_steal_wait` sleeps
+//!   on a futex and is woken by a push in any process.
+
+use std::ffi::{c_char, c_int};
+use std::time::Duration;
+
+use ::xtcq_client::{Error, Job, ThiefHandle};
+
+use crate::client::{not_forked, xtcq_client};
+use crate::entry::{arg, c_str, free_handle, guarded, shared, store};
+use crate::job::xtcq_job;
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
+
+/// `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
+pub const XTCQ_WAIT_FOREVER: u32 = u32::MAX;
+
+/// A consumer of one queue (opaque).
+pub struct xtcq_thief {
+    inner: ThiefHandle,
+    born: u64,
+}
+
+/// Attaches to `queue` as a thief and stores the handle in `*out`.
+///
+/// # Safety
+/// `client` is a live client; `queue` a NUL-terminated string; `out` writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_attach(
+    client: *const xtcq_client,
+    queue: *const c_char,
+    out: *mut *mut xtcq_thief,
+) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return fail(XTCQ_E_INVALID, "out is NULL");
+        }
+        // SAFETY: the caller's contract.
+        let (c, q) = match unsafe { (shared(client, "client"), c_str(queue, "queue")) } {
+            (Ok(c), Ok(q)) => (c, q),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(c.born) {
+            return code;
+        }
+        match c.inner.attach_thief(q) {
+            // SAFETY: `out` checked non-null; writable by the caller's contract.
+            Ok(inner) => unsafe {
+                store(out, xtcq_thief { inner, born: c.born });
+                XTCQ_OK
+            },
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Frees a thief (NULL is ignored). Jobs claimed through it stay claimed in their handles.
+///
+/// # Safety
+/// `thief` is NULL or came from `xtcq_thief_attach`, no other thread uses it, and it is not
+/// used again.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_free(thief: *mut xtcq_thief) {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        unsafe { free_handle(thief, |t| t.born) };
+        XTCQ_OK
+    });
+}
+
+/// One steal attempt round and what became of it.
+fn claim_into(
+    thief: *const xtcq_thief,
+    job: *mut xtcq_job,
+    steal: impl for<'t> FnOnce(&'t ThiefHandle) -> Result<Option<Job<'t>>, Error>,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract (a live thief; the job used by this thread only).
+        let (t, j) = match unsafe { (shared(thief, "thief"), arg(job, "job")) } {
+            (Ok(t), Ok(j)) => (t, j),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(t.born).and_then(|()| j.ready_for_claim()) {
+            return code;
+        }
+        match steal(&t.inner) {
+            Ok(Some(claimed)) => {
+                j.hold(claimed);
+                XTCQ_OK
+            }
+            Ok(None) => XTCQ_EMPTY,
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// Claims one job into `job` without waiting; `XTCQ_EMPTY` when the queue looked empty.
+///
+/// # Safety
+/// `thief` is a live thief; `job` a live job handle used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_steal(thief: *const xtcq_thief, job: *mut xtcq_job) -> c_int {
+    claim_into(thief, job, ThiefHandle::steal)
+}
+
+/// Claims one job into `job`, sleeping up to `timeout_ms` for one to arrive
+/// ([`XTCQ_WAIT_FOREVER`]: no limit; 0: do not sleep). `XTCQ_EMPTY` on timeout. Wait in
+/// short steps (say 100 ms) to check for interrupts between them.
+///
+/// # Safety
+/// `thief` is a live thief; `job` a live job handle used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_steal_wait(
+    thief: *const xtcq_thief,
+    job: *mut xtcq_job,
+    timeout_ms: u32,
+) -> c_int {
+    let timeout = (timeout_ms != XTCQ_WAIT_FOREVER).then(|| Duration::from_millis(timeout_ms.into()));
+    claim_into(thief, job, |t| t.steal_wait(timeout))
+}
+
+/// Jobs visible in the queue (approximate); 0 for NULL.
+///
+/// # Safety
+/// `thief` is NULL or a live thief.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_len(thief: *const xtcq_thief) -> usize {
+    // SAFETY: the caller's contract.
+    unsafe { thief.as_ref() }.filter(|t| !crate::fork::forked_since(t.born)).map_or(0, |t| t.inner.len())
+}
