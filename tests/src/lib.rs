@@ -114,3 +114,41 @@ pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
 }
+
+/// Runs `cmd` to its end with stdout and stderr captured, killing it after `limit` (a hung
+/// child fails the test with what it printed, instead of hanging the run). The one way the
+/// tests of this package wait for a child.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("waiting for {cmd:?}: {e}")),
+        Err(_) => {
+            // SAFETY: kill has no memory preconditions; `pid` is our unreaped child.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let out = rx.recv().expect("waiter thread").expect("wait after kill");
+            panic!(
+                "{cmd:?} did not finish in {limit:?}; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// The directory cargo puts this build's artifacts in (`target/debug`), found from the
+/// running test executable (`target/debug/deps/NAME-HASH`).
+pub fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("deps directory");
+    deps.parent().expect("profile directory").to_path_buf()
+}

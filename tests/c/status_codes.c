@@ -1,0 +1,145 @@
+/*
+ * status_codes.c: produces every status the C API can return to a correct caller and
+ * prints "produced NAME" for each; tests/tests/capi.rs checks the list against xtcq.h.
+ *
+ *   usage: status_codes SOCKET REFUSING_SOCKET
+ *   SOCKET: a daemon that admits us; REFUSING_SOCKET: one that does not.
+ *   exit: 0 when each code came where expected, 1 otherwise.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "xtcq.h"
+
+static int bad;
+
+/* Checks that `rc` is `want`, printing "produced NAME" once for a new negative code. */
+static void expect(const char *what, int rc, int want, const char *name) {
+    if (rc != want) {
+        fprintf(stderr, "status_codes: %s: got %d (%s: %s), want %s (%d)\n", what, rc, xtcq_strerror(rc),
+                xtcq_last_error(), name, want);
+        bad = 1;
+        return;
+    }
+    if (name) printf("produced %s  (%s: %s)\n", name, what, rc == XTCQ_OK ? "" : xtcq_last_error());
+}
+
+#define EXPECT(what, call, code) expect(what, (call), code, #code)
+#define OK(what, call) expect(what, (call), XTCQ_OK, NULL)
+
+static const uint8_t HELLO[] = "hello";
+
+/* An inherited handle answers XTCQ_E_FORKED in the child; the parent keeps working. */
+static void forked_handles(xtcq_client *client, xtcq_owner *owner, xtcq_thief *thief, xtcq_job *job) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ok = xtcq_owner_push(owner, HELLO, 5) == XTCQ_E_FORKED &&
+                 xtcq_thief_steal(thief, job) == XTCQ_E_FORKED &&
+                 xtcq_create_queue(client, "child", 0, 0, 0, 0, 0) == XTCQ_E_FORKED;
+        /* Freeing inherited handles releases nothing of the parent's. */
+        xtcq_job_free(job);
+        xtcq_thief_free(thief);
+        xtcq_owner_free(owner);
+        xtcq_client_free(client);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    expect("inherited handles in a forked child", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? XTCQ_E_FORKED : 0,
+           XTCQ_E_FORKED, "XTCQ_E_FORKED");
+    OK("parent push after the child exited", xtcq_owner_push(owner, HELLO, 5));
+    OK("parent steal after the child exited", xtcq_thief_steal(thief, job));
+    OK("parent ack after the child exited", xtcq_job_ack(job));
+}
+
+/* A claim whose lease ran out is re-queued; acking the stale claim answers NOT_HELD. */
+static void expired_lease(xtcq_client *client) {
+    xtcq_owner *owner = NULL;
+    xtcq_thief *thief = NULL;
+    xtcq_job *first = NULL, *again = NULL;
+    OK("create leased", xtcq_create_queue(client, "leased", 1, 0, 0, 100, 0));
+    OK("attach owner leased", xtcq_owner_attach(client, "leased", &owner));
+    OK("attach thief leased", xtcq_thief_attach(client, "leased", &thief));
+    OK("job_new", xtcq_job_new(&first));
+    OK("job_new", xtcq_job_new(&again));
+    OK("push leased", xtcq_owner_push(owner, HELLO, 5));
+    OK("steal leased", xtcq_thief_steal_wait(thief, first, 5000));
+    xtcq_job_info a = {0}, b = {0};
+    OK("info", xtcq_job_get_info(first, &a));
+    /* Wait, in 100 ms steps, until the daemon's lease scan has re-queued it. */
+    int rc = XTCQ_EMPTY;
+    for (int i = 0; i < 300 && rc == XTCQ_EMPTY; i++) rc = xtcq_thief_steal_wait(thief, again, 100);
+    OK("steal the re-queued job", rc);
+    OK("info", xtcq_job_get_info(again, &b));
+    if (a.index != b.index || b.attempts != a.attempts + 1) {
+        fprintf(stderr, "status_codes: re-queued job is record %u attempt %u, want %u attempt %u\n", b.index,
+                b.attempts, a.index, a.attempts + 1);
+        bad = 1;
+    }
+    EXPECT("ack of the expired claim", xtcq_job_ack(first), XTCQ_E_NOT_HELD);
+    OK("ack of the new claim", xtcq_job_ack(again));
+    xtcq_job_free(first);
+    xtcq_job_free(again);
+    xtcq_thief_free(thief);
+    xtcq_owner_free(owner);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s SOCKET REFUSING_SOCKET\n", argv[0]);
+        return 1;
+    }
+    xtcq_client *client = NULL, *refused = NULL;
+    EXPECT("connect with out NULL", xtcq_connect(argv[1], NULL), XTCQ_E_INVALID);
+    EXPECT("connect to no daemon", xtcq_connect("/nonexistent/xtcqd.sock", &refused), XTCQ_E_UNREACHABLE);
+    EXPECT("connect to a daemon that refuses us", xtcq_connect(argv[2], &refused), XTCQ_E_UNAUTHORIZED);
+    OK("connect", xtcq_connect(argv[1], &client));
+
+    xtcq_owner *owner = NULL, *second = NULL;
+    xtcq_thief *thief = NULL;
+    xtcq_job *job = NULL;
+    OK("create one", xtcq_create_queue(client, "one", 1, 0, 0, 0, 0));
+    EXPECT("create one again", xtcq_create_queue(client, "one", 1, 0, 0, 0, 0), XTCQ_E_EXISTS);
+    OK("create one again, exist_ok", xtcq_create_queue(client, "one", 1, 0, 0, 0, XTCQ_EXIST_OK));
+    EXPECT("attach to a missing queue", xtcq_thief_attach(client, "missing", &thief), XTCQ_E_NO_SUCH_QUEUE);
+    OK("attach owner", xtcq_owner_attach(client, "one", &owner));
+    EXPECT("a second owner of a one-deque queue", xtcq_owner_attach(client, "one", &second), XTCQ_E_NO_ROOM);
+    OK("attach thief", xtcq_thief_attach(client, "one", &thief));
+    OK("job_new", xtcq_job_new(&job));
+    EXPECT("steal from an empty queue", xtcq_thief_steal(thief, job), XTCQ_EMPTY);
+    EXPECT("steal_wait times out", xtcq_thief_steal_wait(thief, job, 10), XTCQ_EMPTY);
+
+    static uint8_t big[1 << 20];
+    EXPECT("push of 1 MiB", xtcq_owner_push(owner, big, sizeof big), XTCQ_E_TOO_LARGE);
+    OK("push", xtcq_owner_push(owner, HELLO, 5));
+    OK("steal", xtcq_thief_steal(thief, job));
+    EXPECT("steal into a handle that holds a job", xtcq_thief_steal(thief, job), XTCQ_E_INVALID);
+    uint8_t tiny[1];
+    size_t len = 0;
+    EXPECT("copy into 1 byte", xtcq_job_copy_payload(job, tiny, sizeof tiny, &len), XTCQ_E_BUFFER_TOO_SMALL);
+    if (len != 5) fprintf(stderr, "status_codes: needed length %zu, want 5\n", len), bad = 1;
+    OK("ack", xtcq_job_ack(job));
+    EXPECT("ack of an empty handle", xtcq_job_ack(job), XTCQ_E_INVALID);
+    EXPECT("delete a queue with an owner attached", xtcq_delete_queue(client, "one", 0), XTCQ_E_IN_USE);
+
+    forked_handles(client, owner, thief, job);
+    expired_lease(client);
+
+    /* Last: fill the one-deque queue and its overflow ring (records are shared). */
+    int rc = XTCQ_OK;
+    for (long i = 0; i < 10000000 && rc == XTCQ_OK; i++) rc = xtcq_owner_push(owner, HELLO, 5);
+    EXPECT("push until full", rc, XTCQ_E_FULL);
+
+    printf("strerror(-999): %s\n", xtcq_strerror(-999));
+    xtcq_job_free(job);
+    xtcq_thief_free(thief);
+    xtcq_owner_free(owner);
+    xtcq_client_free(client);
+    return bad;
+}

@@ -1,0 +1,109 @@
+//! The C API from C: programs compiled with the system's `cc` against `include/xtcq.h` and
+//! the `libxtcq.a` built with this package, run against a real daemon.
+//!
+//! - `examples/c/pool.c`: a postmaster-like parent, forked backends, one kill -9ed holding
+//!   a job; every job acked exactly once and the segment consistent.
+//! - `tests/c/status_codes.c`: every status code a correct caller can meet, produced once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use xtcq_tests::{artifact_dir, run_bounded, Daemon};
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_xtcq-test-daemon");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// Compiles `source` (relative to the workspace root) into `dir` and returns the program.
+fn compile_c(source: &str, dir: &Path) -> PathBuf {
+    // Built as a dependency of this package, cargo leaves the archive in deps/.
+    let lib = artifact_dir().join("deps/libxtcq.a");
+    assert!(
+        lib.is_file(),
+        "{} not found: cargo builds it with xtcq-capi (cargo build -p xtcq-capi)",
+        lib.display()
+    );
+    let exe = dir.join(Path::new(source).file_stem().expect("file name"));
+    let out = run_bounded(
+        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+            .arg(root().join("include"))
+            .arg("-o")
+            .arg(&exe)
+            .arg(root().join(source))
+            .arg(&lib)
+            .args(["-lpthread", "-ldl", "-lm"]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "cc {source} failed (is a C compiler installed? Debian: apt-get install gcc):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_forked_pool_of_backends_acks_every_job_once_when_one_is_killed() {
+    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let pool = compile_c("examples/c/pool.c", daemon.dir());
+    let out =
+        run_bounded(Command::new(&pool).arg(&daemon.socket).args(["10000", "3"]), Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pool failed ({}):\n{stdout}\n{stderr}\ndaemon log:\n{}",
+        out.status,
+        daemon.log_text()
+    );
+    assert!(stdout.contains("backend 1: inherited handle refused"), "{stdout}");
+    assert!(stdout.contains("backend 0 was killed (signal 9) holding job"), "{stdout}");
+    assert!(stdout.contains("10000 jobs acked exactly once by 3 backends"), "{stdout}");
+    let report = daemon.client().check(false).expect("xtcq check");
+    assert!(report.is_consistent(), "xtcq check after the pool: {:?}", report.problems);
+}
+
+/// Codes a correct caller cannot be shown: a caught panic is a bug; a corrupt or replaced
+/// segment needs a hostile writer or a daemon restarted with --recreate (the Rust tests
+/// cover those paths); OTHER is the catch-all for errors without a code of their own.
+const NOT_PRODUCED: &[&str] = &["XTCQ_E_PANIC", "XTCQ_E_SEGMENT", "XTCQ_E_OTHER"];
+
+#[test]
+fn every_status_code_a_c_caller_can_meet_is_produced() {
+    let daemon = Daemon::start(Path::new(DAEMON), &["--records", "4096", "--overflow-capacity", "256"]);
+    // Admits only uid 65534 and group 65534, so this process is refused whoever runs it.
+    let refusing =
+        Daemon::start(Path::new(DAEMON), &["--no-allow-self", "--allow-uid", "65534", "--group", "65534"]);
+    let exe = compile_c("tests/c/status_codes.c", daemon.dir());
+    let out =
+        run_bounded(Command::new(&exe).arg(&daemon.socket).arg(&refusing.socket), Duration::from_secs(120));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "status_codes failed:\n{stdout}\n{stderr}\ndaemon log:\n{}",
+        daemon.log_text()
+    );
+
+    let header = std::fs::read_to_string(root().join("include/xtcq.h")).expect("include/xtcq.h");
+    let codes: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| name.starts_with("XTCQ_E_") || *name == "XTCQ_EMPTY")
+        .collect();
+    assert!(codes.len() >= 10, "too few status codes found in xtcq.h: {codes:?}");
+    for code in codes.iter().filter(|c| !NOT_PRODUCED.contains(c)) {
+        assert!(
+            stdout.contains(&format!("produced {code} ")),
+            "{code} was never produced:\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(stdout.contains("strerror(-999): unknown status"), "{stdout}");
+}
