@@ -1,0 +1,125 @@
+"""xtcq from Python against a real daemon: pools started with fork and with spawn, a
+worker killed holding a job, a thread blocked in steal while another works, and errors as
+exceptions."""
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+
+import pytest
+
+import farm
+import xtcq
+from xtcq import _lib
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_pool_acks_each_of_5000_jobs_once(daemon, start):
+    done, refused = farm.farm(daemon, jobs=5000, workers=3, start=start)
+    assert sorted(done) == list(range(5000))
+    assert all(r == [n * n] for n, r in done.items()), "a job was done twice or wrongly"
+    assert refused == (3 if start == "fork" else 0), "every forked worker's inherited client raises Forked"
+    assert xtcq.Client(daemon).check() == []
+
+
+def _hold_one_job(socket, ready):
+    thief = xtcq.Client(socket).thief("held")
+    job = thief.steal(timeout=10)
+    ready.send(int(job.payload))
+    signal.pause()  # hangs holding it, as a stuck worker would
+
+
+def test_a_killed_workers_job_is_requeued(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("held", deques=1)
+    client.owner("held").push(b"7")
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    worker = ctx.Process(target=_hold_one_job, args=(daemon, theirs))
+    worker.start()
+    assert mine.recv() == 7
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join()
+    job = client.thief("held").steal(timeout=30)
+    assert job is not None, "the killed worker's job never came back"
+    assert (job.payload, job.attempts) == (b"7", 1)
+    job.ack()
+    assert client.check() == []
+
+
+def test_a_thread_blocked_in_steal_does_not_stall_another(daemon):
+    """One C call that sleeps 30 s unless woken: if it held the GIL, the main thread could
+    not push the job that wakes it, and it would return empty after 30 s instead."""
+    client = xtcq.Client(daemon)
+    client.create_queue("wake", deques=1)
+    client.create_queue("busy", deques=1)
+    thief = client.thief("wake")
+    job = xtcq.Job()
+    returned = {}
+
+    def blocked():
+        returned["rc"] = _lib.lib.xtcq_thief_steal_wait(thief._ptr, job._ptr, 30000)
+        returned["main_done_first"] = main_done.is_set()
+
+    main_done = threading.Event()
+    t = threading.Thread(target=blocked)
+    t.start()
+    busy_owner, busy_thief = client.owner("busy"), client.thief("busy")
+    for i in range(1000):
+        busy_owner.push(str(i))
+        busy_thief.steal().ack()
+    main_done.set()
+    client.owner("wake").push(b"wake up")
+    t.join(60)
+    assert returned == {"rc": _lib.XTCQ_OK, "main_done_first": True}
+    assert job.payload == b"wake up"
+    job.ack()
+
+
+def test_errors_are_exceptions_with_the_message(daemon):
+    client = xtcq.Client(daemon)
+    with pytest.raises(xtcq.Unreachable, match="not running"):
+        xtcq.Client("/nonexistent/xtcqd.sock")
+    with pytest.raises(xtcq.NoSuchQueue, match="missing"):
+        client.thief("missing")
+    client.create_queue("q", deques=1)
+    with pytest.raises(xtcq.QueueExists):
+        client.create_queue("q")
+    client.create_queue("q", exist_ok=True)
+    owner = client.owner("q")
+    with pytest.raises(xtcq.NoRoom):
+        client.owner("q")
+    with pytest.raises(xtcq.TooLarge):
+        owner.push(b"x" * (1 << 20))
+    with pytest.raises(xtcq.InUse):
+        client.delete_queue("q")
+    owner.push("failing")
+    job = client.thief("q").steal(timeout=5)
+    with pytest.raises(ZeroDivisionError):
+        with job:
+            1 / 0
+    again = client.thief("q").steal(timeout=5)
+    assert (again.payload, again.attempts) == (b"failing", 1), "a raising block nacks its job"
+    again.release()
+
+
+def test_an_inherited_client_raises_forked_in_the_child(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("f", deques=1)
+    owner = client.owner("f")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            owner.push(b"from the child")
+            os.write(w, b"pushed")
+        except xtcq.Forked:
+            os.write(w, b"forked")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"forked"
+    owner.push(b"parent")  # the parent's handles still work
+    assert client.thief("f").steal(timeout=5).payload == b"parent"

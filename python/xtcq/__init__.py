@@ -1,0 +1,35 @@
+"""xtcq from Python: a work-stealing job queue in shared memory, over libxtcq (ctypes).
+
+    import xtcq
+    client = xtcq.Client()                       # $XTCQ_SOCKET or the default socket
+    client.create_queue("jobs", exist_ok=True)
+    xtcq.Client().owner("jobs").push(b"hello")   # usually in another process
+    job = client.thief("jobs").steal(timeout=1.0)  # None when nothing came in time
+    if job:
+        with job:                                # acked when the block ends, nacked on error
+            print(job.payload)
+"""
+
+from .client import Client, Injector, Job, Owner, Thief
+from .errors import (
+    Forked,
+    Full,
+    InUse,
+    InvalidArgument,
+    NoRoom,
+    NoSuchQueue,
+    NotHeld,
+    Panic,
+    QueueExists,
+    SegmentError,
+    TooLarge,
+    Unauthorized,
+    Unreachable,
+    XtcqError,
+)
+
+__all__ = [
+    "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
+    "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "Full", "TooLarge",
+    "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "Panic",
+]
