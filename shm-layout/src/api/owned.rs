@@ -60,8 +60,8 @@ impl OwnedJob {
         &mut self,
         f: impl FnOnce(&ClaimedJob<'_>) -> Result<T, JobError>,
     ) -> Result<T, JobError> {
-        let seg = self.seg.clone();
-        let ctx = self.view(&seg)?;
+        // Borrows the segment through the field (no Arc clone: two atomic RMWs a call).
+        let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
         let claim = ClaimedJob {
             ctx: &ctx,
             deadline: Cell::new(self.deadline),
@@ -80,8 +80,7 @@ impl OwnedJob {
         outcome: impl FnOnce(ClaimedJob<'_>) -> Result<(), JobError>,
     ) -> Result<(), JobError> {
         self.done = true;
-        let seg = self.seg.clone();
-        let ctx = self.view(&seg)?;
+        let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
         let claim = ClaimedJob {
             ctx: &ctx,
             deadline: Cell::new(self.deadline),
@@ -90,12 +89,6 @@ impl OwnedJob {
             done: false,
         };
         outcome(claim)
-    }
-
-    /// A fresh view of the queue in the segment (offsets only; no system call).
-    fn view<'s>(&self, seg: &'s Segment) -> Result<QueueCtx<'s>, JobError> {
-        QueueCtx::from_parts(seg, self.queue, self.max_attempts, self.lease_ns)
-            .map_err(|e| JobError::Corrupt(e.to_string()))
     }
 
     /// `(record index, generation)` of the claim.
@@ -162,6 +155,11 @@ impl OwnedJob {
     pub fn release(self) -> Result<(), JobError> {
         self.settle(|c| c.release())
     }
+}
+
+/// A fresh view of queue `queue` in `seg` (offsets only; no system call).
+fn view(seg: &Segment, queue: u32, max_attempts: u32, lease_ns: u64) -> Result<QueueCtx<'_>, JobError> {
+    QueueCtx::from_parts(seg, queue, max_attempts, lease_ns).map_err(|e| JobError::Corrupt(e.to_string()))
 }
 
 impl Drop for OwnedJob {
