@@ -216,9 +216,11 @@ int xtcq_create_queue(xtcq_client *client,
                       uint32_t flags);
 
 /**
- * Deletes queue `name`. Without `force` the daemon refuses while processes are attached or
- * jobs are queued (`XTCQ_E_IN_USE`, the message says which); with `force` queued jobs and
- * dead letters are dropped.
+ * Deletes queue `name`. The daemon refuses (`XTCQ_E_IN_USE`, the message says why) while a
+ * process is attached to it, with or without `force`: a process stays attached until it
+ * exits (an owner also until its `xtcq_owner_free`), so stop the backends that used it
+ * first. Without `force` it also refuses while the queue holds jobs or dead letters; with
+ * `force` those are dropped.
  *
  * # Safety
  * `client` is a live client; `name` a NUL-terminated string.
@@ -306,8 +308,8 @@ int xtcq_job_ack(xtcq_job *job);
 int xtcq_job_nack(xtcq_job *job);
 
 /**
- * Like `xtcq_job_nack`, keeping `reason` (its first bytes) as the job's last error, which
- * its dead letter shows.
+ * Like `xtcq_job_nack`, keeping `reason` (its first bytes; any encoding, bytes that are not
+ * UTF-8 become U+FFFD) as the job's last error, which its dead letter shows.
  *
  * # Safety
  * `job` is a live job handle; `reason` a NUL-terminated string.

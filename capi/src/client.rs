@@ -111,6 +111,12 @@ pub unsafe extern "C" fn xtcq_create_queue(
         if let Err(code) = not_forked(c.born) {
             return code;
         }
+        if flags & !(XTCQ_EXIST_OK | XTCQ_FIFO) != 0 {
+            return fail(
+                XTCQ_E_INVALID,
+                format!("unknown flags {flags:#x} (known: XTCQ_EXIST_OK, XTCQ_FIFO)"),
+            );
+        }
         let mut p = QueueParams::new(name);
         if deques != 0 {
             p.deques = deques;
@@ -131,9 +137,11 @@ pub unsafe extern "C" fn xtcq_create_queue(
     })
 }
 
-/// Deletes queue `name`. Without `force` the daemon refuses while processes are attached or
-/// jobs are queued (`XTCQ_E_IN_USE`, the message says which); with `force` queued jobs and
-/// dead letters are dropped.
+/// Deletes queue `name`. The daemon refuses (`XTCQ_E_IN_USE`, the message says why) while a
+/// process is attached to it, with or without `force`: a process stays attached until it
+/// exits (an owner also until its `xtcq_owner_free`), so stop the backends that used it
+/// first. Without `force` it also refuses while the queue holds jobs or dead letters; with
+/// `force` those are dropped.
 ///
 /// # Safety
 /// `client` is a live client; `name` a NUL-terminated string.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ::xtcq_client::{Error, Job, OwnedJob};
 
 use crate::client::not_forked;
-use crate::entry::{arg, c_str, free_handle, guarded, store};
+use crate::entry::{arg, free_handle, guarded, store};
 use crate::fork;
 use crate::status::{fail, from_error, XTCQ_E_BUFFER_TOO_SMALL, XTCQ_E_INVALID, XTCQ_OK};
 
@@ -76,6 +76,7 @@ impl xtcq_job {
             return code;
         }
         let job = self.held.take().expect("checked above");
+        self.payload_read = false;
         match how(job) {
             Ok(()) => XTCQ_OK,
             Err(e) => from_error(&e),
@@ -195,20 +196,14 @@ pub unsafe extern "C" fn xtcq_job_copy_payload(
 }
 
 fn read_into_handle(j: &mut xtcq_job) -> Result<(), c_int> {
-    if j.payload_read {
-        return not_forked(j.born);
+    // The held check comes first: an empty handle must not answer with the last job's bytes.
+    j.held()?;
+    if !j.payload_read {
+        let held = j.held.as_mut().expect("checked above");
+        j.payload.clear();
+        held.read_payload(&mut j.payload).map_err(|e| from_error(&e))?;
+        j.payload_read = true;
     }
-    let held = j
-        .held
-        .as_mut()
-        .ok_or_else(|| fail(XTCQ_E_INVALID, "job handle holds no job (pop or steal one first)"));
-    let held = match (not_forked(j.born), held) {
-        (Ok(()), Ok(h)) => h,
-        (Err(code), _) | (_, Err(code)) => return Err(code),
-    };
-    j.payload.clear();
-    held.read_payload(&mut j.payload).map_err(|e| from_error(&e))?;
-    j.payload_read = true;
     Ok(())
 }
 
@@ -259,19 +254,21 @@ pub unsafe extern "C" fn xtcq_job_nack(job: *mut xtcq_job) -> c_int {
     with_job(job, |j| j.settle(OwnedJob::nack))
 }
 
-/// Like `xtcq_job_nack`, keeping `reason` (its first bytes) as the job's last error, which
-/// its dead letter shows.
+/// Like `xtcq_job_nack`, keeping `reason` (its first bytes; any encoding, bytes that are not
+/// UTF-8 become U+FFFD) as the job's last error, which its dead letter shows.
 ///
 /// # Safety
 /// `job` is a live job handle; `reason` a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn xtcq_job_fail(job: *mut xtcq_job, reason: *const c_char) -> c_int {
     with_job(job, |j| {
-        // SAFETY: the caller's contract.
-        match unsafe { c_str(reason, "reason") } {
-            Ok(r) => j.settle(|h| h.fail(r)),
-            Err(code) => code,
+        if reason.is_null() {
+            return fail(XTCQ_E_INVALID, "reason is NULL");
         }
+        // A backend's message may be in its database's encoding: keep it, lossily.
+        // SAFETY: non-null and NUL-terminated (the caller's contract).
+        let text = unsafe { std::ffi::CStr::from_ptr(reason) }.to_string_lossy();
+        j.settle(|h| h.fail(&text))
     })
 }
 

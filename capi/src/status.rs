@@ -8,7 +8,7 @@
 //! - Mapping a library error to a code is done here once, so each code means one thing.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int};
 
 use ::xtcq_client::Error;
 
@@ -50,14 +50,31 @@ pub const XTCQ_E_OTHER: c_int = -14;
 /// running, or it holds jobs.
 pub const XTCQ_E_IN_USE: c_int = -15;
 
+/// Room for one message and its NUL; longer messages are cut at a character boundary.
+const MESSAGE_BYTES: usize = 1024;
+
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    // A plain byte array with a const initialiser needs no destructor, so it stays usable
+    // while the thread's other thread-locals are torn down (pthread key destructors, atexit
+    // handlers on the main thread): an error reported there cannot abort.
+    static LAST_ERROR: RefCell<[u8; MESSAGE_BYTES]> = const { RefCell::new([0; MESSAGE_BYTES]) };
 }
 
 /// Keeps `message` as this thread's last error and returns `code`.
-pub(crate) fn fail(code: c_int, message: impl Into<String>) -> c_int {
-    let text = message.into().replace('\0', " ");
-    LAST_ERROR.with(|m| *m.borrow_mut() = CString::new(text).unwrap_or_default());
+pub(crate) fn fail(code: c_int, message: impl AsRef<str>) -> c_int {
+    let text = message.as_ref();
+    let mut end = text.len().min(MESSAGE_BYTES - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let _ = LAST_ERROR.try_with(|m| {
+        if let Ok(mut buf) = m.try_borrow_mut() {
+            for (dst, &b) in buf.iter_mut().zip(&text.as_bytes()[..end]) {
+                *dst = if b == 0 { b' ' } else { b };
+            }
+            buf[end] = 0;
+        }
+    });
     code
 }
 
@@ -120,5 +137,5 @@ pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
 /// what to do. Valid until the next failing call on this thread.
 #[no_mangle]
 pub extern "C" fn xtcq_last_error() -> *const c_char {
-    LAST_ERROR.with(|m| m.borrow().as_ptr())
+    LAST_ERROR.try_with(|m| m.as_ptr().cast::<c_char>().cast_const()).unwrap_or(c"".as_ptr())
 }

@@ -123,3 +123,51 @@ def test_an_inherited_client_raises_forked_in_the_child(daemon):
     assert os.read(r, 16) == b"forked"
     owner.push(b"parent")  # the parent's handles still work
     assert client.thief("f").steal(timeout=5).payload == b"parent"
+
+
+def test_bad_arguments_are_invalid_argument_not_silently_changed(daemon):
+    client = xtcq.Client(daemon)
+    with pytest.raises(xtcq.InvalidArgument, match="NUL"):
+        client.create_queue("pyq\0junk")
+    with pytest.raises(xtcq.InvalidArgument, match="NUL"):
+        xtcq.Client(daemon + "\0x")
+    for bad in (2**32 + 1, -1, 1.5, True):
+        with pytest.raises(xtcq.InvalidArgument, match="deques"):
+            client.create_queue("sizes", deques=bad)
+    with pytest.raises(xtcq.InvalidArgument, match="lease_ms"):
+        client.create_queue("sizes", lease_ms=-1)
+    with pytest.raises(xtcq.NoSuchQueue):
+        client.thief("pyq")  # nothing was created under a cut name
+    client.create_queue("sizes", deques=1)
+    owner = client.owner("sizes")
+    with pytest.raises(xtcq.InvalidArgument, match="not int"):
+        owner.push(5)
+    with pytest.raises(xtcq.InvalidArgument, match="timeout"):
+        client.thief("sizes").steal(timeout=-1)
+    owner.push(b"j")
+    job = client.thief("sizes").steal(timeout=5)
+    with pytest.raises(xtcq.InvalidArgument, match="lease"):
+        job.extend_lease(-1)
+    job.ack()
+
+
+def test_an_interrupt_right_after_a_claim_gives_the_job_back_unrun(daemon):
+    """Ctrl-C landing between the C claim and the return of steal(): the job is released
+    (no attempt counted), not nacked when the orphaned object is collected."""
+    client = xtcq.Client(daemon)
+    client.create_queue("kb", deques=1, max_attempts=1)
+    client.owner("kb").push(b"once")
+    thief = client.thief("kb")
+    job = xtcq.Job()
+
+    def claim_then_interrupt():
+        assert _lib.lib.xtcq_thief_steal_wait(thief._ptr, job._ptr, 5000) == _lib.XTCQ_OK
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        job._claimed(claim_then_interrupt)
+    del job
+    again = thief.steal(timeout=5)
+    assert again is not None, "the interrupted claim was lost (dead-lettered at max_attempts=1)"
+    assert (again.payload, again.attempts) == (b"once", 0)
+    again.ack()

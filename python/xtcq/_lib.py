@@ -77,6 +77,7 @@ _PROTOTYPES = {
     "xtcq_job_free": (None, [_p]),
     "xtcq_job_payload": (_int, [_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_char)), ctypes.POINTER(_size)]),
     "xtcq_job_get_info": (_int, [_p, ctypes.POINTER(JobInfo)]),
+    "xtcq_job_held": (_int, [_p]),
     "xtcq_job_ack": (_int, [_p]),
     "xtcq_job_nack": (_int, [_p]),
     "xtcq_job_fail": (_int, [_p, _str]),

@@ -19,15 +19,31 @@ _c = _lib.lib
 _STEP_MS = 100
 
 
-def _name(value):
+def _text(value, what):
+    """A str argument as C wants it: no NUL inside (C would cut the string there)."""
     if not isinstance(value, str):
-        raise InvalidArgument(-1, "a queue name is a str, not %s" % type(value).__name__)
+        raise InvalidArgument(-1, "%s is a str, not %s" % (what, type(value).__name__))
+    if "\0" in value:
+        raise InvalidArgument(-1, "%s contains a NUL character: %r" % (what, value))
     return value.encode()
+
+
+def _name(value):
+    return _text(value, "a queue name")
+
+
+def _u32(value, what):
+    """An unsigned 32-bit argument, checked (ctypes would wrap it silently)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
+        raise InvalidArgument(-1, "%s must be an int from 0 to 4294967295, not %r" % (what, value))
+    return value
 
 
 def _bytes(payload):
     if isinstance(payload, str):
         return payload.encode()
+    if isinstance(payload, int):  # bytes(5) would be five zero bytes
+        raise InvalidArgument(-1, "a payload is bytes or str, not int")
     return bytes(payload)
 
 
@@ -69,16 +85,20 @@ class Client(_Handle):
 
     def __init__(self, socket=None):
         out = ctypes.c_void_p()
-        check(_c.xtcq_connect(None if socket is None else str(socket).encode(), ctypes.byref(out)))
+        path = None if socket is None else _text(str(socket), "the socket path")
+        check(_c.xtcq_connect(path, ctypes.byref(out)))
         super().__init__(out.value)
 
     def create_queue(self, name, deques=0, capacity=0, max_attempts=0, lease_ms=0, fifo=False, exist_ok=False):
         """Creates a queue (0: the defaults of 4 deques of 1024 jobs, no attempt limit, no lease)."""
         flags = (_lib.XTCQ_EXIST_OK if exist_ok else 0) | (_lib.XTCQ_FIFO if fifo else 0)
-        check(_c.xtcq_create_queue(self._live(), _name(name), deques, capacity, max_attempts, lease_ms, flags))
+        sizes = [_u32(v, k) for k, v in (("deques", deques), ("capacity", capacity),
+                                         ("max_attempts", max_attempts), ("lease_ms", lease_ms))]
+        check(_c.xtcq_create_queue(self._live(), _name(name), *sizes, flags))
 
     def delete_queue(self, name, force=False):
-        """Deletes a queue; without `force`, refused (InUse) while it is in use or holds jobs."""
+        """Deletes a queue. Refused (InUse) while a process is attached to it, force or not
+        (a process stays attached until it exits); without `force` also while it holds jobs."""
         check(_c.xtcq_delete_queue(self._live(), _name(name), int(force)))
 
     def check(self, quiescent=False):
@@ -123,8 +143,7 @@ class Owner(_Handle):
     def pop(self):
         """The owner's next job, or None."""
         job = Job()
-        rc = check(_c.xtcq_owner_pop(self._live(), job._live()))
-        return job if rc == _lib.XTCQ_OK else None
+        return job._claimed(lambda: check(_c.xtcq_owner_pop(self._live(), job._live())))
 
 
 class Injector(_Handle):
@@ -153,13 +172,16 @@ class Thief(_Handle):
 
     def steal(self, timeout=0):
         """One job, or None. `timeout`: seconds to wait for one (None: no limit, 0: none)."""
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise InvalidArgument(-1, "timeout is seconds >= 0 or None, not %r" % (timeout,))
         job = Job()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left_ms = _STEP_MS if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
-            rc = check(_c.xtcq_thief_steal_wait(self._live(), job._live(), min(left_ms, _STEP_MS)))
-            if rc == _lib.XTCQ_OK:
-                return job
+            step = min(left_ms, _STEP_MS)
+            got = job._claimed(lambda: check(_c.xtcq_thief_steal_wait(self._live(), job._live(), step)))
+            if got is not None:
+                return got
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
@@ -174,6 +196,17 @@ class Job(_Handle):
         out = ctypes.c_void_p()
         check(_c.xtcq_job_new(ctypes.byref(out)))
         super().__init__(out.value)
+
+    def _claimed(self, call):
+        """Runs a pop or steal `call` into this handle: self when it claimed a job, else
+        None. An exception after the claim (Ctrl-C) gives the job back unrun, without
+        counting an attempt, instead of nacking it when the object is collected."""
+        try:
+            return self if call() == _lib.XTCQ_OK else None
+        except BaseException:
+            if self._ptr and _c.xtcq_job_held(self._ptr):
+                _c.xtcq_job_release(self._ptr)
+            raise
 
     @property
     def payload(self):
@@ -205,7 +238,8 @@ class Job(_Handle):
 
     def fail(self, reason):
         """Like nack(), keeping `reason` as the job's last error."""
-        check(_c.xtcq_job_fail(self._live(), str(reason).encode("utf-8", "replace")))
+        text = str(reason).replace("\0", " ")
+        check(_c.xtcq_job_fail(self._live(), text.encode("utf-8", "replace")))
 
     def release(self):
         """Not run after all: re-queued without counting an attempt."""
@@ -213,6 +247,8 @@ class Job(_Handle):
 
     def extend_lease(self, seconds):
         """Sets the lease to `seconds` from now (a heartbeat for a long job)."""
+        if not isinstance(seconds, (int, float)) or not 0 <= seconds * 1000 <= 0xFFFFFFFF:
+            raise InvalidArgument(-1, "a lease is seconds from 0 to 4294967, not %r" % (seconds,))
         check(_c.xtcq_job_extend_lease(self._live(), int(seconds * 1000)))
 
     def __exit__(self, kind, value, tb):

@@ -7,6 +7,7 @@
  *   exit: 0 when each code came where expected, 1 otherwise.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,36 @@ static void expect(const char *what, int rc, int want, const char *name) {
 #define OK(what, call) expect(what, (call), XTCQ_OK, NULL)
 
 static const uint8_t HELLO[] = "hello";
+
+/* Calls that fail (and so write this thread's last error) while the thread's or the
+ * process's thread-locals are being torn down must not abort. */
+static void failing_calls_late(void *job) {
+    int rc = xtcq_job_ack((xtcq_job *)job);
+    const char *msg = xtcq_last_error();
+    if (rc != XTCQ_E_INVALID || msg == NULL) {
+        fprintf(stderr, "status_codes: late ack answered %d\n", rc);
+        _exit(1);
+    }
+    xtcq_job_free((xtcq_job *)job);
+}
+
+static pthread_key_t late_key;
+
+static void *thread_with_a_late_destructor(void *arg) {
+    (void)arg;
+    xtcq_job *job = NULL;
+    xtcq_job_new(&job);
+    xtcq_job_ack(job); /* this thread's last error is now in use */
+    pthread_setspecific(late_key, job);
+    return NULL;
+}
+
+static xtcq_job *atexit_job;
+
+static void at_exit(void) {
+    failing_calls_late(atexit_job);
+    printf("late calls returned\n");
+}
 
 /* An inherited handle answers XTCQ_E_FORKED in the child; the parent keeps working. */
 static void forked_handles(xtcq_client *client, xtcq_owner *owner, xtcq_thief *thief, xtcq_job *job) {
@@ -126,6 +157,14 @@ int main(int argc, char **argv) {
     if (len != 5) fprintf(stderr, "status_codes: needed length %zu, want 5\n", len), bad = 1;
     OK("ack", xtcq_job_ack(job));
     EXPECT("ack of an empty handle", xtcq_job_ack(job), XTCQ_E_INVALID);
+    const uint8_t *stale = NULL;
+    EXPECT("payload of an empty handle (not the last job's)", xtcq_job_payload(job, &stale, &len), XTCQ_E_INVALID);
+    EXPECT("unknown create flags", xtcq_create_queue(client, "flags", 0, 0, 0, 0, 0x80), XTCQ_E_INVALID);
+    OK("push", xtcq_owner_push(owner, HELLO, 5));
+    OK("steal", xtcq_thief_steal(thief, job));
+    OK("fail with a reason that is not UTF-8", xtcq_job_fail(job, "caf\xe9 \xff"));
+    OK("steal it again", xtcq_thief_steal(thief, job));
+    OK("ack", xtcq_job_ack(job));
     EXPECT("delete a queue with an owner attached", xtcq_delete_queue(client, "one", 0), XTCQ_E_IN_USE);
 
     forked_handles(client, owner, thief, job);
@@ -137,6 +176,13 @@ int main(int argc, char **argv) {
     EXPECT("push until full", rc, XTCQ_E_FULL);
 
     printf("strerror(-999): %s\n", xtcq_strerror(-999));
+    pthread_key_create(&late_key, failing_calls_late);
+    pthread_t late;
+    pthread_create(&late, NULL, thread_with_a_late_destructor, NULL);
+    pthread_join(late, NULL);
+    xtcq_job_new(&atexit_job);
+    xtcq_job_ack(atexit_job);
+    atexit(at_exit);
     xtcq_job_free(job);
     xtcq_thief_free(thief);
     xtcq_owner_free(owner);

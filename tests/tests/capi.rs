@@ -106,4 +106,8 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
         );
     }
     assert!(stdout.contains("strerror(-999): unknown status"), "{stdout}");
+    assert!(
+        stdout.contains("late calls returned"),
+        "a failing call in an atexit handler must return:\n{stdout}"
+    );
 }
