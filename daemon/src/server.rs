@@ -355,15 +355,12 @@ async fn watch_exit(
     let mut rx = st.shutdown.subscribe();
     let exited = async {
         if let Some(fd) = pidfd {
-            // SAFETY: `OwnedFd` returns the same open descriptor from every `as_raw_fd` and
-            // keeps it open until the `AsyncFd` that owns it is dropped.
-            match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
-                // A pidfd polls readable once its process has exited.
+            match watch_pidfd(fd) {
                 Ok(afd) => {
                     let _ = afd.readable().await;
                     return;
                 }
-                Err(e) => warn!(error = %e.into_parts().1, "cannot watch a pidfd; polling /proc instead"),
+                Err(e) => warn!(error = %e, "cannot watch a pidfd; polling /proc instead"),
             }
         }
         if process.pid == 0 {
@@ -385,6 +382,25 @@ async fn watch_exit(
             debug!(slot = slot.slot, pid = process.pid, "process exited; its slot is kept elsewhere")
         }
         Err(e) => warn!(slot = slot.slot, error = %e, "recovery task failed"),
+    }
+}
+
+/// `fd`, a pidfd, registered with the runtime: it polls readable once its process exited.
+fn watch_pidfd(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: `OwnedFd` returns the same open descriptor from every `as_raw_fd` and keeps it
+    // open until the `AsyncFd` that owns it is dropped.
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// Resolves once the process behind `pidfd` has exited (a pidfd polls readable then);
+/// never without one.
+async fn peer_exited(pidfd: Option<&AsyncFd<OwnedFd>>) {
+    match pidfd {
+        Some(fd) => {
+            let _ = fd.readable().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -504,12 +520,21 @@ impl Conn {
         }
         info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
 
+        // A forked child (without exec) inherits the connection and may hold it open long
+        // after this process died: its exit, not the connection's end, is what frees its
+        // jobs. The child never speaks on it (libxtcq refuses inherited handles).
+        let exit_watch =
+            self.peer.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()).and_then(|fd| watch_pidfd(fd).ok());
         loop {
             let body = tokio::select! {
                 biased;
                 reason = shutdown_requested(&mut stop) => {
                     self.send(&ServerMessage::Event(proto::Event::ShuttingDown { reason })).await;
                     return End::Shutdown;
+                }
+                _ = peer_exited(exit_watch.as_ref()) => {
+                    info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
+                    return End::Closed;
                 }
                 r = read_frame(&mut self.stream, t) => r,
             };

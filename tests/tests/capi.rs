@@ -70,6 +70,47 @@ fn a_forked_pool_of_backends_acks_every_job_once_when_one_is_killed() {
     assert!(report.is_consistent(), "xtcq check after the pool: {:?}", report.problems);
 }
 
+/// A backend that forked a helper (no exec) and was then `kill -9`ed: the helper holds the
+/// inherited control connection open, but the job comes back at the backend's death, not
+/// the helper's.
+#[test]
+fn a_killed_backends_job_comes_back_while_its_forked_child_lives() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let exe = compile_c("tests/c/fork_holder.c", daemon.dir());
+    let client = daemon.client();
+    let mut q = xtcq_client::QueueParams::new("held");
+    q.deques = 1;
+    client.create_queue(&q).expect("create");
+    let owner = client.attach_owner("held").expect("owner");
+    owner.push(b"job").expect("push");
+    let mut holder = Command::new(&exe)
+        .arg(&daemon.socket)
+        .arg("held")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn fork_holder");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    let child: i32 =
+        line.trim().rsplit(' ').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+    holder.kill().expect("kill -9 the backend");
+    holder.wait().expect("reap");
+    let thief = client.attach_thief("held").expect("thief");
+    let back = thief.steal_wait(Some(Duration::from_secs(30))).expect("steal");
+    // SAFETY: kill(2) with signal 0 only probes; `child` is the helper's pid.
+    let child_alive = unsafe { libc::kill(child, 0) } == 0;
+    // SAFETY: as above, SIGKILL to the helper this test made.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let job = back
+        .unwrap_or_else(|| panic!("the job did not come back in 30 s; daemon log:\n{}", daemon.log_text()));
+    assert!(child_alive, "the helper child was gone before the job came back: the test proved nothing");
+    assert_eq!(job.attempts(), 1);
+    job.ack().expect("ack");
+}
+
 /// Codes a correct caller cannot be shown: a caught panic is a bug; a corrupt or replaced
 /// segment needs a hostile writer or a daemon restarted with --recreate (the Rust tests
 /// cover those paths); OTHER is the catch-all for errors without a code of their own.
