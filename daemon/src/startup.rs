@@ -13,9 +13,10 @@
 //! `--recreate`) a segment no live daemon holds; files are created owner-only and widened
 //! to exactly 0600 / 0660 with `chmod` (never by umask), never world-accessible.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -26,6 +27,7 @@ use shm_layout::Segment;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::paths_secure;
 use crate::peer;
 use crate::DaemonError;
 
@@ -60,58 +62,35 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Runs every startup step.
 pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    ensure_socket_dir(dir, cfg.group)?;
-    let socket_lock = lock_socket(&cfg.socket)?;
+    let dir_fd = ensure_socket_dir(dir, cfg.group)?;
+    let socket_lock = lock_socket(&dir_fd, &cfg.socket)?;
     clear_stale_socket(&cfg.socket)?;
     let (segment, created) = open_segment(cfg)?;
     let (listener, socket_id) = bind(cfg)?;
     Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
 }
 
-fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<(), DaemonError> {
-    if !dir.exists() {
+fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<OwnedFd, DaemonError> {
+    if fs::symlink_metadata(dir).is_err() {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(if group.is_some() { 0o750 } else { 0o700 })
             .create(dir)
             .map_err(io_err("cannot create the socket directory", dir))?;
+        let fd = paths_secure::open_socket_dir(dir, None)?;
         if let Some(g) = group {
-            rustix::fs::chown(dir, None, Some(rustix::fs::Gid::from_raw(g)))
+            rustix::fs::fchown(&fd, None, Some(rustix::fs::Gid::from_raw(g)))
                 .map_err(|e| io_err("cannot chgrp the socket directory", dir)(e.into()))?;
         }
         info!(dir = %dir.display(), "created socket directory");
     }
-    let md = fs::metadata(dir).map_err(io_err("cannot stat the socket directory", dir))?;
-    if !md.is_dir() {
-        return Err(DaemonError::UnsafeDir { path: dir.to_path_buf(), why: "it is not a directory".into() });
-    }
-    let me = rustix::process::getuid().as_raw();
-    let mode = md.mode();
-    if md.uid() != me && md.uid() != 0 {
-        return Err(DaemonError::UnsafeDir {
-            path: dir.to_path_buf(),
-            why: format!("it is owned by uid {}, not by us ({me}) or root", md.uid()),
-        });
-    }
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Err(DaemonError::UnsafeDir {
-            path: dir.to_path_buf(),
-            why: format!("it is world-writable (mode {:o}) without the sticky bit", mode & 0o7777),
-        });
-    }
-    Ok(())
+    paths_secure::open_socket_dir(dir, group)
 }
 
-fn lock_socket(socket: &Path) -> Result<File, DaemonError> {
+fn lock_socket(dir_fd: &OwnedFd, socket: &Path) -> Result<File, DaemonError> {
     let path = with_suffix(socket, ".lock");
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io_err("cannot open the lock file", &path))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut f = paths_secure::open_lock_file(dir_fd, &name, &path)?;
     match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {

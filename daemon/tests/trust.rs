@@ -1,0 +1,188 @@
+//! The daemon's files as a trust boundary (RELIABILITY "Threat model"): symbolic links and
+//! files planted by another local user in the socket directory or at the segment path are
+//! refused, and nothing is written through them.
+//!
+//! Cross-user tests create their own unprivileged user when run as root and print
+//! "skipped" otherwise. The symbolic-link tests turn `fs.protected_symlinks` and
+//! `fs.protected_regular` off while they run (restored after), so that what refuses the
+//! link is the daemon, not the kernel.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+use common::*;
+
+/// A user created for one test (as root), removed when dropped.
+struct SystemUser {
+    user: String,
+}
+
+impl SystemUser {
+    fn create(tag: &str) -> SystemUser {
+        let user = format!("xtq{tag}{}", std::process::id() % 100_000);
+        let s = Command::new("useradd").args(["-M", "-U", "-s", "/bin/false", &user]).status();
+        assert!(s.expect("useradd").success(), "useradd {user}");
+        SystemUser { user }
+    }
+
+    fn id(&self, flag: &str) -> u32 {
+        let o = Command::new("id").args([flag, &self.user]).output().expect("id");
+        String::from_utf8_lossy(&o.stdout).trim().parse().expect("id prints a number")
+    }
+
+    fn uid(&self) -> u32 {
+        self.id("-u")
+    }
+
+    fn gid(&self) -> u32 {
+        self.id("-g")
+    }
+}
+
+impl Drop for SystemUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).status();
+        let _ = Command::new("groupdel").arg(&self.user).stderr(std::process::Stdio::null()).status();
+    }
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Serialises the tests that change the kernel's link protections, which are global.
+static SYSCTL: Mutex<()> = Mutex::new(());
+
+/// Sets `fs.protected_symlinks` and `fs.protected_regular` to 0 while alive (where this
+/// process may), and restores them on drop.
+struct KernelGuardsOff {
+    saved: Vec<(&'static str, String)>,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl KernelGuardsOff {
+    fn new() -> KernelGuardsOff {
+        let lock = SYSCTL.lock().unwrap_or_else(|p| p.into_inner());
+        let mut saved = Vec::new();
+        for p in ["/proc/sys/fs/protected_symlinks", "/proc/sys/fs/protected_regular"] {
+            if let Ok(v) = std::fs::read_to_string(p) {
+                if std::fs::write(p, "0").is_ok() {
+                    saved.push((p, v));
+                } else {
+                    eprintln!("note: cannot set {p} to 0 (it is {}); the kernel may guard too", v.trim());
+                }
+            }
+        }
+        KernelGuardsOff { saved, _lock: lock }
+    }
+}
+
+impl Drop for KernelGuardsOff {
+    fn drop(&mut self) {
+        for (p, v) in &self.saved {
+            let _ = std::fs::write(p, v.trim());
+        }
+    }
+}
+
+/// A directory like `/tmp`: root-owned, world-writable, sticky.
+fn shared_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+fn lchown(p: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).expect("lchown");
+}
+
+fn refused(socket: &Path, segment: &Path, extra: &[&str]) -> String {
+    let (st, err) = run_daemon_once(socket, segment, SMALL, extra);
+    assert!(!st.success(), "xtcqd should refuse; stderr:\n{err}");
+    err
+}
+
+#[test]
+fn a_symlinked_socket_directory_is_refused() {
+    let _k = KernelGuardsOff::new();
+    let shared = shared_dir();
+    let target = shared_dir();
+    // `/tmp/xtcq-$UID -> /tmp`: the target is root-owned and sticky, which passed before.
+    let link = shared.path().join("xtcq-0");
+    std::os::unix::fs::symlink(target.path(), &link).unwrap();
+    let err = refused(&link.join("xtcqd.sock"), &shared.path().join("seg"), &[]);
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(err.contains(&link.display().to_string()), "{err}");
+    let left: Vec<_> = std::fs::read_dir(target.path()).unwrap().collect();
+    assert!(left.is_empty(), "files created through the link: {left:?}");
+    assert!(!shared.path().join("seg").exists(), "a segment was created after the refusal");
+}
+
+#[test]
+fn a_planted_lock_file_link_is_refused_and_its_target_untouched() {
+    if !is_root() {
+        eprintln!("skipped: needs root to plant a link as another user");
+        return;
+    }
+    let _k = KernelGuardsOff::new();
+    let mallory = SystemUser::create("l");
+    let shared = shared_dir();
+    let private = tempfile::tempdir().unwrap();
+    let victim = private.path().join("victim");
+    std::fs::write(&victim, "root-only secret\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let socket = shared.path().join("xtcqd.sock");
+    let lock = shared.path().join("xtcqd.sock.lock");
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    lchown(&lock, mallory.uid(), mallory.gid());
+    let err = refused(&socket, &shared.path().join("seg"), &[]);
+    assert!(err.contains("xtcqd.sock.lock") && err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root-only secret\n", "victim overwritten");
+    assert!(!socket.exists() && !shared.path().join("seg").exists());
+}
+
+#[test]
+fn a_planted_lock_file_of_another_user_is_refused_unwritten() {
+    if !is_root() {
+        eprintln!("skipped: needs root to plant a file as another user");
+        return;
+    }
+    let _k = KernelGuardsOff::new();
+    let mallory = SystemUser::create("f");
+    let shared = shared_dir();
+    let lock = shared.path().join("xtcqd.sock.lock");
+    std::fs::write(&lock, "mallory's\n").unwrap();
+    std::os::unix::fs::chown(&lock, Some(mallory.uid()), Some(mallory.gid())).unwrap();
+    let err = refused(&shared.path().join("xtcqd.sock"), &shared.path().join("seg"), &[]);
+    assert!(err.contains(&format!("owned by uid {} ({})", mallory.uid(), mallory.user)), "{err}");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), "mallory's\n");
+}
+
+#[test]
+fn a_group_writable_socket_directory_needs_to_be_the_configured_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock_dir = dir.path().join("run");
+    std::fs::create_dir(&sock_dir).unwrap();
+    std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let gid = std::fs::metadata(&sock_dir).unwrap().gid();
+    let socket = sock_dir.join("xtcqd.sock");
+    let segment = dir.path().join("seg");
+    let err = refused(&socket, &segment, &[]);
+    assert!(err.contains("group-writable") && err.contains("--group"), "{err}");
+    assert!(!segment.exists());
+    // With that group configured, the same directory is accepted.
+    let gid = gid.to_string();
+    let log = dir.path().join("log");
+    let mut child = spawn_daemon(&socket, &segment, &log, SMALL, &["--group", &gid]);
+    let up = (0..1000).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(up, "xtcqd did not start with --group {gid}: {}", std::fs::read_to_string(&log).unwrap());
+}
