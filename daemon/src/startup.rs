@@ -158,11 +158,12 @@ fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
 
 fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
     let path = &cfg.segment;
-    let exists = fs::symlink_metadata(path).is_ok();
-    if exists && cfg.recreate {
+    // Opened once, without following a link, and checked (owner, mode) on the fd: a file
+    // another user planted at the path is refused, not adopted or retired.
+    let existing = paths_secure::open_segment(path, cfg.file_mode(), cfg.group)?;
+    if let Some(f) = existing.as_ref().filter(|_| cfg.recreate) {
         // Refuse to pull a segment from under a live daemon.
-        let f = File::open(path).map_err(io_err("cannot open the segment", path))?;
-        match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 return Err(DaemonError::SegmentInUse { path: path.clone(), pid: None })
@@ -173,7 +174,11 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         // go on pushing and stealing there, unseen by anyone who attaches to the new one:
         // mark it retired, which their handles check, and wake their sleeping consumers. A
         // file that does not attach (another version, corrupt) has no such clients to tell.
-        match Segment::attach(path) {
+        match f
+            .try_clone()
+            .map_err(|e| e.to_string())
+            .and_then(|f| Segment::attach_file(f, path).map_err(|e| e.to_string()))
+        {
             Ok(old) => {
                 old.retire();
                 info!(segment = %path.display(), "--recreate: retired the existing segment; its clients are told");
@@ -185,13 +190,13 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         fs::remove_file(path).map_err(io_err("cannot remove the segment", path))?;
         warn!(segment = %path.display(), "--recreate: removed the existing segment and its jobs");
     }
-    let (seg, created) = if exists && !cfg.recreate {
-        let seg =
-            Segment::attach(path).map_err(|source| DaemonError::Adopt { path: path.clone(), source })?;
-        (seg, false)
-    } else {
-        let seg = Segment::create(path, &cfg.segment_config, 0o600)?;
-        (seg, true)
+    let (seg, created) = match existing {
+        Some(f) if !cfg.recreate => {
+            let seg = Segment::attach_file(f, path)
+                .map_err(|source| DaemonError::Adopt { path: path.clone(), source })?;
+            (seg, false)
+        }
+        _ => (Segment::create(path, &cfg.segment_config, 0o600)?, true),
     };
     lock_segment(&seg)?;
     let live = seg.header_live();

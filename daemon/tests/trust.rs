@@ -186,3 +186,50 @@ fn a_group_writable_socket_directory_needs_to_be_the_configured_group() {
     let _ = child.wait();
     assert!(up, "xtcqd did not start with --group {gid}: {}", std::fs::read_to_string(&log).unwrap());
 }
+
+/// A real segment (made by a daemon that then stopped) at `dir/segment`, so that only the
+/// ownership and mode checks can refuse to adopt it.
+fn stopped_daemon_segment(dir: &Path) -> std::path::PathBuf {
+    let mut d = Daemon::start_in(dir, SMALL, &[]);
+    assert!(d.stop().success());
+    d.segment.clone()
+}
+
+#[test]
+fn a_segment_with_modes_wider_than_configured_is_not_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment = stopped_daemon_segment(dir.path());
+    std::fs::set_permissions(&segment, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = refused(&dir.path().join("xtcqd.sock"), &segment, &[]);
+    assert!(err.contains("mode 0644") && err.contains("wider than the configured 0600"), "{err}");
+    assert!(err.contains("chmod 600"), "says what to do: {err}");
+    assert!(err.contains("--recreate") || err.contains("remove it"), "{err}");
+    // Put back to its mode, it is adopted as before.
+    std::fs::set_permissions(&segment, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut d = Daemon::start_in(dir.path(), SMALL, &[]);
+    assert!(d.log_text().contains("segment adopted"), "{}", d.log_text());
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_segment_planted_by_another_user_is_not_adopted() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create a user who plants the segment");
+        return;
+    }
+    let mallory = SystemUser::create("s");
+    let dir = tempfile::tempdir().unwrap();
+    let segment = stopped_daemon_segment(dir.path());
+    let before = std::fs::read(&segment).unwrap();
+    for mode in [0o666, 0o600] {
+        std::os::unix::fs::chown(&segment, Some(mallory.uid()), Some(mallory.gid())).unwrap();
+        std::fs::set_permissions(&segment, std::fs::Permissions::from_mode(mode)).unwrap();
+        for extra in [&[][..], &["--recreate"][..]] {
+            let err = refused(&dir.path().join("xtcqd.sock"), &segment, extra);
+            let owner = format!("owned by uid {} ({})", mallory.uid(), mallory.user);
+            assert!(err.contains(&owner) && err.contains("not by the daemon's uid 0 (root)"), "{err}");
+            assert!(err.contains("remove it"), "says what to do: {err}");
+            assert_eq!(std::fs::read(&segment).unwrap(), before, "the planted file was written");
+        }
+    }
+}
