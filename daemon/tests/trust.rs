@@ -233,3 +233,76 @@ fn a_segment_planted_by_another_user_is_not_adopted() {
         }
     }
 }
+
+/// A child killed when dropped (before the user it runs as is removed).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `xtcqd` as `user` on `dir/xtcqd.sock`, as an impostor at a victim's socket path
+/// would (allowing root in, so that only the client's own check refuses it).
+fn spawn_daemon_as(user: &SystemUser, dir: &Path) -> Killed {
+    use std::os::unix::process::CommandExt;
+    let socket = dir.join("xtcqd.sock");
+    let child = xtcqd()
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--segment")
+        .arg(dir.join("segment"))
+        .args(SMALL)
+        .args(["--allow-uid", "0"])
+        .uid(user.uid())
+        .gid(user.gid())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn xtcqd as another user");
+    let child = Killed(child);
+    let up = (0..1000).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
+    assert!(up, "{}'s xtcqd did not start", user.user);
+    child
+}
+
+#[test]
+fn a_client_refuses_a_daemon_run_by_a_user_it_does_not_trust() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a daemon as another user");
+        return;
+    }
+    let mallory = SystemUser::create("d");
+    let label = format!("uid {} ({})", mallory.uid(), mallory.user);
+    // A shared, root-owned sticky directory (like /tmp): only the peer's uid gives it away.
+    let shared = shared_dir();
+    // A directory mallory owns: its owner gives it away before we even look at the peer.
+    let owned = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(owned.path(), Some(mallory.uid()), Some(mallory.gid())).unwrap();
+    for (dir, what) in [(shared.path(), "(pid "), (owned.path(), "is owned by")] {
+        let impostor = spawn_daemon_as(&mallory, dir);
+        let socket = dir.join("xtcqd.sock");
+        let e = xtcq_client::Client::connect(Some(&socket)).expect_err("an untrusted daemon is refused");
+        let text = e.to_string();
+        assert!(matches!(e, xtcq_client::Error::UntrustedDaemon { .. }), "{e:?}");
+        assert!(e.is_unreachable(), "maps to the CLI's exit 4");
+        assert!(text.contains(&label) && text.contains(what), "{text}");
+        assert!(text.contains(&format!("XTCQ_TRUST_UID={}", mallory.uid())), "says what to do: {text}");
+        // Trusted by configuration, the same daemon is used.
+        let opts = xtcq_client::ConnectOptions {
+            socket: Some(socket.clone()),
+            trusted_uids: vec![mallory.uid()],
+            ..Default::default()
+        };
+        let c = xtcq_client::Client::connect_with(opts).expect("a trusted uid is accepted");
+        assert!(c.list_queues().is_ok());
+        drop(c);
+        drop(impostor);
+    }
+}
