@@ -127,7 +127,7 @@ fn a_daemon_run_by_an_untrusted_user_is_exit_4_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let d = start(dir.path(), |c| {
-        c.args(["--allow-uid", "0"]).uid(uid).gid(gid);
+        c.args(["--allow-uid", "0", "--group", &gid.to_string()]).uid(uid).gid(gid);
     });
     let o = run(&mut xtcq(&d, &["ls"]));
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
@@ -141,4 +141,43 @@ fn a_daemon_run_by_an_untrusted_user_is_exit_4_naming_it() {
     let o = run(xtcq(&d, &["ls"]).env("XTCQ_TRUST_UID", "no-such-user-xyz"));
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("XTCQ_TRUST_UID: no such user \"no-such-user-xyz\""), "{}", text(&o));
+}
+
+#[test]
+fn names_read_from_the_segment_are_printed_escaped_and_bad_names_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path(), |_| {});
+    // An attached process (or an older daemon) wrote a name no check would pass.
+    let evil = "evil\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}";
+    // The segment's own create refuses it, so it is written over a good name's bytes.
+    let placeholder = "q".repeat(evil.len());
+    let o = run(&mut xtcq(&d, &["create", &placeholder]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    scribble(&dir.path().join("segment"), placeholder.as_bytes(), evil.as_bytes());
+    for cmd in ["ls", "stats"] {
+        let o = run(&mut xtcq(&d, &[cmd]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{202e}'),
+            "{cmd}: {out:?}"
+        );
+        assert!(out.contains("evil\\x1b]0;owned\\x07\\x1b[2J\\u{202e}"), "{cmd}: {out}");
+    }
+    for bad in ["../../etc", "tab\there", "zero\u{200b}width", &"x".repeat(65)] {
+        let o = run(&mut xtcq(&d, &["create", bad]));
+        assert_eq!(o.status.code(), Some(1), "{bad:?}: {}", text(&o));
+        assert!(text(&o).contains("letters, digits"), "{}", text(&o));
+    }
+    let o = run(&mut xtcq(&d, &["create", "jobs.v2_high-prio"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// Overwrites the first occurrence of `from` in the file at `path` with `to` (same length).
+fn scribble(path: &Path, from: &[u8], to: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let bytes = std::fs::read(path).expect("read segment");
+    let at = bytes.windows(from.len()).position(|w| w == from).expect("the name is in the segment");
+    let f = std::fs::OpenOptions::new().write(true).open(path).expect("open segment");
+    f.write_all_at(to, at as u64).expect("scribble");
 }

@@ -140,6 +140,9 @@ pub enum Error {
         /// The record's payload area.
         max: u32,
     },
+    /// Not a valid queue name (see `xtcq_proto::queue_name`).
+    #[error(transparent)]
+    BadQueueName(#[from] xtcq_proto::queue_name::QueueNameError),
     /// The daemon found the request malformed or its arguments invalid.
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -229,7 +232,7 @@ impl Error {
             Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
             Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
-            Error::BadRequest(_) => ErrorCode::BadRequest,
+            Error::BadRequest(_) | Error::BadQueueName(_) => ErrorCode::BadRequest,
             Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
             Error::SlotNotResumed { .. } => ErrorCode::SlotNotHeld,
             Error::Daemon(e) => e.code,

@@ -178,6 +178,8 @@ impl Client {
 
     /// Creates a queue.
     pub fn create_queue(&self, params: &QueueParams) -> Result<QueueInfo, Error> {
+        // The daemon refuses it too; checked here for an error before any request.
+        xtcq_proto::queue_name::check(&params.name)?;
         match self.call(Request::CreateQueue(params.clone()))? {
             Response::QueueCreated(q) => Ok(q),
             r => Err(self.unexpected(r)),

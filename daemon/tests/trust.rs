@@ -255,7 +255,7 @@ fn spawn_daemon_as(user: &SystemUser, dir: &Path) -> Killed {
         .arg("--segment")
         .arg(dir.join("segment"))
         .args(SMALL)
-        .args(["--allow-uid", "0"])
+        .args(["--allow-uid", "0", "--group", &user.gid().to_string()])
         .uid(user.uid())
         .gid(user.gid())
         .stdin(std::process::Stdio::null())
@@ -305,4 +305,52 @@ fn a_client_refuses_a_daemon_run_by_a_user_it_does_not_trust() {
         drop(c);
         drop(impostor);
     }
+}
+
+#[test]
+fn bad_flags_and_an_over_long_socket_path_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("run");
+    let segment = dir.path().join("seg");
+    let long = sub.join(format!("{}.sock", "s".repeat(120)));
+    let err = refused(&long, &segment, &[]);
+    assert!(err.contains("at most 107"), "{err}");
+    let err = refused(&sub.join("xtcqd.sock"), &segment, &["--allow-uid", "0"]);
+    assert!(err.contains("without --group") && err.contains("Add --group"), "{err}");
+    assert!(!sub.exists(), "the socket directory was created");
+    assert!(!segment.exists(), "the segment was created");
+}
+
+#[test]
+fn the_daemon_creates_only_portable_queue_names() {
+    use xtcq_proto::{
+        frame, ErrorCode, Hello, HelloReply, QueueParams, Request, RequestFrame, ServerMessage,
+    };
+    let d = Daemon::start(&[]);
+    // A raw client, so that only the daemon's own check stands in the way.
+    let mut s = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    frame::write_frame(&mut s, &Hello::new("raw", std::process::id())).unwrap();
+    assert!(matches!(frame::read_frame(&mut s).unwrap(), HelloReply::Ok(_)));
+    let long = "x".repeat(65);
+    for (id, name) in
+        [(10, "\u{1b}[2J"), (11, "../../etc"), (12, "pay\u{202e}lpt"), (13, "zero\u{200b}"), (14, &*long)]
+    {
+        let req = RequestFrame { id, request: Request::CreateQueue(QueueParams::new(name)) };
+        frame::write_frame(&mut s, &req).unwrap();
+        match frame::read_frame(&mut s).unwrap() {
+            ServerMessage::Reply { result: Err(e), .. } => {
+                assert_eq!(e.code, ErrorCode::BadRequest, "{name:?}: {e:?}");
+                assert!(e.message.contains("letters, digits"), "{e:?}");
+                assert!(!e.message.contains('\u{1b}'), "the refusal echoes the escape: {e:?}");
+            }
+            other => panic!("{name:?} was not refused: {other:?}"),
+        }
+    }
+    let c = d.client();
+    assert!(c.list_queues().unwrap().is_empty());
+    // The client refuses first, with the same words, and a good name still works.
+    let e = c.create_queue(&QueueParams::new("a/b")).unwrap_err();
+    assert!(matches!(e, xtcq_client::Error::BadQueueName(_)), "{e:?}");
+    c.create_queue(&QueueParams::new("jobs.high-prio_2")).unwrap();
 }
