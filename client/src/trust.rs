@@ -25,8 +25,14 @@ pub const TRUST_ENV: &str = "XTCQ_TRUST_UID";
 
 /// The uids in `$XTCQ_TRUST_UID` (comma- or space-separated names or numbers).
 pub(crate) fn env_trusted_uids() -> Result<Vec<u32>, Error> {
-    let Some(v) = std::env::var_os(TRUST_ENV) else { return Ok(Vec::new()) };
-    let v = v.to_string_lossy().into_owned();
+    match std::env::var_os(TRUST_ENV) {
+        Some(v) => parse_trusted(&v.to_string_lossy()),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// `v`'s comma- or space-separated names or numbers as uids.
+fn parse_trusted(v: &str) -> Result<Vec<u32>, Error> {
     v.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
         .map(|s| names::resolve_uid(s).map_err(|source| Error::TrustSetting { var: TRUST_ENV, source }))
@@ -87,4 +93,30 @@ fn dedup(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_directory_below_root_only_directories_vouches_for_its_owner() {
+        // `/` has no parent to ask: only root made it.
+        assert_eq!(placed_by_root(Path::new("/")), Some(0));
+        // Below a sticky, world-writable directory anyone may have made it.
+        let tmp = tempfile::tempdir().unwrap();
+        let world = std::fs::metadata(std::env::temp_dir()).unwrap().mode() & 0o002 != 0;
+        if world {
+            assert_eq!(placed_by_root(&tmp.path().join(".")), None);
+        }
+        assert_eq!(placed_by_root(Path::new("/no/such/dir")), None);
+    }
+
+    #[test]
+    fn the_environment_list_takes_names_and_numbers() {
+        assert_eq!(parse_trusted("root, 1234").unwrap(), vec![0, 1234]);
+        assert_eq!(parse_trusted(" ").unwrap(), Vec::<u32>::new());
+        let e = parse_trusted("0,no-such-user-xyz").unwrap_err().to_string();
+        assert!(e.starts_with("XTCQ_TRUST_UID: no such user"), "{e}");
+    }
 }
