@@ -15,8 +15,10 @@
 //!   is no wider than the configured one (a segment another user planted in `/dev/shm`
 //!   is refused, not adopted).
 //!
-//! Parent directories above the socket directory are followed as given: they are the
-//! administrator's choice (`/var/run -> /run` is a symbolic link on many systems).
+//! Links in the directories above are followed (`/var/run -> /run` is a symbolic link on
+//! many systems), but each real directory above the socket directory and the segment must
+//! itself be one no other user can rename entries in ([`check_ancestors`]): owned by us or
+//! root, and writable by others only with the sticky bit (or by the configured group).
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -38,6 +40,36 @@ fn errno_io(what: &str, path: &Path, e: Errno) -> DaemonError {
 
 fn unsafe_file(path: &Path, why: String) -> DaemonError {
     DaemonError::UnsafeFile { path: path.to_path_buf(), why }
+}
+
+/// Refuses `path` unless every real directory above it (links resolved) is owned by us or
+/// root and writable by no one else, unless sticky or by the configured `group`: else
+/// another user could move our directory or file aside and put theirs in its place. A
+/// missing part of the path is skipped (it is created by us, below a checked directory).
+pub fn check_ancestors(path: &Path, group: Option<u32>) -> Result<(), String> {
+    let mut start = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // The nearest existing directory: what is missing we create ourselves.
+    let real = loop {
+        match std::fs::canonicalize(start) {
+            Ok(real) => break real,
+            Err(_) => match start.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(up) => start = up,
+                None => break std::fs::canonicalize(".").unwrap_or_else(|_| "/".into()),
+            },
+        }
+    };
+    for dir in real.ancestors() {
+        let st = rustix::fs::stat(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
+        check_dir_stat(&st, group).map_err(|why| {
+            format!(
+                "{} above it {}; so another user could replace what is below it: use a path whose \
+                 directories only root or this user can change",
+                dir.display(),
+                why.split(';').next().unwrap_or(&why).replacen("it is", "is", 1)
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Opens the socket directory `dir` without following a link and checks what was opened.

@@ -71,6 +71,8 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
 }
 
 fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<OwnedFd, DaemonError> {
+    paths_secure::check_ancestors(dir, group)
+        .map_err(|why| DaemonError::UnsafeDir { path: dir.to_path_buf(), why })?;
     if fs::symlink_metadata(dir).is_err() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -158,6 +160,8 @@ fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
 
 fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
     let path = &cfg.segment;
+    paths_secure::check_ancestors(path, cfg.group)
+        .map_err(|why| DaemonError::UnsafeFile { path: path.clone(), why })?;
     // Opened once, without following a link, and checked (owner, mode) on the fd: a file
     // another user planted at the path is refused, not adopted or retired.
     let existing = paths_secure::open_segment(path, cfg.file_mode(), cfg.group)?;

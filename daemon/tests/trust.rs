@@ -354,3 +354,28 @@ fn the_daemon_creates_only_portable_queue_names() {
     assert!(matches!(e, xtcq_client::Error::BadQueueName(_)), "{e:?}");
     c.create_queue(&QueueParams::new("jobs.high-prio_2")).unwrap();
 }
+
+#[test]
+fn a_path_below_a_directory_others_may_change_is_refused() {
+    let top = tempfile::tempdir().unwrap();
+    // Writable by everyone, no sticky bit: anyone may rename what is in it.
+    let open = top.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let safe_seg = top.path().join("seg");
+    let err = refused(&open.join("run").join("xtcqd.sock"), &safe_seg, &[]);
+    assert!(err.contains(&format!("{} above it is world-writable", open.display())), "{err}");
+    assert!(!open.join("run").exists() && !safe_seg.exists(), "created below the unsafe directory");
+    let err = refused(&top.path().join("xtcqd.sock"), &open.join("seg"), &[]);
+    assert!(err.contains("above it is world-writable"), "{err}");
+    assert!(!open.join("seg").exists());
+    if is_root() {
+        // Owned by another user, who may swap its contents whatever its mode.
+        let mallory = SystemUser::create("a");
+        let theirs = top.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(mallory.uid()), Some(mallory.gid())).unwrap();
+        let err = refused(&theirs.join("run").join("xtcqd.sock"), &safe_seg, &[]);
+        assert!(err.contains(&format!("is owned by uid {} ({})", mallory.uid(), mallory.user)), "{err}");
+    }
+}
