@@ -169,8 +169,18 @@ fn names_read_from_the_segment_are_printed_escaped_and_bad_names_refused() {
         assert_eq!(o.status.code(), Some(1), "{bad:?}: {}", text(&o));
         assert!(text(&o).contains("letters, digits"), "{}", text(&o));
     }
-    let o = run(&mut xtcq(&d, &["create", "jobs.v2_high-prio"]));
+    let o = run(&mut xtcq(&d, &["create", "jobs.v2_high-prio", "--max-attempts", "1"]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // A consumer's failure reason is kept as the dead letter's last error, as it gave it.
+    let o = run(&mut xtcq(&d, &["push", "jobs.v2_high-prio", "one"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("jobs.v2_high-prio").expect("thief");
+    let job = thief.steal_wait(Some(Duration::from_secs(10))).expect("steal").expect("a job");
+    job.fail("bad\u{1b}[31mred").expect("fail");
+    let o = run(&mut xtcq(&d, &["dead", "jobs.v2_high-prio"]));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains('\u{1b}') && out.contains("bad\\x1b[31mred"), "{}", text(&o));
 }
 
 /// Overwrites the first occurrence of `from` in the file at `path` with `to` (same length).
