@@ -60,7 +60,8 @@
 #define XTCQ_E_UNREACHABLE -2
 
 /**
- * The daemon refused this process or request (uid, group, or the peer is not trusted).
+ * The daemon refused this process or request (uid, group), or the process listening at the
+ * socket is run by a user this process does not trust (see `XTCQ_TRUST_UID`).
  */
 #define XTCQ_E_UNAUTHORIZED -3
 

@@ -21,7 +21,8 @@ pub const XTCQ_E_INVALID: c_int = -1;
 /// xtcqd is not reachable: not running, no permission on its socket, connection lost, or no
 /// answer in time.
 pub const XTCQ_E_UNREACHABLE: c_int = -2;
-/// The daemon refused this process or request (uid, group, or the peer is not trusted).
+/// The daemon refused this process or request (uid, group), or the process listening at the
+/// socket is run by a user this process does not trust (see `XTCQ_TRUST_UID`).
 pub const XTCQ_E_UNAUTHORIZED: c_int = -3;
 /// No such queue.
 pub const XTCQ_E_NO_SUCH_QUEUE: c_int = -4;
@@ -82,8 +83,8 @@ pub(crate) fn fail(code: c_int, message: impl AsRef<str>) -> c_int {
 pub(crate) fn from_error(e: &Error) -> c_int {
     use ::xtcq_client::JobError;
     let code = match e {
+        Error::Unauthorized(_) | Error::UntrustedDaemon { .. } => XTCQ_E_UNAUTHORIZED,
         _ if e.is_unreachable() => XTCQ_E_UNREACHABLE,
-        Error::Unauthorized(_) => XTCQ_E_UNAUTHORIZED,
         Error::NoSuchQueue(_) => XTCQ_E_NO_SUCH_QUEUE,
         Error::QueueExists(_) => XTCQ_E_EXISTS,
         Error::QueueFull { .. } | Error::RecordsFull(_) => XTCQ_E_FULL,
@@ -97,7 +98,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         | Error::SlotNotResumed { .. }
         | Error::Queue(_)
         | Error::Job(_) => XTCQ_E_SEGMENT,
-        Error::BadRequest(_) => XTCQ_E_INVALID,
+        Error::BadRequest(_) | Error::BadQueueName(_) => XTCQ_E_INVALID,
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => XTCQ_E_IN_USE,
         _ => XTCQ_E_OTHER,
     };

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use xtcq_client::{Client, Error, Flavor, JobHandle, QueueParams};
+use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
 use crate::parse_duration;
@@ -105,7 +106,9 @@ pub fn delete(socket: Option<&Path>, a: DeleteArgs) -> Result<i32> {
     if d.dropped_queued > 0 || d.dropped_dead > 0 {
         eprintln!(
             "xtcq: deleted queue {}, dropping {} queued job(s) and {} dead letter(s)",
-            d.queue.name, d.dropped_queued, d.dropped_dead
+            escaped(&d.queue.name),
+            d.dropped_queued,
+            d.dropped_dead
         );
     }
     Ok(exit::OK)
@@ -150,7 +153,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
         let i = &q.info;
         out.push_str(&format!(
             "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5}\n",
-            i.name,
+            escaped(&i.name),
             flavor(i.flavor),
             i.deques,
             i.capacity,
@@ -353,7 +356,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
         let i = &q.info;
         o.push_str(&format!(
             "\nqueue {} ({}, {} deques x {}, max attempts {}, lease {})\n",
-            i.name,
+            escaped(&i.name),
             flavor(i.flavor),
             i.deques,
             i.capacity,
@@ -449,7 +452,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     "{:<13} {:>8}  {:<25} {}\n",
                     d.handle.to_string(),
                     d.attempts,
-                    d.last_error,
+                    escaped(&d.last_error),
                     p
                 ));
             }

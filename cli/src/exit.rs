@@ -25,12 +25,14 @@ Exit status:
   2  bad arguments
   3  nothing to do: steal found no job or timed out; dead found no dead letter
   4  xtcqd not reachable: not running at the socket, permission denied, connection lost,
-     no answer in time
+     no answer in time, or run by a user you do not trust (see XTCQ_TRUST_UID)
   5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
      or run twice
 
 Environment:
-  XTCQ_SOCKET   the control socket (as --socket)";
+  XTCQ_SOCKET     the control socket (as --socket)
+  XTCQ_TRUST_UID  users (names or uids, comma-separated) trusted to run xtcqd besides
+                  yourself and root; any other daemon is refused (exit 4)";
 
 /// The status for an error that ended a command.
 pub fn for_error(e: &anyhow::Error) -> i32 {

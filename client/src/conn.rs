@@ -59,7 +59,7 @@ struct Link {
 
 impl Link {
     /// Connects and performs the handshake.
-    fn open(p: &Path, client_name: &str, timeout: Duration) -> Result<Link, Error> {
+    fn open(p: &Path, client_name: &str, timeout: Duration, trusted: &[u32]) -> Result<Link, Error> {
         let mut stream = UnixStream::connect(p).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 Error::DaemonNotRunning { path: p.to_path_buf(), source }
@@ -67,6 +67,8 @@ impl Link {
             std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { path: p.to_path_buf(), source },
             _ => Error::Connect { path: p.to_path_buf(), source },
         })?;
+        // Before a byte is sent: an untrusted listener learns nothing, not even our Hello.
+        crate::trust::check_daemon(&stream, p, trusted)?;
         let io_err = |source| Error::Connect { path: p.to_path_buf(), source };
         stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
         stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
@@ -125,6 +127,8 @@ pub(crate) struct Conn {
     current: Mutex<Current>,
     next_id: AtomicU64,
     timeout: Duration,
+    /// Uids trusted to run the daemon besides ours and root (see `trust`).
+    trusted: Vec<u32>,
     reconnects: AtomicU64,
     segment: Mutex<Option<Arc<Segment>>>,
     /// `(slot, slot epoch)` the daemon gave this connection at its first attach (or a
@@ -147,8 +151,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Conn {
     /// Connects and performs the handshake.
+    #[cfg(test)]
     pub(crate) fn open(path: &Path, client_name: &str, timeout: Duration) -> Result<Conn, Error> {
-        let link = Link::open(path, client_name, timeout)?;
+        Self::open_trusting(path, client_name, timeout, Vec::new())
+    }
+
+    /// Connects and performs the handshake, trusting `trusted` besides our uid and root.
+    pub(crate) fn open_trusting(
+        path: &Path,
+        client_name: &str,
+        timeout: Duration,
+        trusted: Vec<u32>,
+    ) -> Result<Conn, Error> {
+        let link = Link::open(path, client_name, timeout, &trusted)?;
         Ok(Conn {
             path: path.to_path_buf(),
             client_name: client_name.to_string(),
@@ -156,6 +171,7 @@ impl Conn {
             link: Mutex::new(link),
             next_id: AtomicU64::new(1),
             timeout,
+            trusted,
             reconnects: AtomicU64::new(0),
             segment: Mutex::new(None),
             held_slot: Mutex::new(None),
@@ -214,8 +230,10 @@ impl Conn {
     /// unreachable is reported as the loss; any other failure (say, a version mismatch
     /// after an upgrade) as itself.
     fn reconnect(&self, link: &mut Link) -> Result<(), Error> {
-        let mut new = match Link::open(&self.path, &self.client_name, self.timeout) {
+        let mut new = match Link::open(&self.path, &self.client_name, self.timeout, &self.trusted) {
             Ok(new) => new,
+            // Someone else now listens at the socket: say so, not merely "lost".
+            Err(e @ Error::UntrustedDaemon { .. }) => return Err(e),
             Err(e) if e.is_unreachable() => return Err(self.lost()),
             Err(e) => return Err(e),
         };

@@ -33,6 +33,33 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The daemon at the socket, or the directory the socket is in, belongs to a uid this
+    /// client does not trust: it may be another user impersonating the daemon.
+    #[error(
+        "refusing xtcqd at {path}: {what} {found}, which this user does not trust (trusted: {trusted}); \
+         if that is the daemon you mean to use, set XTCQ_TRUST_UID={uid}, otherwise another user may be \
+         impersonating it: check who runs it and who owns the socket's directory"
+    )]
+    UntrustedDaemon {
+        /// The socket path.
+        path: PathBuf,
+        /// What was found to belong to `uid` ("the process listening there (pid 7) runs as").
+        what: String,
+        /// The uid found.
+        uid: u32,
+        /// That uid with its name, `uid 1002 (mallory)`.
+        found: String,
+        /// The trusted uids, labelled.
+        trusted: String,
+    },
+    /// `$XTCQ_TRUST_UID` names a user that does not resolve.
+    #[error("{var}: {source}")]
+    TrustSetting {
+        /// The variable.
+        var: &'static str,
+        /// What the name service said.
+        source: xtcq_proto::names::NameError,
+    },
     /// Another connection error.
     #[error("cannot connect to xtcqd at {path}: {source}")]
     Connect {
@@ -113,6 +140,9 @@ pub enum Error {
         /// The record's payload area.
         max: u32,
     },
+    /// Not a valid queue name (see `xtcq_proto::queue_name`).
+    #[error(transparent)]
+    BadQueueName(#[from] xtcq_proto::queue_name::QueueNameError),
     /// The daemon found the request malformed or its arguments invalid.
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -202,7 +232,7 @@ impl Error {
             Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
             Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
-            Error::BadRequest(_) => ErrorCode::BadRequest,
+            Error::BadRequest(_) | Error::BadQueueName(_) => ErrorCode::BadRequest,
             Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
             Error::SlotNotResumed { .. } => ErrorCode::SlotNotHeld,
             Error::Daemon(e) => e.code,
@@ -216,6 +246,7 @@ impl Error {
             self,
             Error::DaemonNotRunning { .. }
                 | Error::PermissionDenied { .. }
+                | Error::UntrustedDaemon { .. }
                 | Error::Connect { .. }
                 | Error::DaemonLost { .. }
                 | Error::Timeout { .. }

@@ -32,6 +32,7 @@
 mod conn;
 mod error;
 mod handles;
+mod trust;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::segment::monotonic_ns;
 pub use shm_layout::{JobError, JobHandle};
+pub use trust::TRUST_ENV;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
     PROTOCOL_VERSION,
@@ -60,6 +62,9 @@ pub struct ConnectOptions {
     pub client_name: String,
     /// How long to wait for the daemon to answer a request.
     pub timeout: Duration,
+    /// Uids, besides this process's own and root, that may run the daemon and own the
+    /// socket's directory (e.g. a service user); `$XTCQ_TRUST_UID` adds more.
+    pub trusted_uids: Vec<u32>,
 }
 
 impl Default for ConnectOptions {
@@ -68,7 +73,7 @@ impl Default for ConnectOptions {
             .next()
             .and_then(|a| Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "xtcq-client".into());
-        Self { socket: None, client_name: name, timeout: Duration::from_secs(30) }
+        Self { socket: None, client_name: name, timeout: Duration::from_secs(30), trusted_uids: Vec::new() }
     }
 }
 
@@ -102,7 +107,9 @@ impl Client {
     /// Connects with explicit options.
     pub fn connect_with(opts: ConnectOptions) -> Result<Client, Error> {
         let path = resolve_socket(opts.socket.as_deref());
-        let conn = Conn::open(&path, &opts.client_name, opts.timeout)?;
+        let mut trusted = opts.trusted_uids;
+        trusted.extend(trust::env_trusted_uids()?);
+        let conn = Conn::open_trusting(&path, &opts.client_name, opts.timeout, trusted)?;
         Ok(Client { conn: Arc::new(conn) })
     }
 
@@ -171,6 +178,8 @@ impl Client {
 
     /// Creates a queue.
     pub fn create_queue(&self, params: &QueueParams) -> Result<QueueInfo, Error> {
+        // The daemon refuses it too; checked here for an error before any request.
+        xtcq_proto::queue_name::check(&params.name)?;
         match self.call(Request::CreateQueue(params.clone()))? {
             Response::QueueCreated(q) => Ok(q),
             r => Err(self.unexpected(r)),

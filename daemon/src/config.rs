@@ -190,11 +190,22 @@ impl Config {
         allow_gids.extend(group);
         allow_gids.sort_unstable();
         allow_gids.dedup();
+        if group.is_none() && !(args.allow_uid.is_empty() && args.allow_gid.is_empty()) {
+            // The socket and segment stay 0600 without --group, so the kernel lets no other
+            // user open them: the allow lists would be a promise nothing keeps.
+            return Err(ConfigError::Invalid(
+                "--allow-uid / --allow-gid have no effect without --group: the socket and segment stay \
+                 0600, so no other user can open them. Add --group GROUP (a group the allowed users are \
+                 in), which makes them 0660 owned by that group"
+                    .into(),
+            ));
+        }
         if allow_uids.is_empty() && allow_gids.is_empty() {
             return Err(ConfigError::Invalid(
                 "--no-allow-self with no --allow-uid, --allow-gid or --group would allow nobody".into(),
             ));
         }
+        check_socket_len(&socket)?;
         if args.max_connections == 0 {
             return Err(ConfigError::Invalid("--max-connections must be at least 1".into()));
         }
@@ -222,6 +233,21 @@ impl Config {
             0o600
         }
     }
+}
+
+/// The longest socket path `bind` takes (`sun_path` holds 108 bytes with the final NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a socket path too long to bind, before anything is created for it.
+fn check_socket_len(socket: &std::path::Path) -> Result<(), ConfigError> {
+    let len = socket.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(ConfigError::Invalid(format!(
+            "--socket {} is {len} bytes; a Unix socket path may be at most {MAX_SOCKET_PATH}: use a shorter path",
+            socket.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Each of `given` (names or numbers) to an id with `resolve`, the flag named in the error.
@@ -277,5 +303,20 @@ mod tests {
         assert!(Config::from_args(&bad).is_err());
         let nobody = Args::parse_from(["xtcqd", "--no-allow-self"]);
         assert!(Config::from_args(&nobody).is_err());
+        let long = format!("/tmp/{}/xtcqd.sock", "d".repeat(100));
+        let e = Config::from_args(&Args::parse_from(["xtcqd", "--socket", &long])).unwrap_err();
+        assert!(e.to_string().contains("at most 107"), "{e}");
+    }
+
+    #[test]
+    fn allow_lists_without_a_group_are_refused_saying_to_add_one() {
+        for flag in ["--allow-uid", "--allow-gid"] {
+            let e = Config::from_args(&Args::parse_from(["xtcqd", flag, "0"])).unwrap_err();
+            assert!(
+                e.to_string().contains("without --group") && e.to_string().contains("Add --group"),
+                "{e}"
+            );
+            assert!(Config::from_args(&Args::parse_from(["xtcqd", flag, "0", "--group", "0"])).is_ok());
+        }
     }
 }

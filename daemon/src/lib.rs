@@ -5,6 +5,7 @@
 //! - [`startup`]: socket directory, single-daemon checks, segment create/adopt, bind;
 //! - [`server`]: the tokio control-channel server and process watching;
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
+//! - [`paths_secure`]: no-follow, owner-checked opens under shared directories;
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification.
 //!
@@ -15,6 +16,7 @@
 
 pub mod config;
 pub mod notify;
+pub mod paths_secure;
 pub mod peer;
 pub mod registry;
 pub mod server;
@@ -82,6 +84,14 @@ pub enum DaemonError {
         /// The directory.
         path: PathBuf,
         /// Why.
+        why: String,
+    },
+    /// A file the daemon would open or adopt is not provably its own.
+    #[error("refusing to use {path}: {why}")]
+    UnsafeFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what to do.
         why: String,
     },
     /// Something other than a socket is at the socket path.

@@ -614,6 +614,9 @@ impl Conn {
         match req {
             Request::Ping => Ok(Response::Pong),
             Request::CreateQueue(p) => {
+                // Names are printed by every reader and used in logs: only the portable set.
+                proto::queue_name::check(&p.name)
+                    .map_err(|e| ErrorReply::new(ErrorCode::BadRequest, e.to_string()))?;
                 let q = reg.create_queue(&p)?;
                 info!(queue = %q.name, deques = q.deques, capacity = q.capacity, flavor = ?q.flavor, "queue created");
                 Ok(Response::QueueCreated(q))

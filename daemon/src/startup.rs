@@ -13,9 +13,10 @@
 //! `--recreate`) a segment no live daemon holds; files are created owner-only and widened
 //! to exactly 0600 / 0660 with `chmod` (never by umask), never world-accessible.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -26,6 +27,7 @@ use shm_layout::Segment;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::paths_secure;
 use crate::peer;
 use crate::DaemonError;
 
@@ -60,58 +62,37 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Runs every startup step.
 pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    ensure_socket_dir(dir, cfg.group)?;
-    let socket_lock = lock_socket(&cfg.socket)?;
+    let dir_fd = ensure_socket_dir(dir, cfg.group)?;
+    let socket_lock = lock_socket(&dir_fd, &cfg.socket)?;
     clear_stale_socket(&cfg.socket)?;
     let (segment, created) = open_segment(cfg)?;
     let (listener, socket_id) = bind(cfg)?;
     Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
 }
 
-fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<(), DaemonError> {
-    if !dir.exists() {
+fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<OwnedFd, DaemonError> {
+    paths_secure::check_ancestors(dir, group)
+        .map_err(|why| DaemonError::UnsafeDir { path: dir.to_path_buf(), why })?;
+    if fs::symlink_metadata(dir).is_err() {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(if group.is_some() { 0o750 } else { 0o700 })
             .create(dir)
             .map_err(io_err("cannot create the socket directory", dir))?;
+        let fd = paths_secure::open_socket_dir(dir, None)?;
         if let Some(g) = group {
-            rustix::fs::chown(dir, None, Some(rustix::fs::Gid::from_raw(g)))
+            rustix::fs::fchown(&fd, None, Some(rustix::fs::Gid::from_raw(g)))
                 .map_err(|e| io_err("cannot chgrp the socket directory", dir)(e.into()))?;
         }
         info!(dir = %dir.display(), "created socket directory");
     }
-    let md = fs::metadata(dir).map_err(io_err("cannot stat the socket directory", dir))?;
-    if !md.is_dir() {
-        return Err(DaemonError::UnsafeDir { path: dir.to_path_buf(), why: "it is not a directory".into() });
-    }
-    let me = rustix::process::getuid().as_raw();
-    let mode = md.mode();
-    if md.uid() != me && md.uid() != 0 {
-        return Err(DaemonError::UnsafeDir {
-            path: dir.to_path_buf(),
-            why: format!("it is owned by uid {}, not by us ({me}) or root", md.uid()),
-        });
-    }
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Err(DaemonError::UnsafeDir {
-            path: dir.to_path_buf(),
-            why: format!("it is world-writable (mode {:o}) without the sticky bit", mode & 0o7777),
-        });
-    }
-    Ok(())
+    paths_secure::open_socket_dir(dir, group)
 }
 
-fn lock_socket(socket: &Path) -> Result<File, DaemonError> {
+fn lock_socket(dir_fd: &OwnedFd, socket: &Path) -> Result<File, DaemonError> {
     let path = with_suffix(socket, ".lock");
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io_err("cannot open the lock file", &path))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut f = paths_secure::open_lock_file(dir_fd, &name, &path)?;
     match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
@@ -179,11 +160,14 @@ fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
 
 fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
     let path = &cfg.segment;
-    let exists = fs::symlink_metadata(path).is_ok();
-    if exists && cfg.recreate {
+    paths_secure::check_ancestors(path, cfg.group)
+        .map_err(|why| DaemonError::UnsafeFile { path: path.clone(), why })?;
+    // Opened once, without following a link, and checked (owner, mode) on the fd: a file
+    // another user planted at the path is refused, not adopted or retired.
+    let existing = paths_secure::open_segment(path, cfg.file_mode(), cfg.group)?;
+    if let Some(f) = existing.as_ref().filter(|_| cfg.recreate) {
         // Refuse to pull a segment from under a live daemon.
-        let f = File::open(path).map_err(io_err("cannot open the segment", path))?;
-        match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 return Err(DaemonError::SegmentInUse { path: path.clone(), pid: None })
@@ -194,7 +178,11 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         // go on pushing and stealing there, unseen by anyone who attaches to the new one:
         // mark it retired, which their handles check, and wake their sleeping consumers. A
         // file that does not attach (another version, corrupt) has no such clients to tell.
-        match Segment::attach(path) {
+        match f
+            .try_clone()
+            .map_err(|e| e.to_string())
+            .and_then(|f| Segment::attach_file(f, path).map_err(|e| e.to_string()))
+        {
             Ok(old) => {
                 old.retire();
                 info!(segment = %path.display(), "--recreate: retired the existing segment; its clients are told");
@@ -206,13 +194,13 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         fs::remove_file(path).map_err(io_err("cannot remove the segment", path))?;
         warn!(segment = %path.display(), "--recreate: removed the existing segment and its jobs");
     }
-    let (seg, created) = if exists && !cfg.recreate {
-        let seg =
-            Segment::attach(path).map_err(|source| DaemonError::Adopt { path: path.clone(), source })?;
-        (seg, false)
-    } else {
-        let seg = Segment::create(path, &cfg.segment_config, 0o600)?;
-        (seg, true)
+    let (seg, created) = match existing {
+        Some(f) if !cfg.recreate => {
+            let seg = Segment::attach_file(f, path)
+                .map_err(|source| DaemonError::Adopt { path: path.clone(), source })?;
+            (seg, false)
+        }
+        _ => (Segment::create(path, &cfg.segment_config, 0o600)?, true),
     };
     lock_segment(&seg)?;
     let live = seg.header_live();

@@ -7,6 +7,7 @@
 //!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
 //!   [`msg::ErrorCode`] every error reply carries;
 //! - [`names`]: users and groups by name, through the system's name service (NSS);
+//! - [`queue_name`]: which queue names exist, and how a name from the segment is printed;
 //! - [`paths`]: where the socket and the segment are by default, resolved the same way by the
 //!   daemon and by every client.
 //!
@@ -24,6 +25,7 @@ pub mod frame;
 pub mod msg;
 pub mod names;
 pub mod paths;
+pub mod queue_name;
 
 pub use frame::{FrameError, MAX_FRAME_LEN};
 pub use msg::*;
