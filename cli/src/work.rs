@@ -57,8 +57,10 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
 pub struct WorkArgs {
     /// The queue.
     queue: String,
-    /// Commands to run at once.
-    #[arg(long, short = 'j', default_value_t = 1)]
+    /// Commands to run at once (1 to 1024; also bounded by the process's thread and file
+    /// limits).
+    #[arg(long, short = 'j', default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_JOBS as i64))]
     jobs: u32,
     /// Claim lease for each job, extended while its command runs (default: the queue's).
     #[arg(long, value_parser = parse_duration)]
@@ -91,6 +93,43 @@ struct Counters {
 struct Stop {
     taking: AtomicBool,
     now: AtomicBool,
+}
+
+/// The most commands `work` runs at once: each is a thread, a child process and a few file
+/// descriptors; past this a machine's limits, not the queue, decide, and the failure would
+/// come late (a thread or a fork refused mid-run) instead of as an error at the start.
+pub const MAX_JOBS: u32 = 1024;
+
+/// File descriptors one running command costs `work` (its stdin pipe, the pidfd it hands
+/// the daemon, the slack of a spawn's own error pipe), and those `work` needs besides.
+const FDS_PER_JOB: u64 = 4;
+const FDS_BASE: u64 = 64;
+
+/// Refuses a `--jobs` the process's limits cannot serve, before any job is taken: otherwise
+/// the command spawns would fail one by one and their jobs be failed, not the invocation.
+fn check_jobs_fit(jobs: u32) -> Result<()> {
+    use rustix::process::{getrlimit, Resource};
+    let fds = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let need = FDS_BASE + FDS_PER_JOB * u64::from(jobs);
+    if need > fds {
+        bail!(
+            "--jobs {jobs} needs about {need} file descriptors, but this process may open {fds} \
+             (ulimit -n); lower --jobs to at most {} or raise the limit",
+            fds.saturating_sub(FDS_BASE) / FDS_PER_JOB
+        );
+    }
+    Ok(())
+}
+
+/// Raises the soft file-descriptor limit to the hard one: a worker running many commands
+/// should not fail on a default soft limit (often 1024) that it may lift itself.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
 }
 
 /// Payloads up to this size also go in `$XTCQ_PAYLOAD`; the kernel refuses any one
@@ -257,9 +296,11 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
 }
 
 pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
-    if a.jobs == 0 {
-        bail!("--jobs must be at least 1");
+    if a.jobs == 0 || a.jobs > MAX_JOBS {
+        bail!("--jobs must be between 1 and {MAX_JOBS}, not {}", a.jobs);
     }
+    raise_fd_limit();
+    check_jobs_fit(a.jobs)?;
     let stop = Arc::new(Stop::default());
     let mut signals =
         signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
@@ -280,19 +321,32 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
     let result: Result<()> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..a.jobs)
-            .map(|_| {
-                s.spawn(|| {
-                    let r = worker(&a, thief.clone(), &stop, &n);
-                    if r.is_err() {
-                        // One worker's error stops them all, not only once it is joined.
-                        stop.taking.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
+        let mut workers = Vec::with_capacity(a.jobs as usize);
         let mut first_err = None;
+        for i in 0..a.jobs {
+            let spawned = std::thread::Builder::new().spawn_scoped(s, || {
+                let r = worker(&a, thief.clone(), &stop, &n);
+                if r.is_err() {
+                    // One worker's error stops them all, not only once it is joined.
+                    stop.taking.store(true, Ordering::Relaxed);
+                }
+                r
+            });
+            match spawned {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    // The machine cannot serve this many: stop the ones started (they give
+                    // back nothing: they finish their command) and say so.
+                    stop.taking.store(true, Ordering::Relaxed);
+                    first_err = Some(anyhow::anyhow!(
+                        "cannot start worker thread {} of --jobs {}: {e}; lower --jobs",
+                        i + 1,
+                        a.jobs
+                    ));
+                    break;
+                }
+            }
+        }
         let mut last_print = Instant::now();
         for w in workers {
             while !w.is_finished() {
