@@ -42,8 +42,9 @@ pub struct CreateArgs {
     /// Runs before a job is dead-lettered (0: retry forever).
     #[arg(long, default_value_t = 0)]
     max_attempts: u32,
-    /// Claim lease: a job claimed longer than this is re-queued (0: none). E.g. 30s.
-    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    /// Claim lease: a job claimed longer than this is re-queued (0: none). E.g. 30s; whole
+    /// milliseconds, at least 1ms.
+    #[arg(long, value_parser = crate::parse_lease, default_value = "0")]
     lease: Duration,
     /// Succeed if a queue of that name already exists.
     #[arg(long)]
@@ -58,8 +59,7 @@ fn segment_limits(c: &Client) -> Result<(u32, u32)> {
 
 pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
     let c = connect(socket)?;
-    let lease_ms =
-        u32::try_from(a.lease.as_millis()).context("--lease is too long (at most about 49 days)")?;
+    let lease_ms = xtcq_proto::lease::lease_ms(a.lease).context("--lease")?;
     let defaults = QueueParams::new(a.queue.clone());
     let (deques, capacity) = match (a.deques, a.capacity) {
         (Some(d), Some(c)) => (d, c),

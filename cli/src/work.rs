@@ -62,8 +62,9 @@ pub struct WorkArgs {
     #[arg(long, short = 'j', default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_JOBS as i64))]
     jobs: u32,
-    /// Claim lease for each job, extended while its command runs (default: the queue's).
-    #[arg(long, value_parser = parse_duration)]
+    /// Claim lease for each job, extended while its command runs (default: the queue's);
+    /// whole milliseconds, at least 1ms.
+    #[arg(long, value_parser = crate::parse_claim_lease)]
     lease: Option<Duration>,
     /// Stop after this many jobs (0: no limit).
     #[arg(long, default_value_t = 0)]

@@ -42,3 +42,22 @@ fn set_nofile(cmd: &mut std::process::Command, n: u64) {
         });
     }
 }
+
+#[test]
+fn leases_below_the_resolution_are_refused_naming_the_smallest() {
+    let d = Daemon::start();
+    for (lease, says) in [("500us", "smallest accepted is 1ms"), ("1.9ms", "1ms or 2ms"), ("0.0005", "1ms")] {
+        let o = d.run(&["create", "q", "--lease", lease]);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "--lease {lease}: {e}");
+        assert!(e.contains(says), "--lease {lease}: {e}");
+    }
+    assert!(!ok(&d.run(&["ls"])).contains("\nq "), "no queue was created with a wrong lease");
+    ok(&d.run(&["create", "q", "--lease", "1ms"]));
+    for lease in ["500us", "0", "2.5ms"] {
+        let o = d.run(&["work", "q", "--lease", lease, "--idle-exit", "100ms", "--", "true"]);
+        let e = stderr(&o);
+        assert_eq!(code(&o), 2, "work --lease {lease}: {e}");
+        assert!(e.contains("1ms"), "work --lease {lease}: {e}");
+    }
+}

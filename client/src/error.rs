@@ -113,6 +113,9 @@ pub enum Error {
         /// The record's payload area.
         max: u32,
     },
+    /// A lease the daemon cannot honour (below its 1 ms resolution, or zero).
+    #[error(transparent)]
+    Lease(#[from] xtcq_proto::lease::LeaseError),
     /// The daemon found the request malformed or its arguments invalid.
     #[error("bad request: {0}")]
     BadRequest(String),

@@ -127,10 +127,10 @@ impl<'a> Job<'a> {
     }
 
     /// Sets the claim's lease to `lease` from now: a heartbeat for a long job, or a per-steal
-    /// override of the queue's default. Fails with "lease expired" once the daemon has
+    /// override of the queue's default. At least 1 ms, in whole milliseconds. Fails with "lease expired" once the daemon has
     /// re-queued the job.
     pub fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.extend_lease(lease)?)
+        Ok(self.inner.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
     }
 
     /// Done: frees the record.
@@ -205,7 +205,7 @@ impl OwnedJob {
 
     /// Sets the claim's lease to `lease` from now (a heartbeat for a long job).
     pub fn extend_lease(&mut self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.extend_lease(lease)?)
+        Ok(self.inner.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
     }
 
     /// Done: frees the record.
