@@ -177,7 +177,7 @@ pub struct PushArgs {
     /// How long to wait for room when the queue is full before giving up.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     timeout: Duration,
-    /// Print each job's handle (`record.generation`) on stdout.
+    /// Print each job's id (`record.generation`, the id `work` and `dead` name it by) on stdout.
     #[arg(long)]
     print_handle: bool,
 }
@@ -237,7 +237,7 @@ pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
     let mut one = |p: &[u8]| -> Result<()> {
         let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
         if a.print_handle {
-            writeln!(out, "{h}")?;
+            writeln!(out, "{}", xtcq_client::JobId::of_push(h))?;
         }
         Ok(())
     };
@@ -433,6 +433,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                 .map(|d| {
                     serde_json::json!({
                         "job": d.handle.to_string(),
+                        "id": d.id.to_string(),
                         "attempts": d.attempts,
                         "last_error": d.last_error,
                         "payload": String::from_utf8_lossy(&d.payload),

@@ -175,7 +175,8 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
     cmd.args(&a.cmd[1..])
         .stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
-        .env("XTCQ_JOB", job.handle().to_string())
+        // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
+        .env("XTCQ_JOB", job.id().to_string())
         .env("XTCQ_ATTEMPT", job.attempts().to_string())
         // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
         // command finish, instead of killing it and failing its job.
@@ -259,7 +260,7 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             job.extend_lease(l)?;
         }
         n.running.fetch_add(1, Ordering::Relaxed);
-        let handle = job.handle();
+        let id = job.id();
         let attempt = job.attempts();
         let outcome = run_one(a, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
@@ -286,10 +287,10 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             n.failed.fetch_add(1, Ordering::Relaxed);
         }
         if a.verbose || unusual {
-            eprintln!("xtcq: job {handle} attempt {} of {}: {what}", attempt + 1, a.queue);
+            eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
         }
         if let Err(e) = settled {
-            eprintln!("xtcq: job {handle}: {e}");
+            eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
         }
         idle_since = Instant::now();
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shm_layout::overflow::RingError;
-use shm_layout::{ClaimedJob, Injector, JobHandle, Owner, Segment, Steal, Thief};
+use shm_layout::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
 
 use crate::conn::Conn;
@@ -107,6 +107,12 @@ impl<'a> Job<'a> {
     /// `(record index, generation)`.
     pub fn handle(&self) -> JobHandle {
         self.inner.handle()
+    }
+
+    /// The job's stable id (`record.generation` as `push` returned it): the same at every
+    /// attempt, while [`handle`](Self::handle)'s generation moves on at each give-back.
+    pub fn id(&self) -> JobId {
+        self.inner.id()
     }
 
     /// Times the job was given back before this claim.

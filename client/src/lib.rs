@@ -42,7 +42,7 @@ pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::segment::monotonic_ns;
-pub use shm_layout::JobHandle;
+pub use shm_layout::{JobHandle, JobId};
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
     PROTOCOL_VERSION,

@@ -49,7 +49,7 @@ pub mod segment;
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
-pub use record::state::{JobHandle, RecordState, State, StateWord, NO_HOLDER};
+pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]
 pub use api::{ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};
