@@ -493,13 +493,18 @@ pub struct CheckArgs {
     /// (true only when no process is attached).
     #[arg(long)]
     quiescent: bool,
+    /// A queued job that no deque or overflow ring references for this long is reported
+    /// (no consumer would find it; the daemon indexes such strays within two of its
+    /// --lease-scan-interval sweeps, 100 ms each by default).
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    stray_window: Duration,
 }
 
 pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
     let report = match &a.segment {
-        Some(p) => xtcq_client::Client::check_segment_file(p, a.quiescent)
+        Some(p) => xtcq_client::Client::check_segment_file_with_strays(p, a.quiescent, a.stray_window)
             .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?,
-        None => connect(socket)?.check(a.quiescent)?,
+        None => connect(socket)?.check_with_strays(a.quiescent, a.stray_window)?,
     };
     let n = &report.counts;
     println!(

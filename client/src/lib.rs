@@ -250,6 +250,34 @@ impl Client {
         Ok(shm_layout::check::check_segment(&seg, quiescent))
     }
 
+    /// [`check`](Self::check), then also the queued jobs that no deque or overflow ring
+    /// references across `window` (longer than the daemon's sweep interval: it should have
+    /// indexed them): no consumer would ever find them. Takes `window` when there is any
+    /// unindexed queued record at the start.
+    pub fn check_with_strays(
+        &self,
+        quiescent: bool,
+        window: std::time::Duration,
+    ) -> Result<CheckReport, Error> {
+        let seg = self.segment()?;
+        let mut r = shm_layout::check::check_segment(&seg, quiescent);
+        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        Ok(r)
+    }
+
+    /// [`check_segment_file`](Self::check_segment_file) with the stray check of
+    /// [`check_with_strays`](Self::check_with_strays).
+    pub fn check_segment_file_with_strays(
+        path: &Path,
+        quiescent: bool,
+        window: std::time::Duration,
+    ) -> Result<CheckReport, Error> {
+        let seg = shm_layout::Segment::attach(path)?;
+        let mut r = shm_layout::check::check_segment(&seg, quiescent);
+        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        Ok(r)
+    }
+
     fn queue_index(&self, queue: &str) -> Result<(Arc<shm_layout::Segment>, u32), Error> {
         let seg = self.segment()?;
         let q = seg.queue_by_name(queue).map_err(|e| match e {

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fence;
 pub mod notify;
 pub mod peer;
 pub mod registry;

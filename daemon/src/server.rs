@@ -128,9 +128,9 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         }
     }
 
-    if let Some(every) = cfg.lease_scan_interval {
-        tasks.spawn(expire_leases(st.clone(), every));
-    }
+    // The scan also indexes strays, so it runs even with lease expiry off.
+    let every = cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
+    tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
@@ -325,8 +325,9 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
     watch_exit(st, slot, keeper, peer.pidfd, process).await;
 }
 
-/// Every `every`, re-queues the jobs whose claim lease has run out, until shutdown.
-async fn expire_leases(st: Arc<Shared>, every: Duration) {
+/// Every `every`, re-queues the jobs whose claim lease has run out (with `leases`) and
+/// indexes strays, until shutdown.
+async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
     let mut rx = st.shutdown.subscribe();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -337,8 +338,8 @@ async fn expire_leases(st: Arc<Shared>, every: Duration) {
         }
         let reg = st.reg.clone();
         // A scan reads every record's state word: off the async threads.
-        if let Err(e) = tokio::task::spawn_blocking(move || reg.expire_leases()).await {
-            warn!(error = %e, "lease-expiry scan failed");
+        if let Err(e) = tokio::task::spawn_blocking(move || reg.scan(leases)).await {
+            warn!(error = %e, "lease-expiry and stray scan failed");
         }
     }
 }

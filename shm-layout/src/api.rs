@@ -751,11 +751,14 @@ impl ClaimedJob<'_> {
         // while we still hold the record, and the job would wait for recovery.
         st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
-        self.ctx
-            .overflow
-            .push(idx)
-            .map_err(|source| JobError::Requeue { handle: self.handle.get(), source })?;
-        crate::wait::notify(self.ctx.wait);
+        match self.ctx.overflow.push(idx) {
+            Ok(()) => crate::wait::notify(self.ctx.wait),
+            // The job is queued but the ring has no room for its index: the daemon's stray
+            // sweep indexes it once there is (`recovery::StraySweep`), so the give-back is
+            // done; failing it would tell the caller a queued job was lost.
+            Err(RingError::Full) => {}
+            Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
+        }
         Ok(())
     }
 }

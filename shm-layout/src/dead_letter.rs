@@ -39,7 +39,7 @@ pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
 const LEN_MASK: u32 = (1 << crate::record::state::BIRTH_SHIFT) - 1;
 
 /// The stable id of the job in record `index` (caller knows the record holds a job).
-pub(crate) fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
+pub fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
     let birth = hdr.flags.load(Ordering::Relaxed) >> crate::record::state::BIRTH_SHIFT;
     crate::JobId { index, birth }
 }
