@@ -43,7 +43,9 @@ impl Registry {
             let (tracked, mem) = t.split_scan();
             let mut fence = |i: u32, holder: u32| tracked.fence(i, holder);
             taken = recovery::expire_leases_fenced(&self.seg, now, &mut fence);
-            let _ = mem;
+            for (i, w) in self.undated_expired(&mut mem.undated, now) {
+                taken.extend(recovery::expire_claim(&self.seg, i, w, &mut fence));
+            }
         }
         self.log_expired(&taken);
         let swept = t.scan.strays.sweep(&self.seg);
