@@ -89,7 +89,11 @@ async fn shutdown_requested(rx: &mut watch::Receiver<Option<String>>) -> String 
 
 /// Serves until shutdown; then removes the socket and detaches from the segment.
 pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
+    // Before adopting: every live attached process needs a pidfd, and running out would have
+    // made live processes look dead.
+    let fds = peer::raise_fd_limit();
     let seg = prep.segment.clone();
+    let max_connections = connections_for(&cfg, fds, seg.config().process_slots);
     let live = seg.header_live();
     let hello = proto::HelloOk {
         protocol_version: proto::PROTOCOL_VERSION,
@@ -114,7 +118,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         let adopted = reg.adopt(peer::is_alive);
         for a in adopted {
             match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
-                Some(fd) => {
+                Ok(Some(fd)) => {
                     info!(
                         slot = a.slot.slot,
                         pid = a.process.pid,
@@ -123,7 +127,19 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
                     let st = st.clone();
                     tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, Some(fd), a.process).await });
                 }
-                None => reg.recover_process(a.slot),
+                Ok(None) => reg.recover_process(a.slot),
+                // Unknown is not dead: keep its claims and watch it through /proc and
+                // kill(pid, 0) until it exits.
+                Err(e) => {
+                    warn!(
+                        slot = a.slot.slot,
+                        pid = a.process.pid,
+                        error = %e,
+                        "cannot open a pidfd for an adopted process; keeping it and polling its liveness"
+                    );
+                    let st = st.clone();
+                    tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, None, a.process).await });
+                }
             }
         }
     }
@@ -177,7 +193,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         "xtcqd ready"
     );
 
-    let permits = Arc::new(Semaphore::new(cfg.max_connections));
+    let permits = Arc::new(Semaphore::new(max_connections));
     let mut stop_rx = st.shutdown.subscribe();
     let reason = loop {
         tokio::select! {
@@ -323,6 +339,23 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
         return;
     }
     watch_exit(st, slot, keeper, peer.pidfd, process).await;
+}
+
+/// `--max-connections`, lowered to what the file-descriptor limit `fds` can serve: each
+/// connection costs a socket and a pidfd, each process slot a pidfd, plus a reserve for the
+/// segment, the listener, the runtime and `/proc` reads.
+fn connections_for(cfg: &Config, fds: u64, slots: u32) -> usize {
+    let spare = fds.saturating_sub(64 + u64::from(slots)) / 2;
+    let n = (cfg.max_connections as u64).min(spare.max(1)) as usize;
+    if n < cfg.max_connections {
+        warn!(
+            max_connections = n,
+            asked = cfg.max_connections,
+            fd_limit = fds,
+            "--max-connections lowered to what the file-descriptor limit allows (raise LimitNOFILE / ulimit -n)"
+        );
+    }
+    n
 }
 
 /// Every `every`, re-queues the jobs whose claim lease has run out (with `leases`) and
