@@ -9,6 +9,7 @@
 mod cmd;
 mod demo;
 mod exit;
+mod fence;
 mod work;
 
 use std::path::PathBuf;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use xtcq_client::{Job, ThiefHandle};
+use xtcq_client::{Client, Job, ThiefHandle};
 
 use crate::cmd::{connect, for_each_stdin_job, push_blocking};
 use crate::{exit, parse_duration};
@@ -147,6 +147,9 @@ enum Ran {
     /// `work` was told to stop now (a second SIGINT / SIGTERM) and killed it: the job did
     /// not fail, so it goes back without counting an attempt.
     Interrupted,
+    /// The daemon would not fence it (see `fence`), so it was killed at once: the job goes
+    /// back uncounted and this worker stops.
+    Unfenced(String),
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -168,7 +171,7 @@ fn kill_group(child: &mut std::process::Child) {
 }
 
 /// Runs the command for one job, extending the lease while it runs.
-fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
     use std::os::unix::process::CommandExt;
     let payload = job.payload()?;
     let mut cmd = Command::new(&a.cmd[0]);
@@ -181,6 +184,7 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
         // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
         // command finish, instead of killing it and failing its job.
         .process_group(0);
+    crate::fence::die_with_worker(&mut cmd);
     match std::str::from_utf8(&payload) {
         // An environment string cannot hold a NUL byte or pass the kernel's limit: such a
         // payload is on stdin only.
@@ -200,6 +204,18 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
             let _ = stdin.write_all(&payload);
         })
     });
+    // Registered before anything else happens to it: from here on, the daemon kills its
+    // process group before the job can run again elsewhere.
+    let mut fence = match crate::fence::Registration::new(c, job.id(), child.id()) {
+        Ok(r) => r,
+        Err(e) => {
+            kill_group(&mut child);
+            if let Some(w) = writer {
+                let _ = w.join();
+            }
+            return Ok(Ran::Unfenced(format!("{e:#}")));
+        }
+    };
     let beat = lease.map(|l| (l / 3).max(Duration::from_millis(10)));
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
     let ran = loop {
@@ -221,8 +237,11 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
+        fence.keep();
         std::thread::sleep(Duration::from_millis(2));
     };
+    // Reaped (by try_wait or kill_group): the daemon may forget it.
+    drop(fence);
     if let Some(w) = writer {
         // The command has exited, so its end of the pipe is closed and the write is over.
         let _ = w.join();
@@ -230,7 +249,7 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
     Ok(ran)
 }
 
-fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
+fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
     let queue_lease = Some(Duration::from_millis(thief.queue().lease_ms as u64)).filter(|d| !d.is_zero());
     let lease = a.lease.or(queue_lease);
     let mut idle_since = Instant::now();
@@ -262,7 +281,7 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, &job, lease, stop);
+        let outcome = run_one(a, c, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
         // `unusual`: killed or not run, reported even without --verbose.
         let (what, succeeded, unusual) = match &outcome {
@@ -271,11 +290,12 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             Ok(Ran::Interrupted) => {
                 ("interrupted; given back, not counted as an attempt".into(), false, true)
             }
+            Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
-            Ok(Ran::Interrupted) => job.release(),
+            Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
             Ok(Ran::Exited(_) | Ran::Killed(_)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
@@ -291,6 +311,9 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
         }
         if let Err(e) = settled {
             eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
+        }
+        if let Ok(Ran::Unfenced(why)) = &outcome {
+            bail!("job {id}: {why}");
         }
         idle_since = Instant::now();
     }
@@ -327,7 +350,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
         let mut first_err = None;
         for i in 0..a.jobs {
             let spawned = std::thread::Builder::new().spawn_scoped(s, || {
-                let r = worker(&a, thief.clone(), &stop, &n);
+                let r = worker(&a, &c, thief.clone(), &stop, &n);
                 if r.is_err() {
                     // One worker's error stops them all, not only once it is joined.
                     stop.taking.store(true, Ordering::Relaxed);

@@ -157,6 +157,26 @@ impl Client {
         self.conn.request(req, queue.as_deref())
     }
 
+    /// Registers `pid`, a child of this process leading its own process group, as the
+    /// command running job `id` (held by this process): if this process dies or the job's
+    /// lease expires, the daemon kills that process group, and waits until it is empty,
+    /// before the job can be claimed again (or dead-letters it when it cannot). For
+    /// executors that run a job outside their own process; see RELIABILITY.md.
+    pub fn fence_command(&self, id: JobId, pid: u32) -> Result<(), Error> {
+        match self.call(Request::FenceCommand { index: id.index, birth: id.birth, pid })? {
+            Response::Fenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// The command registered for job `id` has exited and been reaped.
+    pub fn unfence_command(&self, id: JobId) -> Result<(), Error> {
+        match self.call(Request::Unfence { index: id.index, birth: id.birth })? {
+            Response::Unfenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
     fn unexpected(&self, r: Response) -> Error {
         Error::Protocol { path: self.conn.path().to_path_buf(), message: format!("unexpected reply {r:?}") }
     }

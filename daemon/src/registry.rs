@@ -44,6 +44,7 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
 
+mod fencing;
 mod scan;
 
 /// A registered process slot.
@@ -102,8 +103,8 @@ struct Tracked {
 
 impl Tracked {
     /// The fences (read) and the scan memory (written) at once.
-    fn split_scan(&mut self) -> (&crate::fence::Fences, &mut scan::ScanMemory) {
-        (&self.fences, &mut self.scan)
+    fn split_scan(&mut self) -> (&mut crate::fence::Fences, &mut scan::ScanMemory) {
+        (&mut self.fences, &mut self.scan)
     }
 }
 
@@ -472,7 +473,12 @@ impl Registry {
         // A crash here (or inside `recover_holder`, which has the fail point after revoking a
         // claim) leaves the slot RECOVERING; the next daemon's `adopt` recovers it again.
         shm_layout::failpoint::point("daemon.recovery.mid");
-        let r = recovery::recover_holder(&self.seg, slot.slot);
+        // Each claimed job's command (registered by `xtcq work`) is killed before the job
+        // is re-queued; then whatever else it had registered.
+        let r = recovery::recover_holder_fenced(&self.seg, slot.slot, &mut |i, h| t.fences.fence(i, h));
+        for e in t.fences.fence_all_of(slot.slot) {
+            warn!(slot = slot.slot, pid, "a command of an exited process could not be stopped: {e}");
+        }
         let leases = recovery::release_deque_leases(&self.seg, slot.slot);
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.

@@ -748,6 +748,25 @@ impl Conn {
                 self.slot = Some(got);
                 Ok(Response::Resumed { process_slot: got.slot, slot_epoch: got.epoch })
             }
+            Request::FenceCommand { index, birth, pid } => {
+                let slot = self.slot.ok_or_else(|| {
+                    ErrorReply::new(
+                        ErrorCode::BadRequest,
+                        "attach (and claim the job) before fencing its command",
+                    )
+                })?;
+                let worker = (self.peer.pid, self.peer.uid);
+                tokio::task::spawn_blocking(move || reg.register_fence(slot, index, birth, pid, worker))
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
+                Ok(Response::Fenced)
+            }
+            Request::Unfence { index, birth } => {
+                if let Some(slot) = self.slot {
+                    reg.unregister_fence(slot, index, birth);
+                }
+                Ok(Response::Unfenced)
+            }
             Request::Shutdown => {
                 if self.peer.uid == self.st.my_uid || self.peer.uid == 0 {
                     info!(pid = self.peer.pid, client = %self.name, "shutdown requested");

@@ -40,8 +40,8 @@ impl Registry {
         let now = shm_layout::segment::monotonic_ns();
         let mut taken = Vec::new();
         if leases {
-            let (tracked, mem) = t.split_scan();
-            let mut fence = |i: u32, holder: u32| tracked.fence(i, holder);
+            let (fences, mem) = t.split_scan();
+            let mut fence = |i: u32, holder: u32| fences.fence(i, holder);
             taken = recovery::expire_leases_fenced(&self.seg, now, &mut fence);
             for (i, w) in self.undated_expired(&mut mem.undated, now) {
                 taken.extend(recovery::expire_claim(&self.seg, i, w, &mut fence));
