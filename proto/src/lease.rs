@@ -43,7 +43,7 @@ pub fn lease_ms(d: Duration) -> Result<u32, LeaseError> {
     if d < LEASE_RESOLUTION {
         return Err(LeaseError::TooShort(d));
     }
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(LeaseError::NotWholeMillis(d));
     }
     u32::try_from(d.as_millis()).map_err(|_| LeaseError::TooLong(d))
