@@ -193,3 +193,30 @@ fn a_stopped_workers_command_is_dead_before_its_expired_job_runs_again() {
     }
     check_no_overlap(&d, &log, ROUNDS);
 }
+
+#[test]
+fn a_command_stays_fenced_across_a_daemon_restart() {
+    const REGISTERED: &str = "command registered for fencing";
+    let debug = |c: &mut std::process::Command| {
+        c.env("RUST_LOG", "info,xtcqd=debug");
+    };
+    let mut d = Daemon::start_cmd(tempfile::tempdir().expect("tempdir"), SIZES, debug);
+    ok(&d.run(&["create", "q"]));
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "q", "r0"]));
+    let mut first = work(&d, "q", &log, &[]);
+    wait_line(&log, "alive", "r0", 0);
+    wait_until(Duration::from_secs(20), "registered", || d.log().contains(REGISTERED));
+    // The new daemon knows nothing of the command until the worker registers it again.
+    d.kill();
+    let before = d.log().len();
+    d.spawn(SIZES, debug);
+    wait_until(Duration::from_secs(20), "registered again after the restart", || {
+        d.log()[before..].contains(REGISTERED)
+    });
+    let _ = first.kill();
+    let _ = first.wait();
+    let second = work(&d, "q", &log, &["--idle-exit", "20s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    check_no_overlap(&d, &log, 1);
+}

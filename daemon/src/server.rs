@@ -759,6 +759,7 @@ impl Conn {
                 tokio::task::spawn_blocking(move || reg.register_fence(slot, index, birth, pid, worker))
                     .await
                     .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
+                debug!(slot = slot.slot, index, birth, pid, "command registered for fencing");
                 Ok(Response::Fenced)
             }
             Request::Unfence { index, birth } => {
