@@ -8,7 +8,9 @@
 //! and gives their jobs back (not counted as attempts: the jobs did not fail). While a command runs, its claim's lease is extended, so a long
 //! job is not re-queued under a live worker; if a heartbeat fails anyway (the worker stalled
 //! past the lease and the job was re-queued), the command is killed, so that one job never
-//! runs twice at the same time.
+//! runs twice at the same time. Each command is also registered with the daemon (`fence`),
+//! which kills its process group before the job can run again when this worker dies or is
+//! stopped past its lease.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
