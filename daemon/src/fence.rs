@@ -140,7 +140,14 @@ impl Fences {
     /// its process group is empty, `Err(why)` when that cannot be achieved.
     pub fn fence(&mut self, index: u32, holder: u32) -> Result<(), String> {
         match self.commands.remove(&(holder, index)) {
-            Some(c) => kill_group(&c),
+            Some(c) => kill_group(&c).inspect_err(|e| {
+                tracing::warn!(
+                    slot = holder,
+                    record = index,
+                    pid = c.pid,
+                    "job dead-lettered, not re-queued: {e}"
+                )
+            }),
             None => Ok(()),
         }
     }

@@ -52,6 +52,9 @@ pub struct HolderRecovery {
 /// than run twice at once.
 pub type Fence<'a> = &'a mut dyn FnMut(u32, u32) -> Result<(), String>;
 
+/// The last error of a job dead-lettered because its holder's work could not be stopped.
+pub const UNFENCED: &str = "could not stop command";
+
 /// A fence for callers with nothing to stop (the in-process tests, a library-only setup).
 pub fn no_fence(_index: u32, _holder: u32) -> Result<(), String> {
     Ok(())
@@ -157,8 +160,9 @@ fn give_back(
     let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
     hdr.attempts.store(attempts, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    if let Err(unfenced) = fenced {
-        crate::dead_letter::store_last_error(hdr, &unfenced);
+    if fenced.is_err() {
+        // The fence logs its detail; the record keeps what fits its 24 bytes.
+        crate::dead_letter::store_last_error(hdr, UNFENCED);
         let _ = st.dead_letter(g, NO_HOLDER);
         return Ok(GiveBack::DeadLettered);
     }
