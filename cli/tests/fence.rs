@@ -220,3 +220,47 @@ fn a_command_stays_fenced_across_a_daemon_restart() {
     let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
     check_no_overlap(&d, &log, 1);
 }
+
+#[test]
+fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "a"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("q").expect("thief");
+    let job = thief.steal().expect("steal").expect("a job");
+    let id = job.id();
+    let refused = |pid: u32, why: &str| {
+        let e = c.fence_command(id, pid).expect_err(why).to_string();
+        assert!(e.contains(why), "pid {pid}: {e}");
+    };
+    // Not a child of ours (ourselves; init).
+    refused(std::process::id(), "not a child of this process");
+    refused(1, "not a child of this process");
+    // A child, but in our process group.
+    let mut same_group = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+    refused(same_group.id(), "does not lead its own process group");
+    // A child leading its own group: accepted; but not for a job we do not hold.
+    let mut own = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+    c.fence_command(id, own.id()).expect("a child leading its own group");
+    let other = xtcq_client::JobId { index: id.index + 1, birth: 1 };
+    let e = c.fence_command(other, own.id()).expect_err("not held").to_string();
+    assert!(e.contains("not held by this process"), "{e}");
+    // A child of another uid (needs root to start one; a bare uid needs no user entry).
+    let mut other_uid = None;
+    if rustix::process::geteuid().is_root() {
+        let ch =
+            std::process::Command::new("sleep").arg("30").process_group(0).uid(65534).spawn().expect("sleep");
+        refused(ch.id(), "belongs to uid 65534");
+        other_uid = Some(ch);
+    } else {
+        eprintln!("skipped: the other-uid case needs root");
+    }
+    c.unfence_command(id).expect("unfence");
+    for ch in [Some(&mut same_group), Some(&mut own), other_uid.as_mut()].into_iter().flatten() {
+        let _ = ch.kill();
+        let _ = ch.wait();
+    }
+    job.ack().expect("ack");
+}
