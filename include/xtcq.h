@@ -166,9 +166,14 @@ typedef struct {
    */
   uint32_t index;
   /**
-   * The record's generation for this claim.
+   * The record's generation for this claim (it moves on with each attempt).
    */
   uint32_t generation;
+  /**
+   * With `index`, the job's stable id (`index.birth`), the same across its attempts: the
+   * id `xtcq work`, `xtcq dead` and the daemon's logs print.
+   */
+  uint32_t birth;
   /**
    * Times the job was given back before this claim.
    */

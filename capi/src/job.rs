@@ -33,8 +33,11 @@ pub struct xtcq_job {
 pub struct xtcq_job_info {
     /// The job's record in the segment.
     pub index: u32,
-    /// The record's generation for this claim.
+    /// The record's generation for this claim (it moves on with each attempt).
     pub generation: u32,
+    /// With `index`, the job's stable id (`index.birth`), the same across its attempts: the
+    /// id `xtcq work`, `xtcq dead` and the daemon's logs print.
+    pub birth: u32,
     /// Times the job was given back before this claim.
     pub attempts: u32,
     /// The claim's lease deadline, CLOCK_MONOTONIC ns; 0 when it has no lease.
@@ -225,6 +228,7 @@ pub unsafe extern "C" fn xtcq_job_get_info(job: *mut xtcq_job, info: *mut xtcq_j
         let value = xtcq_job_info {
             index: h.index,
             generation: h.generation,
+            birth: held.id().birth,
             attempts: held.attempts(),
             lease_deadline_ns: held.lease_deadline_ns().unwrap_or(0),
         };

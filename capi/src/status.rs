@@ -98,7 +98,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         | Error::SlotNotResumed { .. }
         | Error::Queue(_)
         | Error::Job(_) => XTCQ_E_SEGMENT,
-        Error::BadRequest(_) | Error::BadQueueName(_) => XTCQ_E_INVALID,
+        Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) => XTCQ_E_INVALID,
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => XTCQ_E_IN_USE,
         _ => XTCQ_E_OTHER,
     };

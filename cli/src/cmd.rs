@@ -43,8 +43,9 @@ pub struct CreateArgs {
     /// Runs before a job is dead-lettered (0: retry forever).
     #[arg(long, default_value_t = 0)]
     max_attempts: u32,
-    /// Claim lease: a job claimed longer than this is re-queued (0: none). E.g. 30s.
-    #[arg(long, value_parser = parse_duration, default_value = "0")]
+    /// Claim lease: a job claimed longer than this is re-queued (0: none). E.g. 30s; whole
+    /// milliseconds, at least 1ms.
+    #[arg(long, value_parser = crate::parse_lease, default_value = "0")]
     lease: Duration,
     /// Succeed if a queue of that name already exists.
     #[arg(long)]
@@ -59,8 +60,7 @@ fn segment_limits(c: &Client) -> Result<(u32, u32)> {
 
 pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
     let c = connect(socket)?;
-    let lease_ms =
-        u32::try_from(a.lease.as_millis()).context("--lease is too long (at most about 49 days)")?;
+    let lease_ms = xtcq_proto::lease::lease_ms(a.lease).context("--lease")?;
     let defaults = QueueParams::new(a.queue.clone());
     let (deques, capacity) = match (a.deques, a.capacity) {
         (Some(d), Some(c)) => (d, c),
@@ -180,7 +180,7 @@ pub struct PushArgs {
     /// How long to wait for room when the queue is full before giving up.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     timeout: Duration,
-    /// Print each job's handle (`record.generation`) on stdout.
+    /// Print each job's id (`record.generation`, the id `work` and `dead` name it by) on stdout.
     #[arg(long)]
     print_handle: bool,
 }
@@ -240,7 +240,7 @@ pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
     let mut one = |p: &[u8]| -> Result<()> {
         let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
         if a.print_handle {
-            writeln!(out, "{h}")?;
+            writeln!(out, "{}", xtcq_client::JobId::of_push(h))?;
         }
         Ok(())
     };
@@ -436,6 +436,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                 .map(|d| {
                     serde_json::json!({
                         "job": d.handle.to_string(),
+                        "id": d.id.to_string(),
                         "attempts": d.attempts,
                         "last_error": d.last_error,
                         "payload": String::from_utf8_lossy(&d.payload),
@@ -495,13 +496,18 @@ pub struct CheckArgs {
     /// (true only when no process is attached).
     #[arg(long)]
     quiescent: bool,
+    /// A queued job that no deque or overflow ring references for this long is reported
+    /// (no consumer would find it; the daemon indexes such strays within two of its
+    /// --lease-scan-interval sweeps, 100 ms each by default).
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    stray_window: Duration,
 }
 
 pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
     let report = match &a.segment {
-        Some(p) => xtcq_client::Client::check_segment_file(p, a.quiescent)
+        Some(p) => xtcq_client::Client::check_segment_file_with_strays(p, a.quiescent, a.stray_window)
             .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?,
-        None => connect(socket)?.check(a.quiescent)?,
+        None => connect(socket)?.check_with_strays(a.quiescent, a.stray_window)?,
     };
     let n = &report.counts;
     println!(

@@ -9,6 +9,7 @@
 mod cmd;
 mod demo;
 mod exit;
+mod fence;
 mod work;
 
 use std::path::PathBuf;
@@ -51,6 +52,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} is too long a duration: at most 100 years"));
     }
     Ok(d)
+}
+
+/// A queue's lease: a duration the daemon can honour (0: none; else whole ms, >= 1ms).
+pub fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    xtcq_proto::lease::lease_ms(d).map_err(|e| e.to_string())?;
+    Ok(d)
+}
+
+/// A claim's lease (a heartbeat): as [`parse_lease`], but 0 is refused.
+pub fn parse_claim_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    xtcq_proto::lease::check_lease(d).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,7 +8,9 @@
 //! and gives their jobs back (not counted as attempts: the jobs did not fail). While a command runs, its claim's lease is extended, so a long
 //! job is not re-queued under a live worker; if a heartbeat fails anyway (the worker stalled
 //! past the lease and the job was re-queued), the command is killed, so that one job never
-//! runs twice at the same time.
+//! runs twice at the same time. Each command is also registered with the daemon (`fence`),
+//! which kills its process group before the job can run again when this worker dies or is
+//! stopped past its lease.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use xtcq_client::{Job, ThiefHandle};
+use xtcq_client::{Client, Job, ThiefHandle};
 
 use crate::cmd::{connect, for_each_stdin_job, push_blocking};
 use crate::{exit, parse_duration};
@@ -57,11 +59,14 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
 pub struct WorkArgs {
     /// The queue.
     queue: String,
-    /// Commands to run at once.
-    #[arg(long, short = 'j', default_value_t = 1)]
+    /// Commands to run at once (1 to 1024; also bounded by the process's thread and file
+    /// limits).
+    #[arg(long, short = 'j', default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_JOBS as i64))]
     jobs: u32,
-    /// Claim lease for each job, extended while its command runs (default: the queue's).
-    #[arg(long, value_parser = parse_duration)]
+    /// Claim lease for each job, extended while its command runs (default: the queue's);
+    /// whole milliseconds, at least 1ms.
+    #[arg(long, value_parser = crate::parse_claim_lease)]
     lease: Option<Duration>,
     /// Stop after this many jobs (0: no limit).
     #[arg(long, default_value_t = 0)]
@@ -93,6 +98,43 @@ struct Stop {
     now: AtomicBool,
 }
 
+/// The most commands `work` runs at once: each is a thread, a child process and a few file
+/// descriptors; past this a machine's limits, not the queue, decide, and the failure would
+/// come late (a thread or a fork refused mid-run) instead of as an error at the start.
+pub const MAX_JOBS: u32 = 1024;
+
+/// File descriptors one running command costs `work` (its stdin pipe, the pidfd it hands
+/// the daemon, the slack of a spawn's own error pipe), and those `work` needs besides.
+const FDS_PER_JOB: u64 = 4;
+const FDS_BASE: u64 = 64;
+
+/// Refuses a `--jobs` the process's limits cannot serve, before any job is taken: otherwise
+/// the command spawns would fail one by one and their jobs be failed, not the invocation.
+fn check_jobs_fit(jobs: u32) -> Result<()> {
+    use rustix::process::{getrlimit, Resource};
+    let fds = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let need = FDS_BASE + FDS_PER_JOB * u64::from(jobs);
+    if need > fds {
+        bail!(
+            "--jobs {jobs} needs about {need} file descriptors, but this process may open {fds} \
+             (ulimit -n); lower --jobs to at most {} or raise the limit",
+            fds.saturating_sub(FDS_BASE) / FDS_PER_JOB
+        );
+    }
+    Ok(())
+}
+
+/// Raises the soft file-descriptor limit to the hard one: a worker running many commands
+/// should not fail on a default soft limit (often 1024) that it may lift itself.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
 /// Payloads up to this size also go in `$XTCQ_PAYLOAD`; the kernel refuses any one
 /// environment string over 128 KiB (MAX_ARG_STRLEN), and the command could not start at all.
 const ENV_PAYLOAD_MAX: usize = 64 * 1024;
@@ -107,6 +149,9 @@ enum Ran {
     /// `work` was told to stop now (a second SIGINT / SIGTERM) and killed it: the job did
     /// not fail, so it goes back without counting an attempt.
     Interrupted,
+    /// The daemon would not fence it (see `fence`), so it was killed at once: the job goes
+    /// back uncounted and this worker stops.
+    Unfenced(String),
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -128,18 +173,20 @@ fn kill_group(child: &mut std::process::Child) {
 }
 
 /// Runs the command for one job, extending the lease while it runs.
-fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
     use std::os::unix::process::CommandExt;
     let payload = job.payload()?;
     let mut cmd = Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..])
         .stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
-        .env("XTCQ_JOB", job.handle().to_string())
+        // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
+        .env("XTCQ_JOB", job.id().to_string())
         .env("XTCQ_ATTEMPT", job.attempts().to_string())
         // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
         // command finish, instead of killing it and failing its job.
         .process_group(0);
+    crate::fence::die_with_worker(&mut cmd);
     match std::str::from_utf8(&payload) {
         // An environment string cannot hold a NUL byte or pass the kernel's limit: such a
         // payload is on stdin only.
@@ -159,6 +206,18 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
             let _ = stdin.write_all(&payload);
         })
     });
+    // Registered before anything else happens to it: from here on, the daemon kills its
+    // process group before the job can run again elsewhere.
+    let mut fence = match crate::fence::Registration::new(c, job.id(), child.id()) {
+        Ok(r) => r,
+        Err(e) => {
+            kill_group(&mut child);
+            if let Some(w) = writer {
+                let _ = w.join();
+            }
+            return Ok(Ran::Unfenced(format!("{e:#}")));
+        }
+    };
     let beat = lease.map(|l| (l / 3).max(Duration::from_millis(10)));
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
     let ran = loop {
@@ -180,8 +239,11 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
+        fence.keep();
         std::thread::sleep(Duration::from_millis(2));
     };
+    // Reaped (by try_wait or kill_group): the daemon may forget it.
+    drop(fence);
     if let Some(w) = writer {
         // The command has exited, so its end of the pipe is closed and the write is over.
         let _ = w.join();
@@ -189,7 +251,7 @@ fn run_one(a: &WorkArgs, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) ->
     Ok(ran)
 }
 
-fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
+fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
     let queue_lease = Some(Duration::from_millis(thief.queue().lease_ms as u64)).filter(|d| !d.is_zero());
     let lease = a.lease.or(queue_lease);
     let mut idle_since = Instant::now();
@@ -219,9 +281,9 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             job.extend_lease(l)?;
         }
         n.running.fetch_add(1, Ordering::Relaxed);
-        let handle = job.handle();
+        let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, &job, lease, stop);
+        let outcome = run_one(a, c, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
         // `unusual`: killed or not run, reported even without --verbose.
         let (what, succeeded, unusual) = match &outcome {
@@ -230,11 +292,12 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             Ok(Ran::Interrupted) => {
                 ("interrupted; given back, not counted as an attempt".into(), false, true)
             }
+            Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
-            Ok(Ran::Interrupted) => job.release(),
+            Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
             Ok(Ran::Exited(_) | Ran::Killed(_)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
@@ -246,10 +309,13 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
             n.failed.fetch_add(1, Ordering::Relaxed);
         }
         if a.verbose || unusual {
-            eprintln!("xtcq: job {handle} attempt {} of {}: {what}", attempt + 1, a.queue);
+            eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
         }
         if let Err(e) = settled {
-            eprintln!("xtcq: job {handle}: {e}");
+            eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
+        }
+        if let Ok(Ran::Unfenced(why)) = &outcome {
+            bail!("job {id}: {why}");
         }
         idle_since = Instant::now();
     }
@@ -257,9 +323,11 @@ fn worker(a: &WorkArgs, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result
 }
 
 pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
-    if a.jobs == 0 {
-        bail!("--jobs must be at least 1");
+    if a.jobs == 0 || a.jobs > MAX_JOBS {
+        bail!("--jobs must be between 1 and {MAX_JOBS}, not {}", a.jobs);
     }
+    raise_fd_limit();
+    check_jobs_fit(a.jobs)?;
     let stop = Arc::new(Stop::default());
     let mut signals =
         signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
@@ -280,19 +348,32 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
     let result: Result<()> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..a.jobs)
-            .map(|_| {
-                s.spawn(|| {
-                    let r = worker(&a, thief.clone(), &stop, &n);
-                    if r.is_err() {
-                        // One worker's error stops them all, not only once it is joined.
-                        stop.taking.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
+        let mut workers = Vec::with_capacity(a.jobs as usize);
         let mut first_err = None;
+        for i in 0..a.jobs {
+            let spawned = std::thread::Builder::new().spawn_scoped(s, || {
+                let r = worker(&a, &c, thief.clone(), &stop, &n);
+                if r.is_err() {
+                    // One worker's error stops them all, not only once it is joined.
+                    stop.taking.store(true, Ordering::Relaxed);
+                }
+                r
+            });
+            match spawned {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    // The machine cannot serve this many: stop the ones started (they give
+                    // back nothing: they finish their command) and say so.
+                    stop.taking.store(true, Ordering::Relaxed);
+                    first_err = Some(anyhow::anyhow!(
+                        "cannot start worker thread {} of --jobs {}: {e}; lower --jobs",
+                        i + 1,
+                        a.jobs
+                    ));
+                    break;
+                }
+            }
+        }
         let mut last_print = Instant::now();
         for w in workers {
             while !w.is_finished() {

@@ -143,6 +143,9 @@ pub enum Error {
     /// Not a valid queue name (see `xtcq_proto::queue_name`).
     #[error(transparent)]
     BadQueueName(#[from] xtcq_proto::queue_name::QueueNameError),
+    /// A lease the daemon cannot honour (below its 1 ms resolution, or zero).
+    #[error(transparent)]
+    Lease(#[from] xtcq_proto::lease::LeaseError),
     /// The daemon found the request malformed or its arguments invalid.
     #[error("bad request: {0}")]
     BadRequest(String),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shm_layout::overflow::RingError;
-use shm_layout::{ClaimedJob, Injector, JobHandle, Owner, Segment, Steal, Thief};
+use shm_layout::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
 
 use crate::conn::Conn;
@@ -109,6 +109,12 @@ impl<'a> Job<'a> {
         self.inner.handle()
     }
 
+    /// The job's stable id (`record.generation` as `push` returned it): the same at every
+    /// attempt, while [`handle`](Self::handle)'s generation moves on at each give-back.
+    pub fn id(&self) -> JobId {
+        self.inner.id()
+    }
+
     /// Times the job was given back before this claim.
     pub fn attempts(&self) -> u32 {
         self.inner.attempts()
@@ -127,10 +133,10 @@ impl<'a> Job<'a> {
     }
 
     /// Sets the claim's lease to `lease` from now: a heartbeat for a long job, or a per-steal
-    /// override of the queue's default. Fails with "lease expired" once the daemon has
+    /// override of the queue's default. At least 1 ms, in whole milliseconds. Fails with "lease expired" once the daemon has
     /// re-queued the job.
     pub fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.extend_lease(lease)?)
+        Ok(self.inner.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
     }
 
     /// Done: frees the record.
@@ -178,6 +184,11 @@ impl std::fmt::Debug for OwnedJob {
 }
 
 impl OwnedJob {
+    /// The job's stable id, the same across its attempts (see [`Job::id`]).
+    pub fn id(&mut self) -> JobId {
+        self.inner.id()
+    }
+
     /// A copy of the payload.
     pub fn payload(&mut self) -> Result<Vec<u8>, Error> {
         Ok(self.inner.payload()?)
@@ -205,7 +216,7 @@ impl OwnedJob {
 
     /// Sets the claim's lease to `lease` from now (a heartbeat for a long job).
     pub fn extend_lease(&mut self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.extend_lease(lease)?)
+        Ok(self.inner.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
     }
 
     /// Done: frees the record.

@@ -43,7 +43,7 @@ pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use shm_layout::check::CheckReport;
 pub use shm_layout::dead_letter::DeadLetter;
 pub use shm_layout::segment::monotonic_ns;
-pub use shm_layout::{JobError, JobHandle};
+pub use shm_layout::{JobError, JobHandle, JobId};
 pub use trust::TRUST_ENV;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
@@ -164,6 +164,26 @@ impl Client {
         self.conn.request(req, queue.as_deref())
     }
 
+    /// Registers `pid`, a child of this process leading its own process group, as the
+    /// command running job `id` (held by this process): if this process dies or the job's
+    /// lease expires, the daemon kills that process group, and waits until it is empty,
+    /// before the job can be claimed again (or dead-letters it when it cannot). For
+    /// executors that run a job outside their own process; see RELIABILITY.md.
+    pub fn fence_command(&self, id: JobId, pid: u32) -> Result<(), Error> {
+        match self.call(Request::FenceCommand { index: id.index, birth: id.birth, pid })? {
+            Response::Fenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// The command registered for job `id` has exited and been reaped.
+    pub fn unfence_command(&self, id: JobId) -> Result<(), Error> {
+        match self.call(Request::Unfence { index: id.index, birth: id.birth })? {
+            Response::Unfenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
     fn unexpected(&self, r: Response) -> Error {
         Error::Protocol { path: self.conn.path().to_path_buf(), message: format!("unexpected reply {r:?}") }
     }
@@ -257,6 +277,34 @@ impl Client {
     pub fn check_segment_file(path: &Path, quiescent: bool) -> Result<CheckReport, Error> {
         let seg = shm_layout::Segment::attach(path)?;
         Ok(shm_layout::check::check_segment(&seg, quiescent))
+    }
+
+    /// [`check`](Self::check), then also the queued jobs that no deque or overflow ring
+    /// references across `window` (longer than the daemon's sweep interval: it should have
+    /// indexed them): no consumer would ever find them. Takes `window` when there is any
+    /// unindexed queued record at the start.
+    pub fn check_with_strays(
+        &self,
+        quiescent: bool,
+        window: std::time::Duration,
+    ) -> Result<CheckReport, Error> {
+        let seg = self.segment()?;
+        let mut r = shm_layout::check::check_segment(&seg, quiescent);
+        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        Ok(r)
+    }
+
+    /// [`check_segment_file`](Self::check_segment_file) with the stray check of
+    /// [`check_with_strays`](Self::check_with_strays).
+    pub fn check_segment_file_with_strays(
+        path: &Path,
+        quiescent: bool,
+        window: std::time::Duration,
+    ) -> Result<CheckReport, Error> {
+        let seg = shm_layout::Segment::attach(path)?;
+        let mut r = shm_layout::check::check_segment(&seg, quiescent);
+        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        Ok(r)
     }
 
     fn queue_index(&self, queue: &str) -> Result<(Arc<shm_layout::Segment>, u32), Error> {

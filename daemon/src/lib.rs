@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fence;
 pub mod notify;
 pub mod paths_secure;
 pub mod peer;

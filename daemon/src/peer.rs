@@ -145,29 +145,86 @@ pub fn comm(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
 }
 
-/// Whether the process `(pid, start_time)` is alive. A `start_time` of 0 means unknown:
-/// then any live process with that pid counts.
-pub fn is_alive(pid: u32, start: u64) -> bool {
+/// What we know of a process `(pid, start time)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs (its start time matches, or none was recorded).
+    Alive,
+    /// It has exited (no such pid, or the pid names a later process).
+    Dead,
+    /// We cannot tell (out of file descriptors, `/proc` unreadable): never taken for dead,
+    /// since recovering a live holder's claims would run its jobs twice at once.
+    Unknown,
+}
+
+/// Whether the process `(pid, start)` is alive; a `start` of 0 means unknown: then any live
+/// process with that pid counts. `/proc` first; when it cannot be read for a reason other
+/// than the process being gone, `kill(pid, 0)` tells "no such process" from the rest.
+pub fn liveness(pid: u32, start: u64) -> Liveness {
     if pid == 0 {
-        return false;
+        return Liveness::Dead;
     }
     match start_time(pid) {
-        Ok(t) => start == 0 || t == start,
-        Err(_) => false,
+        Ok(t) if start == 0 || t == start => Liveness::Alive,
+        Ok(_) => Liveness::Dead,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            Liveness::Dead
+        }
+        Err(_) => match i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+            // The pid exists (maybe reused: we cannot check its start time now): unknown.
+            Some(p) => match rustix::process::test_kill_process(p) {
+                Err(rustix::io::Errno::SRCH) => Liveness::Dead,
+                _ => Liveness::Unknown,
+            },
+            None => Liveness::Dead,
+        },
     }
 }
 
-/// Opens a pidfd for `(pid, start_time)` and confirms it names that process: `None` when the
-/// process is gone (or the pid now names another one).
-pub fn pidfd_for_process(pid: u32, start: u64) -> Option<OwnedFd> {
-    let fd = pidfd_open(pid).ok()?;
+/// Whether the process `(pid, start)` may be alive: [`Liveness::Unknown`] counts as alive.
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    liveness(pid, start) != Liveness::Dead
+}
+
+/// Opens a pidfd for `(pid, start_time)` and confirms it names that process: `Ok(None)` when
+/// the process is gone (or the pid now names another one), `Err` when we cannot tell (the
+/// open failed for another reason than "no such process", e.g. `EMFILE`, after a few
+/// tries): the caller must then treat the process as alive and watch it another way.
+pub fn pidfd_for_process(pid: u32, start: u64) -> Result<Option<OwnedFd>, io::Error> {
+    let mut tries = 0;
+    let fd = loop {
+        match pidfd_open(pid) {
+            Ok(fd) => break fd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) if tries >= 3 => return Err(e),
+            Err(_) => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 << tries));
+            }
+        }
+    };
     // The pidfd pins whatever process had the pid when it was opened; if its start time is
     // the one we registered, it is our process.
-    if is_alive(pid, start) && !pidfd_exited(fd.as_fd()) {
-        Some(fd)
-    } else {
-        None
+    if pidfd_exited(fd.as_fd()) {
+        return Ok(None);
     }
+    match liveness(pid, start) {
+        Liveness::Alive => Ok(Some(fd)),
+        Liveness::Dead => Ok(None),
+        Liveness::Unknown => Err(io::Error::other(format!("cannot read /proc/{pid}/stat to confirm it"))),
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (every connection costs a socket and a
+/// pidfd, every adopted process a pidfd); returns the soft limit now in force.
+pub fn raise_fd_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// Identifies the peer of a connected Unix stream socket.
@@ -209,7 +266,7 @@ mod tests {
         assert!(is_alive(me, t));
         assert!(!is_alive(me, t + 1));
         assert!(!is_alive(0, 0));
-        let fd = pidfd_for_process(me, t).expect("own pidfd");
+        let fd = pidfd_for_process(me, t).expect("can tell").expect("own pidfd");
         assert!(!pidfd_exited(fd.as_fd()));
     }
 

@@ -44,6 +44,9 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
 
+mod fencing;
+mod scan;
+
 /// A registered process slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotId {
@@ -92,6 +95,17 @@ pub struct Registry {
 #[derive(Default)]
 struct Tracked {
     slots: BTreeMap<u32, Kept>,
+    /// The periodic scan's memory (see `scan`).
+    scan: scan::ScanMemory,
+    /// Commands registered to be stopped before their job runs again (see `crate::fence`).
+    fences: crate::fence::Fences,
+}
+
+impl Tracked {
+    /// The fences (read) and the scan memory (written) at once.
+    fn split_scan(&mut self) -> (&mut crate::fence::Fences, &mut scan::ScanMemory) {
+        (&mut self.fences, &mut self.scan)
+    }
 }
 
 /// A registered slot this daemon watches.
@@ -459,7 +473,12 @@ impl Registry {
         // A crash here (or inside `recover_holder`, which has the fail point after revoking a
         // claim) leaves the slot RECOVERING; the next daemon's `adopt` recovers it again.
         shm_layout::failpoint::point("daemon.recovery.mid");
-        let r = recovery::recover_holder(&self.seg, slot.slot);
+        // Each claimed job's command (registered by `xtcq work`) is killed before the job
+        // is re-queued; then whatever else it had registered.
+        let r = recovery::recover_holder_fenced(&self.seg, slot.slot, &mut |i, h| t.fences.fence(i, h));
+        for e in t.fences.fence_all_of(slot.slot) {
+            warn!(slot = slot.slot, pid, "a command of an exited process could not be stopped: {e}");
+        }
         let leases = recovery::release_deque_leases(&self.seg, slot.slot);
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.
@@ -726,39 +745,6 @@ impl Registry {
             dropped_queued: d.dropped.queued as u64,
             dropped_dead: d.dropped.dead as u64,
         })
-    }
-
-    /// Re-queues (or dead-letters) every claim whose lease deadline has passed: its holder is
-    /// alive but has not acked in time (hung, or too slow without a heartbeat). The holder's
-    /// late ack or nack fails with "lease expired". Under the registry lock, so it never
-    /// races a recovery. Returns how many claims were revoked.
-    pub fn expire_leases(&self) -> usize {
-        let _t = self.lock();
-        let now = shm_layout::segment::monotonic_ns();
-        let revoked = recovery::expire_leases(&self.seg, now);
-        if revoked.is_empty() {
-            return 0;
-        }
-        let records = self.seg.records();
-        for h in revoked.iter().take(16) {
-            let (attempts, queue) = records
-                .header(h.index)
-                .map(|hdr| (hdr.attempts.load(Ordering::Relaxed), hdr.queue.load(Ordering::Relaxed)))
-                .unwrap_or((0, u32::MAX));
-            let queue = self.seg.queue(queue).map(|q| q.spec.name).unwrap_or_else(|_| "?".into());
-            let dead = records.state(h.index).is_some_and(|st| st.load().state() == Some(State::Dead));
-            warn!(
-                job = %h,
-                %queue,
-                attempts,
-                dead_lettered = dead,
-                "lease expired: job taken back from its (live) consumer"
-            );
-        }
-        if revoked.len() > 16 {
-            warn!(more = revoked.len() - 16, "lease expired for more jobs");
-        }
-        revoked.len()
     }
 
     /// Whether `slot`'s connection is open.

@@ -89,7 +89,11 @@ async fn shutdown_requested(rx: &mut watch::Receiver<Option<String>>) -> String 
 
 /// Serves until shutdown; then removes the socket and detaches from the segment.
 pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
+    // Before adopting: every live attached process needs a pidfd, and running out would have
+    // made live processes look dead.
+    let fds = peer::raise_fd_limit();
     let seg = prep.segment.clone();
+    let max_connections = connections_for(&cfg, fds, seg.config().process_slots);
     let live = seg.header_live();
     let hello = proto::HelloOk {
         protocol_version: proto::PROTOCOL_VERSION,
@@ -114,7 +118,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         let adopted = reg.adopt(peer::is_alive);
         for a in adopted {
             match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
-                Some(fd) => {
+                Ok(Some(fd)) => {
                     info!(
                         slot = a.slot.slot,
                         pid = a.process.pid,
@@ -123,14 +127,26 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
                     let st = st.clone();
                     tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, Some(fd), a.process).await });
                 }
-                None => reg.recover_process(a.slot),
+                Ok(None) => reg.recover_process(a.slot),
+                // Unknown is not dead: keep its claims and watch it through /proc and
+                // kill(pid, 0) until it exits.
+                Err(e) => {
+                    warn!(
+                        slot = a.slot.slot,
+                        pid = a.process.pid,
+                        error = %e,
+                        "cannot open a pidfd for an adopted process; keeping it and polling its liveness"
+                    );
+                    let st = st.clone();
+                    tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, None, a.process).await });
+                }
             }
         }
     }
 
-    if let Some(every) = cfg.lease_scan_interval {
-        tasks.spawn(expire_leases(st.clone(), every));
-    }
+    // The scan also indexes strays, so it runs even with lease expiry off.
+    let every = cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
+    tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
@@ -177,7 +193,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         "xtcqd ready"
     );
 
-    let permits = Arc::new(Semaphore::new(cfg.max_connections));
+    let permits = Arc::new(Semaphore::new(max_connections));
     let mut stop_rx = st.shutdown.subscribe();
     let reason = loop {
         tokio::select! {
@@ -325,8 +341,26 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
     watch_exit(st, slot, keeper, peer.pidfd, process).await;
 }
 
-/// Every `every`, re-queues the jobs whose claim lease has run out, until shutdown.
-async fn expire_leases(st: Arc<Shared>, every: Duration) {
+/// `--max-connections`, lowered to what the file-descriptor limit `fds` can serve: each
+/// connection costs a socket and a pidfd, each process slot a pidfd, plus a reserve for the
+/// segment, the listener, the runtime and `/proc` reads.
+fn connections_for(cfg: &Config, fds: u64, slots: u32) -> usize {
+    let spare = fds.saturating_sub(64 + u64::from(slots)) / 2;
+    let n = (cfg.max_connections as u64).min(spare.max(1)) as usize;
+    if n < cfg.max_connections {
+        warn!(
+            max_connections = n,
+            asked = cfg.max_connections,
+            fd_limit = fds,
+            "--max-connections lowered to what the file-descriptor limit allows (raise LimitNOFILE / ulimit -n)"
+        );
+    }
+    n
+}
+
+/// Every `every`, re-queues the jobs whose claim lease has run out (with `leases`) and
+/// indexes strays, until shutdown.
+async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
     let mut rx = st.shutdown.subscribe();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -337,8 +371,8 @@ async fn expire_leases(st: Arc<Shared>, every: Duration) {
         }
         let reg = st.reg.clone();
         // A scan reads every record's state word: off the async threads.
-        if let Err(e) = tokio::task::spawn_blocking(move || reg.expire_leases()).await {
-            warn!(error = %e, "lease-expiry scan failed");
+        if let Err(e) = tokio::task::spawn_blocking(move || reg.scan(leases)).await {
+            warn!(error = %e, "lease-expiry and stray scan failed");
         }
     }
 }
@@ -741,6 +775,26 @@ impl Conn {
                 info!(slot = got.slot, epoch = got.epoch, pid = me.pid, client = %self.name, "process resumed its slot");
                 self.slot = Some(got);
                 Ok(Response::Resumed { process_slot: got.slot, slot_epoch: got.epoch })
+            }
+            Request::FenceCommand { index, birth, pid } => {
+                let slot = self.slot.ok_or_else(|| {
+                    ErrorReply::new(
+                        ErrorCode::BadRequest,
+                        "attach (and claim the job) before fencing its command",
+                    )
+                })?;
+                let worker = (self.peer.pid, self.peer.uid);
+                tokio::task::spawn_blocking(move || reg.register_fence(slot, index, birth, pid, worker))
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
+                debug!(slot = slot.slot, index, birth, pid, "command registered for fencing");
+                Ok(Response::Fenced)
+            }
+            Request::Unfence { index, birth } => {
+                if let Some(slot) = self.slot {
+                    reg.unregister_fence(slot, index, birth);
+                }
+                Ok(Response::Unfenced)
             }
             Request::Shutdown => {
                 if self.peer.uid == self.st.my_uid || self.peer.uid == 0 {

@@ -123,6 +123,9 @@ fn run_role(role: &str) -> Result<(), Error> {
                     stop.store(true, Ordering::Relaxed);
                 });
             }
+            let mut runs = std::env::var("XTCQ_SOAK_RUNLOG")
+                .ok()
+                .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).expect("run log"));
             let thief = retry(|| connect()?.attach_thief(QUEUE))?;
             out("attached");
             let mut idle = 0;
@@ -149,8 +152,17 @@ fn run_role(role: &str) -> Result<(), Error> {
                 // One write for the batch: a kill leaves whole lines.
                 log.write_all(text.as_bytes()).expect("log");
                 for j in jobs {
+                    // Start and end of the run, CLOCK_MONOTONIC, by job id: the parent checks
+                    // that no two runs of one id overlap.
+                    let id = String::from_utf8_lossy(&j.payload()?).into_owned();
+                    if let Some(r) = runs.as_mut() {
+                        r.write_all(format!("S {id} {}\n", monotonic_ns()).as_bytes()).expect("run log");
+                    }
                     if !work.is_zero() {
                         std::thread::sleep(work);
+                    }
+                    if let Some(r) = runs.as_mut() {
+                        r.write_all(format!("E {id} {}\n", monotonic_ns()).as_bytes()).expect("run log");
                     }
                     j.ack()?;
                 }
@@ -215,9 +227,62 @@ fn spawn_worker(socket: &Path, dir: &Path, k: usize) -> Child {
     let log = dir.join(format!("worker.{k}.log"));
     let env = [
         ("XTCQ_TEST_LOG", log.display().to_string()),
+        ("XTCQ_SOAK_RUNLOG", run_log(&log).display().to_string()),
         ("XTCQ_SOAK_WORK_US", env_or("XTCQ_SOAK_WORK_US", 200).to_string()),
     ];
     Child { role: spawn_role("worker", socket, &env), log }
+}
+
+/// The start / end log beside a worker's log.
+fn run_log(log: &Path) -> PathBuf {
+    log.with_extension("runs")
+}
+
+/// Runs of one job id that overlap in time. A run with a start and no end was cut by its
+/// worker's kill: it ends at `killed_at` of that worker's log (or never, if not killed).
+fn overlapping_runs(worker_logs: &[PathBuf], killed_at: &BTreeMap<PathBuf, u64>) -> Vec<String> {
+    let mut runs: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for w in worker_logs {
+        let cut = killed_at.get(w).copied().unwrap_or(u64::MAX);
+        let mut open: Option<(String, u64)> = None;
+        for l in lines(&run_log(w)) {
+            let mut f = l.split(' ');
+            let (Some(kind), Some(id), Some(ns)) =
+                (f.next(), f.next(), f.next().and_then(|n| n.parse().ok()))
+            else {
+                continue;
+            };
+            match kind {
+                "S" => {
+                    if let Some((id, s)) = open.take() {
+                        runs.entry(id).or_default().push((s, cut));
+                    }
+                    open = Some((id.to_string(), ns));
+                }
+                _ => {
+                    if let Some((oid, s)) = open.take() {
+                        runs.entry(oid).or_default().push((s, ns));
+                    }
+                }
+            }
+        }
+        if let Some((id, s)) = open {
+            runs.entry(id).or_default().push((s, cut));
+        }
+    }
+    let mut out = Vec::new();
+    for (id, mut r) in runs {
+        r.sort_unstable();
+        for pair in r.windows(2) {
+            if pair[0].1 > pair[1].0 {
+                out.push(format!(
+                    "job {id}: a run [{}, {}] overlaps the next, from {}",
+                    pair[0].0, pair[0].1, pair[1].0
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -291,6 +356,7 @@ fn random_kill_soak() {
         .collect();
 
     let mut kills: Vec<Kill> = Vec::new();
+    let mut killed_at: BTreeMap<PathBuf, u64> = BTreeMap::new();
     let (mut worker_kills, mut producer_kills) = (0u64, 0u64);
     let mut daemon_restarts: Vec<Duration> = Vec::new();
     let mut next_daemon_kill = 1;
@@ -379,6 +445,8 @@ fn random_kill_soak() {
             let pid = workers[i].role.pid();
             let at_ns = monotonic_ns();
             workers[i].role.kill9();
+            // After the wait: the process is gone by then, so its runs ended before it.
+            killed_at.insert(workers[i].log.clone(), monotonic_ns());
             kills.push(Kill { pid, at_ns, daemon });
             worker_kills += 1;
             incarnation += 1;
@@ -455,6 +523,13 @@ fn random_kill_soak() {
         duplicates <= worker_kills * BATCH as u64,
         "{duplicates} re-runs, more than {worker_kills} worker kills x {BATCH} jobs each could cause"
     );
+    let overlaps = overlapping_runs(&worker_logs, &killed_at);
+    assert!(
+        overlaps.is_empty(),
+        "{} overlapping runs of one job: {:?}",
+        overlaps.len(),
+        &overlaps[..overlaps.len().min(10)]
+    );
     let s = c.stats(None).expect("stats");
     assert_eq!(s.records.free, RECORDS, "every record free at the end: {:?}", s.records);
     let seg = shm_layout::Segment::attach(&d.segment).expect("attach");
@@ -481,6 +556,7 @@ fn random_kill_soak() {
          \x20 jobs run (distinct ids)      {}\n\
          \x20 pushed, unlogged (killed between push and log) {unlogged}\n\
          \x20 kills survived               workers {worker_kills}, producer {producer_kills}, daemon {}\n\
+         \x20 overlapping runs of one job  0\n\
          \x20 re-runs (duplicates)         {duplicates} (bound {} = worker kills x batch {BATCH}); most runs of one job {max_runs}\n\
          \x20 kill -> re-queued (ms)       p50 {:.2}, p90 {:.2}, max {:.2} over {} recoveries by the running daemon; {on_adopt} recovered by the next daemon on adopt\n\
          \x20 daemon restart (kill -> ready) {}\n\
@@ -502,4 +578,19 @@ fn random_kill_soak() {
     if let Ok(p) = std::env::var("XTCQ_SOAK_REPORT") {
         let _ = std::fs::write(p, &figures);
     }
+}
+
+/// The overlap check itself: a run cut by its worker's kill ends at the kill, and one that
+/// goes on past the next run's start is reported.
+#[test]
+fn the_overlap_check_finds_a_run_that_outlived_its_kill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("worker.1.log"), dir.path().join("worker.2.log"));
+    std::fs::write(run_log(&a), "S 7 100\nE 7 150\nS 8 160\n").expect("write");
+    std::fs::write(run_log(&b), "S 8 300\nE 8 310\n").expect("write");
+    let mut killed = BTreeMap::new();
+    killed.insert(a.clone(), 200);
+    assert!(overlapping_runs(&[a.clone(), b.clone()], &killed).is_empty(), "cut at 200, re-run at 300");
+    killed.insert(a.clone(), 400);
+    assert_eq!(overlapping_runs(&[a, b], &killed).len(), 1, "cut at 400, re-run at 300: overlap");
 }

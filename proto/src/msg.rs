@@ -231,6 +231,28 @@ pub enum Request {
         /// Drop its queued jobs and dead letters instead of refusing.
         force: bool,
     },
+    /// Register process `pid` (a child of this process, of its uid, leading its own process
+    /// group) as the command running the job this process holds in record `index` (stable id
+    /// birth `birth`): before that job can be claimed again (this process died, or its lease
+    /// expired) the daemon kills the command's process group and waits until it is empty;
+    /// [`Response::Fenced`]. Refused when the job is not held by this process's slot or the
+    /// process is not such a child, or the daemon could not signal it.
+    FenceCommand {
+        /// Record index of the held job.
+        index: u32,
+        /// Its birth generation (the `birth` of its stable job id).
+        birth: u32,
+        /// The command's pid (in the daemon's pid namespace).
+        pid: u32,
+    },
+    /// The command registered for record `index` (birth `birth`) has exited and been reaped:
+    /// forget it; [`Response::Unfenced`].
+    Unfence {
+        /// Record index.
+        index: u32,
+        /// Birth generation.
+        birth: u32,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -324,6 +346,10 @@ pub enum Response {
     },
     /// To [`Request::DeleteQueue`]: the queue is gone; its table entry is free.
     QueueDeleted(QueueDeleted),
+    /// To [`Request::FenceCommand`]: the daemon holds a pidfd for the command.
+    Fenced,
+    /// To [`Request::Unfence`].
+    Unfenced,
 }
 
 /// The segment's fixed configuration.

@@ -97,11 +97,13 @@ def test_errors_are_exceptions_with_the_message(daemon):
         client.delete_queue("q")
     owner.push("failing")
     job = client.thief("q").steal(timeout=5)
+    first_id = job.id
     with pytest.raises(ZeroDivisionError):
         with job:
             1 / 0
     again = client.thief("q").steal(timeout=5)
     assert (again.payload, again.attempts) == (b"failing", 1), "a raising block nacks its job"
+    assert again.id == first_id, "one job, one id across its attempts"
     again.release()
 
 

@@ -45,6 +45,7 @@ class JobInfo(ctypes.Structure):
     _fields_ = [
         ("index", ctypes.c_uint32),
         ("generation", ctypes.c_uint32),
+        ("birth", ctypes.c_uint32),
         ("attempts", ctypes.c_uint32),
         ("lease_deadline_ns", ctypes.c_uint64),
     ]

@@ -219,14 +219,25 @@ class Job(_Handle):
     @property
     def info(self):
         """(record index, generation, attempts before this claim, lease deadline ns or 0)."""
+        info = self._info()
+        return (info.index, info.generation, info.attempts, info.lease_deadline_ns)
+
+    def _info(self):
         info = _lib.JobInfo()
         check(_c.xtcq_job_get_info(self._live(), ctypes.byref(info)))
-        return (info.index, info.generation, info.attempts, info.lease_deadline_ns)
+        return info
+
+    @property
+    def id(self):
+        """The job's stable id, "index.birth", the same across its attempts (as xtcq work,
+        xtcq dead and the daemon's logs print it)."""
+        info = self._info()
+        return "%d.%d" % (info.index, info.birth)
 
     @property
     def attempts(self):
         """Times the job was given back before this claim."""
-        return self.info[2]
+        return self._info().attempts
 
     def ack(self):
         """Done. Raises NotHeld when the lease expired first (the result is not recorded)."""

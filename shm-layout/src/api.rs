@@ -56,7 +56,7 @@ pub enum PushError {
 pub enum JobError {
     /// The claim's lease ran out before the ack or nack; the job was re-queued (or
     /// dead-lettered) and may already be running elsewhere.
-    #[error("lease expired, job {handle} was re-queued; its result was not recorded")]
+    #[error("lease expired, the job was re-queued; its result was not recorded")]
     LeaseExpired {
         /// The job.
         handle: JobHandle,
@@ -309,6 +309,11 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
     hdr.enqueued_ns.store(coarse_monotonic_ns(), Ordering::Relaxed);
+    // The birth generation (the job's stable id), no last error yet.
+    hdr.flags.store(
+        crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
+        Ordering::Relaxed,
+    );
     let st =
         ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
     st.publish(generation, me).map_err(|c| {
@@ -611,6 +616,14 @@ impl ClaimedJob<'_> {
         Ok(())
     }
 
+    /// The job's stable id (the handle it was pushed as), the same at every attempt.
+    pub fn id(&self) -> crate::JobId {
+        match self.ctx.records.header(self.handle.get().index) {
+            Some(h) => crate::dead_letter::job_id(h, self.handle.get().index),
+            None => crate::JobId::of_push(self.handle.get()),
+        }
+    }
+
     /// Times this job was given back before this claim.
     pub fn attempts(&self) -> u32 {
         self.ctx
@@ -738,11 +751,14 @@ impl ClaimedJob<'_> {
         // while we still hold the record, and the job would wait for recovery.
         st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
-        self.ctx
-            .overflow
-            .push(idx)
-            .map_err(|source| JobError::Requeue { handle: self.handle.get(), source })?;
-        crate::wait::notify(self.ctx.wait);
+        match self.ctx.overflow.push(idx) {
+            Ok(()) => crate::wait::notify(self.ctx.wait),
+            // The job is queued but the ring has no room for its index: the daemon's stray
+            // sweep indexes it once there is (`recovery::StraySweep`), so the give-back is
+            // done; failing it would tell the caller a queued job was lost.
+            Err(RingError::Full) => {}
+            Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
+        }
         Ok(())
     }
 }

@@ -29,11 +29,23 @@ pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
         // Relaxed: published by the Release CAS that gives the job back.
         w.store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), Ordering::Relaxed);
     }
-    hdr.flags.store(n as u32, Ordering::Relaxed);
+    // The birth generation above the length stays (the job's stable id).
+    let birth = hdr.flags.load(Ordering::Relaxed) & !LEN_MASK;
+    hdr.flags.store(birth | n as u32, Ordering::Relaxed);
+}
+
+/// The last error's length in `flags`; the bits above are the birth generation
+/// ([`crate::JobId`]).
+const LEN_MASK: u32 = (1 << crate::record::state::BIRTH_SHIFT) - 1;
+
+/// The stable id of the job in record `index` (caller knows the record holds a job).
+pub fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
+    let birth = hdr.flags.load(Ordering::Relaxed) >> crate::record::state::BIRTH_SHIFT;
+    crate::JobId { index, birth }
 }
 
 fn load_last_error(hdr: &RecordHeader) -> String {
-    let n = (hdr.flags.load(Ordering::Relaxed) as usize).min(LAST_ERROR_BYTES);
+    let n = ((hdr.flags.load(Ordering::Relaxed) & LEN_MASK) as usize).min(LAST_ERROR_BYTES);
     let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
     for w in &hdr.reserved {
         b.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
@@ -45,8 +57,10 @@ fn load_last_error(hdr: &RecordHeader) -> String {
 /// One dead letter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
-    /// The job.
+    /// The job (its current generation: what `requeue` and `purge` take).
     pub handle: JobHandle,
+    /// Its stable id, the same through all its attempts.
+    pub id: crate::JobId,
     /// Times it was run and given back.
     pub attempts: u32,
     /// Why it last failed (empty if its consumer gave no reason, or died).
@@ -89,6 +103,7 @@ pub fn dead_letters(seg: &Segment, queue: u32) -> Vec<DeadLetter> {
             .collect();
         let d = DeadLetter {
             handle: JobHandle { index: i, generation: w.generation() },
+            id: job_id(hdr, i),
             attempts: hdr.attempts.load(Ordering::Relaxed),
             last_error: load_last_error(hdr),
             payload,

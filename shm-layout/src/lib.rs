@@ -46,10 +46,12 @@ pub mod recovery;
 #[cfg(not(xtcq_loom))]
 pub mod segment;
 #[cfg(not(xtcq_loom))]
+pub mod strays;
+#[cfg(not(xtcq_loom))]
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
-pub use record::state::{JobHandle, RecordState, State, StateWord, NO_HOLDER};
+pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]
 pub use api::{ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};

@@ -45,10 +45,30 @@ pub struct HolderRecovery {
     pub corrupt: u32,
 }
 
+/// The daemon's fence, called for a claim after its revoke and before the job can be claimed
+/// again, with the record index and the slot that held it: `Ok` once the holder's work (a
+/// command it registered for the claim) is stopped, or nothing was registered; `Err(why)`
+/// when that cannot be proven, and the job becomes a dead letter with that reason rather
+/// than run twice at once.
+pub type Fence<'a> = &'a mut dyn FnMut(u32, u32) -> Result<(), String>;
+
+/// The last error of a job dead-lettered because its holder's work could not be stopped.
+pub const UNFENCED: &str = "could not stop command";
+
+/// A fence for callers with nothing to stop (the in-process tests, a library-only setup).
+pub fn no_fence(_index: u32, _holder: u32) -> Result<(), String> {
+    Ok(())
+}
+
 /// Gives back every record held by process slot `holder`, which must be dead (or whose
 /// claims are being revoked). Safe to run more than once. With `holder == NO_HOLDER` it gives
 /// back claims that a daemon revoked and died before re-queuing (run on adopting a segment).
 pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
+    recover_holder_fenced(seg, holder, &mut no_fence)
+}
+
+/// [`recover_holder`], fencing each claim with `fence` before it is given back.
+pub fn recover_holder_fenced(seg: &Segment, holder: u32, fence: Fence<'_>) -> HolderRecovery {
     let mut out = HolderRecovery::default();
     let records = seg.records();
     for i in 0..records.len() {
@@ -65,7 +85,7 @@ pub fn recover_holder(seg: &Segment, holder: u32) -> HolderRecovery {
                 // As the job is now: a give-back moves the generation on, and this is the id
                 // `xtcq dead --requeue` takes for a dead letter.
                 let handle = JobHandle { index: i, generation: next_generation(w.generation()) };
-                match give_back(seg, i, w, holder, "its consumer died") {
+                match give_back(seg, i, w, holder, "its consumer died", &mut *fence) {
                     Ok(GiveBack::Requeued) => out.requeued.push(handle),
                     Ok(GiveBack::Unindexed) => {
                         out.requeued.push(handle);
@@ -102,7 +122,14 @@ enum GiveBack {
 ///
 /// A daemon that dies between the revoke and the re-queue leaves `Claimed(g, NO_HOLDER)`;
 /// [`recover_holder`]`(seg, NO_HOLDER)` on the next start gives it back.
-fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) -> Result<GiveBack, ()> {
+fn give_back(
+    seg: &Segment,
+    index: u32,
+    w: StateWord,
+    holder: u32,
+    why: &str,
+    fence: Fence<'_>,
+) -> Result<GiveBack, ()> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else { return Err(()) };
     let g = w.generation();
@@ -124,12 +151,21 @@ fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) ->
         }
     }
     crate::failpoint::point("daemon.recovery.mid");
+    // Revoked (the holder can no longer ack or extend); before anyone can claim it again,
+    // whatever the holder runs for it is stopped, or the job is not run again at all.
+    let fenced = if holder != NO_HOLDER { fence(index, holder) } else { Ok(()) };
     let q = hdr.queue.load(Ordering::Relaxed);
     let limit = seg.queue(q).map(|info| info.spec.max_attempts).ok();
     // Relaxed: published by the Release CAS below, as in `ClaimedJob::nack`.
     let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(1);
     hdr.attempts.store(attempts, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
+    if fenced.is_err() {
+        // The fence logs its detail; the record keeps what fits its 24 bytes.
+        crate::dead_letter::store_last_error(hdr, UNFENCED);
+        let _ = st.dead_letter(g, NO_HOLDER);
+        return Ok(GiveBack::DeadLettered);
+    }
     crate::dead_letter::store_last_error(hdr, why);
     let Some(limit) = limit else {
         // The queue field changed under us (only corruption does that): nowhere to put the
@@ -152,7 +188,7 @@ fn give_back(seg: &Segment, index: u32, w: StateWord, holder: u32, why: &str) ->
     })
 }
 
-fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
+pub(crate) fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
     let ring = seg.overflow(queue).ok_or_else(|| RingError::Corrupt(format!("no overflow ring {queue}")))?;
     ring.push(index)?;
     if let Some(w) = seg.wait_word(queue) {
@@ -165,6 +201,11 @@ fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingEr
 /// job is re-queued (or dead-lettered) and the holder's late ack or nack fails with
 /// `LeaseExpired`. Returns the jobs revoked. The daemon runs it every `--lease-scan-interval`.
 pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
+    expire_leases_fenced(seg, now_ns, &mut no_fence)
+}
+
+/// [`expire_leases`], fencing each claim with `fence` before it is given back.
+pub fn expire_leases_fenced(seg: &Segment, now_ns: u64, fence: Fence<'_>) -> Vec<JobHandle> {
     let mut out = Vec::new();
     let records = seg.records();
     for i in 0..records.len() {
@@ -182,7 +223,7 @@ pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
             continue;
         }
         if let Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) =
-            give_back(seg, i, w, w.holder(), "lease expired")
+            give_back(seg, i, w, w.holder(), "lease expired", &mut *fence)
         {
             out.push(JobHandle { index: i, generation: next_generation(w.generation()) });
         }
@@ -190,9 +231,24 @@ pub fn expire_leases(seg: &Segment, now_ns: u64) -> Vec<JobHandle> {
     out
 }
 
+/// Revokes the claim `w` of record `index` (its lease ran out by the caller's reckoning: a
+/// claim whose holder never stored a deadline) as lease expiry does: re-queued or
+/// dead-lettered, fenced first. `None` if the record is no longer `w`.
+pub fn expire_claim(seg: &Segment, index: u32, w: StateWord, fence: Fence<'_>) -> Option<JobHandle> {
+    if w.state() != Some(State::Claimed) || seg.records().state(index)?.load() != w {
+        return None;
+    }
+    match give_back(seg, index, w, w.holder(), "lease expired", fence) {
+        Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) => {
+            Some(JobHandle { index, generation: next_generation(w.generation()) })
+        }
+        _ => None,
+    }
+}
+
 /// Marks every record index that some deque slot in `[top, bottom)` (with the record's
 /// current generation) or some overflow cell in `[head, tail)` names.
-fn referenced(seg: &Segment) -> Vec<bool> {
+pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
     let records = seg.records();
     let mut seen = vec![false; records.len() as usize];
     for q in seg.queues().into_iter().flatten() {

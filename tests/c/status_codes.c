@@ -108,7 +108,7 @@ static void expired_lease(xtcq_client *client) {
     for (int i = 0; i < 300 && rc == XTCQ_EMPTY; i++) rc = xtcq_thief_steal_wait(thief, again, 100);
     OK("steal the re-queued job", rc);
     OK("info", xtcq_job_get_info(again, &b));
-    if (a.index != b.index || b.attempts != a.attempts + 1) {
+    if (a.index != b.index || a.birth != b.birth || b.attempts != a.attempts + 1) {
         fprintf(stderr, "status_codes: re-queued job is record %u attempt %u, want %u attempt %u\n", b.index,
                 b.attempts, a.index, a.attempts + 1);
         bad = 1;

@@ -121,6 +121,11 @@ impl OwnedJob {
         self.with_claim(|c| c.payload())
     }
 
+    /// The job's stable id; see [`ClaimedJob::id`].
+    pub fn id(&mut self) -> crate::JobId {
+        self.with_claim(|c| Ok(c.id())).unwrap_or(crate::JobId { index: 0, birth: 0 })
+    }
+
     /// Times the job was given back before this claim.
     pub fn attempts(&mut self) -> u32 {
         self.with_claim(|c| Ok(c.attempts())).unwrap_or(0)

@@ -145,6 +145,35 @@ impl JobHandle {
     }
 }
 
+/// A job's stable id: its record and the generation it was pushed at (the handle `push`
+/// returned), the same across every attempt, re-queue and lease extension, while the
+/// handle's generation moves on at each. The birth generation is kept to 24 bits (it lives
+/// beside the last error's length in the header's `flags`), so it equals the push handle's
+/// generation until a record has been reused 16 million times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId {
+    /// Record index.
+    pub index: u32,
+    /// Generation at publish, low 24 bits.
+    pub birth: u32,
+}
+
+/// Bits of `RecordHeader::flags` below the birth generation (the last error's length).
+pub const BIRTH_SHIFT: u32 = 8;
+
+impl JobId {
+    /// The id of the job pushed as `h`.
+    pub const fn of_push(h: JobHandle) -> JobId {
+        JobId { index: h.index, birth: h.generation & (u32::MAX >> BIRTH_SHIFT) }
+    }
+}
+
+impl core::fmt::Display for JobId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.index, self.birth)
+    }
+}
+
 impl core::fmt::Display for JobHandle {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}.{}", self.index, self.generation)

@@ -1,0 +1,75 @@
+//! `xtcq work`'s side of fencing: each command is a child of the worker that dies with the
+//! thread that started it (`PR_SET_PDEATHSIG`), and is registered with the daemon for its
+//! job, so that the daemon kills its process group before the job can run again (the worker
+//! died, or its lease expired while it was stopped). Registration is kept across daemon
+//! restarts: the daemon keeps it in memory only, so the worker registers again once its
+//! connection was re-established.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use xtcq_client::{Client, JobId};
+
+/// How often a running command's registration is checked against a lost connection.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// Makes the command die (SIGKILL) with the worker thread that spawns it, and refuse to
+/// start if the worker died before the death signal was armed.
+pub fn die_with_worker(cmd: &mut Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: prctl and getppid are async-signal-safe system calls; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::other("the worker exited before its command started"));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A command registered with the daemon for its job; forgotten by the daemon on drop.
+pub struct Registration<'c> {
+    client: &'c Client,
+    id: JobId,
+    pid: u32,
+    reconnects: u64,
+    checked: Instant,
+}
+
+impl<'c> Registration<'c> {
+    /// Registers the command `pid` of job `id`.
+    pub fn new(client: &'c Client, id: JobId, pid: u32) -> Result<Self> {
+        client.fence_command(id, pid).with_context(|| {
+            format!("cannot register the command of job {id} with xtcqd, so it is not run")
+        })?;
+        Ok(Registration { client, id, pid, reconnects: client.reconnects(), checked: Instant::now() })
+    }
+
+    /// Registers again if the connection to the daemon was lost (a daemon restart forgets
+    /// every registration). A daemon that is down is retried at the next check.
+    pub fn keep(&mut self) {
+        if self.checked.elapsed() < RECHECK {
+            return;
+        }
+        self.checked = Instant::now();
+        if self.client.is_connected() && self.client.reconnects() == self.reconnects {
+            return;
+        }
+        // The request reconnects (resuming our slot) first.
+        if self.client.fence_command(self.id, self.pid).is_ok() {
+            self.reconnects = self.client.reconnects();
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        // Best effort: a stale registration is only ever used on a group that is gone.
+        let _ = self.client.unfence_command(self.id);
+    }
+}

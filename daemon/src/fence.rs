@@ -1,0 +1,240 @@
+//! Fencing: the commands a worker (`xtcq work`) runs for its claims, stopped before their
+//! job can run again.
+//!
+//! A worker registers each command it starts (`Request::FenceCommand`): the daemon checks
+//! that the worker's slot holds the job, that the pid names a child of the worker (its parent
+//! is the connected process, so the pid cannot have been reused: the worker has not reaped
+//! it), of the worker's uid, leading its own process group, and that it may signal it; then
+//! it keeps a pidfd for it, in its own memory only. Nothing here ever signals a pid read from
+//! the shared segment.
+//!
+//! When the job is taken back (its holder died, or its lease expired) the recovery calls
+//! [`Fences::fence`] after the revoke and before the re-queue: SIGKILL to the command through
+//! its pidfd, then to every process still in its process group (found in `/proc`, each
+//! re-identified through a pidfd of its own), until none is left. A group that will not die,
+//! or a command the daemon may not signal, is unfenceable: the job goes to the dead letters
+//! with that reason instead of running twice at once.
+//!
+//! What escapes: a process that left the command's process group (`setsid`, a daemonizing
+//! double fork), and work the command handed to another machine.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use crate::peer;
+
+/// How long a fence waits for a killed process group to be gone.
+const FENCE_WAIT: Duration = Duration::from_secs(5);
+
+/// One registered command.
+struct Command {
+    pidfd: OwnedFd,
+    /// Its pid, which is also its process group id.
+    pid: u32,
+    start_time: u64,
+    uid: u32,
+    birth: u32,
+}
+
+/// Registered commands, by (holder slot, record index).
+#[derive(Default)]
+pub struct Fences {
+    commands: HashMap<(u32, u32), Command>,
+}
+
+/// What `/proc/PID/stat` says of a process.
+struct Stat {
+    state: char,
+    ppid: u32,
+    pgrp: u32,
+    start_time: u64,
+}
+
+fn stat(pid: u32) -> io::Result<Stat> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&s).ok_or_else(|| io::Error::other(format!("cannot parse /proc/{pid}/stat")))
+}
+
+fn parse_stat(s: &str) -> Option<Stat> {
+    let mut f = s[s.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    let start_time = f.nth(16)?.parse().ok()?;
+    Some(Stat { state, ppid, pgrp, start_time })
+}
+
+fn owner_uid(pid: u32) -> io::Result<u32> {
+    Ok(std::fs::metadata(format!("/proc/{pid}"))?.uid())
+}
+
+/// `pidfd_send_signal(fd, sig)`; `sig` 0 checks permission only.
+fn send_signal(fd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: a plain syscall on a descriptor we own; no pointers passed but a null siginfo.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Fences {
+    /// Registers `pid` as the command of the job in record `index` (birth `birth`) held by
+    /// `slot`, whose process is `worker` (pid, uid from the kernel).
+    pub fn register(
+        &mut self,
+        slot: u32,
+        index: u32,
+        birth: u32,
+        pid: u32,
+        worker: (u32, u32),
+    ) -> Result<(), String> {
+        let (worker_pid, worker_uid) = worker;
+        if pid == 0 || worker_pid == 0 {
+            return Err("the daemon cannot see this process's pid namespace".into());
+        }
+        let fd = peer::pidfd_open(pid).map_err(|e| format!("cannot open a pidfd for pid {pid}: {e}"))?;
+        // Read after the open: the pidfd pins the process, and a child its parent has not
+        // reaped keeps its pid, so what /proc says now is about the process the pidfd names.
+        let st = stat(pid).map_err(|e| format!("cannot read /proc/{pid}: {e}"))?;
+        let uid = owner_uid(pid).map_err(|e| format!("cannot read /proc/{pid}: {e}"))?;
+        if st.ppid != worker_pid {
+            return Err(format!("pid {pid} is not a child of this process (its parent is {})", st.ppid));
+        }
+        if uid != worker_uid {
+            return Err(format!("pid {pid} belongs to uid {uid}, not to this process's uid {worker_uid}"));
+        }
+        if st.pgrp != pid {
+            return Err(format!("pid {pid} does not lead its own process group"));
+        }
+        send_signal(fd.as_fd(), 0).map_err(|e| {
+            format!(
+                "xtcqd may not signal pid {pid} ({e}); it needs CAP_KILL to fence another user's commands"
+            )
+        })?;
+        self.commands
+            .insert((slot, index), Command { pidfd: fd, pid, start_time: st.start_time, uid, birth });
+        Ok(())
+    }
+
+    /// Forgets the command of record `index` held by `slot` (it exited and was reaped).
+    pub fn unregister(&mut self, slot: u32, index: u32, birth: u32) {
+        if self.commands.get(&(slot, index)).is_some_and(|c| c.birth == birth) {
+            self.commands.remove(&(slot, index));
+        }
+    }
+
+    /// Stops the command registered for record `index` held by `holder`, if any: `Ok` once
+    /// its process group is empty, `Err(why)` when that cannot be achieved.
+    pub fn fence(&mut self, index: u32, holder: u32) -> Result<(), String> {
+        match self.commands.remove(&(holder, index)) {
+            Some(c) => kill_group(&c).inspect_err(|e| {
+                tracing::warn!(
+                    slot = holder,
+                    record = index,
+                    pid = c.pid,
+                    "job dead-lettered, not re-queued: {e}"
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops every command still registered for `slot` (its process died: whatever it
+    /// started for jobs it no longer held must not outlive it either).
+    pub fn fence_all_of(&mut self, slot: u32) -> Vec<String> {
+        let keys: Vec<_> = self.commands.keys().filter(|(s, _)| *s == slot).copied().collect();
+        keys.into_iter()
+            .filter_map(|k| self.commands.remove(&k))
+            .filter_map(|c| kill_group(&c).err())
+            .collect()
+    }
+
+    /// How many commands are registered (for stats and tests).
+    pub fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+}
+
+/// SIGKILL to the command, then to every live process of its group, until there is none.
+fn kill_group(c: &Command) -> Result<(), String> {
+    match send_signal(c.pidfd.as_fd(), libc::SIGKILL) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+        Err(e) => return Err(format!("its command (pid {}) could not be killed: {e}", c.pid)),
+    }
+    let until = Instant::now() + FENCE_WAIT;
+    loop {
+        let members = group_members(c)?;
+        if members.is_empty() {
+            return Ok(());
+        }
+        for pid in members {
+            kill_member(c, pid);
+        }
+        if Instant::now() >= until {
+            return Err(format!("its command's process group {} did not die within {FENCE_WAIT:?}", c.pid));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The live (not zombie) processes of the command's group, of its uid. Empty when the group
+/// id now names another group (a process with that pid leads it, with another start time).
+fn group_members(c: &Command) -> Result<Vec<u32>, String> {
+    let dir = std::fs::read_dir("/proc").map_err(|e| format!("cannot read /proc to fence: {e}"))?;
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(st) = stat(pid) else { continue };
+        if pid == c.pid && st.start_time != c.start_time {
+            return Ok(Vec::new());
+        }
+        if st.pgrp != c.pid || matches!(st.state, 'Z' | 'X' | 'x') {
+            continue;
+        }
+        if owner_uid(pid).is_ok_and(|u| u == c.uid) {
+            out.push(pid);
+        }
+    }
+    Ok(out)
+}
+
+/// Kills one member, named by a pidfd opened for it and re-checked: still in the group.
+fn kill_member(c: &Command, pid: u32) {
+    let Ok(fd) = peer::pidfd_open(pid) else { return };
+    if stat(pid).is_ok_and(|st| st.pgrp == c.pid) {
+        let _ = send_signal(fd.as_fd(), libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_read_after_the_command_name() {
+        let rest: Vec<String> = (6..=25).map(|i| i.to_string()).collect();
+        let s = format!("42 (a (b) c) S 7 42 {}", rest.join(" "));
+        let st = parse_stat(&s).expect("parse");
+        assert_eq!((st.state, st.ppid, st.pgrp), ('S', 7, 42));
+        assert_eq!(st.start_time, 22);
+    }
+}

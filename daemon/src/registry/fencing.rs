@@ -1,0 +1,54 @@
+//! The registry's side of fencing (`crate::fence`): registering a worker's command for a
+//! job its slot holds, under the registry lock so that a recovery or a lease scan sees
+//! either no registration or a complete one.
+
+use shm_layout::record::state::State;
+use xtcq_proto as proto;
+
+use super::{Registry, SlotId};
+use proto::{ErrorCode, ErrorReply};
+
+impl Registry {
+    /// Registers `pid` as the command of the job in record `index` (birth `birth`), which
+    /// `slot` (the process `worker` = (pid, uid)) must hold.
+    pub fn register_fence(
+        &self,
+        slot: SlotId,
+        index: u32,
+        birth: u32,
+        pid: u32,
+        worker: (u32, u32),
+    ) -> Result<(), ErrorReply> {
+        let mut t = self.lock();
+        let records = self.seg.records();
+        let held = match (records.state(index), records.header(index)) {
+            (Some(st), Some(hdr)) => {
+                let w = st.load();
+                matches!(w.state(), Some(State::Claimed | State::Writing))
+                    && w.holder() == slot.slot
+                    && shm_layout::dead_letter::job_id(hdr, index).birth == birth
+            }
+            _ => false,
+        };
+        if !held {
+            return Err(ErrorReply::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "job {index}.{birth} is not held by this process (its lease expired, or it was never \
+                     claimed): do not run it"
+                ),
+            ));
+        }
+        t.fences.register(slot.slot, index, birth, pid, worker).map_err(|e| {
+            ErrorReply::new(
+                ErrorCode::Unauthorized,
+                format!("cannot fence the command of job {index}.{birth}: {e}"),
+            )
+        })
+    }
+
+    /// Forgets the command registered for record `index` of `slot`.
+    pub fn unregister_fence(&self, slot: SlotId, index: u32, birth: u32) {
+        self.lock().fences.unregister(slot.slot, index, birth);
+    }
+}
