@@ -5,6 +5,7 @@
 //! - [`startup`]: socket directory, single-daemon checks, segment create/adopt, bind;
 //! - [`server`]: the tokio control-channel server and process watching;
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
+//! - [`state`]: the daemon-private state file (slots and queue permissions, for a restart);
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification.
 //!
@@ -19,6 +20,7 @@ pub mod peer;
 pub mod registry;
 pub mod server;
 pub mod startup;
+pub mod state;
 
 use std::io;
 use std::path::PathBuf;

@@ -1,7 +1,10 @@
 //! The process registry: process slots, deque leases and recovery, over the segment.
 //!
-//! The segment is the source of truth (so a restarted daemon can adopt it); this module is
-//! the only writer of the process table, the queue table and the deque lease words, and all
+//! The segment holds the jobs (so a restarted daemon can adopt them), but not who holds a
+//! process slot: every attached process can write the segment. Who holds which slot is this
+//! daemon's memory ([`Tracked`]) and, for the next daemon, its private state file
+//! ([`crate::state`]); a slot the segment shows in use that neither records is reclaimed. This
+//! module is the only writer of the process table, the queue table and the deque lease words, and all
 //! its writes happen under one mutex ([`Registry`]'s), so the daemon's tasks never race each
 //! other on them.
 //!
@@ -31,6 +34,9 @@
 //!   attach and a delete of one queue cannot interleave: either the attach comes first and
 //!   the delete is refused, or the delete comes first and the attach finds no such queue.
 
+mod acl;
+mod slots;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,6 +46,8 @@ use shm_layout::record::state::State;
 use shm_layout::recovery::{self, lease_holder, lease_word};
 use shm_layout::segment::{DeleteError, QueueError};
 use shm_layout::{QueueInfo, QueueSpec, Segment};
+
+use crate::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
 use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
@@ -86,12 +94,17 @@ pub struct Registry {
     seg: Arc<Segment>,
     lock: Arc<Mutex<Tracked>>,
     next_keeper: Arc<AtomicU64>,
+    /// Where the slots and queue permissions are kept for the next daemon (`None`: nowhere,
+    /// so a restart trusts no slot; for tests of the registry alone).
+    state: Option<Arc<StateFile>>,
 }
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
 #[derive(Default)]
 struct Tracked {
     slots: BTreeMap<u32, Kept>,
+    /// Queue permissions, by queue-table index (see [`crate::acl`]).
+    pub(crate) queues: BTreeMap<u32, QueueAcl>,
 }
 
 /// A registered slot this daemon watches.
@@ -174,7 +187,62 @@ fn now_unix_ns() -> u64 {
 impl Registry {
     /// A registry over `seg`.
     pub fn new(seg: Arc<Segment>) -> Self {
-        Self { seg, lock: Arc::new(Mutex::new(Tracked::default())), next_keeper: Arc::new(AtomicU64::new(1)) }
+        Self {
+            seg,
+            lock: Arc::new(Mutex::new(Tracked::default())),
+            next_keeper: Arc::new(AtomicU64::new(1)),
+            state: None,
+        }
+    }
+
+    /// A registry over `seg` that keeps its slots and queue permissions in `state` (and,
+    /// on [`adopt`](Self::adopt), trusts only what that file says).
+    pub fn with_state(seg: Arc<Segment>, state: StateFile) -> Self {
+        Self { state: Some(Arc::new(state)), ..Self::new(seg) }
+    }
+
+    /// Writes what this daemon knows to the state file (called under the lock after every
+    /// change, before the change is answered). A failure is logged: the next daemon then
+    /// reclaims the slots it cannot verify, which is safe, if unkind.
+    fn persist(&self, t: &Tracked) {
+        let Some(f) = &self.state else { return };
+        let st = DaemonState {
+            segment: state::file_id(self.seg.file()),
+            slots: t
+                .slots
+                .iter()
+                .map(|(&i, k)| {
+                    let p = k.process;
+                    (i, SlotRecord { epoch: k.epoch, pid: p.pid, uid: p.uid, start_time: p.start_time })
+                })
+                .collect(),
+            queues: t.queues.clone(),
+        };
+        if let Err(e) = f.save(&st) {
+            warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
+        }
+    }
+
+    /// What the previous daemon recorded for this segment (nothing without a state file, or
+    /// when it describes another segment).
+    fn load_state(&self) -> DaemonState {
+        let Some(f) = &self.state else { return DaemonState::default() };
+        let id = state::file_id(self.seg.file());
+        match f.load() {
+            Some(s) if s.segment == id => s,
+            Some(_) => {
+                warn!(file = %f.path().display(), "xtcqd's state file describes another segment; ignoring it");
+                DaemonState::default()
+            }
+            None => DaemonState::default(),
+        }
+    }
+
+    /// Starts a state file for a segment created now (a leftover one may describe a file
+    /// that had the same inode).
+    pub fn reset_state(&self) {
+        let t = self.lock();
+        self.persist(&t);
     }
 
     /// A new keeper token (one per connection, one per adopted slot's watcher).
@@ -197,9 +265,14 @@ impl Registry {
         let mut t = self.lock();
         let n = self.seg.config().process_slots;
         for i in 0..n {
+            // Free means: this daemon registered no process to it. The segment's state word
+            // is only a copy for readers; an attached process can write it.
+            if t.slots.contains_key(&i) {
+                continue;
+            }
             let Some(s) = self.seg.process_slot(i) else { break };
             if s.state.load(Ordering::Acquire) != PROCESS_FREE {
-                continue;
+                self.reclaim_unregistered(i);
             }
             s.pid.store(p.pid, Ordering::Relaxed);
             s.uid.store(p.uid, Ordering::Relaxed);
@@ -213,6 +286,7 @@ impl Registry {
                 i,
                 Kept { epoch, process: p, keeper, connected: true, uses: Uses::Known(BTreeMap::new()) },
             );
+            self.persist(&t);
             return Ok(SlotId { slot: i, epoch });
         }
         Err(proto::ErrorReply::new(
@@ -447,11 +521,15 @@ impl Registry {
     }
 
     fn recover_locked(&self, t: &mut Tracked, slot: SlotId) {
-        if t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch) {
+        let tracked = t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch);
+        if tracked {
             t.slots.remove(&slot.slot);
+            self.persist(t);
         }
         let Some(s) = self.seg.process_slot(slot.slot) else { return };
-        if s.epoch.load(Ordering::Relaxed) != slot.epoch {
+        // A slot this daemon tracks is recovered whatever the segment's epoch says (an
+        // attached process may have changed it); an untracked one only at its epoch.
+        if !tracked && s.epoch.load(Ordering::Relaxed) != slot.epoch {
             return; // already recovered and reused
         }
         let pid = s.pid.load(Ordering::Relaxed);
@@ -512,26 +590,9 @@ impl Registry {
                 );
             }
         }
-        let n = self.seg.config().process_slots;
-        let mut live = Vec::new();
-        let mut dead = Vec::new();
-        for i in 0..n {
-            let Some(s) = self.seg.process_slot(i) else { break };
-            let state = s.state.load(Ordering::Acquire);
-            let slot = SlotId { slot: i, epoch: s.epoch.load(Ordering::Relaxed) };
-            let process = ProcessId {
-                pid: s.pid.load(Ordering::Relaxed),
-                uid: s.uid.load(Ordering::Relaxed),
-                start_time: s.start_time.load(Ordering::Relaxed),
-            };
-            match state {
-                PROCESS_FREE => {}
-                PROCESS_ACTIVE if alive(process.pid, process.start_time) => {
-                    live.push(Adopted { slot, process, keeper: self.keeper() })
-                }
-                _ => dead.push(slot),
-            }
-        }
+        let known = self.load_state();
+        self.lock().queues = known.queues.clone();
+        let (live, dead) = self.verify_slots(&known, alive);
         for slot in &dead {
             self.recover_process(*slot);
         }
@@ -547,6 +608,8 @@ impl Registry {
                 };
                 t.slots.insert(a.slot.slot, kept);
             }
+            self.adopt_queue_acls(&mut t);
+            self.persist(&t);
         }
         {
             // Claims a previous daemon revoked (lease expiry or recovery) and died before

@@ -98,7 +98,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
         segment_path: seg.path().to_path_buf(),
     };
-    let reg = Registry::new(seg.clone());
+    let reg = Registry::with_state(seg.clone(), prep.state);
     let (tx, _) = watch::channel(None);
     let st = Arc::new(Shared {
         cfg: cfg.clone(),
@@ -110,7 +110,9 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     });
     let mut tasks = JoinSet::new();
 
-    if !prep.created {
+    if prep.created {
+        reg.reset_state();
+    } else {
         let adopted = reg.adopt(peer::is_alive);
         for a in adopted {
             match peer::pidfd_for_process(a.process.pid, a.process.start_time) {

@@ -40,6 +40,8 @@ pub struct Prepared {
     pub listener: UnixListener,
     /// `(dev, ino)` of the socket file, to remove only our own at exit.
     pub socket_id: (u64, u64),
+    /// The daemon-private state file beside the socket.
+    pub state: crate::state::StateFile,
     /// Held for the daemon's life.
     _socket_lock: File,
 }
@@ -62,10 +64,12 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&cfg.socket)?;
+    let state = crate::state::StateFile::beside(&cfg.socket)
+        .map_err(io_err("cannot open the socket directory for the state file", dir))?;
     clear_stale_socket(&cfg.socket)?;
     let (segment, created) = open_segment(cfg)?;
     let (listener, socket_id) = bind(cfg)?;
-    Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
+    Ok(Prepared { segment, created, listener, socket_id, state, _socket_lock: socket_lock })
 }
 
 fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<(), DaemonError> {
