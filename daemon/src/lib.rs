@@ -5,6 +5,7 @@
 //! - [`startup`]: socket directory, single-daemon checks, segment create/adopt, bind;
 //! - [`server`]: the tokio control-channel server and process watching;
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
+//! - [`limits`]: per-user connection limits;
 //! - [`state`]: the daemon-private state file (slots and queue permissions, for a restart);
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification.
@@ -15,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod limits;
 pub mod notify;
 pub mod peer;
 pub mod registry;

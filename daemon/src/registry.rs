@@ -37,6 +37,8 @@
 mod acl;
 mod slots;
 
+pub use acl::{Access, Op};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -97,6 +99,8 @@ pub struct Registry {
     /// Where the slots and queue permissions are kept for the next daemon (`None`: nowhere,
     /// so a restart trusts no slot; for tests of the registry alone).
     state: Option<Arc<StateFile>>,
+    /// Most slots one uid may hold, and the uids without a limit (`None`: no limit).
+    slot_limit: Option<(u32, [u32; 2])>,
 }
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
@@ -192,7 +196,14 @@ impl Registry {
             lock: Arc::new(Mutex::new(Tracked::default())),
             next_keeper: Arc::new(AtomicU64::new(1)),
             state: None,
+            slot_limit: None,
         }
+    }
+
+    /// Lets no uid but `exempt` hold more than `per_uid` process slots at once.
+    pub fn limit_slots_per_uid(mut self, per_uid: u32, exempt: [u32; 2]) -> Self {
+        self.slot_limit = Some((per_uid, exempt));
+        self
     }
 
     /// A registry over `seg` that keeps its slots and queue permissions in `state` (and,
@@ -263,6 +274,7 @@ impl Registry {
     /// Registers a process in a free slot with `roles`, kept by the connection `keeper`.
     pub fn register(&self, p: ProcessId, roles: u32, keeper: Keeper) -> Result<SlotId, proto::ErrorReply> {
         let mut t = self.lock();
+        self.check_slot_limit(&t, &p)?;
         let n = self.seg.config().process_slots;
         for i in 0..n {
             // Free means: this daemon registered no process to it. The segment's state word
@@ -378,9 +390,21 @@ impl Registry {
         }
     }
 
-    /// Creates a queue.
+    /// Creates a queue owned by the daemon's own uid, shared with nobody else.
     pub fn create_queue(&self, p: &proto::QueueParams) -> Result<proto::QueueInfo, proto::ErrorReply> {
-        let _t = self.lock();
+        let me = rustix::process::getuid().as_raw();
+        self.create_queue_as(p, me, &[], &[])
+    }
+
+    /// Creates a queue owned by `owner` and usable also by `uids` and members of `gids`.
+    pub fn create_queue_as(
+        &self,
+        p: &proto::QueueParams,
+        owner: u32,
+        uids: &[u32],
+        gids: &[u32],
+    ) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        let mut t = self.lock();
         let spec = QueueSpec {
             name: p.name.clone(),
             flavor: match p.flavor {
@@ -392,7 +416,10 @@ impl Registry {
             max_attempts: p.max_attempts,
             lease_ms: p.lease_ms,
         };
-        self.seg.create_queue(&spec).map(|q| queue_info(&q)).map_err(|e| queue_error(&e))
+        let q = self.seg.create_queue(&spec).map_err(|e| queue_error(&e))?;
+        let acl = QueueAcl { name: q.spec.name.clone(), owner, uids: uids.to_vec(), gids: gids.to_vec() };
+        self.record_acl(&mut t, q.index, acl);
+        Ok(queue_info(&q))
     }
 
     /// The active queue `name`.
@@ -405,8 +432,20 @@ impl Registry {
     /// either sees the attachment (and refuses) or has happened before (and this finds no
     /// such queue). Returns the queue.
     pub fn attach(&self, name: &str, slot: SlotId, role: u32) -> Result<QueueInfo, proto::ErrorReply> {
+        self.attach_as(name, slot, role, None)
+    }
+
+    /// [`attach`](Self::attach) if `who` may use the queue (checked in the same step).
+    pub fn attach_as(
+        &self,
+        name: &str,
+        slot: SlotId,
+        role: u32,
+        who: Option<&Access>,
+    ) -> Result<QueueInfo, proto::ErrorReply> {
         let mut t = self.lock();
         let q = self.queue(name)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Use)?;
         match t.slots.get_mut(&slot.slot) {
             Some(k) if k.epoch == slot.epoch => {
                 if let Uses::Known(m) = &mut k.uses {
@@ -431,8 +470,20 @@ impl Registry {
         want: Option<u32>,
         slot: SlotId,
     ) -> Result<(QueueInfo, u32, u64), proto::ErrorReply> {
-        let _t = self.lock();
+        self.lease_as(name, want, slot, None)
+    }
+
+    /// [`lease`](Self::lease) if `who` may use the queue (checked in the same step).
+    pub fn lease_as(
+        &self,
+        name: &str,
+        want: Option<u32>,
+        slot: SlotId,
+        who: Option<&Access>,
+    ) -> Result<(QueueInfo, u32, u64), proto::ErrorReply> {
+        let t = self.lock();
         let q = self.queue(name)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Use)?;
         let q = &q;
         let word = lease_word(slot.slot, slot.epoch as u32);
         let candidates: Vec<u32> = match want {
@@ -681,9 +732,22 @@ impl Registry {
         force: bool,
         alive: impl Fn(u32, u64) -> bool,
     ) -> Result<proto::QueueDeleted, DeleteRefused> {
+        self.delete_queue_as(name, force, alive, None)
+    }
+
+    /// [`delete_queue`](Self::delete_queue) if `who` may delete it (checked first, in the
+    /// same step).
+    pub fn delete_queue_as(
+        &self,
+        name: &str,
+        force: bool,
+        alive: impl Fn(u32, u64) -> bool,
+        who: Option<&Access>,
+    ) -> Result<proto::QueueDeleted, DeleteRefused> {
         let refused = |reply| DeleteRefused { reply, only_exited: false };
-        let t = self.lock();
+        let mut t = self.lock();
         let q = self.queue(name).map_err(refused)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Delete).map_err(refused)?;
         let usage = self.seg.queue_usage(q.index);
 
         // Every process slot in the way, with why.
@@ -775,6 +839,7 @@ impl Registry {
             };
             refused(proto::ErrorReply::new(code, format!("{e}; it was not deleted")))
         })?;
+        self.forget_acl(&mut t, q.index);
         drop(t);
         info!(
             queue = %name,

@@ -10,7 +10,9 @@ use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE};
 use shm_layout::recovery;
 use tracing::warn;
 
-use super::{Adopted, ProcessId, Registry, SlotId};
+use xtcq_proto::{self as proto, names};
+
+use super::{Adopted, ProcessId, Registry, SlotId, Tracked};
 use crate::state::DaemonState;
 
 /// Log at most this many reclaimed slots one by one; then a count.
@@ -66,6 +68,27 @@ impl Registry {
             );
         }
         (live, dead)
+    }
+
+    /// Refuses a registration for `p` when its uid already holds its share of the slots
+    /// (so one user cannot take them all, through however many processes or connections).
+    pub(super) fn check_slot_limit(&self, t: &Tracked, p: &ProcessId) -> Result<(), proto::ErrorReply> {
+        let Some((per_uid, exempt)) = self.slot_limit else { return Ok(()) };
+        if exempt.contains(&p.uid) {
+            return Ok(());
+        }
+        let held = t.slots.values().filter(|k| k.process.uid == p.uid).count();
+        if held < per_uid as usize {
+            return Ok(());
+        }
+        Err(proto::ErrorReply::new(
+            proto::ErrorCode::LimitReached,
+            format!(
+                "{} already holds {held} of this xtcqd's {} process slots, the most one user may hold                  (--process-slots-per-uid {per_uid}); stop some of its attached processes, or restart                  xtcqd with a higher --process-slots-per-uid",
+                names::uid_label(p.uid),
+                self.seg.config().process_slots
+            ),
+        ))
     }
 
     /// Makes slot `i`, which this daemon registered to no process but the segment shows in
