@@ -112,24 +112,38 @@ fn the_connection_limit_is_exit_4_naming_the_flag() {
         done
     });
     assert!(created, "create never got the one connection: {}", d.log());
-    let waiter = d
-        .xtcq()
-        .args(["steal", "q", "--wait", "--timeout", "60s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn steal");
-    // The waiter holds the only connection once it is attached; until then `ls` may get it.
-    let mut last = None;
-    for _ in 0..500 {
-        let o = d.run(&["ls"]);
-        if code(&o) != 0 {
-            last = Some(o);
+    // A consumer that waits holds the only connection, once it is attached (the log says
+    // so); until then, nothing else connects. (It may itself be refused while the readiness
+    // probe's connection still counts: then it is started again.)
+    let mut waiter = None;
+    for _ in 0..50 {
+        let mut w = d
+            .xtcq()
+            .args(["steal", "q", "--wait", "--timeout", "60s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn steal");
+        let attached = (0..1000).find_map(|_| {
+            let me = format!("pid={} ", w.id());
+            if d.log().lines().any(|l| l.contains("process registered") && l.contains(&me)) {
+                return Some(true);
+            }
+            if let Ok(Some(_)) = w.try_wait() {
+                return Some(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            None
+        });
+        if attached == Some(true) {
+            waiter = Some(w);
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let _ = w.kill();
+        let _ = w.wait();
     }
-    let o = last.expect("ls was never refused");
+    let waiter = waiter.expect("the waiting consumer never attached");
+    let o = d.run(&["ls"]);
     refused(&o, &["--max-connections 1", "restart xtcqd with a higher --max-connections"]);
     let _ = Command::new("kill").arg(waiter.id().to_string()).status();
     let _ = wait_bounded(waiter, Duration::from_secs(30), "steal");

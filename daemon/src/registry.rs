@@ -951,7 +951,9 @@ impl Registry {
                 let s = seg.process_slot(i)?;
                 let state = match s.state.load(Ordering::Acquire) {
                     PROCESS_FREE => return None,
-                    PROCESS_ACTIVE => proto::ProcessState::Active,
+                    // Active only if this daemon registered (or adopted) a process to it;
+                    // otherwise some attached process wrote it (and the next attach reclaims it).
+                    PROCESS_ACTIVE if t.slots.contains_key(&i) => proto::ProcessState::Active,
                     PROCESS_RECOVERING => proto::ProcessState::Recovering,
                     _ => proto::ProcessState::Unknown,
                 };

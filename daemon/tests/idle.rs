@@ -26,6 +26,8 @@ fn a_connection_that_holds_nothing_is_closed_when_idle_one_with_a_slot_is_not() 
     })
     .expect("create");
     let thief = c.attach_thief("q").expect("thief");
+    // A library client that holds nothing: closed too, and it reconnects by itself.
+    let quiet = d.client();
 
     let mut s = UnixStream::connect(&d.socket).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
@@ -41,4 +43,6 @@ fn a_connection_that_holds_nothing_is_closed_when_idle_one_with_a_slot_is_not() 
     let st = c.stats(None).expect("stats");
     let me = st.processes.iter().find(|p| p.slot == thief.process_slot()).expect("the thief's slot");
     assert!(me.connected, "the connection of a process holding a slot was closed: {me:?}");
+    // `quiet` was silent longer than the raw connection, so it was closed first.
+    quiet.ping().expect("an idle-closed client reconnects on its next request");
 }
