@@ -303,7 +303,12 @@ impl Registry {
         }
         Err(proto::ErrorReply::new(
             proto::ErrorCode::NoFreeSlot,
-            format!("all {n} process slots are in use; restart xtcqd with more --process-slots"),
+            // An existing segment keeps its size: more slots means a new segment.
+            format!(
+                "all {n} process slots are held by attached processes (a slot is held until its \
+                 process exits); stop some of them, or restart xtcqd with --recreate and more \
+                 --process-slots (which drops the segment's jobs)"
+            ),
         ))
     }
 
