@@ -166,3 +166,53 @@ impl StateFile {
 pub fn file_id(f: &std::fs::File) -> (u64, u64) {
     f.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn sample() -> DaemonState {
+        let mut s = DaemonState { segment: (1, 2), ..Default::default() };
+        s.slots.insert(3, SlotRecord { epoch: 4, pid: 5, uid: 6, start_time: 7 });
+        s.queues.insert(0, QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9] });
+        s
+    }
+
+    #[test]
+    fn saved_state_loads_back_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        assert_eq!(f.load(), None, "no file yet");
+        f.save(&sample()).expect("save");
+        assert_eq!(f.load(), Some(sample()));
+        let md = std::fs::metadata(f.path()).expect("stat");
+        assert_eq!(md.mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_planted_link_is_neither_followed_nor_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, b"keep me").expect("write");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        // At the file's own name, and at the temporary name a save uses.
+        std::os::unix::fs::symlink(&precious, f.path()).expect("symlink");
+        let tmp = dir.path().join(format!("xtcqd.sock.state.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&precious, &tmp).expect("symlink");
+        assert_eq!(f.load(), None, "a link is not read");
+        f.save(&sample()).expect("save");
+        assert_eq!(std::fs::read(&precious).expect("read"), b"keep me");
+        assert!(std::fs::symlink_metadata(f.path()).expect("stat").is_file(), "the link was replaced");
+        assert_eq!(f.load(), Some(sample()));
+    }
+
+    #[test]
+    fn a_file_others_may_read_or_write_is_not_trusted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        f.save(&sample()).expect("save");
+        std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(f.load(), None);
+    }
+}
