@@ -195,8 +195,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
                         let st = st.clone();
                         tasks.spawn(async move {
                             st.connections.fetch_add(1, Ordering::Relaxed);
-                            connection(st.clone(), stream).await;
-                            drop(permit);
+                            connection(st.clone(), stream, permit).await;
                         });
                     }
                     Err(_) => {
@@ -321,7 +320,10 @@ struct Conn {
     leases: Vec<(u32, String, u32, u64)>,
 }
 
-async fn connection(st: Arc<Shared>, stream: UnixStream) {
+/// Serves one connection; `permit` (its place under `--max-connections`) is given back when
+/// the connection closes, not after the wait for its process to exit that may follow (a
+/// process that lives on without a connection holds no connection).
+async fn connection(st: Arc<Shared>, stream: UnixStream, permit: tokio::sync::OwnedSemaphorePermit) {
     let peer = match peer::identify(stream.as_fd()) {
         Ok(p) => p,
         Err(e) => {
@@ -355,6 +357,7 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
     let end = c.run().await;
     st.connections.fetch_sub(1, Ordering::Relaxed);
     drop(c.uid_conn.take());
+    drop(permit);
     let process = c.process_id();
     let Conn { stream, peer, slot, .. } = c;
     drop(stream);
