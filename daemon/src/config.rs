@@ -43,6 +43,12 @@ pub struct Args {
     #[arg(long, env = "XTCQ_SEGMENT", value_name = "PATH")]
     pub segment: Option<PathBuf>,
 
+    /// The daemon-private state file: who holds each process slot and each queue's
+    /// permissions, for the next daemon (never kept in the segment, which attached processes
+    /// can write). Its directory must be the daemon's own [default: SOCKET.state].
+    #[arg(long, value_name = "PATH")]
+    pub state: Option<PathBuf>,
+
     /// Remove an existing segment (and every job in it) and create a new one.
     #[arg(long)]
     pub recreate: bool,
@@ -131,6 +137,8 @@ pub struct Config {
     pub socket: PathBuf,
     /// Segment file.
     pub segment: PathBuf,
+    /// The daemon-private state file.
+    pub state: PathBuf,
     /// Recreate the segment.
     pub recreate: bool,
     /// Segment configuration for a new segment.
@@ -231,9 +239,11 @@ impl Config {
                 "--max-connections-per-uid and --process-slots-per-uid must be at least 1".into(),
             ));
         }
+        let state = args.state.clone().unwrap_or_else(|| crate::state::default_path(&socket));
         Ok(Config {
             socket,
             segment,
+            state,
             recreate: args.recreate,
             segment_config: c,
             explicit,

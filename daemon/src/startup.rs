@@ -64,8 +64,8 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&cfg.socket)?;
-    let state = crate::state::StateFile::beside(&cfg.socket)
-        .map_err(io_err("cannot open the socket directory for the state file", dir))?;
+    let state = crate::state::StateFile::at(&cfg.state)
+        .map_err(io_err("cannot use the directory of the state file (--state)", &cfg.state))?;
     clear_stale_socket(&cfg.socket)?;
     let (segment, created) = open_segment(cfg)?;
     let (listener, socket_id) = bind(cfg)?;

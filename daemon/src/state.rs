@@ -84,16 +84,36 @@ fn no_follow_dir(path: &Path) -> io::Result<OwnedFd> {
 }
 
 impl StateFile {
-    /// The state file of the daemon serving `socket`: `SOCKET.state` in the socket's
-    /// directory (which startup has checked is ours, or root's and sticky).
+    /// The default state file of the daemon serving `socket`: `SOCKET.state` in the
+    /// socket's directory (which startup has checked is ours, or root's and sticky).
     pub fn beside(socket: &Path) -> io::Result<StateFile> {
-        let dir_path = socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let base = socket
+        StateFile::at(&default_path(socket))
+    }
+
+    /// The state file `path`. Its directory must be the daemon's own or root's, and not
+    /// writable by others unless sticky (where no one else can replace our file).
+    pub fn at(path: &Path) -> io::Result<StateFile> {
+        let dir_path = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path
             .file_name()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the socket path names no file"))?;
-        let mut name = base.to_os_string();
-        name.push(".state");
-        Ok(StateFile { dir: no_follow_dir(dir_path)?, dir_path: dir_path.to_path_buf(), name })
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the state file path names no file"))?
+            .to_os_string();
+        let dir = no_follow_dir(dir_path)?;
+        let st = rustix::fs::fstat(&dir)?;
+        let me = rustix::process::geteuid().as_raw();
+        let open_to_others = st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0;
+        if (st.st_uid != me && st.st_uid != 0) || open_to_others {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the directory is owned by uid {} with mode {:o}: it must be ours (uid {me}) or root's, \
+                     and not writable by others unless sticky",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(StateFile { dir, dir_path: dir_path.to_path_buf(), name })
     }
 
     /// The file's path (for messages).
@@ -162,6 +182,13 @@ impl StateFile {
     }
 }
 
+/// `SOCKET.state`.
+pub fn default_path(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_os_string();
+    s.push(".state");
+    PathBuf::from(s)
+}
+
 /// `(st_dev, st_ino)` of an open file.
 pub fn file_id(f: &std::fs::File) -> (u64, u64) {
     f.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0))
@@ -205,6 +232,17 @@ mod tests {
         assert_eq!(std::fs::read(&precious).expect("read"), b"keep me");
         assert!(std::fs::symlink_metadata(f.path()).expect("stat").is_file(), "the link was replaced");
         assert_eq!(f.load(), Some(sample()));
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("xtcqd.state");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = StateFile::at(&path).expect_err("world-writable");
+        assert!(e.to_string().contains("not writable by others unless sticky"), "{e}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        StateFile::at(&path).expect("sticky");
     }
 
     #[test]
