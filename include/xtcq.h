@@ -101,7 +101,8 @@
 #define XTCQ_E_SEGMENT -10
 
 /**
- * No free deque, process slot or queue-table entry.
+ * No free deque, process slot or queue-table entry, or a per-user limit of the daemon
+ * reached (the message names the flag that raises it).
  */
 #define XTCQ_E_NO_ROOM -11
 

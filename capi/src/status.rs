@@ -38,7 +38,8 @@ pub const XTCQ_E_NOT_HELD: c_int = -8;
 pub const XTCQ_E_FORKED: c_int = -9;
 /// The segment is corrupt, was replaced, or this process's slot is no longer its own.
 pub const XTCQ_E_SEGMENT: c_int = -10;
-/// No free deque, process slot or queue-table entry.
+/// No free deque, process slot or queue-table entry, or a per-user limit of the daemon
+/// reached (the message names the flag that raises it).
 pub const XTCQ_E_NO_ROOM: c_int = -11;
 /// The caller's buffer is too small (the length needed was stored).
 pub const XTCQ_E_BUFFER_TOO_SMALL: c_int = -12;
@@ -91,7 +92,10 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         Error::PayloadTooLarge { .. } => XTCQ_E_TOO_LARGE,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => XTCQ_E_NOT_HELD,
         Error::Job(JobError::Requeue { .. }) => XTCQ_E_FULL,
-        Error::NoFreeDeque { .. } | Error::NoFreeSlot(_) | Error::QueueTableFull(_) => XTCQ_E_NO_ROOM,
+        Error::NoFreeDeque { .. }
+        | Error::NoFreeSlot(_)
+        | Error::QueueTableFull(_)
+        | Error::LimitReached(_) => XTCQ_E_NO_ROOM,
         Error::Segment(_)
         | Error::Corrupt(_)
         | Error::SegmentReplaced { .. }

@@ -50,6 +50,14 @@ pub struct CreateArgs {
     /// Succeed if a queue of that name already exists.
     #[arg(long)]
     exist_ok: bool,
+    /// Let this user (name or uid) use the queue too: attach as a producer or consumer,
+    /// re-queue and purge its dead letters (repeatable). The queue belongs to the user who
+    /// creates it; only that user, root and xtcqd's own user may delete it.
+    #[arg(long, value_name = "USER")]
+    allow_uid: Vec<String>,
+    /// Let the members of this group (name or gid) use the queue too (repeatable).
+    #[arg(long, value_name = "GROUP")]
+    allow_gid: Vec<String>,
 }
 
 /// The segment's deques per queue and deque capacity: the most a queue may ask for.
@@ -59,6 +67,16 @@ fn segment_limits(c: &Client) -> Result<(u32, u32)> {
 }
 
 pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
+    let uids = a
+        .allow_uid
+        .iter()
+        .map(|u| xtcq_proto::names::resolve_uid(u).context("--allow-uid"))
+        .collect::<Result<Vec<_>>>()?;
+    let gids = a
+        .allow_gid
+        .iter()
+        .map(|g| xtcq_proto::names::resolve_gid(g).context("--allow-gid"))
+        .collect::<Result<Vec<_>>>()?;
     let c = connect(socket)?;
     let lease_ms = xtcq_proto::lease::lease_ms(a.lease).context("--lease")?;
     let defaults = QueueParams::new(a.queue.clone());
@@ -83,7 +101,12 @@ pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
         max_attempts: a.max_attempts,
         lease_ms,
     };
-    match c.create_queue(&p) {
+    let created = if uids.is_empty() && gids.is_empty() {
+        c.create_queue(&p)
+    } else {
+        c.create_shared_queue(&p, &uids, &gids)
+    };
+    match created {
         Ok(_) => Ok(exit::OK),
         Err(Error::QueueExists(_)) if a.exist_ok => Ok(exit::OK),
         Err(e) => Err(e.into()),

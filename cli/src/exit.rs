@@ -11,7 +11,8 @@ pub const USAGE: i32 = 2;
 /// dead letter.
 pub const EMPTY: i32 = 3;
 /// The daemon could not be reached (not running, no permission, connection lost, no answer
-/// in time).
+/// in time), or it refused this user (not allowed, by the daemon or the queue's
+/// permissions; a per-user limit reached).
 pub const UNREACHABLE: i32 = 4;
 /// `check` found the segment inconsistent; `work` had jobs that failed; `demo` saw a job
 /// lost or run twice.
@@ -25,7 +26,9 @@ Exit status:
   2  bad arguments
   3  nothing to do: steal found no job or timed out; dead found no dead letter
   4  xtcqd not reachable: not running at the socket, permission denied, connection lost,
-     no answer in time, or run by a user you do not trust (see XTCQ_TRUST_UID)
+     no answer in time, or run by a user you do not trust (see XTCQ_TRUST_UID); or it
+     refused this user: not allowed (to the daemon or the queue),
+     a per-user limit reached (the message names the flag that raises it)
   5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
      or run twice
 
@@ -37,7 +40,7 @@ Environment:
 /// The status for an error that ended a command.
 pub fn for_error(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<xtcq_client::Error>() {
-        Some(c) if c.is_unreachable() => UNREACHABLE,
+        Some(c) if c.is_unreachable() || c.is_refused() => UNREACHABLE,
         _ => ERROR,
     }
 }

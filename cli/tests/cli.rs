@@ -960,7 +960,8 @@ fn users_and_groups_are_named_through_the_name_service() {
     let mut flags = SIZES.to_vec();
     flags.extend(["--group", &alice.group, "--allow-uid", &alice.user]);
     let d = Daemon::start_with(dir, &flags);
-    ok(&d.run(&["create", "named"]));
+    // The queue is root's; alice may use it because it is shared with her by name.
+    ok(&d.run(&["create", "named", "--allow-uid", &alice.user]));
     let as_user = |u: &SystemUser, args: &[&str]| {
         let mut c = d.xtcq();
         c.args(args).uid(u.id("-u")).gid(u.id("-g"));

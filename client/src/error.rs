@@ -121,6 +121,10 @@ pub enum Error {
     /// Every process slot is in use.
     #[error("no free process slot: {0}")]
     NoFreeSlot(String),
+    /// A per-user limit of the daemon (connections or process slots of one uid) was
+    /// reached. The message names the limit and the `xtcqd` flag that raises it.
+    #[error("refused by xtcqd: {0}")]
+    LimitReached(String),
     /// The queue's deque and overflow ring are full.
     #[error("queue full: {queue} (its deque and its overflow ring of {overflow} jobs are full)")]
     QueueFull {
@@ -235,6 +239,7 @@ impl Error {
             Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
             Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
+            Error::LimitReached(_) => ErrorCode::LimitReached,
             Error::BadRequest(_) | Error::BadQueueName(_) => ErrorCode::BadRequest,
             Error::VersionMismatch { .. } => ErrorCode::VersionMismatch,
             Error::SlotNotResumed { .. } => ErrorCode::SlotNotHeld,
@@ -256,6 +261,12 @@ impl Error {
         )
     }
 
+    /// Whether the daemon refused this user: not allowed (by the daemon or by the queue's
+    /// permissions), or a per-user limit reached.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Error::Unauthorized(_) | Error::LimitReached(_))
+    }
+
     /// Converts a daemon error reply; `queue` names the queue the request was about.
     pub(crate) fn from_reply(e: ErrorReply, queue: Option<&str>) -> Error {
         let q = || queue.map(str::to_string).unwrap_or_else(|| e.message.clone());
@@ -267,6 +278,7 @@ impl Error {
             ErrorCode::QueueNotEmpty => Error::QueueNotEmpty { queue: q(), message: e.message },
             ErrorCode::NoFreeDeque => Error::NoFreeDeque { queue: q(), message: e.message },
             ErrorCode::NoFreeSlot => Error::NoFreeSlot(e.message),
+            ErrorCode::LimitReached => Error::LimitReached(e.message),
             ErrorCode::Unauthorized => Error::Unauthorized(e.message),
             ErrorCode::BadRequest => Error::BadRequest(e.message),
             _ => Error::Daemon(e),

@@ -152,7 +152,7 @@ impl Client {
     /// Sends a raw request (for tools that need the whole protocol).
     pub fn call(&self, req: Request) -> Result<Response, Error> {
         let queue = match &req {
-            Request::CreateQueue(p) => Some(p.name.clone()),
+            Request::CreateQueue(p) | Request::CreateSharedQueue { params: p, .. } => Some(p.name.clone()),
             Request::DeleteQueue { name, .. } => Some(name.clone()),
             Request::Stats { queue } => queue.clone(),
             Request::AttachOwner { queue, .. }
@@ -201,6 +201,28 @@ impl Client {
         // The daemon refuses it too; checked here for an error before any request.
         xtcq_proto::queue_name::check(&params.name)?;
         match self.call(Request::CreateQueue(params.clone()))? {
+            Response::QueueCreated(q) => Ok(q),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Creates a queue owned by this process's uid that the users `allow_uids` and the
+    /// members of the groups `allow_gids` may use too (attach to, re-queue and purge its dead
+    /// letters). Only its owner, root and the daemon's uid may delete it. The daemon enforces
+    /// this on the control socket; within the segment, every attached process can read and
+    /// write every queue, so users who must not see each other's jobs need separate daemons.
+    pub fn create_shared_queue(
+        &self,
+        params: &QueueParams,
+        allow_uids: &[u32],
+        allow_gids: &[u32],
+    ) -> Result<QueueInfo, Error> {
+        let req = Request::CreateSharedQueue {
+            params: params.clone(),
+            allow_uids: allow_uids.to_vec(),
+            allow_gids: allow_gids.to_vec(),
+        };
+        match self.call(req)? {
             Response::QueueCreated(q) => Ok(q),
             r => Err(self.unexpected(r)),
         }
@@ -337,6 +359,9 @@ impl Client {
 
     /// Deletes a dead letter of `queue` for good.
     pub fn purge_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        // Attached first, as for a re-queue: the daemon checks that this user may use the
+        // queue (see `create_shared_queue`).
+        let _attached = self.attach_injector(queue)?;
         let seg = self.dead_letter_of(queue, job)?;
         shm_layout::dead_letter::purge_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
     }

@@ -43,6 +43,12 @@ pub struct Args {
     #[arg(long, env = "XTCQ_SEGMENT", value_name = "PATH")]
     pub segment: Option<PathBuf>,
 
+    /// The daemon-private state file: who holds each process slot and each queue's
+    /// permissions, for the next daemon (never kept in the segment, which attached processes
+    /// can write). Its directory must be the daemon's own [default: SOCKET.state].
+    #[arg(long, value_name = "PATH")]
+    pub state: Option<PathBuf>,
+
     /// Remove an existing segment (and every job in it) and create a new one.
     #[arg(long)]
     pub recreate: bool,
@@ -98,6 +104,22 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_connections: usize,
 
+    /// Most control connections one user may hold at once [default: half of
+    /// --max-connections]. The daemon's own uid and root are not limited: they can stop the
+    /// daemon anyway.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_uid: Option<usize>,
+
+    /// Most process slots one user's processes may hold at once [default: half the
+    /// segment's process slots]. The daemon's own uid and root are not limited.
+    #[arg(long, value_name = "N")]
+    pub process_slots_per_uid: Option<u32>,
+
+    /// Seconds a connection that holds no process slot may stay silent before xtcqd closes
+    /// it (clients reconnect by themselves); 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub idle_timeout: u64,
+
     /// Seconds a new connection has to send its Hello, and a started frame to complete.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     pub io_timeout: u64,
@@ -115,6 +137,8 @@ pub struct Config {
     pub socket: PathBuf,
     /// Segment file.
     pub segment: PathBuf,
+    /// The daemon-private state file.
+    pub state: PathBuf,
     /// Recreate the segment.
     pub recreate: bool,
     /// Segment configuration for a new segment.
@@ -129,6 +153,12 @@ pub struct Config {
     pub group: Option<u32>,
     /// Connection cap.
     pub max_connections: usize,
+    /// Connection cap of one uid (other than ours and root).
+    pub max_connections_per_uid: usize,
+    /// Process-slot cap of one uid (`None`: half the segment's, known once it is open).
+    pub process_slots_per_uid: Option<u32>,
+    /// How long a connection holding no slot may be silent (`None`: forever).
+    pub idle_timeout: Option<Duration>,
     /// Hello / frame-completion timeout.
     pub io_timeout: Duration,
     /// Period of the lease-expiry scan (`None`: disabled).
@@ -152,6 +182,12 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Uids no per-uid limit applies to: ours (it can stop the daemon and rewrite its
+    /// segment anyway) and root.
+    pub fn unlimited_uids() -> [u32; 2] {
+        [rustix::process::getuid().as_raw(), 0]
+    }
+
     /// Resolves `args` against the environment.
     pub fn from_args(args: &Args) -> Result<Config, ConfigError> {
         let socket = xtcq_proto::paths::resolve_socket(args.socket.as_deref());
@@ -209,9 +245,16 @@ impl Config {
         if args.max_connections == 0 {
             return Err(ConfigError::Invalid("--max-connections must be at least 1".into()));
         }
+        if args.max_connections_per_uid == Some(0) || args.process_slots_per_uid == Some(0) {
+            return Err(ConfigError::Invalid(
+                "--max-connections-per-uid and --process-slots-per-uid must be at least 1".into(),
+            ));
+        }
+        let state = args.state.clone().unwrap_or_else(|| crate::state::default_path(&socket));
         Ok(Config {
             socket,
             segment,
+            state,
             recreate: args.recreate,
             segment_config: c,
             explicit,
@@ -219,6 +262,11 @@ impl Config {
             allow_gids,
             group,
             max_connections: args.max_connections,
+            max_connections_per_uid: args
+                .max_connections_per_uid
+                .unwrap_or((args.max_connections / 2).max(1)),
+            process_slots_per_uid: args.process_slots_per_uid,
+            idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
             io_timeout: Duration::from_secs(args.io_timeout.max(1)),
             lease_scan_interval: (args.lease_scan_interval > 0)
                 .then(|| Duration::from_millis(args.lease_scan_interval)),

@@ -6,6 +6,8 @@
 //! - [`server`]: the tokio control-channel server and process watching;
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
 //! - [`paths_secure`]: no-follow, owner-checked opens under shared directories;
+//! - [`limits`]: per-user connection limits;
+//! - [`state`]: the daemon-private state file (slots and queue permissions, for a restart);
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification.
 //!
@@ -16,12 +18,14 @@
 
 pub mod config;
 pub mod fence;
+pub mod limits;
 pub mod notify;
 pub mod paths_secure;
 pub mod peer;
 pub mod registry;
 pub mod server;
 pub mod startup;
+pub mod state;
 
 use std::io;
 use std::path::PathBuf;

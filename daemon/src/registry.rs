@@ -1,7 +1,10 @@
 //! The process registry: process slots, deque leases and recovery, over the segment.
 //!
-//! The segment is the source of truth (so a restarted daemon can adopt it); this module is
-//! the only writer of the process table, the queue table and the deque lease words, and all
+//! The segment holds the jobs (so a restarted daemon can adopt them), but not who holds a
+//! process slot: every attached process can write the segment. Who holds which slot is this
+//! daemon's memory ([`Tracked`]) and, for the next daemon, its private state file
+//! ([`crate::state`]); a slot the segment shows in use that neither records is reclaimed. This
+//! module is the only writer of the process table, the queue table and the deque lease words, and all
 //! its writes happen under one mutex ([`Registry`]'s), so the daemon's tasks never race each
 //! other on them.
 //!
@@ -31,6 +34,11 @@
 //!   attach and a delete of one queue cannot interleave: either the attach comes first and
 //!   the delete is refused, or the delete comes first and the attach finds no such queue.
 
+mod acl;
+mod slots;
+
+pub use acl::{Access, Op};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,6 +48,8 @@ use shm_layout::record::state::State;
 use shm_layout::recovery::{self, lease_holder, lease_word};
 use shm_layout::segment::{DeleteError, QueueError};
 use shm_layout::{QueueInfo, QueueSpec, Segment};
+
+use crate::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
 use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
@@ -89,6 +99,11 @@ pub struct Registry {
     seg: Arc<Segment>,
     lock: Arc<Mutex<Tracked>>,
     next_keeper: Arc<AtomicU64>,
+    /// Where the slots and queue permissions are kept for the next daemon (`None`: nowhere,
+    /// so a restart trusts no slot; for tests of the registry alone).
+    state: Option<Arc<StateFile>>,
+    /// Most slots one uid may hold, and the uids without a limit (`None`: no limit).
+    slot_limit: Option<(u32, [u32; 2])>,
 }
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
@@ -99,6 +114,8 @@ struct Tracked {
     scan: scan::ScanMemory,
     /// Commands registered to be stopped before their job runs again (see `crate::fence`).
     fences: crate::fence::Fences,
+    /// Queue permissions, by queue-table index (see [`crate::acl`]).
+    pub(crate) queues: BTreeMap<u32, QueueAcl>,
 }
 
 impl Tracked {
@@ -188,7 +205,69 @@ fn now_unix_ns() -> u64 {
 impl Registry {
     /// A registry over `seg`.
     pub fn new(seg: Arc<Segment>) -> Self {
-        Self { seg, lock: Arc::new(Mutex::new(Tracked::default())), next_keeper: Arc::new(AtomicU64::new(1)) }
+        Self {
+            seg,
+            lock: Arc::new(Mutex::new(Tracked::default())),
+            next_keeper: Arc::new(AtomicU64::new(1)),
+            state: None,
+            slot_limit: None,
+        }
+    }
+
+    /// Lets no uid but `exempt` hold more than `per_uid` process slots at once.
+    pub fn limit_slots_per_uid(mut self, per_uid: u32, exempt: [u32; 2]) -> Self {
+        self.slot_limit = Some((per_uid, exempt));
+        self
+    }
+
+    /// A registry over `seg` that keeps its slots and queue permissions in `state` (and,
+    /// on [`adopt`](Self::adopt), trusts only what that file says).
+    pub fn with_state(seg: Arc<Segment>, state: StateFile) -> Self {
+        Self { state: Some(Arc::new(state)), ..Self::new(seg) }
+    }
+
+    /// Writes what this daemon knows to the state file (called under the lock after every
+    /// change, before the change is answered). A failure is logged: the next daemon then
+    /// reclaims the slots it cannot verify, which is safe, if unkind.
+    fn persist(&self, t: &Tracked) {
+        let Some(f) = &self.state else { return };
+        let st = DaemonState {
+            segment: state::file_id(self.seg.file()),
+            slots: t
+                .slots
+                .iter()
+                .map(|(&i, k)| {
+                    let p = k.process;
+                    (i, SlotRecord { epoch: k.epoch, pid: p.pid, uid: p.uid, start_time: p.start_time })
+                })
+                .collect(),
+            queues: t.queues.clone(),
+        };
+        if let Err(e) = f.save(&st) {
+            warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
+        }
+    }
+
+    /// What the previous daemon recorded for this segment (nothing without a state file, or
+    /// when it describes another segment).
+    fn load_state(&self) -> DaemonState {
+        let Some(f) = &self.state else { return DaemonState::default() };
+        let id = state::file_id(self.seg.file());
+        match f.load() {
+            Some(s) if s.segment == id => s,
+            Some(_) => {
+                warn!(file = %f.path().display(), "xtcqd's state file describes another segment; ignoring it");
+                DaemonState::default()
+            }
+            None => DaemonState::default(),
+        }
+    }
+
+    /// Starts a state file for a segment created now (a leftover one may describe a file
+    /// that had the same inode).
+    pub fn reset_state(&self) {
+        let t = self.lock();
+        self.persist(&t);
     }
 
     /// A new keeper token (one per connection, one per adopted slot's watcher).
@@ -209,11 +288,17 @@ impl Registry {
     /// Registers a process in a free slot with `roles`, kept by the connection `keeper`.
     pub fn register(&self, p: ProcessId, roles: u32, keeper: Keeper) -> Result<SlotId, proto::ErrorReply> {
         let mut t = self.lock();
+        self.check_slot_limit(&t, &p)?;
         let n = self.seg.config().process_slots;
         for i in 0..n {
+            // Free means: this daemon registered no process to it. The segment's state word
+            // is only a copy for readers; an attached process can write it.
+            if t.slots.contains_key(&i) {
+                continue;
+            }
             let Some(s) = self.seg.process_slot(i) else { break };
             if s.state.load(Ordering::Acquire) != PROCESS_FREE {
-                continue;
+                self.reclaim_unregistered(i);
             }
             s.pid.store(p.pid, Ordering::Relaxed);
             s.uid.store(p.uid, Ordering::Relaxed);
@@ -227,11 +312,17 @@ impl Registry {
                 i,
                 Kept { epoch, process: p, keeper, connected: true, uses: Uses::Known(BTreeMap::new()) },
             );
+            self.persist(&t);
             return Ok(SlotId { slot: i, epoch });
         }
         Err(proto::ErrorReply::new(
             proto::ErrorCode::NoFreeSlot,
-            format!("all {n} process slots are in use; restart xtcqd with more --process-slots"),
+            // An existing segment keeps its size: more slots means a new segment.
+            format!(
+                "all {n} process slots are held by attached processes (a slot is held until its \
+                 process exits); stop some of them, or restart xtcqd with --recreate and more \
+                 --process-slots (which drops the segment's jobs)"
+            ),
         ))
     }
 
@@ -318,9 +409,21 @@ impl Registry {
         }
     }
 
-    /// Creates a queue.
+    /// Creates a queue owned by the daemon's own uid, shared with nobody else.
     pub fn create_queue(&self, p: &proto::QueueParams) -> Result<proto::QueueInfo, proto::ErrorReply> {
-        let _t = self.lock();
+        let me = rustix::process::getuid().as_raw();
+        self.create_queue_as(p, me, &[], &[])
+    }
+
+    /// Creates a queue owned by `owner` and usable also by `uids` and members of `gids`.
+    pub fn create_queue_as(
+        &self,
+        p: &proto::QueueParams,
+        owner: u32,
+        uids: &[u32],
+        gids: &[u32],
+    ) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        let mut t = self.lock();
         let spec = QueueSpec {
             name: p.name.clone(),
             flavor: match p.flavor {
@@ -332,7 +435,10 @@ impl Registry {
             max_attempts: p.max_attempts,
             lease_ms: p.lease_ms,
         };
-        self.seg.create_queue(&spec).map(|q| queue_info(&q)).map_err(|e| queue_error(&e))
+        let q = self.seg.create_queue(&spec).map_err(|e| queue_error(&e))?;
+        let acl = QueueAcl { name: q.spec.name.clone(), owner, uids: uids.to_vec(), gids: gids.to_vec() };
+        self.record_acl(&mut t, q.index, acl);
+        Ok(queue_info(&q))
     }
 
     /// The active queue `name`.
@@ -345,8 +451,20 @@ impl Registry {
     /// either sees the attachment (and refuses) or has happened before (and this finds no
     /// such queue). Returns the queue.
     pub fn attach(&self, name: &str, slot: SlotId, role: u32) -> Result<QueueInfo, proto::ErrorReply> {
+        self.attach_as(name, slot, role, None)
+    }
+
+    /// [`attach`](Self::attach) if `who` may use the queue (checked in the same step).
+    pub fn attach_as(
+        &self,
+        name: &str,
+        slot: SlotId,
+        role: u32,
+        who: Option<&Access>,
+    ) -> Result<QueueInfo, proto::ErrorReply> {
         let mut t = self.lock();
         let q = self.queue(name)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Use)?;
         match t.slots.get_mut(&slot.slot) {
             Some(k) if k.epoch == slot.epoch => {
                 if let Uses::Known(m) = &mut k.uses {
@@ -371,8 +489,20 @@ impl Registry {
         want: Option<u32>,
         slot: SlotId,
     ) -> Result<(QueueInfo, u32, u64), proto::ErrorReply> {
-        let _t = self.lock();
+        self.lease_as(name, want, slot, None)
+    }
+
+    /// [`lease`](Self::lease) if `who` may use the queue (checked in the same step).
+    pub fn lease_as(
+        &self,
+        name: &str,
+        want: Option<u32>,
+        slot: SlotId,
+        who: Option<&Access>,
+    ) -> Result<(QueueInfo, u32, u64), proto::ErrorReply> {
+        let t = self.lock();
         let q = self.queue(name)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Use)?;
         let q = &q;
         let word = lease_word(slot.slot, slot.epoch as u32);
         let candidates: Vec<u32> = match want {
@@ -461,11 +591,15 @@ impl Registry {
     }
 
     fn recover_locked(&self, t: &mut Tracked, slot: SlotId) {
-        if t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch) {
+        let tracked = t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch);
+        if tracked {
             t.slots.remove(&slot.slot);
+            self.persist(t);
         }
         let Some(s) = self.seg.process_slot(slot.slot) else { return };
-        if s.epoch.load(Ordering::Relaxed) != slot.epoch {
+        // A slot this daemon tracks is recovered whatever the segment's epoch says (an
+        // attached process may have changed it); an untracked one only at its epoch.
+        if !tracked && s.epoch.load(Ordering::Relaxed) != slot.epoch {
             return; // already recovered and reused
         }
         let pid = s.pid.load(Ordering::Relaxed);
@@ -531,26 +665,9 @@ impl Registry {
                 );
             }
         }
-        let n = self.seg.config().process_slots;
-        let mut live = Vec::new();
-        let mut dead = Vec::new();
-        for i in 0..n {
-            let Some(s) = self.seg.process_slot(i) else { break };
-            let state = s.state.load(Ordering::Acquire);
-            let slot = SlotId { slot: i, epoch: s.epoch.load(Ordering::Relaxed) };
-            let process = ProcessId {
-                pid: s.pid.load(Ordering::Relaxed),
-                uid: s.uid.load(Ordering::Relaxed),
-                start_time: s.start_time.load(Ordering::Relaxed),
-            };
-            match state {
-                PROCESS_FREE => {}
-                PROCESS_ACTIVE if alive(process.pid, process.start_time) => {
-                    live.push(Adopted { slot, process, keeper: self.keeper() })
-                }
-                _ => dead.push(slot),
-            }
-        }
+        let known = self.load_state();
+        self.lock().queues = known.queues.clone();
+        let (live, dead) = self.verify_slots(&known, alive);
         for slot in &dead {
             self.recover_process(*slot);
         }
@@ -566,6 +683,8 @@ impl Registry {
                 };
                 t.slots.insert(a.slot.slot, kept);
             }
+            self.adopt_queue_acls(&mut t);
+            self.persist(&t);
         }
         {
             // Claims a previous daemon revoked (lease expiry or recovery) and died before
@@ -637,9 +756,22 @@ impl Registry {
         force: bool,
         alive: impl Fn(u32, u64) -> bool,
     ) -> Result<proto::QueueDeleted, DeleteRefused> {
+        self.delete_queue_as(name, force, alive, None)
+    }
+
+    /// [`delete_queue`](Self::delete_queue) if `who` may delete it (checked first, in the
+    /// same step).
+    pub fn delete_queue_as(
+        &self,
+        name: &str,
+        force: bool,
+        alive: impl Fn(u32, u64) -> bool,
+        who: Option<&Access>,
+    ) -> Result<proto::QueueDeleted, DeleteRefused> {
         let refused = |reply| DeleteRefused { reply, only_exited: false };
-        let t = self.lock();
+        let mut t = self.lock();
         let q = self.queue(name).map_err(refused)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Delete).map_err(refused)?;
         let usage = self.seg.queue_usage(q.index);
 
         // Every process slot in the way, with why.
@@ -731,6 +863,7 @@ impl Registry {
             };
             refused(proto::ErrorReply::new(code, format!("{e}; it was not deleted")))
         })?;
+        self.forget_acl(&mut t, q.index);
         drop(t);
         info!(
             queue = %name,
@@ -809,7 +942,9 @@ impl Registry {
                 let s = seg.process_slot(i)?;
                 let state = match s.state.load(Ordering::Acquire) {
                     PROCESS_FREE => return None,
-                    PROCESS_ACTIVE => proto::ProcessState::Active,
+                    // Active only if this daemon registered (or adopted) a process to it;
+                    // otherwise some attached process wrote it (and the next attach reclaims it).
+                    PROCESS_ACTIVE if t.slots.contains_key(&i) => proto::ProcessState::Active,
                     PROCESS_RECOVERING => proto::ProcessState::Recovering,
                     _ => proto::ProcessState::Unknown,
                 };

@@ -44,8 +44,9 @@ use xtcq_proto::names;
 use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
 
 use crate::config::Config;
+use crate::limits::{UidConnection, UidConnections};
 use crate::peer::{self, Peer};
-use crate::registry::{queue_info, Keeper, ProcessId, Registry, SlotId};
+use crate::registry::{queue_info, Access, Keeper, ProcessId, Registry, SlotId};
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
@@ -59,6 +60,7 @@ struct Shared {
     hello: proto::HelloOk,
     shutdown: watch::Sender<Option<String>>,
     connections: AtomicU64,
+    per_uid: Arc<UidConnections>,
     my_uid: u32,
 }
 
@@ -102,7 +104,9 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
         segment_path: seg.path().to_path_buf(),
     };
-    let reg = Registry::new(seg.clone());
+    let slots_per_uid = cfg.process_slots_per_uid.unwrap_or((seg.config().process_slots / 2).max(1));
+    let reg = Registry::with_state(seg.clone(), prep.state)
+        .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids());
     let (tx, _) = watch::channel(None);
     let st = Arc::new(Shared {
         cfg: cfg.clone(),
@@ -110,11 +114,14 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         hello,
         shutdown: tx,
         connections: AtomicU64::new(0),
+        per_uid: UidConnections::new(cfg.max_connections_per_uid, Config::unlimited_uids()),
         my_uid: rustix::process::getuid().as_raw(),
     });
     let mut tasks = JoinSet::new();
 
-    if !prep.created {
+    if prep.created {
+        reg.reset_state();
+    } else {
         let adopted = reg.adopt(peer::is_alive);
         for a in adopted {
             match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
@@ -204,13 +211,19 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
                         let st = st.clone();
                         tasks.spawn(async move {
                             st.connections.fetch_add(1, Ordering::Relaxed);
-                            connection(st.clone(), stream).await;
-                            drop(permit);
+                            connection(st.clone(), stream, permit).await;
                         });
                     }
                     Err(_) => {
-                        let t = cfg.io_timeout;
-                        tokio::spawn(async move { refuse_busy(stream, t).await });
+                        let (t, n) = (cfg.io_timeout, cfg.max_connections);
+                        let reply = ErrorReply::new(
+                            ErrorCode::LimitReached,
+                            format!(
+                                "xtcqd has {n} connections, its limit (--max-connections {n}); try again later, \
+                                 or restart xtcqd with a higher --max-connections"
+                            ),
+                        );
+                        tokio::spawn(async move { refuse_early(stream, reply, t).await });
                     }
                 },
                 Err(e) => {
@@ -239,13 +252,22 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     Ok(())
 }
 
-async fn refuse_busy(mut stream: UnixStream, t: Duration) {
-    let reply = proto::HelloReply::Refused(ErrorReply::new(
-        ErrorCode::Internal,
-        "xtcqd has too many connections; try again later",
-    ));
+/// Answers a connection's Hello with a refusal, without looking at it. The Hello is read
+/// first (within `t`): closing a Unix socket with unread data resets it, and the client
+/// would see a reset instead of the reason.
+async fn refuse_early(mut stream: UnixStream, reply: ErrorReply, t: Duration) {
+    let _ = tokio::time::timeout(t, read_frame(&mut stream, t)).await;
+    let reply = proto::HelloReply::Refused(reply);
     if let Ok(bytes) = frame::encode(&reply) {
         let _ = tokio::time::timeout(t, stream.write_all(&bytes)).await;
+    }
+}
+
+/// Sleeps for `d`, or forever.
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -306,11 +328,18 @@ struct Conn {
     /// This connection as the keeper of the slot it registers or resumes.
     keeper: Keeper,
     slot: Option<SlotId>,
+    /// This connection, counted against its uid's limit.
+    uid_conn: Option<UidConnection>,
+    /// The peer's uid and groups, for queue permissions (read once, when first needed).
+    access: Option<Access>,
     /// `(queue index, queue name, deque, lease word)`.
     leases: Vec<(u32, String, u32, u64)>,
 }
 
-async fn connection(st: Arc<Shared>, stream: UnixStream) {
+/// Serves one connection; `permit` (its place under `--max-connections`) is given back when
+/// the connection closes, not after the wait for its process to exit that may follow (a
+/// process that lives on without a connection holds no connection).
+async fn connection(st: Arc<Shared>, stream: UnixStream, permit: tokio::sync::OwnedSemaphorePermit) {
     let peer = match peer::identify(stream.as_fd()) {
         Ok(p) => p,
         Err(e) => {
@@ -320,11 +349,31 @@ async fn connection(st: Arc<Shared>, stream: UnixStream) {
         }
     };
     debug!(pid = peer.pid, uid = peer.uid, pidfd = peer.pidfd.is_some(), "connection");
+    let uid_conn = match st.per_uid.enter(peer.uid) {
+        Ok(g) => g,
+        Err(reply) => {
+            info!(pid = peer.pid, uid = peer.uid, "connection refused: {}", reply.message);
+            refuse_early(stream, reply, st.cfg.io_timeout).await;
+            st.connections.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+    };
     let keeper = st.reg.keeper();
-    let mut c =
-        Conn { st: st.clone(), stream, peer, name: String::new(), keeper, slot: None, leases: Vec::new() };
+    let mut c = Conn {
+        st: st.clone(),
+        stream,
+        peer,
+        name: String::new(),
+        keeper,
+        slot: None,
+        uid_conn: Some(uid_conn),
+        access: None,
+        leases: Vec::new(),
+    };
     let end = c.run().await;
     st.connections.fetch_sub(1, Ordering::Relaxed);
+    drop(c.uid_conn.take());
+    drop(permit);
     let process = c.process_id();
     let Conn { stream, peer, slot, .. } = c;
     drop(stream);
@@ -467,14 +516,36 @@ impl Conn {
         if cfg.allow_uids.contains(&self.peer.uid) || cfg.allow_gids.contains(&self.peer.gid) {
             return true;
         }
-        if cfg.allow_gids.is_empty() || self.peer.pid == 0 {
+        if cfg.allow_gids.is_empty() {
             return false;
         }
-        let Ok(groups) = peer::groups(self.peer.pid) else { return false };
+        self.supplementary_groups().iter().any(|g| cfg.allow_gids.contains(g))
+    }
+
+    /// The peer's supplementary groups (empty when they cannot be read for sure).
+    fn supplementary_groups(&self) -> Vec<u32> {
+        if self.peer.pid == 0 {
+            return Vec::new();
+        }
+        let Ok(groups) = peer::groups(self.peer.pid) else { return Vec::new() };
         // The groups were read by pid: trust them only if the pidfd says the process we
         // accepted is still the one alive (so the pid was not reused meanwhile).
         let still_ours = self.peer.pidfd.as_ref().is_some_and(|fd| !peer::pidfd_exited(fd.as_fd()));
-        still_ours && groups.iter().any(|g| cfg.allow_gids.contains(g))
+        if still_ours {
+            groups
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Who this connection is, for a queue's permissions.
+    fn access(&mut self) -> Access {
+        if self.access.is_none() {
+            let mut gids = self.supplementary_groups();
+            gids.push(self.peer.gid);
+            self.access = Some(Access { uid: self.peer.uid, gids });
+        }
+        self.access.clone().unwrap_or_default()
     }
 
     async fn run(&mut self) -> End {
@@ -560,6 +631,9 @@ impl Conn {
         let exit_watch =
             self.peer.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()).and_then(|fd| watch_pidfd(fd).ok());
         loop {
+            // A connection that holds no slot holds nothing a close would take away: it may
+            // not sit on a connection others need (its client reconnects when it next asks).
+            let idle = self.st.cfg.idle_timeout.filter(|_| self.slot.is_none());
             let body = tokio::select! {
                 biased;
                 reason = shutdown_requested(&mut stop) => {
@@ -571,6 +645,10 @@ impl Conn {
                     return End::Closed;
                 }
                 r = read_frame(&mut self.stream, t) => r,
+                _ = sleep_or_never(idle) => {
+                    info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
+                    return End::Closed;
+                }
             };
             let body = match body {
                 Ok(b) => b,
@@ -643,17 +721,35 @@ impl Conn {
         }
     }
 
+    fn create_queue(
+        &mut self,
+        p: proto::QueueParams,
+        mut uids: Vec<u32>,
+        mut gids: Vec<u32>,
+    ) -> Result<Response, ErrorReply> {
+        uids.sort_unstable();
+        uids.dedup();
+        gids.sort_unstable();
+        gids.dedup();
+        // Names are printed by every reader and used in logs: only the portable set.
+        proto::queue_name::check(&p.name)
+            .map_err(|e| ErrorReply::new(ErrorCode::BadRequest, e.to_string()))?;
+        let q = self.st.reg.create_queue_as(&p, self.peer.uid, &uids, &gids)?;
+        info!(
+            queue = %q.name, deques = q.deques, capacity = q.capacity, flavor = ?q.flavor,
+            owner = self.peer.uid, allow_users = %names::uid_list_label(&uids),
+            allow_groups = %names::gid_list_label(&gids), "queue created"
+        );
+        Ok(Response::QueueCreated(q))
+    }
+
     async fn handle(&mut self, req: Request) -> Result<Response, ErrorReply> {
         let reg = self.st.reg.clone();
         match req {
             Request::Ping => Ok(Response::Pong),
-            Request::CreateQueue(p) => {
-                // Names are printed by every reader and used in logs: only the portable set.
-                proto::queue_name::check(&p.name)
-                    .map_err(|e| ErrorReply::new(ErrorCode::BadRequest, e.to_string()))?;
-                let q = reg.create_queue(&p)?;
-                info!(queue = %q.name, deques = q.deques, capacity = q.capacity, flavor = ?q.flavor, "queue created");
-                Ok(Response::QueueCreated(q))
+            Request::CreateQueue(p) => self.create_queue(p, Vec::new(), Vec::new()),
+            Request::CreateSharedQueue { params, allow_uids, allow_gids } => {
+                self.create_queue(params, allow_uids, allow_gids)
             }
             Request::ListQueues => {
                 let mut out = Vec::new();
@@ -674,12 +770,13 @@ impl Conn {
                 }
             }
             Request::AttachOwner { queue, deque } => {
-                // A look first, so that a request for no queue registers no slot; the lease
-                // resolves the queue again under the registry's lock (a delete may have come
-                // in between).
-                reg.queue(&queue)?;
+                // A look first, so that a request for no queue (or one this user may not
+                // use) registers no slot; the lease resolves and checks the queue again under
+                // the registry's lock (a delete may have come in between).
+                let who = self.access();
+                reg.check_use(&queue, &who)?;
                 let slot = self.ensure_slot(proto::ROLE_OWNER)?;
-                let (q, d, word) = reg.lease(&queue, deque, slot)?;
+                let (q, d, word) = reg.lease_as(&queue, deque, slot, Some(&who))?;
                 self.leases.push((q.index, q.spec.name.clone(), d, word));
                 info!(slot = slot.slot, queue = %q.spec.name, deque = d, "owner lease granted");
                 Ok(Response::OwnerAttached(proto::OwnerLease {
@@ -690,15 +787,17 @@ impl Conn {
             }
             Request::AttachThief { queue } => {
                 // As for an owner: look, register, then resolve and record under the lock.
-                reg.queue(&queue)?;
+                let who = self.access();
+                reg.check_use(&queue, &who)?;
                 let slot = self.ensure_slot(proto::ROLE_THIEF)?;
-                let q = reg.attach(&queue, slot, proto::ROLE_THIEF)?;
+                let q = reg.attach_as(&queue, slot, proto::ROLE_THIEF, Some(&who))?;
                 Ok(Response::ThiefAttached(self.attachment(slot, &q)))
             }
             Request::AttachInjector { queue } => {
-                reg.queue(&queue)?;
+                let who = self.access();
+                reg.check_use(&queue, &who)?;
                 let slot = self.ensure_slot(proto::ROLE_INJECTOR)?;
-                let q = reg.attach(&queue, slot, proto::ROLE_INJECTOR)?;
+                let q = reg.attach_as(&queue, slot, proto::ROLE_INJECTOR, Some(&who))?;
                 Ok(Response::InjectorAttached(self.attachment(slot, &q)))
             }
             Request::DeleteQueue { name, force } => {
@@ -706,11 +805,14 @@ impl Conn {
                 // given back what it held (milliseconds): ask again for a little while rather
                 // than refuse a `delete` typed right after its last consumer quit.
                 let until = tokio::time::Instant::now() + DELETE_WAIT_FOR_EXITED;
+                let who = self.access();
                 loop {
-                    let (reg, n) = (reg.clone(), name.clone());
-                    let r = tokio::task::spawn_blocking(move || reg.delete_queue(&n, force, peer::is_alive))
-                        .await
-                        .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("delete failed: {e}")))?;
+                    let (reg, n, who) = (reg.clone(), name.clone(), who.clone());
+                    let r = tokio::task::spawn_blocking(move || {
+                        reg.delete_queue_as(&n, force, peer::is_alive, Some(&who))
+                    })
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("delete failed: {e}")))?;
                     match r {
                         Ok(d) => return Ok(Response::QueueDeleted(d)),
                         Err(refused) if refused.only_exited && tokio::time::Instant::now() < until => {

@@ -42,6 +42,8 @@ pub struct Prepared {
     pub listener: UnixListener,
     /// `(dev, ino)` of the socket file, to remove only our own at exit.
     pub socket_id: (u64, u64),
+    /// The daemon-private state file beside the socket.
+    pub state: crate::state::StateFile,
     /// Held for the daemon's life.
     _socket_lock: File,
 }
@@ -64,10 +66,12 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dir_fd = ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&dir_fd, &cfg.socket)?;
+    let state = crate::state::StateFile::at(&cfg.state)
+        .map_err(io_err("cannot use the directory of the state file (--state)", &cfg.state))?;
     clear_stale_socket(&cfg.socket)?;
     let (segment, created) = open_segment(cfg)?;
     let (listener, socket_id) = bind(cfg)?;
-    Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
+    Ok(Prepared { segment, created, listener, socket_id, state, _socket_lock: socket_lock })
 }
 
 fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<OwnedFd, DaemonError> {

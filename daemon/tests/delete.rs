@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use shm_layout::layout::{QueueEntry, PROCESS_ACTIVE, QUEUE_DELETING, QUEUE_FREE};
+use shm_layout::layout::{QueueEntry, QUEUE_DELETING, QUEUE_FREE};
 use shm_layout::{Flavor as SegFlavor, Segment, SegmentConfig};
 use xtcq_client::Error;
 use xtcq_proto::{ErrorCode, Flavor, QueueParams, ROLE_OWNER, ROLE_THIEF};
 use xtcqd::registry::{ProcessId, Registry};
+use xtcqd::state::StateFile;
 
 fn params(name: &str, deques: u32, capacity: u32) -> QueueParams {
     QueueParams { name: name.into(), deques, capacity, flavor: Flavor::Fifo, max_attempts: 0, lease_ms: 0 }
@@ -134,16 +135,18 @@ fn an_owner_blocks_a_delete_until_it_detaches_and_a_running_job_until_it_is_give
 
 #[test]
 fn a_process_adopted_after_a_restart_may_use_any_queue_so_every_delete_waits_for_it() {
-    let (_d, seg, reg) = registry();
-    reg.create_queue(&params("a", 1, 4)).expect("create");
-    reg.create_queue(&params("b", 1, 4)).expect("create");
-    // What a previous daemon left: a live thief's slot (thieves leave no trace of their queue).
-    let s = seg.process_slot(3).expect("slot");
-    s.pid.store(555, Ordering::Relaxed);
-    s.start_time.store(12, Ordering::Relaxed);
-    s.role.store(ROLE_THIEF, Ordering::Relaxed);
-    s.epoch.store(1, Ordering::Relaxed);
-    s.state.store(PROCESS_ACTIVE, Ordering::Release);
+    let (d, seg, _) = registry();
+    let sock = d.path().join("xtcqd.sock");
+    let prev = Registry::with_state(seg.clone(), StateFile::beside(&sock).expect("state"));
+    prev.reset_state();
+    prev.create_queue(&params("a", 1, 4)).expect("create");
+    prev.create_queue(&params("b", 1, 4)).expect("create");
+    // What a previous daemon left: a live thief's slot (thieves leave no trace of their
+    // queue), in the segment and in its state file.
+    let p = ProcessId { pid: 555, uid: 0, start_time: 12 };
+    prev.register(p, ROLE_THIEF, prev.keeper()).expect("register");
+    drop(prev);
+    let reg = Registry::with_state(seg.clone(), StateFile::beside(&sock).expect("state"));
     let adopted = reg.adopt(ALIVE);
     assert_eq!(adopted.len(), 1);
     for q in ["a", "b"] {

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -434,16 +433,21 @@ fn a_process_whose_slot_a_restarted_daemon_recovered_is_told_once_then_gets_a_fr
     let mut r = spawn_role("resumer", &d.socket, &[]);
     let (slot, epoch) = slot_line(&r.line(T));
     let pid = r.pid();
-    // While no daemon runs, the slot's start time changes: to the next daemon the process
-    // looks dead (its pid reused), so it recovers the slot although the process lives.
+    // While no daemon runs, the slot's start time in the daemon's own record (its state file;
+    // the segment's copy is not trusted) changes: to the next daemon the process looks dead
+    // (its pid reused), so it recovers the slot although the process lives.
     let mut dead = d;
     if let Some(mut child) = dead.child.take() {
         child.kill().expect("kill");
         child.wait().expect("reap");
     }
     {
-        let seg = shm_layout::Segment::attach(&dead.segment).expect("attach");
-        seg.process_slot(slot).expect("slot").start_time.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join("xtcqd.sock.state");
+        let mut st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("state file")).expect("json");
+        let t = &mut st["slots"][slot.to_string()]["start_time"];
+        *t = serde_json::json!(t.as_u64().expect("a start time") + 1);
+        std::fs::write(&path, serde_json::to_vec(&st).expect("json")).expect("write the state file");
     }
     d = Daemon::start_in(&dir, SMALL, &[]);
     eventually(T, || slots_of(&c, pid).is_empty().then_some(())).expect("the slot recovered");

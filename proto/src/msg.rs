@@ -169,8 +169,19 @@ impl QueueParams {
 pub enum Request {
     /// Liveness check; answered with [`Response::Pong`].
     Ping,
-    /// Create a queue; [`Response::QueueCreated`].
+    /// Create a queue, owned by the caller's uid; [`Response::QueueCreated`].
     CreateQueue(QueueParams),
+    /// Create a queue owned by the caller's uid that these users and the members of these
+    /// groups may use too (attach to; only the owner, root and the daemon's uid may delete
+    /// it); [`Response::QueueCreated`].
+    CreateSharedQueue {
+        /// The queue.
+        params: QueueParams,
+        /// Further uids allowed.
+        allow_uids: Vec<u32>,
+        /// Gids whose members are allowed.
+        allow_gids: Vec<u32>,
+    },
     /// List queues; [`Response::Queues`].
     ListQueues,
     /// Counters for one queue or all; [`Response::Stats`].
@@ -321,7 +332,7 @@ pub struct QueueDeleted {
 pub enum Response {
     /// To [`Request::Ping`].
     Pong,
-    /// To [`Request::CreateQueue`].
+    /// To [`Request::CreateQueue`] and [`Request::CreateSharedQueue`].
     QueueCreated(QueueInfo),
     /// To [`Request::ListQueues`].
     Queues(Vec<QueueInfo>),
@@ -529,6 +540,9 @@ pub enum ErrorCode {
     /// A [`Request::DeleteQueue`] without `force` was refused: the queue holds queued jobs or
     /// dead letters. The message says how many.
     QueueNotEmpty,
+    /// A per-user limit was reached (connections or process slots of one uid). The message
+    /// names the limit and the `xtcqd` flag that raises it.
+    LimitReached,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

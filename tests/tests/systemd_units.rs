@@ -38,6 +38,8 @@ fn service_unit_verifies_clean() {
         "RemoveIPC=no",
         "ReadWritePaths=/dev/shm",
         "--socket /run/xtcq/",
+        "StateDirectory=xtcq",
+        "--state /var/lib/xtcq/",
     ] {
         assert!(text.contains(needed), "xtcqd.service lost `{needed}`");
     }

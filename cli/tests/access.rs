@@ -1,0 +1,258 @@
+//! Limits and permissions across users, through the `xtcq` command line: one user cannot
+//! take every connection or process slot of a daemon others use (per-uid limits, and
+//! refusals are exit 4 with the flag that raises the limit), and a queue is its creator's
+//! unless shared with `create --allow-uid / --allow-gid` (checked by the daemon, kept
+//! across a restart). Cross-user tests create their own users as root and are skipped
+//! otherwise.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// `hold`: this test binary run again as a client that connects, pings and then holds its
+/// connection (no process slot) until its stdin closes.
+#[test]
+fn child_main() {
+    let Ok(role) = std::env::var("XTCQ_TEST_ROLE") else { return };
+    assert_eq!(role, "hold");
+    let socket = std::env::var("XTCQ_TEST_SOCKET").expect("socket");
+    let code = match xtcq_client::Client::connect(Some(std::path::Path::new(&socket))).and_then(|c| {
+        c.ping()?;
+        Ok(c)
+    }) {
+        Ok(c) => {
+            println!("@@ ready");
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            drop(c);
+            0
+        }
+        Err(e) => {
+            println!("@@ error {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Starts the `hold` role as `u` and waits for its first line.
+fn hold_as(d: &Daemon, u: &SystemUser) -> (Child, String) {
+    let mut c = Command::new(std::env::current_exe().expect("test exe"));
+    c.args(["--exact", "child_main", "--nocapture", "--test-threads", "1"])
+        .env("XTCQ_TEST_ROLE", "hold")
+        .env("XTCQ_TEST_SOCKET", &d.socket)
+        .uid(u.id("-u"))
+        .gid(u.id("-g"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().expect("spawn hold");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("@@ ") {
+                let _ = tx.send(line[at + 3..].to_string());
+            }
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).expect("a line from the hold role");
+    (child, line)
+}
+
+fn as_user(d: &Daemon, u: &SystemUser, args: &[&str]) -> Command {
+    let mut c = d.xtcq();
+    c.args(args).uid(u.id("-u")).gid(u.id("-g"));
+    c
+}
+
+/// A daemon in a fresh directory others may enter, its socket open to every user (so the
+/// daemon's own checks are what refuse), and its segment shared with `group`.
+fn shared_daemon(group: &str, extra: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    start_shared(dir, group, extra)
+}
+
+fn start_shared(dir: tempfile::TempDir, group: &str, extra: &[&str]) -> Daemon {
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--group", group]);
+    flags.extend(extra);
+    let d = Daemon::start_with(dir, &flags);
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    d
+}
+
+#[track_caller]
+fn refused(o: &std::process::Output, want: &[&str]) {
+    assert_eq!(code(o), 4, "expected exit 4; stdout: {} stderr: {}", stdout(o), stderr(o));
+    for w in want {
+        assert!(stderr(o).contains(w), "stderr lacks {w:?}: {}", stderr(o));
+    }
+}
+
+#[test]
+fn the_connection_limit_is_exit_4_naming_the_flag() {
+    let d = Daemon::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        &[SIZES, &["--max-connections", "1"]].concat(),
+    );
+    // The readiness probe's connection may still count for a moment.
+    let created = (0..500).any(|_| {
+        let done = d.run(&["create", "q"]).status.success();
+        if !done {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        done
+    });
+    assert!(created, "create never got the one connection: {}", d.log());
+    // A consumer that waits holds the only connection, once it is attached (the log says
+    // so); until then, nothing else connects. (It may itself be refused while the readiness
+    // probe's connection still counts: then it is started again.)
+    let mut waiter = None;
+    for _ in 0..50 {
+        let mut w = d
+            .xtcq()
+            .args(["steal", "q", "--wait", "--timeout", "60s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn steal");
+        let attached = (0..1000).find_map(|_| {
+            let me = format!("pid={} ", w.id());
+            if d.log().lines().any(|l| l.contains("process registered") && l.contains(&me)) {
+                return Some(true);
+            }
+            if let Ok(Some(_)) = w.try_wait() {
+                return Some(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            None
+        });
+        if attached == Some(true) {
+            waiter = Some(w);
+            break;
+        }
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let waiter = waiter.expect("the waiting consumer never attached");
+    let o = d.run(&["ls"]);
+    refused(&o, &["--max-connections 1", "restart xtcqd with a higher --max-connections"]);
+    let _ = Command::new("kill").arg(waiter.id().to_string()).status();
+    let _ = wait_bounded(waiter, Duration::from_secs(30), "steal");
+}
+
+#[test]
+fn one_user_cannot_take_every_connection_or_process_slot() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcql{tag}");
+    let alice = SystemUser::create(&format!("xtcqla{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqlb{tag}"), &format!("xtcqm{tag}"));
+    let flags = [
+        "--allow-uid",
+        &alice.user,
+        "--allow-uid",
+        &bob.user,
+        "--max-connections-per-uid",
+        "2",
+        "--process-slots-per-uid",
+        "1",
+    ];
+    let d = shared_daemon(&group, &flags);
+    ok(&d.run(&["create", "q", "--allow-uid", &alice.user]));
+
+    // alice's first consumer takes her one process slot and one of her two connections.
+    let waiter = as_user(&d, &alice, &["steal", "q", "--wait", "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn steal");
+    let mut second = None;
+    for _ in 0..500 {
+        let o = run_bounded(&mut as_user(&d, &alice, &["steal", "q"]), None);
+        if code(&o) == 4 {
+            second = Some(o);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = second.expect("a second consumer of alice's was never refused a slot");
+    refused(
+        &o,
+        &[&format!("({})", alice.user), "--process-slots-per-uid 1", "higher --process-slots-per-uid"],
+    );
+
+    // A connection that holds no slot still counts: with it, alice has two; a third is
+    // refused, and the message names the limit.
+    let (mut holder, line) = hold_as(&d, &alice);
+    assert_eq!(line, "ready");
+    let o = run_bounded(&mut as_user(&d, &alice, &["ls"]), None);
+    refused(&o, &["--max-connections-per-uid 2", "higher --max-connections-per-uid"]);
+
+    // Others are not locked out: bob, and root (the daemon's own uid, not limited).
+    ok(&run_bounded(&mut as_user(&d, &bob, &["ls"]), None));
+    ok(&d.run(&["ls"]));
+    ok(&d.run_in(&["push", "q"], b"done\n"));
+    let got = wait_bounded(waiter, Duration::from_secs(60), "alice's steal");
+    assert_eq!(stdout(&got), "done\n", "{}", stderr(&got));
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqp{tag}");
+    // Both in the group the segment is shared with; carol's group is another one.
+    let alice = SystemUser::create(&format!("xtcqpa{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqpb{tag}"), &group);
+    let users = ["--allow-uid", &alice.user, "--allow-uid", &bob.user];
+    let mut d = shared_daemon(&group, &users);
+    let alice_do = |d: &Daemon, args: &[&str]| run_bounded(&mut as_user(d, &alice, args), None);
+    ok(&alice_do(&d, &["create", "private"]));
+    ok(&alice_do(&d, &["create", "shared", "--allow-uid", &bob.user]));
+    ok(&alice_do(&d, &["create", "team", "--allow-gid", &group]));
+    let bob_push = |d: &Daemon, q: &str| run_bounded(&mut as_user(d, &bob, &["push", q]), Some(b"x\n"));
+
+    let check = |d: &Daemon| {
+        refused(
+            &bob_push(d, "private"),
+            &[&format!("({}) may not use (attach to) queue private", bob.user), "--allow-uid"],
+        );
+        ok(&bob_push(d, "shared"));
+        ok(&bob_push(d, "team"));
+        // Sharing lets bob use a queue, not delete it.
+        refused(
+            &run_bounded(&mut as_user(d, &bob, &["delete", "shared", "--force"]), None),
+            &[&format!("only its owner, uid {} ({})", alice.id("-u"), alice.user)],
+        );
+        // Root (here also the daemon's uid) may use any queue.
+        ok(&d.run_in(&["push", "private"], b"root\n"));
+    };
+    check(&d);
+
+    // The permissions are the daemon's own, kept across a restart.
+    let mut child = d.child.take().expect("daemon");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    child.wait().expect("reap");
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().expect("tempdir"));
+    drop(d);
+    let d = start_shared(dir, &group, &users);
+    check(&d);
+    ok(&alice_do(&d, &["delete", "shared", "--force"]));
+}

@@ -1,0 +1,256 @@
+//! The daemon-private state file: what only `xtcqd` may say, kept where only `xtcqd` writes.
+//!
+//! Every attached process maps the segment read-write, so nothing in it can tell the daemon
+//! who holds a process slot or who may use a queue: a hostile one could write every slot as
+//! taken, or name itself the owner of a queue. The daemon keeps that in its own memory while
+//! it runs, and in this file (beside the socket, `SOCKET.state`) for the next daemon:
+//!
+//! - the process slots it registered: slot, epoch, and the process as the kernel identified
+//!   it (pid, uid, start time);
+//! - each queue's permissions: its owner uid and the uids and gids it was shared with.
+//!
+//! The file is reached through the socket directory's descriptor, never followed through a
+//! symlink (`O_NOFOLLOW`), created owner-only with `O_EXCL` under a temporary name and
+//! renamed into place (a crash leaves the old file or the new one, never half of one). A
+//! file that is not a regular file owned by the daemon's uid with no group or other access
+//! is ignored, with a warning: the daemon then trusts nothing it cannot verify.
+//!
+//! Invariant: the file names the segment it describes (device and inode); a daemon adopting
+//! another segment ignores it.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// A process slot as this daemon registered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRecord {
+    /// Incarnation.
+    pub epoch: u64,
+    /// Pid in the daemon's namespace.
+    pub pid: u32,
+    /// Uid (from `SO_PEERCRED`).
+    pub uid: u32,
+    /// Start time from `/proc` (0: not known, so it cannot be verified after a restart).
+    pub start_time: u64,
+}
+
+/// Who may use a queue besides root and the daemon's own uid.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueAcl {
+    /// The queue's name when it was created (a queue-table entry reused for another name is
+    /// another queue).
+    pub name: String,
+    /// The uid that created it.
+    pub owner: u32,
+    /// Further uids allowed (`create --allow-uid`).
+    #[serde(default)]
+    pub uids: Vec<u32>,
+    /// Gids whose members are allowed (`create --allow-gid`).
+    #[serde(default)]
+    pub gids: Vec<u32>,
+}
+
+/// The file's content.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonState {
+    /// `(st_dev, st_ino)` of the segment this describes.
+    pub segment: (u64, u64),
+    /// Registered process slots, by index.
+    #[serde(default)]
+    pub slots: BTreeMap<u32, SlotRecord>,
+    /// Queue permissions, by queue-table index.
+    #[serde(default)]
+    pub queues: BTreeMap<u32, QueueAcl>,
+}
+
+/// The state file, reached through its directory's descriptor.
+#[derive(Debug)]
+pub struct StateFile {
+    dir: OwnedFd,
+    dir_path: PathBuf,
+    name: OsString,
+}
+
+fn no_follow_dir(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+impl StateFile {
+    /// The default state file of the daemon serving `socket`: `SOCKET.state` in the
+    /// socket's directory (which startup has checked is ours, or root's and sticky).
+    pub fn beside(socket: &Path) -> io::Result<StateFile> {
+        StateFile::at(&default_path(socket))
+    }
+
+    /// The state file `path`. Its directory must be the daemon's own or root's, and not
+    /// writable by others unless sticky (where no one else can replace our file).
+    pub fn at(path: &Path) -> io::Result<StateFile> {
+        let dir_path = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the state file path names no file"))?
+            .to_os_string();
+        let dir = no_follow_dir(dir_path)?;
+        let st = rustix::fs::fstat(&dir)?;
+        let me = rustix::process::geteuid().as_raw();
+        let open_to_others = st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0;
+        if (st.st_uid != me && st.st_uid != 0) || open_to_others {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the directory is owned by uid {} with mode {:o}: it must be ours (uid {me}) or root's, \
+                     and not writable by others unless sticky",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(StateFile { dir, dir_path: dir_path.to_path_buf(), name })
+    }
+
+    /// The file's path (for messages).
+    pub fn path(&self) -> PathBuf {
+        self.dir_path.join(&self.name)
+    }
+
+    /// The state, if the file exists, is the daemon's own, and parses; `None` otherwise
+    /// (with a warning for a file that exists but is not to be trusted).
+    pub fn load(&self) -> Option<DaemonState> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat(&self.dir, self.name.as_os_str(), flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return None,
+            Err(e) => {
+                warn!(file = %self.path().display(), error = %e, "cannot open xtcqd's state file; ignoring it");
+                return None;
+            }
+        };
+        let f = std::fs::File::from(fd);
+        let md = f.metadata().ok()?;
+        let me = rustix::process::geteuid().as_raw();
+        if !md.is_file() || md.uid() != me || md.mode() & 0o077 != 0 {
+            warn!(
+                file = %self.path().display(),
+                owner = md.uid(),
+                mode = format!("{:o}", md.mode() & 0o7777),
+                "xtcqd's state file is not a regular file of uid {me} with mode 0600; ignoring it (remove it)"
+            );
+            return None;
+        }
+        let mut text = String::new();
+        (&f).take(64 << 20).read_to_string(&mut text).ok()?;
+        match serde_json::from_str(&text) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(file = %self.path().display(), error = %e, "xtcqd's state file does not parse; ignoring it");
+                None
+            }
+        }
+    }
+
+    /// Replaces the file with `state`: a new owner-only file under a temporary name
+    /// (`O_EXCL | O_NOFOLLOW`, so nothing planted there is written through), then a rename.
+    pub fn save(&self, state: &DaemonState) -> io::Result<()> {
+        let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
+        let mut tmp = self.name.clone();
+        tmp.push(format!(".tmp.{}", std::process::id()));
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let open = || rustix::fs::openat(&self.dir, tmp.as_os_str(), flags, Mode::from_raw_mode(0o600));
+        let fd = match open() {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::EXIST) => {
+                // Left by a daemon of ours with this pid that died mid-save (unlinkat removes
+                // a symlink itself, never its target).
+                rustix::fs::unlinkat(&self.dir, tmp.as_os_str(), rustix::fs::AtFlags::empty())?;
+                open()?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut f = std::fs::File::from(fd);
+        f.write_all(&bytes)?;
+        drop(f);
+        rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str())?;
+        Ok(())
+    }
+}
+
+/// `SOCKET.state`.
+pub fn default_path(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_os_string();
+    s.push(".state");
+    PathBuf::from(s)
+}
+
+/// `(st_dev, st_ino)` of an open file.
+pub fn file_id(f: &std::fs::File) -> (u64, u64) {
+    f.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn sample() -> DaemonState {
+        let mut s = DaemonState { segment: (1, 2), ..Default::default() };
+        s.slots.insert(3, SlotRecord { epoch: 4, pid: 5, uid: 6, start_time: 7 });
+        s.queues.insert(0, QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9] });
+        s
+    }
+
+    #[test]
+    fn saved_state_loads_back_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        assert_eq!(f.load(), None, "no file yet");
+        f.save(&sample()).expect("save");
+        assert_eq!(f.load(), Some(sample()));
+        let md = std::fs::metadata(f.path()).expect("stat");
+        assert_eq!(md.mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_planted_link_is_neither_followed_nor_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, b"keep me").expect("write");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        // At the file's own name, and at the temporary name a save uses.
+        std::os::unix::fs::symlink(&precious, f.path()).expect("symlink");
+        let tmp = dir.path().join(format!("xtcqd.sock.state.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&precious, &tmp).expect("symlink");
+        assert_eq!(f.load(), None, "a link is not read");
+        f.save(&sample()).expect("save");
+        assert_eq!(std::fs::read(&precious).expect("read"), b"keep me");
+        assert!(std::fs::symlink_metadata(f.path()).expect("stat").is_file(), "the link was replaced");
+        assert_eq!(f.load(), Some(sample()));
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("xtcqd.state");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = StateFile::at(&path).expect_err("world-writable");
+        assert!(e.to_string().contains("not writable by others unless sticky"), "{e}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        StateFile::at(&path).expect("sticky");
+    }
+
+    #[test]
+    fn a_file_others_may_read_or_write_is_not_trusted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        f.save(&sample()).expect("save");
+        std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(f.load(), None);
+    }
+}
