@@ -107,7 +107,8 @@ impl StateFile {
                 io::ErrorKind::PermissionDenied,
                 format!(
                     "the directory is owned by uid {} with mode {:o}: it must be ours (uid {me}) or root's, \
-                     and not writable by others unless sticky",
+                     and not writable by others unless sticky (give --state a path in a directory only \
+                     this user can write)",
                     st.st_uid,
                     st.st_mode & 0o7777
                 ),

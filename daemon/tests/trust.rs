@@ -174,10 +174,15 @@ fn a_group_writable_socket_directory_needs_to_be_the_configured_group() {
     let err = refused(&socket, &segment, &[]);
     assert!(err.contains("group-writable") && err.contains("--group"), "{err}");
     assert!(!segment.exists());
-    // With that group configured, the same directory is accepted.
+    // With that group configured, the same directory is accepted for the socket; the
+    // daemon-private state file may not live where group members can replace it.
     let gid = gid.to_string();
+    let err = refused(&socket, &segment, &["--group", &gid]);
+    assert!(err.contains("--state"), "{err}");
+    let state = dir.path().join("xtcqd.state");
     let log = dir.path().join("log");
-    let mut child = spawn_daemon(&socket, &segment, &log, SMALL, &["--group", &gid]);
+    let mut child =
+        spawn_daemon(&socket, &segment, &log, SMALL, &["--group", &gid, "--state", state.to_str().unwrap()]);
     let up = (0..1000).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::os::unix::net::UnixStream::connect(&socket).is_ok()
