@@ -6,7 +6,8 @@
 //! - [`server`]: the tokio control-channel server and process watching;
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
-//! - [`notify`]: systemd readiness notification.
+//! - [`notify`]: systemd readiness notification;
+//! - [`guard`]: watching the segment's file for truncation, unlinking and replacement.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod guard;
 pub mod notify;
 pub mod peer;
 pub mod registry;

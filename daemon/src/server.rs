@@ -60,6 +60,8 @@ struct Shared {
     shutdown: watch::Sender<Option<String>>,
     connections: AtomicU64,
     my_uid: u32,
+    /// The segment file's watch: once it is lost, control requests are refused.
+    guard: crate::guard::SegmentGuard,
 }
 
 impl Shared {
@@ -107,6 +109,11 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         shutdown: tx,
         connections: AtomicU64::new(0),
         my_uid: rustix::process::getuid().as_raw(),
+        guard: crate::guard::SegmentGuard::new(seg.clone()).map_err(|e| DaemonError::Io {
+            what: "cannot fstat the segment".into(),
+            path: seg.path().to_path_buf(),
+            source: e,
+        })?,
     });
     let mut tasks = JoinSet::new();
 
@@ -131,6 +138,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     if let Some(every) = cfg.lease_scan_interval {
         tasks.spawn(expire_leases(st.clone(), every));
     }
+    tasks.spawn(watch_segment(st.clone()));
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
@@ -345,6 +353,19 @@ async fn expire_leases(st: Arc<Shared>, every: Duration) {
 
 /// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`
 /// if `keeper` still keeps it (a resume may have handed it to a newer connection).
+/// Checks the segment's file at every scan ([`crate::guard`]); stops checking once it is lost
+/// (the loss is kept, and the first finding was logged).
+async fn watch_segment(st: Arc<Shared>) {
+    let mut tick = tokio::time::interval(crate::guard::SCAN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if st.guard.scan().is_some() {
+            return;
+        }
+    }
+}
+
 async fn watch_exit(
     st: Arc<Shared>,
     slot: SlotId,
@@ -585,6 +606,11 @@ impl Conn {
     }
 
     async fn handle(&mut self, req: Request) -> Result<Response, ErrorReply> {
+        if !matches!(req, Request::Ping | Request::Shutdown) {
+            if let Some(refused) = self.st.guard.refusal() {
+                return Err(refused);
+            }
+        }
         let reg = self.st.reg.clone();
         match req {
             Request::Ping => Ok(Response::Pong),

@@ -503,6 +503,9 @@ pub enum ErrorCode {
     /// A [`Request::DeleteQueue`] without `force` was refused: the queue holds queued jobs or
     /// dead letters. The message says how many.
     QueueNotEmpty,
+    /// The daemon's segment was truncated, unlinked or replaced under it: it takes no new
+    /// work (the message says which, and what to do).
+    SegmentLost,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

@@ -46,6 +46,8 @@ pub mod recovery;
 #[cfg(not(xtcq_loom))]
 pub mod segment;
 #[cfg(not(xtcq_loom))]
+pub mod sigbus;
+#[cfg(not(xtcq_loom))]
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};

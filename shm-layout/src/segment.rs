@@ -321,10 +321,19 @@ pub struct QueueInfo {
 /// A mapped segment.
 #[derive(Debug)]
 pub struct Segment {
+    /// This mapping's registration with the SIGBUS guard; declared before `map` so that it
+    /// drops (unregisters) before the mapping is unmapped.
+    guard: Option<crate::sigbus::Guard>,
     map: MmapRaw,
     _file: File,
     path: PathBuf,
     desc: SegmentDescriptor,
+}
+
+/// Guards `map` against a truncation of its file ([`crate::sigbus`]).
+fn guard(map: &MmapRaw) -> Option<crate::sigbus::Guard> {
+    let ready_at = core::mem::offset_of!(SegmentHeader, live) + core::mem::offset_of!(HeaderLive, ready);
+    crate::sigbus::Guard::register(map.as_ptr() as usize, map.len(), ready_at)
 }
 
 fn io_err<'p>(path: &'p Path, what: &'static str) -> impl FnOnce(io::Error) -> SegmentError + 'p {
@@ -414,7 +423,8 @@ impl Segment {
             creator_uid: rustix::process::getuid().as_raw(),
             created_unix_ns: now_unix_ns(),
         };
-        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc };
+        let guard = guard(&map);
+        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc, guard };
         // SAFETY: the mapping is `total_len >= size_of::<SegmentHeader>()` bytes, page
         // aligned, and no one else can have it yet (O_EXCL, mode 0600, ready unset).
         unsafe { core::ptr::write_volatile(seg.map.as_mut_ptr() as *mut SegmentDescriptor, desc) };
@@ -458,6 +468,9 @@ impl Segment {
         }
         let map =
             MmapOptions::new().len(actual as usize).map_raw(&file).map_err(io_err(path, "cannot map"))?;
+        // Guarded from here: the file may be truncated between the fstat above and the reads
+        // below.
+        let guard = guard(&map);
         let base = map.as_mut_ptr();
         // SAFETY: `actual >= size_of::<SegmentHeader>()` and the mapping is page aligned, so
         // the header's live line is inside the mapping and aligned for `HeaderLive`; it is
@@ -491,7 +504,14 @@ impl Segment {
             }
             Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
         })?;
-        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc })
+        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc, guard })
+    }
+
+    /// Whether this mapping's file was truncated under it: a SIGBUS was taken in it and it
+    /// now maps zero pages, with the ready word set to retired ([`crate::sigbus`]). For
+    /// error paths, to say why [`is_retired`](Segment::is_retired) is true.
+    pub fn is_lost(&self) -> bool {
+        self.guard.as_ref().is_some_and(crate::sigbus::Guard::is_lost)
     }
 
     /// Where it was created or attached from.
