@@ -215,3 +215,81 @@ fn truncating_the_segment_kills_neither_the_daemon_nor_a_waiting_consumer() {
     d.assert_alive();
     ok(&d.run(&["shutdown"]));
 }
+
+impl Daemon {
+    /// Asks the daemon to stop and waits (at most 20 s) for it to exit.
+    fn shutdown(&mut self) {
+        ok(&self.run(&["shutdown"]));
+        let c = self.child.take().expect("daemon");
+        let o = wait_bounded(c, Duration::from_secs(20), "xtcqd after shutdown");
+        assert!(o.status.success(), "{}: {}", o.status, self.log());
+    }
+}
+
+#[test]
+fn an_unlinked_segment_is_noticed_and_new_work_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Daemon::start(dir.path(), "xtcqd.log");
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "job-1"]));
+    std::fs::remove_file(&d.segment).expect("unlink the segment");
+
+    let log = d.wait_log("segment lost");
+    assert!(log.contains("ERROR") && log.contains("was unlinked"), "{log}");
+    let o = d.run(&["push", "q", "job-2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("was unlinked") && stderr(&o).contains("refuses new work"), "{}", stderr(&o));
+    d.assert_alive();
+}
+
+#[test]
+fn a_segment_replaced_under_a_running_daemon_is_never_adopted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Daemon::start(dir.path(), "xtcqd.log");
+    ok(&d.run(&["create", "q"]));
+    // Another daemon's valid segment, with a queue of the same name, moved onto our path:
+    // a new client of ours would map it and push where our daemon does not look.
+    let other = tempfile::tempdir().expect("tempdir");
+    let e = Daemon::start(other.path(), "xtcqd.log");
+    ok(&e.run(&["create", "q"]));
+    std::fs::rename(&e.segment, &d.segment).expect("replace the segment");
+
+    let log = d.wait_log("segment lost");
+    assert!(log.contains("ERROR") && log.contains("now names another file"), "{log}");
+    let o = d.run(&["push", "q", "job-1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("will not adopt it"), "{}", stderr(&o));
+    d.assert_alive();
+}
+
+#[test]
+fn a_daemon_restarted_where_its_segment_is_gone_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Daemon::start(dir.path(), "first.log");
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "job-1"]));
+    d.shutdown();
+    std::fs::remove_file(&d.segment).expect("remove the segment");
+
+    let d2 = Daemon::start(dir.path(), "second.log");
+    let log = d2.log();
+    assert!(log.contains("ERROR") && log.contains("was gone: every job queued in it is lost"), "{log}");
+    // It does serve, from a new segment.
+    ok(&d2.run(&["create", "q"]));
+}
+
+#[test]
+fn a_daemon_restarted_on_a_replaced_segment_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut d = Daemon::start(dir.path(), "first.log");
+    ok(&d.run(&["create", "q"]));
+    d.shutdown();
+    let other = tempfile::tempdir().expect("tempdir");
+    let mut e = Daemon::start(other.path(), "xtcqd.log");
+    e.shutdown();
+    std::fs::rename(&e.segment, &d.segment).expect("replace the segment");
+
+    let d2 = Daemon::start(dir.path(), "second.log");
+    let log = d2.log();
+    assert!(log.contains("ERROR") && log.contains("is not the file the previous xtcqd"), "{log}");
+}

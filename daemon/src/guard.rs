@@ -3,7 +3,7 @@
 //!
 //! The daemon keeps the file it created or adopted open and mapped for its whole life and
 //! never opens the path again; this module compares, at each scan, that open file with what
-//! it was (`fstat`: length, link count) and with what the path now names (`lstat`: device and
+//! it was (`fstat`: its length) and with what the path now names (`lstat`: device and
 //! inode). The first difference found is kept for good (a replaced file coming back does not
 //! make the daemon trust the path again), logged at error level once, and from then on every
 //! control request but `Ping` and `Shutdown` is refused with that reason: no new process
@@ -103,15 +103,11 @@ impl SegmentGuard {
                     self.len
                 ))
             }
-            Ok(md) if md.nlink() == 0 => {
-                return Some(format!(
-                    "segment {p} was unlinked (removed by hand, or by systemd-logind's RemoveIPC=yes \
-                     at logout); its jobs live on only in the processes that still map it"
-                ))
-            }
             Ok(_) => {}
             Err(e) => return Some(format!("cannot fstat segment {p}: {e}")),
         }
+        // The path before the link count: a file renamed over ours also unlinks ours, and
+        // "replaced" is the better answer then.
         match std::fs::symlink_metadata(&self.path) {
             Ok(md) if (md.dev(), md.ino()) != self.id => Some(format!(
                 "segment {p} now names another file (dev {} inode {}, not this daemon's dev {} inode {}); \
@@ -122,9 +118,10 @@ impl SegmentGuard {
                 self.id.1
             )),
             Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Some(format!("segment {p} was removed from its path (another link to it may remain)"))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+                "segment {p} was unlinked (removed by hand, or by systemd-logind's RemoveIPC=yes at \
+                 logout); its jobs live on only in the processes that still map it"
+            )),
             Err(e) => Some(format!("cannot stat segment path {p}: {e}")),
         }
     }

@@ -7,7 +7,8 @@
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification;
-//! - [`guard`]: watching the segment's file for truncation, unlinking and replacement.
+//! - [`guard`]: watching the segment's file for truncation, unlinking and replacement;
+//! - [`state`]: the daemon's record of the segment it served, checked at the next start.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
@@ -21,6 +22,7 @@ pub mod peer;
 pub mod registry;
 pub mod server;
 pub mod startup;
+pub mod state;
 
 use std::io;
 use std::path::PathBuf;

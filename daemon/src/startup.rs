@@ -63,7 +63,11 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&cfg.socket)?;
     clear_stale_socket(&cfg.socket)?;
+    // Read under the socket's lock: the state file is the previous daemon's on this socket.
+    let previous = crate::state::read(&cfg.socket);
     let (segment, created) = open_segment(cfg)?;
+    crate::state::compare(previous.as_ref(), &segment, created, cfg.recreate);
+    crate::state::write(&cfg.socket, &segment);
     let (listener, socket_id) = bind(cfg)?;
     Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
 }
