@@ -31,6 +31,7 @@
 
 mod conn;
 mod error;
+mod fdpass;
 mod handles;
 
 use std::path::{Path, PathBuf};

@@ -37,6 +37,8 @@ pub struct SegmentGuard {
     id: (u64, u64),
     /// The length it must have.
     len: u64,
+    /// Whether the path is checked: not for a sealed memfd, which has none.
+    by_path: bool,
     /// The first thing found wrong; never cleared.
     lost: Mutex<Option<String>>,
 }
@@ -49,6 +51,7 @@ impl SegmentGuard {
             path: seg.path().to_path_buf(),
             id: (md.dev(), md.ino()),
             len: seg.descriptor().regions.total_len,
+            by_path: !seg.is_sealed(),
             seg,
             lost: Mutex::new(None),
         })
@@ -105,6 +108,9 @@ impl SegmentGuard {
             }
             Ok(_) => {}
             Err(e) => return Some(format!("cannot fstat segment {p}: {e}")),
+        }
+        if !self.by_path {
+            return None;
         }
         // The path before the link count: a file renamed over ours also unlinks ours, and
         // "replaced" is the better answer then.

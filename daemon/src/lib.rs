@@ -7,6 +7,7 @@
 //! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
 //! - [`notify`]: systemd readiness notification;
+//! - [`fdstore`]: the sealed memfd segment kept in systemd's fd store;
 //! - [`guard`]: watching the segment's file for truncation, unlinking and replacement;
 //! - [`state`]: the daemon's record of the segment it served, checked at the next start.
 //!
@@ -16,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fdstore;
 pub mod guard;
 pub mod notify;
 pub mod peer;

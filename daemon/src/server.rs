@@ -353,6 +353,16 @@ async fn expire_leases(st: Arc<Shared>, every: Duration) {
 
 /// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`
 /// if `keeper` still keeps it (a resume may have handed it to a newer connection).
+/// One `sendmsg` of (a first part of) `bytes` with the segment's fd as `SCM_RIGHTS`.
+fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &shm_layout::Segment) -> io::Result<usize> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [seg.file().as_fd()];
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    Ok(rustix::net::sendmsg(stream, &[io::IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?)
+}
+
 /// Checks the segment's file at every scan ([`crate::guard`]); stops checking once it is lost
 /// (the loss is kept, and the first finding was logged).
 async fn watch_segment(st: Arc<Shared>) {
@@ -424,6 +434,38 @@ impl Conn {
         };
         matches!(
             tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
+    async fn send_with_segment<T: serde::Serialize>(&mut self, msg: &T) -> bool {
+        let bytes = match frame::encode(msg) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "cannot encode a reply");
+                return false;
+            }
+        };
+        let seg = self.st.reg.segment().clone();
+        let first = async {
+            loop {
+                self.stream.writable().await?;
+                match self
+                    .stream
+                    .try_io(tokio::io::Interest::WRITABLE, || send_fd(&self.stream, &bytes, &seg))
+                {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => return r,
+                }
+            }
+        };
+        let sent = match tokio::time::timeout(self.st.cfg.io_timeout, first).await {
+            Ok(Ok(n)) => n,
+            _ => return false,
+        };
+        matches!(
+            tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes[sent..])).await,
             Ok(Ok(()))
         )
     }
@@ -519,8 +561,11 @@ impl Conn {
             .await;
             return End::Closed;
         }
+        // The segment's fd rides on the reply (SCM_RIGHTS on its first byte): an authorised
+        // client maps what the daemon serves, never what a path names now. A client that
+        // reads with plain read(2) (an older build) simply does not get it.
         let ok = proto::HelloReply::Ok(self.st.hello.clone());
-        if !self.send(&ok).await {
+        if !self.send_with_segment(&ok).await {
             return End::Closed;
         }
         info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");

@@ -59,13 +59,20 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// Runs every startup step.
 pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
+    // First: the fds systemd passed must be taken (and their variables cleared) before
+    // anything else, and are closed on any refusal below.
+    let listen = crate::fdstore::take_listen_fds();
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&cfg.socket)?;
     clear_stale_socket(&cfg.socket)?;
     // Read under the socket's lock: the state file is the previous daemon's on this socket.
     let previous = crate::state::read(&cfg.socket);
-    let (segment, created) = open_segment(cfg)?;
+    let (segment, created) = match crate::fdstore::open_segment(cfg, listen)? {
+        Some((seg, created)) => (seg, created),
+        None => open_segment_file(cfg)?,
+    };
+    let (segment, created) = finish_segment(cfg, segment, created)?;
     crate::state::compare(previous.as_ref(), &segment, created, cfg.recreate);
     crate::state::write(&cfg.socket, &segment);
     let (listener, socket_id) = bind(cfg)?;
@@ -181,7 +188,9 @@ fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
     }
 }
 
-fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
+/// The `--segment` file: adopted when it exists (and `--recreate` was not asked for), else
+/// created.
+fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
     let path = &cfg.segment;
     let exists = fs::symlink_metadata(path).is_ok();
     if exists && cfg.recreate {
@@ -218,6 +227,14 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         let seg = Segment::create(path, &cfg.segment_config, 0o600)?;
         (seg, true)
     };
+    Ok((seg, created))
+}
+
+/// Locks the segment, checks it against the flags, sets its owner and mode (a file) and
+/// makes it this daemon's.
+fn finish_segment(cfg: &Config, seg: Segment, created: bool) -> Result<(Arc<Segment>, bool), DaemonError> {
+    let path = &seg.path().to_path_buf();
+    let sealed = seg.is_sealed();
     lock_segment(&seg)?;
     let live = seg.header_live();
     let prev = live.daemon_pid.load(Ordering::Acquire);
@@ -248,11 +265,12 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
             }
         }
     }
-    if let Some(g) = cfg.group {
+    // A memfd is reached only through the fd the daemon hands out: no owner or mode to set.
+    if let Some(g) = cfg.group.filter(|_| !sealed) {
         rustix::fs::fchown(seg.file(), None, Some(rustix::fs::Gid::from_raw(g)))
             .map_err(|e| io_err("cannot chgrp the segment", path)(e.into()))?;
     }
-    if created || cfg.group.is_some() {
+    if !sealed && (created || cfg.group.is_some()) {
         rustix::fs::fchmod(seg.file(), Mode::from_raw_mode(cfg.file_mode()))
             .map_err(|e| io_err("cannot chmod the segment", path)(e.into()))?;
     }
@@ -261,6 +279,7 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
     info!(
         segment = %path.display(),
         created,
+        sealed,
         epoch,
         bytes = seg.descriptor().regions.total_len,
         "segment {}", if created { "created" } else { "adopted" }

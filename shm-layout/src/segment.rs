@@ -391,6 +391,34 @@ impl Segment {
         result
     }
 
+    /// Creates a new segment in a sealed memfd (no path anyone could truncate, unlink or
+    /// replace): `memfd_create(MFD_ALLOW_SEALING)`, sized and initialised as [`create`]
+    /// does, then sealed with `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, so no process that
+    /// is handed it can change its size. `label` names it in messages (and `/proc/PID/fd`).
+    ///
+    /// [`create`]: Segment::create
+    pub fn create_memfd(label: &str, config: &SegmentConfig) -> Result<Segment, SegmentError> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let regions = compute_regions(config)?;
+        let path = PathBuf::from(format!("memfd:{label}"));
+        let fd = rustix::fs::memfd_create(label, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(|e| io_err(&path, "cannot create the memfd")(e.into()))?;
+        let seg = Self::init(File::from(fd), &path, config, regions, 0o600)?;
+        rustix::fs::fcntl_add_seals(&seg._file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| io_err(&path, "cannot seal the memfd")(e.into()))?;
+        Ok(seg)
+    }
+
+    /// Whether the segment's size is sealed (a memfd from [`create_memfd`]): then no process
+    /// can truncate it.
+    ///
+    /// [`create_memfd`]: Segment::create_memfd
+    pub fn is_sealed(&self) -> bool {
+        use rustix::fs::SealFlags;
+        rustix::fs::fcntl_get_seals(&self._file)
+            .is_ok_and(|s| s.contains(SealFlags::SHRINK | SealFlags::GROW))
+    }
+
     fn init(
         file: File,
         path: &Path,
