@@ -42,6 +42,8 @@ pub struct Prepared {
     pub socket_id: (u64, u64),
     /// Held for the daemon's life.
     _socket_lock: File,
+    /// The segment's `flock`, on a description of its own; held for the daemon's life.
+    _segment_lock: File,
 }
 
 fn io_err(what: impl Into<String>, path: &Path) -> impl FnOnce(io::Error) -> DaemonError {
@@ -72,11 +74,18 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
         Some((seg, created)) => (seg, created),
         None => open_segment_file(cfg)?,
     };
-    let (segment, created) = finish_segment(cfg, segment, created)?;
+    let (segment, created, segment_lock) = finish_segment(cfg, segment, created)?;
     crate::state::compare(previous.as_ref(), &segment, created, cfg.recreate);
     crate::state::write(&cfg.socket, &segment);
     let (listener, socket_id) = bind(cfg)?;
-    Ok(Prepared { segment, created, listener, socket_id, _socket_lock: socket_lock })
+    Ok(Prepared {
+        segment,
+        created,
+        listener,
+        socket_id,
+        _socket_lock: socket_lock,
+        _segment_lock: segment_lock,
+    })
 }
 
 fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<(), DaemonError> {
@@ -177,9 +186,17 @@ fn other_live_daemon(pid: u32) -> bool {
         && peer::comm(pid).is_some_and(|c| c.starts_with("xtcqd"))
 }
 
-fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
-    match rustix::fs::flock(seg.file(), FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(()),
+/// Locks the segment on an open file description of its own, which is never handed out:
+/// `flock` belongs to the description, and the one in `seg` is passed to every client
+/// (`SCM_RIGHTS`), which would otherwise hold the daemon's lock for as long as it lives.
+fn lock_segment(seg: &Segment) -> Result<File, DaemonError> {
+    use std::os::fd::AsRawFd;
+    // /proc/self/fd/N opens the same inode anew (a new description), by no path anyone else
+    // can change.
+    let own = format!("/proc/self/fd/{}", seg.file().as_raw_fd());
+    let f = File::open(&own).map_err(io_err("cannot open the segment to lock it", seg.path()))?;
+    match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(DaemonError::SegmentInUse {
             path: seg.path().to_path_buf(),
             pid: Some(seg.header_live().daemon_pid.load(Ordering::Relaxed)).filter(|p| *p != 0),
@@ -232,10 +249,15 @@ fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
 
 /// Locks the segment, checks it against the flags, sets its owner and mode (a file) and
 /// makes it this daemon's.
-fn finish_segment(cfg: &Config, seg: Segment, created: bool) -> Result<(Arc<Segment>, bool), DaemonError> {
+/// Returns the segment, whether it was created, and the file that holds its lock.
+fn finish_segment(
+    cfg: &Config,
+    seg: Segment,
+    created: bool,
+) -> Result<(Arc<Segment>, bool, File), DaemonError> {
     let path = &seg.path().to_path_buf();
     let sealed = seg.is_sealed();
-    lock_segment(&seg)?;
+    let lock = lock_segment(&seg)?;
     let live = seg.header_live();
     let prev = live.daemon_pid.load(Ordering::Acquire);
     if other_live_daemon(prev) {
@@ -284,7 +306,7 @@ fn finish_segment(cfg: &Config, seg: Segment, created: bool) -> Result<(Arc<Segm
         bytes = seg.descriptor().regions.total_len,
         "segment {}", if created { "created" } else { "adopted" }
     );
-    Ok((Arc::new(seg), created))
+    Ok((Arc::new(seg), created, lock))
 }
 
 fn bind(cfg: &Config) -> Result<(UnixListener, (u64, u64)), DaemonError> {
