@@ -106,8 +106,9 @@ pub fn compare(prev: Option<&Previous>, seg: &Segment, created: bool, recreate: 
             segment = %p,
             previous_pid = prev.pid,
             "segment {p}, which the previous xtcqd (pid {}) served on this socket, was gone: every job \
-             queued in it is lost. It was removed by hand, by systemd-logind's RemoveIPC=yes at logout, \
-             or by a cleaner of /dev/shm; started with a new, empty segment",
+             queued in it is lost. A file is removed by hand, by systemd-logind's RemoveIPC=yes at \
+             logout or by a cleaner of /dev/shm; a memfd when systemd's fd store was emptied (the \
+             unit was stopped). Started with a new, empty segment",
             prev.pid
         );
         return;
