@@ -94,8 +94,9 @@ pub fn faults_taken() -> u32 {
 
 fn install() {
     // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only does what the module's
-    // invariants list; `PREVIOUS` is written here once, before any handler can run (the
-    // handler is installed by the same sigaction call that fills `old`).
+    // invariants list. `PREVIOUS` is written here once (under `INSTALL`), just after the
+    // handler is in place: a foreign SIGBUS in between finds it unset and gets the default
+    // disposition, which is what it almost always holds anyway.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
@@ -143,7 +144,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     }
     // Not a segment's fault: put the previous disposition back; returning re-runs the faulting
     // instruction, which then faults under it (the default: the process dies of SIGBUS).
-    // SAFETY: `PREVIOUS` was written once before this handler was installed.
+    // SAFETY: `PREVIOUS` is written once, at installation, and never again.
     unsafe {
         #[allow(static_mut_refs)]
         match PREVIOUS.as_ref() {
