@@ -96,7 +96,8 @@
 #define XTCQ_E_FORKED -9
 
 /**
- * The segment is corrupt, was replaced, or this process's slot is no longer its own.
+ * The segment is corrupt, was replaced, truncated or removed, or this process's slot is no
+ * longer its own.
  */
 #define XTCQ_E_SEGMENT -10
 

@@ -36,7 +36,8 @@ pub const XTCQ_E_TOO_LARGE: c_int = -7;
 pub const XTCQ_E_NOT_HELD: c_int = -8;
 /// The handle was inherited across `fork()`: connect again in the child.
 pub const XTCQ_E_FORKED: c_int = -9;
-/// The segment is corrupt, was replaced, or this process's slot is no longer its own.
+/// The segment is corrupt, was replaced, truncated or removed, or this process's slot is no
+/// longer its own.
 pub const XTCQ_E_SEGMENT: c_int = -10;
 /// No free deque, process slot or queue-table entry, or a per-user limit of the daemon
 /// reached (the message names the flag that raises it).
@@ -99,6 +100,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         Error::Segment(_)
         | Error::Corrupt(_)
         | Error::SegmentReplaced { .. }
+        | Error::SegmentLost { .. }
         | Error::SlotNotResumed { .. }
         | Error::Queue(_)
         | Error::Job(_) => XTCQ_E_SEGMENT,

@@ -52,6 +52,9 @@ struct Status {
 /// One handshaken stream to the daemon and its reader thread.
 struct Link {
     hello: HelloOk,
+    /// The segment's fd, as the daemon handed it over with its handshake reply (a daemon
+    /// that predates that sends none: the segment is then opened by its path).
+    segment_fd: Option<Arc<std::os::fd::OwnedFd>>,
     writer: UnixStream,
     replies: Receiver<Reply>,
     status: Arc<Status>,
@@ -82,7 +85,10 @@ impl Link {
             other => other,
         };
         frame::write_frame(&mut stream, &Hello::new(client_name, std::process::id())).map_err(map)?;
-        let reply: HelloReply = frame::read_frame(&mut stream).map_err(|e| match e {
+        let mut rd = crate::fdpass::FdReader::new(&stream);
+        let reply: Result<HelloReply, _> = frame::read_frame(&mut rd);
+        let segment_fd = rd.fd.take().map(Arc::new);
+        let reply = reply.map_err(|e| match e {
             frame::FrameError::Decode(d) => Error::Protocol {
                 path: p.to_path_buf(),
                 message: format!("unexpected handshake reply (is this an xtcqd socket?): {d}"),
@@ -112,7 +118,7 @@ impl Link {
                 .spawn(move || read_loop(reader, tx, status))
                 .map_err(io_err)?;
         }
-        Ok(Link { hello, writer: stream, replies: rx, status })
+        Ok(Link { hello, segment_fd, writer: stream, replies: rx, status })
     }
 }
 
@@ -143,6 +149,7 @@ pub(crate) struct Conn {
 struct Current {
     status: Arc<Status>,
     hello: HelloOk,
+    segment_fd: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,7 +174,11 @@ impl Conn {
         Ok(Conn {
             path: path.to_path_buf(),
             client_name: client_name.to_string(),
-            current: Mutex::new(Current { status: link.status.clone(), hello: link.hello.clone() }),
+            current: Mutex::new(Current {
+                status: link.status.clone(),
+                hello: link.hello.clone(),
+                segment_fd: link.segment_fd.clone(),
+            }),
             link: Mutex::new(link),
             next_id: AtomicU64::new(1),
             timeout,
@@ -240,7 +251,7 @@ impl Conn {
         // A daemon restarted with --recreate serves a new segment file: the mapping our
         // handles use is the old one, whose jobs no consumer of the new daemon will see.
         if let Some(old) = lock(&self.segment).as_ref() {
-            if !same_file(old.file(), &new.hello.segment_path) {
+            if !same_file(old.file(), new.segment_fd.as_deref(), &new.hello.segment_path) {
                 let _ = new.writer.shutdown(std::net::Shutdown::Both);
                 return Err(Error::SegmentReplaced {
                     path: self.path.clone(),
@@ -286,7 +297,11 @@ impl Conn {
     /// Makes `new` the current link.
     fn install(&self, link: &mut Link, new: Link) {
         let _ = link.writer.shutdown(std::net::Shutdown::Both);
-        *lock(&self.current) = Current { status: new.status.clone(), hello: new.hello.clone() };
+        *lock(&self.current) = Current {
+            status: new.status.clone(),
+            hello: new.hello.clone(),
+            segment_fd: new.segment_fd.clone(),
+        };
         *link = new;
         self.reconnects.fetch_add(1, Ordering::Relaxed);
     }
@@ -357,16 +372,33 @@ impl Conn {
         if let Some(seg) = s.as_ref().filter(|seg| seg.path() == path) {
             return Ok(seg.clone());
         }
-        let seg = Arc::new(Segment::attach(path)?);
+        // The fd the daemon handed over, when it did: what it serves, whatever the path names.
+        let fd = lock(&self.current).segment_fd.clone();
+        let seg = Arc::new(match fd {
+            Some(fd) => {
+                let f = fd.try_clone().map_err(|e| shm_layout::SegmentError::Io {
+                    path: path.to_path_buf(),
+                    what: "cannot duplicate the fd the daemon passed",
+                    source: e,
+                })?;
+                Segment::attach_file(std::fs::File::from(f), path)?
+            }
+            None => Segment::attach(path)?,
+        });
         *s = Some(seg.clone());
         Ok(seg)
     }
 }
 
-/// Whether `file` (open) and the file at `path` are one file (device and inode).
-fn same_file(file: &std::fs::File, path: &Path) -> bool {
+/// Whether `file` (open) and the daemon's segment (the fd it passed, else the file at `path`)
+/// are one file (device and inode).
+fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
+    let theirs = match fd {
+        Some(fd) => fd.try_clone().and_then(|f| std::fs::File::from(f).metadata()),
+        None => std::fs::metadata(path),
+    };
+    match (file.metadata(), theirs) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }

@@ -204,6 +204,17 @@ pub enum Error {
         /// The segment file this client had mapped.
         segment: PathBuf,
     },
+    /// The segment's file was truncated under this process (by another process that could
+    /// open it): what it held is gone, and this process's mapping of it now reads as zero.
+    #[error(
+        "segment {segment} was truncated by another process while this process had it mapped; \
+         the jobs in it are lost and its handles cannot act. Find out who truncated it (`xtcqd` \
+         logs it), then restart xtcqd with --recreate and connect again"
+    )]
+    SegmentLost {
+        /// The segment file this client had mapped.
+        segment: PathBuf,
+    },
     /// After its connection was re-established (a daemon restart), the daemon would not give
     /// this process back the process slot it held: it recovered it (it took the process for
     /// dead) or the slot is not this process's. Handles attached under that slot are no

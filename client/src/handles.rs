@@ -50,6 +50,9 @@ fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<shm_layout::Queu
 #[inline]
 fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<(), Error> {
     if seg.is_retired() {
+        if seg.is_lost() {
+            return Err(Error::SegmentLost { segment: seg.path().to_path_buf() });
+        }
         return Err(Error::SegmentReplaced {
             path: conn.path().to_path_buf(),
             segment: seg.path().to_path_buf(),

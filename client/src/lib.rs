@@ -31,6 +31,7 @@
 
 mod conn;
 mod error;
+mod fdpass;
 mod handles;
 mod trust;
 

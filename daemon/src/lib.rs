@@ -9,7 +9,10 @@
 //! - [`limits`]: per-user connection limits;
 //! - [`state`]: the daemon-private state file (slots and queue permissions, for a restart);
 //! - [`peer`]: peer credentials, pidfds, `/proc` start times;
-//! - [`notify`]: systemd readiness notification.
+//! - [`notify`]: systemd readiness notification;
+//! - [`fdstore`]: the sealed memfd segment kept in systemd's fd store;
+//! - [`guard`]: watching the segment's file for truncation, unlinking and replacement;
+//! - [`segment_memory`]: the daemon's record of the segment it served, checked at the next start.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
@@ -17,12 +20,15 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fdstore;
 pub mod fence;
+pub mod guard;
 pub mod limits;
 pub mod notify;
 pub mod paths_secure;
 pub mod peer;
 pub mod registry;
+pub mod segment_memory;
 pub mod server;
 pub mod startup;
 pub mod state;

@@ -33,6 +33,29 @@ pub fn notify_to(path: &std::ffi::OsStr, state: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `state` with `fd` attached (`SCM_RIGHTS`) to `$NOTIFY_SOCKET`, as `FDSTORE=1`
+/// needs. `Ok(false)` when it is not set.
+pub fn sd_notify_with_fd(state: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<bool> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET").filter(|p| !p.is_empty()) else {
+        return Ok(false);
+    };
+    let sock = UnixDatagram::unbound()?;
+    let bytes = path.as_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        sock.connect_addr(&std::os::unix::net::SocketAddr::from_abstract_name(name)?)?;
+    } else {
+        sock.connect(&path)?;
+    }
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(&sock, &[io::IoSlice::new(state.as_bytes())], &mut anc, SendFlags::empty())?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

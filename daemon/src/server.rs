@@ -62,6 +62,8 @@ struct Shared {
     connections: AtomicU64,
     per_uid: Arc<UidConnections>,
     my_uid: u32,
+    /// The segment file's watch: once it is lost, control requests are refused.
+    guard: crate::guard::SegmentGuard,
 }
 
 impl Shared {
@@ -116,6 +118,11 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         connections: AtomicU64::new(0),
         per_uid: UidConnections::new(cfg.max_connections_per_uid, Config::unlimited_uids()),
         my_uid: rustix::process::getuid().as_raw(),
+        guard: crate::guard::SegmentGuard::new(seg.clone()).map_err(|e| DaemonError::Io {
+            what: "cannot fstat the segment".into(),
+            path: seg.path().to_path_buf(),
+            source: e,
+        })?,
     });
     let mut tasks = JoinSet::new();
 
@@ -154,6 +161,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     // The scan also indexes strays, so it runs even with lease expiry off.
     let every = cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
     tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
+    tasks.spawn(watch_segment(st.clone()));
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
@@ -428,6 +436,29 @@ async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
 
 /// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`
 /// if `keeper` still keeps it (a resume may have handed it to a newer connection).
+/// One `sendmsg` of (a first part of) `bytes` with the segment's fd as `SCM_RIGHTS`.
+fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &shm_layout::Segment) -> io::Result<usize> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    let fds = [seg.file().as_fd()];
+    anc.push(SendAncillaryMessage::ScmRights(&fds));
+    Ok(rustix::net::sendmsg(stream, &[io::IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?)
+}
+
+/// Checks the segment's file at every scan ([`crate::guard`]); stops checking once it is lost
+/// (the loss is kept, and the first finding was logged).
+async fn watch_segment(st: Arc<Shared>) {
+    let mut tick = tokio::time::interval(crate::guard::SCAN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if st.guard.scan().is_some() {
+            return;
+        }
+    }
+}
+
 async fn watch_exit(
     st: Arc<Shared>,
     slot: SlotId,
@@ -502,6 +533,38 @@ impl Conn {
         };
         matches!(
             tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
+    async fn send_with_segment<T: serde::Serialize>(&mut self, msg: &T) -> bool {
+        let bytes = match frame::encode(msg) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "cannot encode a reply");
+                return false;
+            }
+        };
+        let seg = self.st.reg.segment().clone();
+        let first = async {
+            loop {
+                self.stream.writable().await?;
+                match self
+                    .stream
+                    .try_io(tokio::io::Interest::WRITABLE, || send_fd(&self.stream, &bytes, &seg))
+                {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => return r,
+                }
+            }
+        };
+        let sent = match tokio::time::timeout(self.st.cfg.io_timeout, first).await {
+            Ok(Ok(n)) => n,
+            _ => return false,
+        };
+        matches!(
+            tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes[sent..])).await,
             Ok(Ok(()))
         )
     }
@@ -619,8 +682,11 @@ impl Conn {
             .await;
             return End::Closed;
         }
+        // The segment's fd rides on the reply (SCM_RIGHTS on its first byte): an authorised
+        // client maps what the daemon serves, never what a path names now. A client that
+        // reads with plain read(2) (an older build) simply does not get it.
         let ok = proto::HelloReply::Ok(self.st.hello.clone());
-        if !self.send(&ok).await {
+        if !self.send_with_segment(&ok).await {
             return End::Closed;
         }
         info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
@@ -744,6 +810,11 @@ impl Conn {
     }
 
     async fn handle(&mut self, req: Request) -> Result<Response, ErrorReply> {
+        if !matches!(req, Request::Ping | Request::Shutdown) {
+            if let Some(refused) = self.st.guard.refusal() {
+                return Err(refused);
+            }
+        }
         let reg = self.st.reg.clone();
         match req {
             Request::Ping => Ok(Response::Pong),

@@ -46,6 +46,8 @@ pub struct Prepared {
     pub state: crate::state::StateFile,
     /// Held for the daemon's life.
     _socket_lock: File,
+    /// The segment's `flock`, on a description of its own; held for the daemon's life.
+    _segment_lock: File,
 }
 
 fn io_err(what: impl Into<String>, path: &Path) -> impl FnOnce(io::Error) -> DaemonError {
@@ -63,15 +65,34 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// Runs every startup step.
 pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
+    // First: the fds systemd passed must be taken (and their variables cleared) before
+    // anything else, and are closed on any refusal below.
+    let listen = crate::fdstore::take_listen_fds();
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dir_fd = ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&dir_fd, &cfg.socket)?;
     let state = crate::state::StateFile::at(&cfg.state)
         .map_err(io_err("cannot use the directory of the state file (--state)", &cfg.state))?;
     clear_stale_socket(&cfg.socket)?;
-    let (segment, created) = open_segment(cfg)?;
+    // Read under the socket's lock: the state file is the previous daemon's on this socket.
+    let previous = crate::segment_memory::read(&cfg.socket);
+    let (segment, created) = match crate::fdstore::open_segment(cfg, listen)? {
+        Some((seg, created)) => (seg, created),
+        None => open_segment_file(cfg)?,
+    };
+    let (segment, created, segment_lock) = finish_segment(cfg, segment, created)?;
+    crate::segment_memory::compare(previous.as_ref(), &segment, created, cfg.recreate);
+    crate::segment_memory::write(&cfg.socket, &segment);
     let (listener, socket_id) = bind(cfg)?;
-    Ok(Prepared { segment, created, listener, socket_id, state, _socket_lock: socket_lock })
+    Ok(Prepared {
+        segment,
+        created,
+        listener,
+        socket_id,
+        state,
+        _socket_lock: socket_lock,
+        _segment_lock: segment_lock,
+    })
 }
 
 fn ensure_socket_dir(dir: &Path, group: Option<u32>) -> Result<OwnedFd, DaemonError> {
@@ -151,9 +172,17 @@ fn other_live_daemon(pid: u32) -> bool {
         && peer::comm(pid).is_some_and(|c| c.starts_with("xtcqd"))
 }
 
-fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
-    match rustix::fs::flock(seg.file(), FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(()),
+/// Locks the segment on an open file description of its own, which is never handed out:
+/// `flock` belongs to the description, and the one in `seg` is passed to every client
+/// (`SCM_RIGHTS`), which would otherwise hold the daemon's lock for as long as it lives.
+fn lock_segment(seg: &Segment) -> Result<File, DaemonError> {
+    use std::os::fd::AsRawFd;
+    // /proc/self/fd/N opens the same inode anew (a new description), by no path anyone else
+    // can change.
+    let own = format!("/proc/self/fd/{}", seg.file().as_raw_fd());
+    let f = File::open(&own).map_err(io_err("cannot open the segment to lock it", seg.path()))?;
+    match rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(DaemonError::SegmentInUse {
             path: seg.path().to_path_buf(),
             pid: Some(seg.header_live().daemon_pid.load(Ordering::Relaxed)).filter(|p| *p != 0),
@@ -162,7 +191,9 @@ fn lock_segment(seg: &Segment) -> Result<(), DaemonError> {
     }
 }
 
-fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
+/// The `--segment` file: adopted when it exists (and `--recreate` was not asked for), else
+/// created.
+fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
     let path = &cfg.segment;
     paths_secure::check_ancestors(path, cfg.group)
         .map_err(|why| DaemonError::UnsafeFile { path: path.clone(), why })?;
@@ -206,7 +237,20 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
         }
         _ => (Segment::create(path, &cfg.segment_config, 0o600)?, true),
     };
-    lock_segment(&seg)?;
+    Ok((seg, created))
+}
+
+/// Locks the segment, checks it against the flags, sets its owner and mode (a file) and
+/// makes it this daemon's.
+/// Returns the segment, whether it was created, and the file that holds its lock.
+fn finish_segment(
+    cfg: &Config,
+    seg: Segment,
+    created: bool,
+) -> Result<(Arc<Segment>, bool, File), DaemonError> {
+    let path = &seg.path().to_path_buf();
+    let sealed = seg.is_sealed();
+    let lock = lock_segment(&seg)?;
     let live = seg.header_live();
     let prev = live.daemon_pid.load(Ordering::Acquire);
     if other_live_daemon(prev) {
@@ -236,11 +280,12 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
             }
         }
     }
-    if let Some(g) = cfg.group {
+    // A memfd is reached only through the fd the daemon hands out: no owner or mode to set.
+    if let Some(g) = cfg.group.filter(|_| !sealed) {
         rustix::fs::fchown(seg.file(), None, Some(rustix::fs::Gid::from_raw(g)))
             .map_err(|e| io_err("cannot chgrp the segment", path)(e.into()))?;
     }
-    if created || cfg.group.is_some() {
+    if !sealed && (created || cfg.group.is_some()) {
         rustix::fs::fchmod(seg.file(), Mode::from_raw_mode(cfg.file_mode()))
             .map_err(|e| io_err("cannot chmod the segment", path)(e.into()))?;
     }
@@ -249,11 +294,12 @@ fn open_segment(cfg: &Config) -> Result<(Arc<Segment>, bool), DaemonError> {
     info!(
         segment = %path.display(),
         created,
+        sealed,
         epoch,
         bytes = seg.descriptor().regions.total_len,
         "segment {}", if created { "created" } else { "adopted" }
     );
-    Ok((Arc::new(seg), created))
+    Ok((Arc::new(seg), created, lock))
 }
 
 fn bind(cfg: &Config) -> Result<(UnixListener, (u64, u64)), DaemonError> {

@@ -543,6 +543,9 @@ pub enum ErrorCode {
     /// A per-user limit was reached (connections or process slots of one uid). The message
     /// names the limit and the `xtcqd` flag that raises it.
     LimitReached,
+    /// The daemon's segment was truncated, unlinked or replaced under it: it takes no new
+    /// work (the message says which, and what to do).
+    SegmentLost,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

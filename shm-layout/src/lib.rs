@@ -46,6 +46,7 @@ pub mod recovery;
 #[cfg(not(xtcq_loom))]
 pub mod segment;
 #[cfg(not(xtcq_loom))]
+pub mod sigbus;
 pub mod strays;
 #[cfg(not(xtcq_loom))]
 pub mod wait;

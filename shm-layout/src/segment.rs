@@ -321,10 +321,19 @@ pub struct QueueInfo {
 /// A mapped segment.
 #[derive(Debug)]
 pub struct Segment {
+    /// This mapping's registration with the SIGBUS guard; declared before `map` so that it
+    /// drops (unregisters) before the mapping is unmapped.
+    guard: Option<crate::sigbus::Guard>,
     map: MmapRaw,
     _file: File,
     path: PathBuf,
     desc: SegmentDescriptor,
+}
+
+/// Guards `map` against a truncation of its file ([`crate::sigbus`]).
+fn guard(map: &MmapRaw) -> Option<crate::sigbus::Guard> {
+    let ready_at = core::mem::offset_of!(SegmentHeader, live) + core::mem::offset_of!(HeaderLive, ready);
+    crate::sigbus::Guard::register(map.as_ptr() as usize, map.len(), ready_at)
 }
 
 fn io_err<'p>(path: &'p Path, what: &'static str) -> impl FnOnce(io::Error) -> SegmentError + 'p {
@@ -382,6 +391,34 @@ impl Segment {
         result
     }
 
+    /// Creates a new segment in a sealed memfd (no path anyone could truncate, unlink or
+    /// replace): `memfd_create(MFD_ALLOW_SEALING)`, sized and initialised as [`create`]
+    /// does, then sealed with `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, so no process that
+    /// is handed it can change its size. `label` names it in messages (and `/proc/PID/fd`).
+    ///
+    /// [`create`]: Segment::create
+    pub fn create_memfd(label: &str, config: &SegmentConfig) -> Result<Segment, SegmentError> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let regions = compute_regions(config)?;
+        let path = PathBuf::from(format!("memfd:{label}"));
+        let fd = rustix::fs::memfd_create(label, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(|e| io_err(&path, "cannot create the memfd")(e.into()))?;
+        let seg = Self::init(File::from(fd), &path, config, regions, 0o600)?;
+        rustix::fs::fcntl_add_seals(&seg._file, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| io_err(&path, "cannot seal the memfd")(e.into()))?;
+        Ok(seg)
+    }
+
+    /// Whether the segment's size is sealed (a memfd from [`create_memfd`]): then no process
+    /// can truncate it.
+    ///
+    /// [`create_memfd`]: Segment::create_memfd
+    pub fn is_sealed(&self) -> bool {
+        use rustix::fs::SealFlags;
+        rustix::fs::fcntl_get_seals(&self._file)
+            .is_ok_and(|s| s.contains(SealFlags::SHRINK | SealFlags::GROW))
+    }
+
     fn init(
         file: File,
         path: &Path,
@@ -414,7 +451,8 @@ impl Segment {
             creator_uid: rustix::process::getuid().as_raw(),
             created_unix_ns: now_unix_ns(),
         };
-        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc };
+        let guard = guard(&map);
+        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc, guard };
         // SAFETY: the mapping is `total_len >= size_of::<SegmentHeader>()` bytes, page
         // aligned, and no one else can have it yet (O_EXCL, mode 0600, ready unset).
         unsafe { core::ptr::write_volatile(seg.map.as_mut_ptr() as *mut SegmentDescriptor, desc) };
@@ -458,6 +496,9 @@ impl Segment {
         }
         let map =
             MmapOptions::new().len(actual as usize).map_raw(&file).map_err(io_err(path, "cannot map"))?;
+        // Guarded from here: the file may be truncated between the fstat above and the reads
+        // below.
+        let guard = guard(&map);
         let base = map.as_mut_ptr();
         // SAFETY: `actual >= size_of::<SegmentHeader>()` and the mapping is page aligned, so
         // the header's live line is inside the mapping and aligned for `HeaderLive`; it is
@@ -491,7 +532,14 @@ impl Segment {
             }
             Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
         })?;
-        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc })
+        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc, guard })
+    }
+
+    /// Whether this mapping's file was truncated under it: a SIGBUS was taken in it and it
+    /// now maps zero pages, with the ready word set to retired ([`crate::sigbus`]). For
+    /// error paths, to say why [`is_retired`](Segment::is_retired) is true.
+    pub fn is_lost(&self) -> bool {
+        self.guard.as_ref().is_some_and(crate::sigbus::Guard::is_lost)
     }
 
     /// Where it was created or attached from.

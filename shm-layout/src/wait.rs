@@ -61,6 +61,10 @@ pub fn wake_all(w: &WaitWord) {
 /// for each. Short enough that an idle consumer is asleep within tens of µs.
 const LOOK_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// The longest one futex sleep lasts before the sleeper looks again (an idle consumer pays
+/// one wake-up per slice).
+const SLICE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Calls `poll` until it yields something, sleeping on `w` between tries, until `deadline`
 /// (`None`: forever). `Ok(None)` means the deadline passed.
 pub fn wait_for<T, E>(
@@ -88,28 +92,27 @@ pub fn wait_for<T, E>(
         let found = poll();
         let sleep = matches!(&found, Ok(None));
         let timed_out = if sleep {
+            // Never longer than one slice: a wake-up that can never come (the segment's file
+            // was truncated, so no wake reaches this futex) must not leave the sleeper asleep
+            // for good; the next look then sees the segment retired.
             let timeout = match deadline {
-                None => None,
+                None => SLICE,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         w.sleepers.fetch_sub(1, Ordering::Release);
                         return Ok(None);
                     }
-                    let left = d - now;
-                    Some(rustix::time::Timespec {
-                        tv_sec: left.as_secs() as _,
-                        tv_nsec: left.subsec_nanos() as _,
-                    })
+                    (d - now).min(SLICE)
                 }
             };
+            let timeout = rustix::time::Timespec {
+                tv_sec: timeout.as_secs() as _,
+                tv_nsec: timeout.subsec_nanos() as _,
+            };
             // EAGAIN (seq moved), EINTR and ETIMEDOUT all mean: look again.
-            let _ = rustix::thread::futex::wait(
-                &w.seq,
-                rustix::thread::futex::Flags::empty(),
-                s,
-                timeout.as_ref(),
-            );
+            let _ =
+                rustix::thread::futex::wait(&w.seq, rustix::thread::futex::Flags::empty(), s, Some(&timeout));
             deadline.is_some_and(|d| Instant::now() >= d)
         } else {
             false

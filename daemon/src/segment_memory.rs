@@ -1,0 +1,142 @@
+//! The daemon's own memory of the segment it served: a small private file beside the socket's
+//! lock (`SOCKET.segment`), so that a daemon starting where its segment is gone, or is another
+//! file, says so instead of starting empty without a word.
+//!
+//! The file holds `key=value` lines: the segment's path, device, inode and the pid that wrote
+//! it. It is written (owner-only, not following a symlink) each time a daemon has created or
+//! adopted its segment, and read at the next start, under the socket's lock, before the
+//! segment is opened. It is only ever a reason to log: a daemon whose state file is missing,
+//! unreadable or not ours starts as before (with a warning for the last two).
+//!
+//! Invariant: the state file names the segment the last daemon on this socket served, as
+//! that daemon saw it (its device and inode from `fstat` of the open file).
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use shm_layout::Segment;
+use tracing::{error, warn};
+
+/// What the previous daemon on this socket recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Previous {
+    /// Its segment.
+    pub segment: PathBuf,
+    /// Device and inode of that file.
+    pub id: (u64, u64),
+    /// The daemon that wrote it.
+    pub pid: u32,
+}
+
+/// The state file of the daemon serving `socket`.
+pub fn path_for(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_os_string();
+    s.push(".segment");
+    PathBuf::from(s)
+}
+
+/// Reads the previous daemon's record, if there is one we can trust.
+pub fn read(socket: &Path) -> Option<Previous> {
+    let path = path_for(socket);
+    let f = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            warn!(state = %path.display(), error = %e, "cannot read the daemon's state file; ignoring it");
+            return None;
+        }
+    };
+    let md = f.metadata().ok()?;
+    if md.uid() != rustix::process::getuid().as_raw() || !md.is_file() {
+        warn!(state = %path.display(), uid = md.uid(), "the daemon's state file is not ours; ignoring it");
+        return None;
+    }
+    let mut text = String::new();
+    f.take(64 * 1024).read_to_string(&mut text).ok()?;
+    parse(&text)
+}
+
+fn parse(text: &str) -> Option<Previous> {
+    let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('='));
+    Some(Previous {
+        segment: PathBuf::from(field("segment")?),
+        id: (field("dev")?.parse().ok()?, field("ino")?.parse().ok()?),
+        pid: field("pid")?.parse().ok()?,
+    })
+}
+
+/// Records `seg` as the segment this daemon serves. A failure is logged, never fatal.
+pub fn write(socket: &Path, seg: &Segment) {
+    let path = path_for(socket);
+    let result = (|| {
+        let md = seg.file().metadata()?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        write!(
+            f,
+            "segment={}\ndev={}\nino={}\npid={}\n",
+            seg.path().display(),
+            md.dev(),
+            md.ino(),
+            std::process::id()
+        )
+    })();
+    if let Err(e) = result {
+        warn!(state = %path.display(), error = %e, "cannot write the daemon's state file");
+    }
+}
+
+/// Says loudly when the segment the previous daemon served is gone or is another file now.
+/// `created`: this daemon created its segment (else it adopted one); `recreate`: asked to.
+pub fn compare(prev: Option<&Previous>, seg: &Segment, created: bool, recreate: bool) {
+    let Some(prev) = prev.filter(|p| p.segment == seg.path()) else { return };
+    if recreate {
+        return;
+    }
+    let p = seg.path().display();
+    if created {
+        error!(
+            segment = %p,
+            previous_pid = prev.pid,
+            "segment {p}, which the previous xtcqd (pid {}) served on this socket, was gone: every job \
+             queued in it is lost. A file is removed by hand, by systemd-logind's RemoveIPC=yes at \
+             logout or by a cleaner of /dev/shm; a memfd when systemd's fd store was emptied (the \
+             unit was stopped). Started with a new, empty segment",
+            prev.pid
+        );
+        return;
+    }
+    let Ok(md) = seg.file().metadata() else { return };
+    if (md.dev(), md.ino()) != prev.id {
+        error!(
+            segment = %p,
+            previous_pid = prev.pid,
+            "segment {p} is not the file the previous xtcqd (pid {}) served (dev {} inode {}, now dev {} \
+             inode {}): it was replaced, and the jobs of the old one are lost; adopted the file now there",
+            prev.pid,
+            prev.id.0,
+            prev.id.1,
+            md.dev(),
+            md.ino()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_parses_back() {
+        let p = parse("segment=/dev/shm/x y\ndev=5\nino=77\npid=12\n").expect("parses");
+        assert_eq!(p, Previous { segment: "/dev/shm/x y".into(), id: (5, 77), pid: 12 });
+        assert_eq!(parse("segment=/x\ndev=5\n"), None);
+    }
+}
