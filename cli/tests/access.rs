@@ -5,7 +5,7 @@
 //! across a restart). Cross-user tests create their own users as root and are skipped
 //! otherwise.
 
-mod support;
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use common::*;
 
 /// `hold`: this test binary run again as a client that connects, pings and then holds its
 /// connection (no process slot) until its stdin closes.

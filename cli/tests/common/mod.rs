@@ -56,6 +56,12 @@ impl Daemon {
         Daemon::start_with(tempfile::tempdir().expect("tempdir"), SIZES)
     }
 
+    /// Starts a daemon on `dir`'s socket and segment with the small sizes (adopting a segment
+    /// already there).
+    pub fn start_in(dir: tempfile::TempDir) -> Daemon {
+        Daemon::start_with(dir, SIZES)
+    }
+
     /// Starts a daemon on `dir`'s socket and segment with these flags.
     pub fn start_with(dir: tempfile::TempDir, flags: &[&str]) -> Daemon {
         Daemon::start_cmd(dir, flags, |_| {})
@@ -120,6 +126,10 @@ impl Daemon {
     }
 
     /// `xtcq stats --json`.
+    pub fn run_in(&self, args: &[&str], stdin: &[u8]) -> Output {
+        run_bounded(self.xtcq().args(args), Some(stdin))
+    }
+
     pub fn stats(&self) -> serde_json::Value {
         serde_json::from_str(&ok(&self.run(&["stats", "--json"]))).expect("json")
     }
@@ -183,4 +193,41 @@ pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A user and a group created for one test (as root), removed when dropped.
+pub struct SystemUser {
+    pub user: String,
+    pub group: String,
+}
+
+impl SystemUser {
+    /// `user` with primary group `group` (created too, unless it exists).
+    pub fn create(user: &str, group: &str) -> SystemUser {
+        let have_group =
+            Command::new("getent").args(["group", group]).output().expect("getent").status.success();
+        if !have_group {
+            let s = Command::new("groupadd").arg(group).status().expect("groupadd");
+            assert!(s.success(), "groupadd {group}");
+        }
+        let s = Command::new("useradd").args(["-M", "-N", "-g", group, "-s", "/bin/false", user]).status();
+        assert!(s.expect("useradd").success(), "useradd {user}");
+        SystemUser { user: user.into(), group: group.into() }
+    }
+
+    pub fn id(&self, flag: &str) -> u32 {
+        let o = Command::new("id").args([flag, &self.user]).output().expect("id");
+        String::from_utf8_lossy(&o.stdout).trim().parse().expect("id prints a number")
+    }
+}
+
+impl Drop for SystemUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).status();
+        let _ = Command::new("groupdel").arg(&self.group).status();
+    }
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }
