@@ -47,6 +47,7 @@ pub mod recovery;
 pub mod segment;
 #[cfg(not(xtcq_loom))]
 pub mod sigbus;
+#[cfg(not(xtcq_loom))]
 pub mod strays;
 #[cfg(not(xtcq_loom))]
 pub mod wait;
