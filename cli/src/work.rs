@@ -172,6 +172,36 @@ fn kill_group(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
+/// How long the processes a finished command left in its group get to die.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// After the command (the group's leader) exited: kills what it left running in its group
+/// (a `cmd &` of a script that exited, a daemonised helper) and waits until the group is
+/// empty, so that nothing of this run goes on while the job is settled and perhaps run
+/// again. `Err` when the group would not empty.
+fn stop_leftovers(child: &mut std::process::Child) -> Result<ExitStatus> {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
+    // Before the leader is reaped its pid cannot be reused, so the group id is still ours.
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    let st = child.wait().context("cannot wait for the command")?;
+    let until = Instant::now() + LEFTOVER_WAIT;
+    while rustix::process::test_kill_process_group(pid).is_ok() {
+        if Instant::now() >= until {
+            bail!("processes it left in its group {pid:?} did not exit within {LEFTOVER_WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(st)
+}
+
+/// Whether the command has exited, without reaping it (see `stop_leftovers`).
+fn has_exited(child: &std::process::Child) -> Result<bool> {
+    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+    let pid = Pid::from_raw(child.id() as i32).context("the command has no pid")?;
+    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    Ok(waitid(WaitId::Pid(pid), opts).context("cannot wait for the command")?.is_some())
+}
+
 /// Runs the command for one job, extending the lease while it runs.
 fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
     use std::os::unix::process::CommandExt;
@@ -218,11 +248,16 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             return Ok(Ran::Unfenced(format!("{e:#}")));
         }
     };
-    let beat = lease.map(|l| (l / 3).max(Duration::from_millis(10)));
+    // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
+    // steps keep up).
+    let beat = lease.map(|l| l / 3);
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
     let ran = loop {
-        if let Some(st) = child.try_wait().context("cannot wait for the command")? {
-            break Ran::Exited(st);
+        if has_exited(&child)? {
+            break match stop_leftovers(&mut child) {
+                Ok(st) => Ran::Exited(st),
+                Err(e) => Ran::Killed(format!("{e:#}")),
+            };
         }
         if stop.now.load(Ordering::Relaxed) {
             kill_group(&mut child);
@@ -251,9 +286,28 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
     Ok(ran)
 }
 
-fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
-    let queue_lease = Some(Duration::from_millis(thief.queue().lease_ms as u64)).filter(|d| !d.is_zero());
+/// The shortest lease `work` can keep while a command runs: it extends it every third of the
+/// lease, from a loop that looks every 2 ms, and the first extension waits on the command's
+/// start and its fence registration.
+const WORK_MIN_LEASE: Duration = Duration::from_millis(50);
+
+/// The lease `work` keeps: `--lease`, else the queue's; refused when too short to keep.
+fn work_lease(a: &WorkArgs, queue_lease_ms: u32) -> Result<Option<Duration>> {
+    let queue_lease = Some(Duration::from_millis(queue_lease_ms.into())).filter(|d| !d.is_zero());
     let lease = a.lease.or(queue_lease);
+    if let Some(l) = lease.filter(|l| *l < WORK_MIN_LEASE) {
+        let whose = if a.lease.is_some() { "--lease" } else { "the queue's lease" };
+        bail!(
+            "{whose} of {l:?} is shorter than xtcq work can keep while a command runs (it extends \
+             the lease every third of it): pass --lease {}ms or more",
+            WORK_MIN_LEASE.as_millis()
+        );
+    }
+    Ok(lease)
+}
+
+fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
+    let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
     while !stop.taking.load(Ordering::Relaxed) {
         if a.max_jobs != 0 && n.taken.fetch_add(1, Ordering::Relaxed) >= a.max_jobs {
@@ -344,6 +398,8 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     }
     let c = connect(socket)?;
     let thief = c.attach_thief(&a.queue)?;
+    // Before any job is taken: a lease too short to keep would kill every command.
+    work_lease(&a, thief.queue().lease_ms)?;
     let n = Counters::default();
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();

@@ -101,9 +101,16 @@ fn kill_logged(all: &[Line]) {
 }
 
 fn work(d: &Daemon, queue: &str, log: &Path, extra: &[&str]) -> Child {
+    work_running(d, queue, log, extra, "{child} & wait")
+}
+
+/// `xtcq work` whose command is `sh -c SCRIPT`, where `{child}` in `script` stands for the
+/// logging child (`child_main`).
+fn work_running(d: &Daemon, queue: &str, log: &Path, extra: &[&str], script: &str) -> Child {
     let exe = std::env::current_exe().expect("exe");
-    let script =
-        format!("'{}' --exact child_main --nocapture --test-threads 1 >/dev/null 2>&1 & wait", exe.display());
+    let child =
+        format!("'{}' --exact child_main --nocapture --test-threads 1 >/dev/null 2>&1", exe.display());
+    let script = script.replace("{child}", &child);
     d.xtcq()
         .args(["work", queue, "--max-jobs", "1"])
         .args(extra)
@@ -156,6 +163,63 @@ fn check_no_overlap(d: &Daemon, log: &Path, rounds: usize) {
     );
     let ends = all.iter().filter(|l| l.what == "end").count();
     assert_eq!(ends, rounds, "every job ran to its end once");
+}
+
+#[test]
+fn what_a_failed_command_left_running_is_dead_before_its_job_runs_again() {
+    // A script that starts a step in the background and then fails (`set -e`): the worker
+    // must stop the step before the job is given back and run again.
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    let log = d.dir.path().join("runs");
+    const ROUNDS: usize = 5;
+    for r in 0..ROUNDS {
+        let job = format!("x{r}");
+        ok(&d.run(&["push", "q", &job]));
+        let first = work_running(&d, "q", &log, &[], "{child} & sleep 0.2; exit 1");
+        wait_bounded(first, Duration::from_secs(60), "first worker");
+        let second = work(&d, "q", &log, &["--idle-exit", "20s"]);
+        wait_bounded(second, Duration::from_secs(60), "second worker");
+    }
+    check_no_overlap(&d, &log, ROUNDS);
+}
+
+#[test]
+fn a_group_member_that_changed_uid_is_fenced_too() {
+    if !is_root() {
+        eprintln!("skipped: needs root (a command that changes uid with setpriv)");
+        return;
+    }
+    if std::process::Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: setpriv not found");
+        return;
+    }
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    // A log the other uid can write, in a directory it can reach.
+    let shared = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(shared.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let log = shared.path().join("runs");
+    std::fs::write(&log, "").unwrap();
+    std::fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    const ROUNDS: usize = 3;
+    for r in 0..ROUNDS {
+        let job = format!("u{r}");
+        ok(&d.run(&["push", "q", &job]));
+        let mut first = work_running(
+            &d,
+            "q",
+            &log,
+            &[],
+            "setpriv --reuid=65534 --regid=65534 --clear-groups {child} & wait",
+        );
+        wait_line(&log, "alive", &job, 0);
+        let _ = first.kill();
+        let _ = first.wait();
+        let second = work(&d, "q", &log, &["--idle-exit", "20s"]);
+        wait_bounded(second, Duration::from_secs(60), "second worker");
+    }
+    check_no_overlap(&d, &log, ROUNDS);
 }
 
 #[test]

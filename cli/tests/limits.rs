@@ -61,3 +61,18 @@ fn leases_below_the_resolution_are_refused_naming_the_smallest() {
         assert!(e.contains("1ms"), "work --lease {lease}: {e}");
     }
 }
+
+#[test]
+fn work_refuses_a_lease_it_cannot_keep_while_a_command_runs() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "short", "--lease", "5ms"]));
+    ok(&d.run(&["push", "short", "j"]));
+    for extra in [&[][..], &["--lease", "10ms"][..]] {
+        let o = d.run(&[&["work", "short", "--idle-exit", "100ms"][..], extra, &["--", "true"][..]].concat());
+        let e = stderr(&o);
+        assert_ne!(code(&o), 0, "work {extra:?}: {e}");
+        assert!(e.contains("--lease 50ms or more"), "work {extra:?}: {e}");
+    }
+    // The job was not taken: a worker with a lease it can keep runs it.
+    ok(&d.run(&["work", "short", "--lease", "200ms", "--max-jobs", "1", "--", "true"]));
+}

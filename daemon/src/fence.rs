@@ -35,7 +35,6 @@ struct Command {
     /// Its pid, which is also its process group id.
     pid: u32,
     start_time: u64,
-    uid: u32,
     birth: u32,
 }
 
@@ -124,8 +123,7 @@ impl Fences {
                 "xtcqd may not signal pid {pid} ({e}); it needs CAP_KILL to fence another user's commands"
             )
         })?;
-        self.commands
-            .insert((slot, index), Command { pidfd: fd, pid, start_time: st.start_time, uid, birth });
+        self.commands.insert((slot, index), Command { pidfd: fd, pid, start_time: st.start_time, birth });
         Ok(())
     }
 
@@ -187,7 +185,7 @@ fn kill_group(c: &Command) -> Result<(), String> {
             return Ok(());
         }
         for pid in members {
-            kill_member(c, pid);
+            kill_member(c, pid)?;
         }
         if Instant::now() >= until {
             return Err(format!("its command's process group {} did not die within {FENCE_WAIT:?}", c.pid));
@@ -196,8 +194,10 @@ fn kill_group(c: &Command) -> Result<(), String> {
     }
 }
 
-/// The live (not zombie) processes of the command's group, of its uid. Empty when the group
-/// id now names another group (a process with that pid leads it, with another start time).
+/// The live (not zombie) processes of the command's group, whatever their uid (a member that
+/// changed uid, e.g. through setpriv or a setuid program, is still part of the job). Empty
+/// when the group id now names another group (a process with that pid leads it, with another
+/// start time).
 fn group_members(c: &Command) -> Result<Vec<u32>, String> {
     let dir = std::fs::read_dir("/proc").map_err(|e| format!("cannot read /proc to fence: {e}"))?;
     let mut out = Vec::new();
@@ -210,18 +210,29 @@ fn group_members(c: &Command) -> Result<Vec<u32>, String> {
         if st.pgrp != c.pid || matches!(st.state, 'Z' | 'X' | 'x') {
             continue;
         }
-        if owner_uid(pid).is_ok_and(|u| u == c.uid) {
-            out.push(pid);
-        }
+        out.push(pid);
     }
     Ok(out)
 }
 
-/// Kills one member, named by a pidfd opened for it and re-checked: still in the group.
-fn kill_member(c: &Command, pid: u32) {
-    let Ok(fd) = peer::pidfd_open(pid) else { return };
-    if stat(pid).is_ok_and(|st| st.pgrp == c.pid) {
-        let _ = send_signal(fd.as_fd(), libc::SIGKILL);
+/// Kills one member, named by a pidfd opened for it and re-checked: still in the group. A
+/// member the daemon may not signal means the group cannot be proven dead: an error, so the
+/// job is dead-lettered rather than run beside it.
+fn kill_member(c: &Command, pid: u32) -> Result<(), String> {
+    let Ok(fd) = peer::pidfd_open(pid) else { return Ok(()) };
+    if !stat(pid).is_ok_and(|st| st.pgrp == c.pid) {
+        return Ok(());
+    }
+    match send_signal(fd.as_fd(), libc::SIGKILL) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        Err(e) => {
+            let uid = owner_uid(pid).map(|u| u.to_string()).unwrap_or_else(|_| "?".into());
+            Err(format!(
+                "pid {pid} (uid {uid}) of its command's process group {} cannot be signalled: {e}",
+                c.pid
+            ))
+        }
     }
 }
 
