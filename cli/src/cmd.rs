@@ -432,7 +432,8 @@ pub struct DeadArgs {
     /// Delete these dead letters (all of them when none is named).
     #[arg(long)]
     purge: bool,
-    /// Jobs (`record.generation`, as listed) to act on.
+    /// Jobs to act on, by the id `xtcq dead QUEUE` lists (the id `push --print-handle`,
+    /// `$XTCQ_JOB` and `work` print); a record.generation handle is accepted too.
     #[arg(value_parser = parse_handle)]
     jobs: Vec<JobHandle>,
     /// JSON instead of a table.
@@ -441,7 +442,7 @@ pub struct DeadArgs {
 }
 
 fn parse_handle(s: &str) -> Result<JobHandle, String> {
-    let bad = || format!("{s:?} is not a job handle; say RECORD.GENERATION as `xtcq dead QUEUE` lists it");
+    let bad = || format!("{s:?} is not a job id; say it as `xtcq dead QUEUE` lists it (like 12.3)");
     let (i, g) = s.split_once('.').ok_or_else(bad)?;
     Ok(JobHandle { index: i.parse().map_err(|_| bad())?, generation: g.parse().map_err(|_| bad())? })
 }
@@ -474,7 +475,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                 let p: String = p.chars().take(60).map(|c| if c.is_control() { '.' } else { c }).collect();
                 o.push_str(&format!(
                     "{:<13} {:>8}  {:<25} {}\n",
-                    d.handle.to_string(),
+                    d.id.to_string(),
                     d.attempts,
                     escaped(&d.last_error),
                     p
@@ -484,10 +485,22 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
         }
         return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
     }
-    let jobs = if a.jobs.is_empty() {
-        c.dead_letters(&a.queue)?.into_iter().map(|d| d.handle).collect()
+    let letters = c.dead_letters(&a.queue)?;
+    let jobs: Vec<JobHandle> = if a.jobs.is_empty() {
+        letters.iter().map(|d| d.handle).collect()
     } else {
+        // Named by id (what every other command prints), or by the current handle.
         a.jobs
+            .iter()
+            .map(|n| {
+                letters
+                    .iter()
+                    .find(|d| (d.id.index, d.id.birth) == (n.index, n.generation))
+                    .or_else(|| letters.iter().find(|d| d.handle == *n))
+                    .map(|d| d.handle)
+                    .ok_or_else(|| anyhow::anyhow!("job {n} is not a dead letter of {}", a.queue))
+            })
+            .collect::<Result<_>>()?
     };
     if jobs.is_empty() {
         eprintln!("xtcq: queue {} has no dead letters", a.queue);

@@ -37,4 +37,9 @@ fn a_job_keeps_one_id_across_its_attempts() {
     // And `dead` lists it under the same id (its handle, for --requeue, has moved on).
     let dead: serde_json::Value = serde_json::from_str(&ok(&d.run(&["dead", "q", "--json"]))).expect("json");
     assert_eq!(dead[0]["id"], ids[1], "{dead}");
+    // The table shows that id too, and --requeue takes it.
+    let table = ok(&d.run(&["dead", "q"]));
+    assert!(table.lines().nth(1).is_some_and(|l| l.starts_with(&format!("{} ", ids[1]))), "{table}");
+    ok(&d.run(&["dead", "q", "--requeue", ids[1]]));
+    assert_eq!(code(&d.run(&["dead", "q"])), 3, "re-queued by its id");
 }
