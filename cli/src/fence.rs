@@ -41,12 +41,35 @@ pub struct Registration<'c> {
     checked: Instant,
 }
 
+/// How long a registration is retried while the daemon cannot be reached (a restart takes
+/// well under a second; its clients reconnect by themselves).
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(30);
+
 impl<'c> Registration<'c> {
-    /// Registers the command `pid` of job `id`.
-    pub fn new(client: &'c Client, id: JobId, pid: u32) -> Result<Self> {
-        client.fence_command(id, pid).with_context(|| {
-            format!("cannot register the command of job {id} with xtcqd, so it is not run")
-        })?;
+    /// Registers the command `pid` of job `id`. While the daemon cannot be reached (it is
+    /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`, calling `meanwhile`
+    /// between tries (to keep the job's lease); a refusal is final at once.
+    pub fn new(
+        client: &'c Client,
+        id: JobId,
+        pid: u32,
+        mut meanwhile: impl FnMut() -> Result<()>,
+    ) -> Result<Self> {
+        let until = Instant::now() + UNREACHABLE_RETRY;
+        loop {
+            match client.fence_command(id, pid) {
+                Ok(()) => break,
+                Err(e) if e.is_unreachable() && Instant::now() < until => {
+                    meanwhile()?;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot register the command of job {id} with xtcqd, so it is not run")
+                    })
+                }
+            }
+        }
         Ok(Registration { client, id, pid, reconnects: client.reconnects(), checked: Instant::now() })
     }
 

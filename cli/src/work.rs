@@ -238,7 +238,11 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
     });
     // Registered before anything else happens to it: from here on, the daemon kills its
     // process group before the job can run again elsewhere.
-    let mut fence = match crate::fence::Registration::new(c, job.id(), child.id()) {
+    let keep_lease = || match lease {
+        Some(l) => job.extend_lease(l).map_err(anyhow::Error::from),
+        None => Ok(()),
+    };
+    let mut fence = match crate::fence::Registration::new(c, job.id(), child.id(), keep_lease) {
         Ok(r) => r,
         Err(e) => {
             kill_group(&mut child);
@@ -332,7 +336,13 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
             break;
         };
         if let Some(l) = a.lease {
-            job.extend_lease(l)?;
+            if let Err(e) = job.extend_lease(l) {
+                // Not ours any more (its lease ran out between the steal and here): someone
+                // else may run it; this worker goes on with the next job.
+                eprintln!("xtcq: job {} of {}: not run: {e}", job.id(), a.queue);
+                drop(job);
+                continue;
+            }
         }
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();

@@ -328,3 +328,37 @@ fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
     }
     job.ack().expect("ack");
 }
+
+#[test]
+fn a_busy_worker_keeps_working_through_a_daemon_restart() {
+    // Jobs claimed while the daemon is down are registered once it is back (the command
+    // waits for that), instead of the worker giving up on them and exiting.
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    let done = d.dir.path().join("done");
+    for i in 0..6 {
+        ok(&d.run(&["push", "q", &format!("j{i}")]));
+    }
+    let script = format!("sleep 0.2; echo \"$XTCQ_PAYLOAD\" >> {}", done.display());
+    let worker = d
+        .xtcq()
+        .args(["work", "q", "--idle-exit", "3s", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn work");
+    wait_until(Duration::from_secs(30), "the first job done", || {
+        std::fs::read_to_string(&done).is_ok_and(|t| !t.is_empty())
+    });
+    d.kill();
+    std::thread::sleep(Duration::from_millis(500)); // a job or two is claimed meanwhile
+    d.spawn(SIZES, |_| {});
+    let out = wait_bounded(worker, Duration::from_secs(60), "worker");
+    assert!(out.status.success(), "the worker gave up: {}\n{}", stderr(&out), d.log());
+    let ran = std::fs::read_to_string(&done).unwrap_or_default();
+    let mut names: Vec<&str> = ran.lines().collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 6, "every job ran: {ran}\n{}", stderr(&out));
+}
