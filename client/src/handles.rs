@@ -76,6 +76,11 @@ fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<
     Ok(())
 }
 
+/// Steal rounds that all lose (a race, or a stale handle) before a steal gives up with
+/// `Corrupt`: a lost race means a rival made progress, so a million in a row (about 0.1-1 s
+/// of spinning) only happens on a deque whose indices were scribbled.
+const MAX_STEAL_ROUNDS: u32 = 1_000_000;
+
 /// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
 /// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
 /// Dropped without either, it is nacked.
@@ -479,7 +484,7 @@ impl ThiefHandle {
         }
         let n = self.deques();
         let start = (self.next_random() % n as u64) as u32;
-        loop {
+        for _ in 0..MAX_STEAL_ROUNDS {
             let mut retry = false;
             for k in 0..n {
                 match self.thief.steal_from((start + k) % n) {
@@ -493,6 +498,17 @@ impl ThiefHandle {
             }
             std::hint::spin_loop();
         }
+        Err(self.no_progress())
+    }
+
+    /// A steal that lost every round: a deque whose indices were scribbled (its `bottom`
+    /// far beyond `top`) hands out stale handles forever.
+    fn no_progress(&self) -> Error {
+        Error::Corrupt(format!(
+            "queue {}: {MAX_STEAL_ROUNDS} steal rounds in a row found only stale or contended slots; \
+             a deque's indices look corrupt (run `xtcq check`)",
+            self.att.queue.name
+        ))
     }
 
     /// Up to `limit` jobs at once: from the overflow ring if it has any, else about half of
@@ -510,6 +526,7 @@ impl ThiefHandle {
         if out.is_empty() {
             let n = self.deques();
             let start = (self.next_random() % n as u64) as u32;
+            let mut rounds = 0;
             'rounds: loop {
                 let mut retry = false;
                 for k in 0..n {
@@ -521,6 +538,10 @@ impl ThiefHandle {
                 }
                 if !retry {
                     break;
+                }
+                rounds += 1;
+                if rounds >= MAX_STEAL_ROUNDS {
+                    return Err(self.no_progress());
                 }
                 std::hint::spin_loop();
             }
