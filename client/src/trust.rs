@@ -6,17 +6,19 @@
 //! - the owner of the directory the socket sits in (whoever owns it can replace the socket),
 //!
 //! each against the trusted uids: the client's own (real and effective), root, the uids it
-//! is configured to trust ([`crate::ConnectOptions::trusted_uids`], `$XTCQ_TRUST_UID`), and
-//! the owner of a socket directory that only root could have put where it is (every
-//! directory above it root-owned and writable by no one else: `/run/xtcq`, made by systemd
-//! for the `xtcq` service user). Anything else is [`Error::UntrustedDaemon`], which names
-//! the uid found.
+//! is configured to trust ([`crate::ConnectOptions::trusted_uids`], `$XTCQ_TRUST_UID`), and,
+//! for the system daemon's socket [`SYSTEM_SOCKET`] only, the owner of its directory if only
+//! root could have put it there (every directory above it root-owned and writable by no one
+//! else: `/run/xtcq`, made by systemd for the `xtcq` service user). Root also makes home
+//! directories and `/run/user/UID` for their users, so that rule vouches for nothing else.
+//! Anything else is [`Error::UntrustedDaemon`], which names the uid found.
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use xtcq_proto::names;
+use xtcq_proto::paths::SYSTEM_SOCKET;
 
 use crate::Error;
 
@@ -66,7 +68,9 @@ pub(crate) fn check_daemon(stream: &UnixStream, socket: &Path, extra: &[u32]) ->
     let dir = socket_dir(socket);
     let mut trusted = vec![0, rustix::process::getuid().as_raw(), rustix::process::geteuid().as_raw()];
     trusted.extend_from_slice(extra);
-    trusted.extend(placed_by_root(dir));
+    if socket == Path::new(SYSTEM_SOCKET) {
+        trusted.extend(placed_by_root(dir));
+    }
     let refuse = |what: String, uid: u32| Error::UntrustedDaemon {
         path: socket.to_path_buf(),
         what,

@@ -290,7 +290,17 @@ fn a_client_refuses_a_daemon_run_by_a_user_it_does_not_trust() {
     // A directory mallory owns: its owner gives it away before we even look at the peer.
     let owned = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(owned.path(), Some(mallory.uid()), Some(mallory.gid())).unwrap();
-    for (dir, what) in [(shared.path(), "(pid "), (owned.path(), "is owned by")] {
+    // A directory of mallory's that root made, below root-only directories (a home
+    // directory, /run/user/UID): that root placed it vouches for nothing but the system
+    // daemon's own /run/xtcq.
+    let root_only = tempfile::Builder::new().prefix("xtcq-trust-test-").tempdir_in("/run").unwrap();
+    std::fs::set_permissions(root_only.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = root_only.path().join("mallory");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(mallory.uid()), Some(mallory.gid())).unwrap();
+    for (dir, what) in
+        [(shared.path(), "(pid "), (owned.path(), "is owned by"), (home.as_path(), "is owned by")]
+    {
         let impostor = spawn_daemon_as(&mallory, dir);
         let socket = dir.join("xtcqd.sock");
         let e = xtcq_client::Client::connect(Some(&socket)).expect_err("an untrusted daemon is refused");
