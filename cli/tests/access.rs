@@ -256,3 +256,50 @@ fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
     check(&d);
     ok(&alice_do(&d, &["delete", "shared", "--force"]));
 }
+
+#[test]
+fn one_users_flood_of_bare_connections_does_not_lock_others_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqf{tag}");
+    let alice = SystemUser::create(&format!("xtcqfa{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqfb{tag}"), &format!("xtcqn{tag}"));
+    let flags = [
+        "--allow-uid",
+        &alice.user,
+        "--allow-uid",
+        &bob.user,
+        "--max-connections",
+        "16",
+        "--max-connections-per-uid",
+        "4",
+    ];
+    let d = shared_daemon(&group, &flags);
+    // bob opens 40 connections that never say Hello, and keeps them open.
+    let flood = "import socket,sys\n\
+                 s=[socket.socket(socket.AF_UNIX) for _ in range(40)]\n\
+                 [x.connect(sys.argv[1]) for x in s]\n\
+                 print('ready',flush=True)\n\
+                 sys.stdin.read()\n";
+    let mut bobs = Command::new("python3")
+        .args(["-c", flood])
+        .arg(&d.socket)
+        .uid(bob.id("-u"))
+        .gid(bob.id("-g"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 as bob");
+    let mut line = String::new();
+    BufReader::new(bobs.stdout.take().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "ready", "bob's flood did not connect");
+    // alice gets in at once, while bob's refused connections are still being answered.
+    let o = run_bounded(&mut as_user(&d, &alice, &["ls"]), None);
+    drop(bobs.stdin.take());
+    let _ = bobs.wait();
+    assert_eq!(code(&o), 0, "alice was locked out: {}\n{}", stderr(&o), d.log());
+}

@@ -209,31 +209,46 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     );
 
     let permits = Arc::new(Semaphore::new(max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let mut stop_rx = st.shutdown.subscribe();
     let reason = loop {
         tokio::select! {
             r = shutdown_requested(&mut stop_rx) => break r,
             a = listener.accept() => match a {
-                Ok((stream, _)) => match permits.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        let st = st.clone();
-                        tasks.spawn(async move {
-                            st.connections.fetch_add(1, Ordering::Relaxed);
-                            connection(st.clone(), stream, permit).await;
-                        });
+                Ok((stream, _)) => {
+                    // The per-user limit first, by the kernel's uid for the peer: one user's
+                    // connections beyond its share must not take the places under
+                    // --max-connections that others need.
+                    let uid = rustix::net::sockopt::socket_peercred(&stream).ok().map(|c| c.uid.as_raw());
+                    let uid_conn = match uid.map(|u| st.per_uid.enter(u)) {
+                        Some(Err(reply)) => {
+                            refuse_bounded(&refusals, stream, reply, cfg.io_timeout);
+                            continue;
+                        }
+                        Some(Ok(g)) => Some(g),
+                        None => None,
+                    };
+                    match permits.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            let st = st.clone();
+                            tasks.spawn(async move {
+                                st.connections.fetch_add(1, Ordering::Relaxed);
+                                connection(st.clone(), stream, permit, uid_conn).await;
+                            });
+                        }
+                        Err(_) => {
+                            let n = cfg.max_connections;
+                            let reply = ErrorReply::new(
+                                ErrorCode::LimitReached,
+                                format!(
+                                    "xtcqd has {n} connections, its limit (--max-connections {n}); try again \
+                                     later, or restart xtcqd with a higher --max-connections"
+                                ),
+                            );
+                            refuse_bounded(&refusals, stream, reply, cfg.io_timeout);
+                        }
                     }
-                    Err(_) => {
-                        let (t, n) = (cfg.io_timeout, cfg.max_connections);
-                        let reply = ErrorReply::new(
-                            ErrorCode::LimitReached,
-                            format!(
-                                "xtcqd has {n} connections, its limit (--max-connections {n}); try again later, \
-                                 or restart xtcqd with a higher --max-connections"
-                            ),
-                        );
-                        tokio::spawn(async move { refuse_early(stream, reply, t).await });
-                    }
-                },
+                }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     warn!(error = %e, "accept failed");
@@ -258,6 +273,26 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
     info!(%reason, "xtcqd stopped");
     Ok(())
+}
+
+/// Refusals being answered at once; beyond them a refused connection is closed unanswered
+/// (a flood of connections must not hold the daemon's descriptors).
+const MAX_REFUSALS: usize = 64;
+
+/// The longest a refusal waits for the client's Hello before answering.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+
+/// Answers `stream` with `reply` in a task of its own if fewer than `MAX_REFUSALS` are being
+/// answered, else closes it.
+fn refuse_bounded(refusals: &Arc<Semaphore>, stream: UnixStream, reply: ErrorReply, t: Duration) {
+    let Ok(place) = refusals.clone().try_acquire_owned() else {
+        debug!("too many refusals in flight; closing a refused connection unanswered");
+        return;
+    };
+    tokio::spawn(async move {
+        refuse_early(stream, reply, t.min(REFUSAL_WAIT)).await;
+        drop(place);
+    });
 }
 
 /// Answers a connection's Hello with a refusal, without looking at it. The Hello is read
@@ -347,7 +382,12 @@ struct Conn {
 /// Serves one connection; `permit` (its place under `--max-connections`) is given back when
 /// the connection closes, not after the wait for its process to exit that may follow (a
 /// process that lives on without a connection holds no connection).
-async fn connection(st: Arc<Shared>, stream: UnixStream, permit: tokio::sync::OwnedSemaphorePermit) {
+async fn connection(
+    st: Arc<Shared>,
+    stream: UnixStream,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    uid_conn: Option<crate::limits::UidConnection>,
+) {
     let peer = match peer::identify(stream.as_fd()) {
         Ok(p) => p,
         Err(e) => {
@@ -357,11 +397,13 @@ async fn connection(st: Arc<Shared>, stream: UnixStream, permit: tokio::sync::Ow
         }
     };
     debug!(pid = peer.pid, uid = peer.uid, pidfd = peer.pidfd.is_some(), "connection");
-    let uid_conn = match st.per_uid.enter(peer.uid) {
+    // Counted at accept when the kernel gave the peer's uid there; else here.
+    let uid_conn = match uid_conn.map(Ok).unwrap_or_else(|| st.per_uid.enter(peer.uid)) {
         Ok(g) => g,
         Err(reply) => {
             info!(pid = peer.pid, uid = peer.uid, "connection refused: {}", reply.message);
-            refuse_early(stream, reply, st.cfg.io_timeout).await;
+            drop(permit);
+            refuse_early(stream, reply, st.cfg.io_timeout.min(REFUSAL_WAIT)).await;
             st.connections.fetch_sub(1, Ordering::Relaxed);
             return;
         }
