@@ -43,14 +43,15 @@ impl Registry {
         t.queues.retain(|&index, acl| match self.seg.queue(index) {
             Ok(q) if q.spec.name == acl.name => true,
             _ => {
-                warn!(index, queue = %acl.name, "dropping the permissions of a queue that no longer exists");
+                warn!(index, queue = %xtcq_proto::queue_name::escaped(&acl.name), "dropping the permissions of a queue that no longer exists");
                 false
             }
         });
         for q in self.seg.queues().into_iter().flatten() {
             if !t.queues.contains_key(&q.index) {
                 warn!(
-                    queue = %q.spec.name,
+                    // Read from the segment, which an attached process may have scribbled.
+                    queue = %xtcq_proto::queue_name::escaped(&q.spec.name),
                     "queue has no recorded owner (xtcqd's state file lost, or made by an older xtcqd): only \
                      root and xtcqd's own uid may use or delete it; delete it and create it again to share it"
                 );
