@@ -32,7 +32,7 @@ pub struct xtcq_injector {
 ///
 /// # Safety
 /// As the attach functions.
-unsafe fn attach_args<'a, T>(
+pub(crate) unsafe fn attach_args<'a, T>(
     client: *const xtcq_client,
     queue: *const c_char,
     out: *mut *mut T,

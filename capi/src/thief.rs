@@ -11,9 +11,10 @@ use std::time::Duration;
 use ::xtcq_client::{Error, Job, ThiefHandle};
 
 use crate::client::{not_forked, xtcq_client};
-use crate::entry::{arg, c_str, free_handle, guarded, shared, store};
+use crate::entry::{arg, free_handle, guarded, shared, store};
 use crate::job::xtcq_job;
-use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
+use crate::producer::attach_args;
+use crate::status::{from_error, XTCQ_EMPTY, XTCQ_OK};
 
 /// `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
 pub const XTCQ_WAIT_FOREVER: u32 = u32::MAX;
@@ -35,17 +36,11 @@ pub unsafe extern "C" fn xtcq_thief_attach(
     out: *mut *mut xtcq_thief,
 ) -> c_int {
     guarded(|| {
-        if out.is_null() {
-            return fail(XTCQ_E_INVALID, "out is NULL");
-        }
         // SAFETY: the caller's contract.
-        let (c, q) = match unsafe { (shared(client, "client"), c_str(queue, "queue")) } {
-            (Ok(c), Ok(q)) => (c, q),
-            (Err(code), _) | (_, Err(code)) => return code,
+        let (c, q) = match unsafe { attach_args(client, queue, out) } {
+            Ok(v) => v,
+            Err(code) => return code,
         };
-        if let Err(code) = not_forked(c.born) {
-            return code;
-        }
         match c.inner.attach_thief(q) {
             // SAFETY: `out` checked non-null; writable by the caller's contract.
             Ok(inner) => unsafe {
