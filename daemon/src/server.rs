@@ -491,10 +491,16 @@ fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &shm_layout::Segment) -> io::
 /// Checks the segment's file at every scan ([`crate::guard`]); stops checking once it is lost
 /// (the loss is kept, and the first finding was logged).
 async fn watch_segment(st: Arc<Shared>) {
+    let mut rx = st.shutdown.subscribe();
     let mut tick = tokio::time::interval(crate::guard::SCAN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            // Ends with the daemon: a stop waits for every task, and this one never ends
+            // by itself while the segment is sound.
+            _ = shutdown_requested(&mut rx) => return,
+        }
         if st.guard.scan().is_some() {
             return;
         }

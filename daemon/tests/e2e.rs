@@ -338,3 +338,16 @@ fn a_process_of_a_disallowed_uid_is_unauthorized() {
     // Still serving the allowed uid.
     d.client().ping().unwrap();
 }
+
+#[test]
+fn a_stop_ends_every_task_of_the_daemon_without_waiting_it_out() {
+    // Each background task (scans, the segment's watch) ends on the stop; one that did not
+    // held the stop for its 3 s grace and logged a warning.
+    let mut d = Daemon::start(&[]);
+    let c = d.client();
+    c.list_queues().expect("ls");
+    drop(c);
+    assert!(d.stop().success());
+    let log = d.log_text();
+    assert!(!log.contains("did not close in time"), "{log}");
+}

@@ -4,6 +4,7 @@ $XTCQ_DAEMON names the daemon binary (cargo's test runner sets it); else the rep
 target/debug/xtcqd. $XTCQ_LIB (read by xtcq._lib) names libxtcq.so.
 """
 
+import gc
 import os
 import socket as sock
 import subprocess
@@ -51,6 +52,7 @@ def daemon():
         try:
             yield socket_path
         finally:
+            gc.collect()  # the test's clients close their connections, so xtcqd stops at once
             proc.terminate()
             proc.wait(20)
             log.close()
