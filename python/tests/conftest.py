@@ -4,7 +4,6 @@ $XTCQ_DAEMON names the daemon binary (cargo's test runner sets it); else the rep
 target/debug/xtcqd. $XTCQ_LIB (read by xtcq._lib) names libxtcq.so.
 """
 
-import gc
 import os
 import socket as sock
 import subprocess
@@ -52,7 +51,6 @@ def daemon():
         try:
             yield socket_path
         finally:
-            gc.collect()  # the test's clients close their connections, so xtcqd stops at once
             proc.terminate()
             proc.wait(20)
             log.close()
