@@ -39,6 +39,8 @@ pub struct Registration<'c> {
     pid: u32,
     reconnects: u64,
     checked: Instant,
+    /// A re-registration failed and was reported (once, until one succeeds).
+    told: bool,
 }
 
 /// How long a registration is retried while the daemon cannot be reached (a restart takes
@@ -70,7 +72,14 @@ impl<'c> Registration<'c> {
                 }
             }
         }
-        Ok(Registration { client, id, pid, reconnects: client.reconnects(), checked: Instant::now() })
+        Ok(Registration {
+            client,
+            id,
+            pid,
+            reconnects: client.reconnects(),
+            checked: Instant::now(),
+            told: false,
+        })
     }
 
     /// Registers again if the connection to the daemon was lost (a daemon restart forgets
@@ -84,8 +93,24 @@ impl<'c> Registration<'c> {
             return;
         }
         // The request reconnects (resuming our slot) first.
-        if self.client.fence_command(self.id, self.pid).is_ok() {
-            self.reconnects = self.client.reconnects();
+        match self.client.fence_command(self.id, self.pid) {
+            Ok(()) => {
+                self.reconnects = self.client.reconnects();
+                if self.told {
+                    eprintln!("xtcq: job {}: its command is registered with xtcqd again", self.id);
+                    self.told = false;
+                }
+            }
+            Err(e) if !e.is_unreachable() && !self.told => {
+                // Retried at each check; until it succeeds the command is not fenced.
+                eprintln!(
+                    "xtcq: job {}: cannot register its command again after xtcqd restarted ({e}); \
+                     it is not fenced until that succeeds (retrying)",
+                    self.id
+                );
+                self.told = true;
+            }
+            Err(_) => {}
         }
     }
 }
