@@ -28,24 +28,39 @@ pub struct xtcq_injector {
     born: u64,
 }
 
-/// Resolves `client` and `queue` for an attach and checks `out`.
+/// One attach: checks `client`, `queue` and `out`, makes the handle with `make` and stores
+/// it in `*out`.
 ///
 /// # Safety
-/// As the attach functions.
-pub(crate) unsafe fn attach_args<'a, T>(
+/// As the attach functions: `client` is a live client, `queue` a NUL-terminated string,
+/// `out` writable.
+pub(crate) unsafe fn attach<T>(
     client: *const xtcq_client,
     queue: *const c_char,
     out: *mut *mut T,
-) -> Result<(&'a xtcq_client, &'a str), c_int> {
-    if out.is_null() {
-        return Err(fail(XTCQ_E_INVALID, "out is NULL"));
-    }
-    // SAFETY: the caller's contract.
-    let c = unsafe { shared(client, "client") }?;
-    // SAFETY: the caller's contract.
-    let q = unsafe { c_str(queue, "queue") }?;
-    not_forked(c.born)?;
-    Ok((c, q))
+    make: impl FnOnce(&xtcq_client, &str) -> Result<T, ::xtcq_client::Error>,
+) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return fail(XTCQ_E_INVALID, "out is NULL");
+        }
+        // SAFETY: the caller's contract.
+        let (c, q) = match unsafe { (shared(client, "client"), c_str(queue, "queue")) } {
+            (Ok(c), Ok(q)) => (c, q),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(c.born) {
+            return code;
+        }
+        match make(c, q) {
+            Ok(handle) => {
+                // SAFETY: `out` checked non-null; writable by the caller's contract.
+                unsafe { store(out, handle) };
+                XTCQ_OK
+            }
+            Err(e) => from_error(&e),
+        }
+    })
 }
 
 /// The bytes of a push.
@@ -75,21 +90,10 @@ pub unsafe extern "C" fn xtcq_owner_attach(
     queue: *const c_char,
     out: *mut *mut xtcq_owner,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let (c, q) = match unsafe { attach_args(client, queue, out) } {
-            Ok(v) => v,
-            Err(code) => return code,
-        };
-        match c.inner.attach_owner(q) {
-            // SAFETY: `out` checked non-null; writable by the caller's contract.
-            Ok(inner) => unsafe {
-                store(out, xtcq_owner { inner, born: c.born });
-                XTCQ_OK
-            },
-            Err(e) => from_error(&e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        attach(client, queue, out, |c, q| Ok(xtcq_owner { inner: c.inner.attach_owner(q)?, born: c.born }))
+    }
 }
 
 /// Gives the deque back and frees the handle (NULL is ignored).
@@ -174,21 +178,12 @@ pub unsafe extern "C" fn xtcq_injector_attach(
     queue: *const c_char,
     out: *mut *mut xtcq_injector,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let (c, q) = match unsafe { attach_args(client, queue, out) } {
-            Ok(v) => v,
-            Err(code) => return code,
-        };
-        match c.inner.attach_injector(q) {
-            // SAFETY: `out` checked non-null; writable by the caller's contract.
-            Ok(inner) => unsafe {
-                store(out, xtcq_injector { inner, born: c.born });
-                XTCQ_OK
-            },
-            Err(e) => from_error(&e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        attach(client, queue, out, |c, q| {
+            Ok(xtcq_injector { inner: c.inner.attach_injector(q)?, born: c.born })
+        })
+    }
 }
 
 /// Frees an injector (NULL is ignored).

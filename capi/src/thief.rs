@@ -11,9 +11,9 @@ use std::time::Duration;
 use ::xtcq_client::{Error, Job, ThiefHandle};
 
 use crate::client::{not_forked, xtcq_client};
-use crate::entry::{arg, free_handle, guarded, shared, store};
+use crate::entry::{arg, free_handle, guarded, shared};
 use crate::job::xtcq_job;
-use crate::producer::attach_args;
+use crate::producer::attach;
 use crate::status::{from_error, XTCQ_EMPTY, XTCQ_OK};
 
 /// `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
@@ -35,21 +35,10 @@ pub unsafe extern "C" fn xtcq_thief_attach(
     queue: *const c_char,
     out: *mut *mut xtcq_thief,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let (c, q) = match unsafe { attach_args(client, queue, out) } {
-            Ok(v) => v,
-            Err(code) => return code,
-        };
-        match c.inner.attach_thief(q) {
-            // SAFETY: `out` checked non-null; writable by the caller's contract.
-            Ok(inner) => unsafe {
-                store(out, xtcq_thief { inner, born: c.born });
-                XTCQ_OK
-            },
-            Err(e) => from_error(&e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        attach(client, queue, out, |c, q| Ok(xtcq_thief { inner: c.inner.attach_thief(q)?, born: c.born }))
+    }
 }
 
 /// Frees a thief (NULL is ignored). Jobs claimed through it stay claimed in their handles.
