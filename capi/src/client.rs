@@ -30,6 +30,22 @@ pub(crate) fn not_forked(born: u64) -> Result<(), c_int> {
     Ok(())
 }
 
+/// A live client made in this process, and a queue name, for a queue request.
+///
+/// # Safety
+/// `client` is NULL or a live client; `name` NULL or a NUL-terminated string.
+unsafe fn client_and_name<'a>(
+    client: *mut xtcq_client,
+    name: *const c_char,
+) -> Result<(&'a mut xtcq_client, &'a str), c_int> {
+    // SAFETY: the caller's contract.
+    let c = unsafe { arg(client, "client") }?;
+    // SAFETY: the caller's contract.
+    let name = unsafe { c_str(name, "name") }?;
+    not_forked(c.born)?;
+    Ok((c, name))
+}
+
 /// Connects to xtcqd at `socket` (NULL: `$XTCQ_SOCKET`, else the default path) and stores a
 /// new client in `*out`. Connect in each process that uses xtcq, after `fork()`.
 ///
@@ -104,13 +120,10 @@ pub unsafe extern "C" fn xtcq_create_queue(
 ) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
-        let (c, name) = match unsafe { (arg(client, "client"), c_str(name, "name")) } {
-            (Ok(c), Ok(n)) => (c, n),
-            (Err(code), _) | (_, Err(code)) => return code,
+        let (c, name) = match unsafe { client_and_name(client, name) } {
+            Ok(v) => v,
+            Err(code) => return code,
         };
-        if let Err(code) = not_forked(c.born) {
-            return code;
-        }
         if flags & !(XTCQ_EXIST_OK | XTCQ_FIFO) != 0 {
             return fail(
                 XTCQ_E_INVALID,
@@ -153,13 +166,10 @@ pub unsafe extern "C" fn xtcq_delete_queue(
 ) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
-        let (c, name) = match unsafe { (arg(client, "client"), c_str(name, "name")) } {
-            (Ok(c), Ok(n)) => (c, n),
-            (Err(code), _) | (_, Err(code)) => return code,
+        let (c, name) = match unsafe { client_and_name(client, name) } {
+            Ok(v) => v,
+            Err(code) => return code,
         };
-        if let Err(code) = not_forked(c.born) {
-            return code;
-        }
         match c.inner.delete_queue(name, force != 0) {
             Ok(_) => XTCQ_OK,
             Err(e) => from_error(&e),
