@@ -10,11 +10,12 @@
 //! past the lease and the job was re-queued), the command is killed, so that one job never
 //! runs twice at the same time. Each command is also registered with the daemon (`fence`),
 //! which kills its process group before the job can run again when this worker dies or is
-//! stopped past its lease.
+//! stopped past its lease; the command starts only once that registration is answered
+//! (`held_exec`).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,9 +104,10 @@ struct Stop {
 /// come late (a thread or a fork refused mid-run) instead of as an error at the start.
 pub const MAX_JOBS: u32 = 1024;
 
-/// File descriptors one running command costs `work` (its stdin pipe, the pidfd it hands
-/// the daemon, the slack of a spawn's own error pipe), and those `work` needs besides.
-const FDS_PER_JOB: u64 = 4;
+/// File descriptors one running command costs `work` (its stdin pipe, the pipe that holds
+/// it until registered, the slack of a spawn's own error pipe), and those `work` needs
+/// besides.
+const FDS_PER_JOB: u64 = 6;
 const FDS_BASE: u64 = 64;
 
 /// Refuses a `--jobs` the process's limits cannot serve, before any job is taken: otherwise
@@ -206,9 +208,10 @@ fn has_exited(child: &std::process::Child) -> Result<bool> {
 fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
     use std::os::unix::process::CommandExt;
     let payload = job.payload()?;
-    let mut cmd = Command::new(&a.cmd[0]);
-    cmd.args(&a.cmd[1..])
-        .stdin(Stdio::piped())
+    // Held until the daemon has registered it (see `held_exec`).
+    let mut hold = crate::held_exec::Hold::new()?;
+    let mut cmd = hold.command(&a.cmd);
+    cmd.stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
         // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
         .env("XTCQ_JOB", job.id().to_string())
@@ -228,6 +231,7 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
         }
     }
     let mut child = cmd.spawn().with_context(|| format!("cannot run {:?}", a.cmd[0]))?;
+    hold.spawned();
     // Written from its own thread: a command that does not read a payload larger than a pipe
     // holds would otherwise block us here, with no heartbeat, until it exits.
     let writer = child.stdin.take().map(|mut stdin| {
@@ -236,13 +240,15 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             let _ = stdin.write_all(&payload);
         })
     });
-    // Registered before anything else happens to it: from here on, the daemon kills its
+    // Registered before it runs: from then on, the daemon (this one or the next) kills its
     // process group before the job can run again elsewhere.
     let keep_lease = || match lease {
         Some(l) => job.extend_lease(l).map_err(anyhow::Error::from),
         None => Ok(()),
     };
-    let mut fence = match crate::fence::Registration::new(c, job.id(), child.id(), keep_lease) {
+    let registered = crate::fence::Registration::new(c, job.id(), child.id(), keep_lease)
+        .and_then(|r| hold.release().map(|()| r));
+    let mut fence = match registered {
         Ok(r) => r,
         Err(e) => {
             kill_group(&mut child);
@@ -375,10 +381,13 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
         if a.verbose || unusual {
             eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
         }
+        let settled_ok = settled.is_ok();
         if let Err(e) = settled {
             eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
         }
-        if let Ok(Ran::Unfenced(why)) = &outcome {
+        // A refusal stops this worker, unless the job was not ours any more (its lease ran out
+        // before the registration was answered; its command never started).
+        if let (Ok(Ran::Unfenced(why)), true) = (&outcome, settled_ok) {
             bail!("job {id}: {why}");
         }
         idle_since = Instant::now();

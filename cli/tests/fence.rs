@@ -362,3 +362,101 @@ fn a_busy_worker_keeps_working_through_a_daemon_restart() {
     names.dedup();
     assert_eq!(names.len(), 6, "every job ran: {ran}\n{}", stderr(&out));
 }
+
+fn signal(pid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+#[test]
+fn a_worker_stopped_across_a_daemon_restart_has_its_command_fenced() {
+    // The new daemon never hears from the worker (stopped before it could register again):
+    // it must know the command from the previous daemon's state file when the lease expires.
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--lease-scan-interval", "10"]);
+    let mut d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
+    ok(&d.run(&["create", "s", "--lease", "300ms"]));
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "s", "t0"]));
+    let mut first = work(&d, "s", &log, &[]);
+    wait_line(&log, "alive", "t0", 0);
+    d.kill();
+    signal(first.id(), "-STOP");
+    d.spawn(&flags, |_| {});
+    let second = work(&d, "s", &log, &["--idle-exit", "20s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    check_no_overlap(&d, &log, 1);
+}
+
+#[test]
+fn a_worker_killed_while_the_daemon_was_down_has_its_command_fenced() {
+    // The worker's death signal kills its direct child (`sh`), not the command's other
+    // processes; the next daemon finds them from the state file when it recovers the slot.
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "q", "w0"]));
+    let mut first = work(&d, "q", &log, &[]);
+    wait_line(&log, "alive", "w0", 0);
+    d.kill();
+    let _ = first.kill();
+    let _ = first.wait();
+    d.spawn(SIZES, |_| {});
+    let second = work(&d, "q", &log, &["--idle-exit", "20s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    check_no_overlap(&d, &log, 1);
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_command_does_not_start_before_the_daemon_registered_it() {
+    // The daemon is stopped (SIGSTOP) when the worker takes a job through shared memory: the
+    // registration waits, and so must the command, or a lease expiring meanwhile would let
+    // the job run again beside a command nobody fences.
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    let started = d.dir.path().join("started");
+    let script = format!("echo \"$XTCQ_PAYLOAD\" >> '{}'", started.display());
+    let worker = d
+        .xtcq()
+        .args(["work", "q", "--max-jobs", "1", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn work");
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let injector = c.attach_injector("q").expect("injector");
+    wait_until(Duration::from_secs(20), "the worker attached", || {
+        d.stats()["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == worker.id()))
+    });
+    let daemon = d.child.as_ref().expect("daemon").id();
+    signal(daemon, "-STOP");
+    injector.push(b"h0").expect("push");
+    wait_until(Duration::from_secs(20), "the worker started its command", || {
+        !children_of(worker.id()).is_empty()
+    });
+    // Long enough for an unheld `sh -c echo` to have run many times over.
+    std::thread::sleep(Duration::from_millis(500));
+    let early = std::fs::read_to_string(&started).unwrap_or_default();
+    signal(daemon, "-CONT");
+    let out = wait_bounded(worker, Duration::from_secs(60), "worker");
+    assert_eq!(early, "", "the command ran before the daemon had registered it");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&started).unwrap_or_default(), "h0\n");
+}

@@ -5,8 +5,16 @@
 //! that the worker's slot holds the job, that the pid names a child of the worker (its parent
 //! is the connected process, so the pid cannot have been reused: the worker has not reaped
 //! it), of the worker's uid, leading its own process group, and that it may signal it; then
-//! it keeps a pidfd for it, in its own memory only. Nothing here ever signals a pid read from
-//! the shared segment.
+//! it keeps a pidfd for it, in its own memory and in its private state file
+//! ([`crate::state`]), so that the next daemon fences it too (a worker stopped or killed
+//! across a daemon restart). Nothing here ever signals a pid read from the shared segment.
+//!
+//! Rules kept:
+//! - a registration is in the state file before it is answered (the worker starts the
+//!   command only then), and leaves it only once the group is dead or the job is settled;
+//! - an adopted registration is re-identified by pid and start time: a pid that now names
+//!   another process is a group that is gone (Linux does not reuse a pid while a process
+//!   group of that id has members), and is forgotten, never signalled.
 //!
 //! When the job is taken back (its holder died, or its lease expired) the recovery calls
 //! [`Fences::fence`] after the revoke and before the re-queue: SIGKILL to the command through
@@ -25,13 +33,16 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use crate::peer;
+use crate::state::FenceRecord;
 
 /// How long a fence waits for a killed process group to be gone.
 const FENCE_WAIT: Duration = Duration::from_secs(5);
 
 /// One registered command.
 struct Command {
-    pidfd: OwnedFd,
+    /// `None`: adopted from a previous daemon after the leader had exited; members of its
+    /// group may remain.
+    pidfd: Option<OwnedFd>,
     /// Its pid, which is also its process group id.
     pid: u32,
     start_time: u64,
@@ -42,6 +53,8 @@ struct Command {
 #[derive(Default)]
 pub struct Fences {
     commands: HashMap<(u32, u32), Command>,
+    /// A registration was added or removed since [`take_changed`](Self::take_changed).
+    changed: bool,
 }
 
 /// What `/proc/PID/stat` says of a process.
@@ -123,7 +136,9 @@ impl Fences {
                 "xtcqd may not signal pid {pid} ({e}); it needs CAP_KILL to fence another user's commands"
             )
         })?;
-        self.commands.insert((slot, index), Command { pidfd: fd, pid, start_time: st.start_time, birth });
+        let c = Command { pidfd: Some(fd), pid, start_time: st.start_time, birth };
+        self.commands.insert((slot, index), c);
+        self.changed = true;
         Ok(())
     }
 
@@ -131,13 +146,64 @@ impl Fences {
     pub fn unregister(&mut self, slot: u32, index: u32, birth: u32) {
         if self.commands.get(&(slot, index)).is_some_and(|c| c.birth == birth) {
             self.commands.remove(&(slot, index));
+            self.changed = true;
+        }
+    }
+
+    /// Whether a registration was added or removed since the last call (the state file is
+    /// then rewritten).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// The registrations, as the state file keeps them.
+    pub fn records(&self) -> Vec<FenceRecord> {
+        let mut out: Vec<FenceRecord> = self
+            .commands
+            .iter()
+            .map(|(&(slot, index), c)| FenceRecord {
+                slot,
+                index,
+                birth: c.birth,
+                pid: c.pid,
+                start_time: c.start_time,
+            })
+            .collect();
+        out.sort_by_key(|r| (r.slot, r.index));
+        out
+    }
+
+    /// Takes over the registrations a previous daemon kept (before anything is recovered,
+    /// so that a dead holder's commands are fenced). Each is re-identified: a pid that names
+    /// another process now (its start time differs) stood for a group that is gone.
+    pub fn adopt(&mut self, records: &[FenceRecord]) {
+        for r in records {
+            let pidfd = match peer::pidfd_open(r.pid) {
+                Ok(fd) => match stat(r.pid) {
+                    Ok(st) if st.start_time == r.start_time => Some(fd),
+                    // Another process has the pid: the group was empty when it was reused.
+                    Ok(_) => continue,
+                    // Exited between the open and the read: the pidfd still names it.
+                    Err(_) => Some(fd),
+                },
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => None,
+                Err(e) => {
+                    // Not known to be gone: keep it so its group is searched when fenced.
+                    tracing::warn!(pid = r.pid, "cannot open a pidfd for an adopted command: {e}");
+                    None
+                }
+            };
+            let c = Command { pidfd, pid: r.pid, start_time: r.start_time, birth: r.birth };
+            self.commands.insert((r.slot, r.index), c);
         }
     }
 
     /// Stops the command registered for record `index` held by `holder`, if any: `Ok` once
     /// its process group is empty, `Err(why)` when that cannot be achieved.
     pub fn fence(&mut self, index: u32, holder: u32) -> Result<(), String> {
-        match self.commands.remove(&(holder, index)) {
+        let removed = self.commands.remove(&(holder, index));
+        self.changed |= removed.is_some();
+        match removed {
             Some(c) => kill_group(&c).inspect_err(|e| {
                 tracing::warn!(
                     slot = holder,
@@ -150,10 +216,18 @@ impl Fences {
         }
     }
 
+    /// Stops the command registered for record `index` whoever held it: for a claim a
+    /// previous daemon revoked (it names no holder now) and died before re-queuing.
+    pub fn fence_record(&mut self, index: u32) -> Result<(), String> {
+        let holders: Vec<u32> = self.commands.keys().filter(|(_, i)| *i == index).map(|(s, _)| *s).collect();
+        holders.into_iter().try_for_each(|h| self.fence(index, h))
+    }
+
     /// Stops every command still registered for `slot` (its process died: whatever it
     /// started for jobs it no longer held must not outlive it either).
     pub fn fence_all_of(&mut self, slot: u32) -> Vec<String> {
         let keys: Vec<_> = self.commands.keys().filter(|(s, _)| *s == slot).copied().collect();
+        self.changed |= !keys.is_empty();
         keys.into_iter()
             .filter_map(|k| self.commands.remove(&k))
             .filter_map(|c| kill_group(&c).err())
@@ -173,10 +247,12 @@ impl Fences {
 
 /// SIGKILL to the command, then to every live process of its group, until there is none.
 fn kill_group(c: &Command) -> Result<(), String> {
-    match send_signal(c.pidfd.as_fd(), libc::SIGKILL) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-        Err(e) => return Err(format!("its command (pid {}) could not be killed: {e}", c.pid)),
+    if let Some(fd) = &c.pidfd {
+        match send_signal(fd.as_fd(), libc::SIGKILL) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => return Err(format!("its command (pid {}) could not be killed: {e}", c.pid)),
+        }
     }
     let until = Instant::now() + FENCE_WAIT;
     loop {

@@ -242,6 +242,7 @@ impl Registry {
                 })
                 .collect(),
             queues: t.queues.clone(),
+            fences: t.fences.records(),
         };
         if let Err(e) = f.save(&st) {
             warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
@@ -613,6 +614,9 @@ impl Registry {
         for e in t.fences.fence_all_of(slot.slot) {
             warn!(slot = slot.slot, pid, "a command of an exited process could not be stopped: {e}");
         }
+        if t.fences.take_changed() {
+            self.persist(t);
+        }
         let leases = recovery::release_deque_leases(&self.seg, slot.slot);
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.
@@ -666,7 +670,13 @@ impl Registry {
             }
         }
         let known = self.load_state();
-        self.lock().queues = known.queues.clone();
+        {
+            let mut t = self.lock();
+            t.queues = known.queues.clone();
+            // Before any recovery: a dead holder's commands are killed before its jobs are
+            // given back, whichever daemon they were registered with.
+            t.fences.adopt(&known.fences);
+        }
         let (live, dead) = self.verify_slots(&known, alive);
         for slot in &dead {
             self.recover_process(*slot);
@@ -689,8 +699,11 @@ impl Registry {
         {
             // Claims a previous daemon revoked (lease expiry or recovery) and died before
             // re-queuing: they name no holder.
-            let _t = self.lock();
-            let r = recovery::recover_holder(&self.seg, shm_layout::NO_HOLDER);
+            // Their commands are found by record (the previous daemon kept them).
+            let mut t = self.lock();
+            let r = recovery::recover_holder_fenced(&self.seg, shm_layout::NO_HOLDER, &mut |i, _| {
+                t.fences.fence_record(i)
+            });
             if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {
                 warn!(
                     requeued = r.requeued.len(),
@@ -728,9 +741,9 @@ impl Registry {
             }
         }
         if !strays.is_empty() {
-            let _t = self.lock();
+            let mut t = self.lock();
             for s in &strays {
-                let r = recovery::recover_holder(&self.seg, *s);
+                let r = recovery::recover_holder_fenced(&self.seg, *s, &mut |i, h| t.fences.fence(i, h));
                 let l = recovery::release_deque_leases(&self.seg, *s);
                 warn!(
                     slot = s,
@@ -741,7 +754,25 @@ impl Registry {
             }
             recovery::reindex_orphans(&self.seg);
         }
+        self.fence_unheld(&live_slots);
         live
+    }
+
+    /// Kills the adopted commands whose slot no live process holds (their worker is gone,
+    /// and whatever they ran for must not go on beside the job's next run), and writes the
+    /// state file if that changed it.
+    fn fence_unheld(&self, live_slots: &BTreeSet<u32>) {
+        let mut t = self.lock();
+        let gone: BTreeSet<u32> =
+            t.fences.records().iter().map(|r| r.slot).filter(|s| !live_slots.contains(s)).collect();
+        for slot in gone {
+            for e in t.fences.fence_all_of(slot) {
+                warn!(slot, "a command of a process that exited could not be stopped: {e}");
+            }
+        }
+        if t.fences.take_changed() {
+            self.persist(&t);
+        }
     }
 
     /// Deletes queue `name` (see [`Segment::delete_queue_at`]) unless a process is, or may

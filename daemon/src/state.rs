@@ -8,6 +8,8 @@
 //! - the process slots it registered: slot, epoch, and the process as the kernel identified
 //!   it (pid, uid, start time);
 //! - each queue's permissions: its owner uid and the uids and gids it was shared with.
+//! - the commands `xtcq work` registered for fencing (slot, job, pid, start time), so that
+//!   the next daemon kills them before their jobs run again.
 //!
 //! The file is reached through the socket directory's descriptor, never followed through a
 //! symlink (`O_NOFOLLOW`), created owner-only with `O_EXCL` under a temporary name and
@@ -42,6 +44,22 @@ pub struct SlotRecord {
     pub start_time: u64,
 }
 
+/// A command `xtcq work` registered for fencing (see [`crate::fence`]): what the next
+/// daemon needs to find its process group and re-identify its leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRecord {
+    /// The process slot that holds the job.
+    pub slot: u32,
+    /// The job's record index.
+    pub index: u32,
+    /// The job's birth (with the index, its id).
+    pub birth: u32,
+    /// The command's pid, which is also its process group id.
+    pub pid: u32,
+    /// Its start time from `/proc`.
+    pub start_time: u64,
+}
+
 /// Who may use a queue besides root and the daemon's own uid.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueAcl {
@@ -69,6 +87,9 @@ pub struct DaemonState {
     /// Queue permissions, by queue-table index.
     #[serde(default)]
     pub queues: BTreeMap<u32, QueueAcl>,
+    /// Commands registered for fencing.
+    #[serde(default)]
+    pub fences: Vec<FenceRecord>,
 }
 
 /// The state file, reached through its directory's descriptor.
@@ -204,6 +225,7 @@ mod tests {
         let mut s = DaemonState { segment: (1, 2), ..Default::default() };
         s.slots.insert(3, SlotRecord { epoch: 4, pid: 5, uid: 6, start_time: 7 });
         s.queues.insert(0, QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9] });
+        s.fences.push(FenceRecord { slot: 3, index: 10, birth: 11, pid: 12, start_time: 13 });
         s
     }
 

@@ -44,11 +44,19 @@ impl Registry {
                 ErrorCode::Unauthorized,
                 format!("cannot fence the command of job {index}.{birth}: {e}"),
             )
-        })
+        })?;
+        // Kept for the next daemon before the worker is answered (and starts the command).
+        t.fences.take_changed();
+        self.persist(&t);
+        Ok(())
     }
 
     /// Forgets the command registered for record `index` of `slot`.
     pub fn unregister_fence(&self, slot: SlotId, index: u32, birth: u32) {
-        self.lock().fences.unregister(slot.slot, index, birth);
+        let mut t = self.lock();
+        t.fences.unregister(slot.slot, index, birth);
+        if t.fences.take_changed() {
+            self.persist(&t);
+        }
     }
 }

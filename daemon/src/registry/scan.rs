@@ -47,6 +47,9 @@ impl Registry {
                 taken.extend(recovery::expire_claim(&self.seg, i, w, &mut fence));
             }
         }
+        if t.fences.take_changed() {
+            self.persist(&t);
+        }
         self.log_expired(&taken);
         let swept = t.scan.strays.sweep(&self.seg);
         if !swept.indexed.is_empty() || swept.waiting > 0 {
