@@ -24,8 +24,10 @@ pub fn die_with_worker(cmd: &mut Command) {
         cmd.pre_exec(move || {
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
                 .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
+            // The worker exited before the death signal was armed. (No message: allocating
+            // between fork and exec is not safe in a multi-threaded process.)
             if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::other("the worker exited before its command started"));
+                return Err(std::io::Error::from_raw_os_error(rustix::io::Errno::CHILD.raw_os_error()));
             }
             Ok(())
         });
@@ -49,20 +51,15 @@ const UNREACHABLE_RETRY: Duration = Duration::from_secs(30);
 
 impl<'c> Registration<'c> {
     /// Registers the command `pid` of job `id`. While the daemon cannot be reached (it is
-    /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`, calling `meanwhile`
-    /// between tries (to keep the job's lease); a refusal is final at once.
-    pub fn new(
-        client: &'c Client,
-        id: JobId,
-        pid: u32,
-        mut meanwhile: impl FnMut() -> Result<()>,
-    ) -> Result<Self> {
+    /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`; a refusal is final at
+    /// once. The command is held meanwhile (see `hold`), so a lease that runs out during the
+    /// retries costs a refusal, never an unfenced run.
+    pub fn new(client: &'c Client, id: JobId, pid: u32) -> Result<Self> {
         let until = Instant::now() + UNREACHABLE_RETRY;
         loop {
             match client.fence_command(id, pid) {
                 Ok(()) => break,
                 Err(e) if e.is_unreachable() && Instant::now() < until => {
-                    meanwhile()?;
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) => {

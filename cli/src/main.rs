@@ -10,7 +10,7 @@ mod cmd;
 mod demo;
 mod exit;
 mod fence;
-mod held_exec;
+mod hold;
 mod work;
 
 use std::path::PathBuf;
@@ -111,10 +111,6 @@ enum Command {
 }
 
 fn main() {
-    // Before anything else: the shim a command of `xtcq work` starts as (see `held_exec`).
-    if let Some(code) = held_exec::run_if_shim() {
-        std::process::exit(code);
-    }
     let cli = Cli::parse();
     let socket = cli.socket.as_deref();
     let result = match cli.command {

@@ -11,11 +11,11 @@
 //! runs twice at the same time. Each command is also registered with the daemon (`fence`),
 //! which kills its process group before the job can run again when this worker dies or is
 //! stopped past its lease; the command starts only once that registration is answered
-//! (`held_exec`).
+//! (`hold`).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,7 +104,7 @@ struct Stop {
 /// come late (a thread or a fork refused mid-run) instead of as an error at the start.
 pub const MAX_JOBS: u32 = 1024;
 
-/// File descriptors one running command costs `work` (its stdin pipe, the pipe that holds
+/// File descriptors one running command costs `work` (its stdin pipe, the two pipes that hold
 /// it until registered, the slack of a spawn's own error pipe), and those `work` needs
 /// besides.
 const FDS_PER_JOB: u64 = 6;
@@ -204,14 +204,19 @@ fn has_exited(child: &std::process::Child) -> Result<bool> {
     Ok(waitid(WaitId::Pid(pid), opts).context("cannot wait for the command")?.is_some())
 }
 
-/// Runs the command for one job, extending the lease while it runs.
-fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+/// The command of a job, started once the daemon registered it for fencing (see `hold`).
+enum Started<'c> {
+    Running(std::process::Child, crate::fence::Registration<'c>),
+    /// The daemon refused to register it: nothing ran.
+    Refused(String),
+}
+
+/// The command line of the job's command, with its environment and process group.
+fn command_for(a: &WorkArgs, job: &Job<'_>, payload: &[u8]) -> Command {
     use std::os::unix::process::CommandExt;
-    let payload = job.payload()?;
-    // Held until the daemon has registered it (see `held_exec`).
-    let mut hold = crate::held_exec::Hold::new()?;
-    let mut cmd = hold.command(&a.cmd);
-    cmd.stdin(Stdio::piped())
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..])
+        .stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
         // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
         .env("XTCQ_JOB", job.id().to_string())
@@ -219,8 +224,7 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
         // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
         // command finish, instead of killing it and failing its job.
         .process_group(0);
-    crate::fence::die_with_worker(&mut cmd);
-    match std::str::from_utf8(&payload) {
+    match std::str::from_utf8(payload) {
         // An environment string cannot hold a NUL byte or pass the kernel's limit: such a
         // payload is on stdin only.
         Ok(s) if !s.contains('\0') && s.len() <= ENV_PAYLOAD_MAX => {
@@ -230,8 +234,50 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             cmd.env_remove("XTCQ_PAYLOAD");
         }
     }
-    let mut child = cmd.spawn().with_context(|| format!("cannot run {:?}", a.cmd[0]))?;
-    hold.spawned();
+    cmd
+}
+
+/// Spawns the job's command held, registers it from a second thread while this one (the
+/// parent the death signal watches) waits in the spawn, and lets it exec once registered.
+fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u8]) -> Result<Started<'c>> {
+    let mut cmd = command_for(a, job, payload);
+    crate::fence::die_with_worker(&mut cmd);
+    let (child_end, parent_end) = crate::hold::hold()?;
+    child_end.arm(&mut cmd);
+    let id = job.id();
+    let (spawned, registered) = std::thread::scope(|s| {
+        let registering = s.spawn(move || {
+            let pid = parent_end.pid()?;
+            let r = crate::fence::Registration::new(c, id, pid);
+            parent_end.answer(r.is_ok());
+            Some(r)
+        });
+        let spawned = cmd.spawn();
+        child_end.spawned();
+        (spawned, registering.join())
+    });
+    let registered = registered.map_err(|_| anyhow::anyhow!("the thread registering a command panicked"))?;
+    match (spawned, registered) {
+        (Ok(child), Some(Ok(r))) => Ok(Started::Running(child, r)),
+        (Err(e), Some(Err(why))) if crate::hold::was_withdrawn(&e) => {
+            Ok(Started::Refused(format!("{why:#}")))
+        }
+        (Ok(mut child), _) => {
+            // Cannot happen (the child execs only once registered); never leave it running.
+            kill_group(&mut child);
+            Ok(Started::Refused("its registration was lost".into()))
+        }
+        (Err(e), _) => Err(e).with_context(|| format!("cannot run {:?}", a.cmd[0])),
+    }
+}
+
+/// Runs the command for one job, extending the lease while it runs.
+fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+    let payload = job.payload()?;
+    let (mut child, mut fence) = match start_registered(a, c, job, &payload)? {
+        Started::Running(child, fence) => (child, fence),
+        Started::Refused(why) => return Ok(Ran::Unfenced(why)),
+    };
     // Written from its own thread: a command that does not read a payload larger than a pipe
     // holds would otherwise block us here, with no heartbeat, until it exits.
     let writer = child.stdin.take().map(|mut stdin| {
@@ -240,24 +286,6 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             let _ = stdin.write_all(&payload);
         })
     });
-    // Registered before it runs: from then on, the daemon (this one or the next) kills its
-    // process group before the job can run again elsewhere.
-    let keep_lease = || match lease {
-        Some(l) => job.extend_lease(l).map_err(anyhow::Error::from),
-        None => Ok(()),
-    };
-    let registered = crate::fence::Registration::new(c, job.id(), child.id(), keep_lease)
-        .and_then(|r| hold.release().map(|()| r));
-    let mut fence = match registered {
-        Ok(r) => r,
-        Err(e) => {
-            kill_group(&mut child);
-            if let Some(w) = writer {
-                let _ = w.join();
-            }
-            return Ok(Ran::Unfenced(format!("{e:#}")));
-        }
-    };
     // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
     // steps keep up).
     let beat = lease.map(|l| l / 3);

@@ -156,19 +156,21 @@ impl Fences {
         std::mem::take(&mut self.changed)
     }
 
+    /// The registration of record `index` held by `slot`, as the state file keeps it.
+    pub fn record(&self, slot: u32, index: u32) -> Option<FenceRecord> {
+        self.commands.get(&(slot, index)).map(|c| FenceRecord {
+            slot,
+            index,
+            birth: c.birth,
+            pid: c.pid,
+            start_time: c.start_time,
+        })
+    }
+
     /// The registrations, as the state file keeps them.
     pub fn records(&self) -> Vec<FenceRecord> {
-        let mut out: Vec<FenceRecord> = self
-            .commands
-            .iter()
-            .map(|(&(slot, index), c)| FenceRecord {
-                slot,
-                index,
-                birth: c.birth,
-                pid: c.pid,
-                start_time: c.start_time,
-            })
-            .collect();
+        let mut out: Vec<FenceRecord> =
+            self.commands.keys().filter_map(|&(slot, index)| self.record(slot, index)).collect();
         out.sort_by_key(|r| (r.slot, r.index));
         out
     }
@@ -275,6 +277,12 @@ fn kill_group(c: &Command) -> Result<(), String> {
 /// when the group id now names another group (a process with that pid leads it, with another
 /// start time).
 fn group_members(c: &Command) -> Result<Vec<u32>, String> {
+    // Looked at before and after the walk, so that members of a new group listed before
+    // its leader are not taken for ours.
+    let reused = || stat(c.pid).is_ok_and(|st| st.start_time != c.start_time);
+    if reused() {
+        return Ok(Vec::new());
+    }
     let dir = std::fs::read_dir("/proc").map_err(|e| format!("cannot read /proc to fence: {e}"))?;
     let mut out = Vec::new();
     for e in dir.flatten() {
@@ -288,7 +296,7 @@ fn group_members(c: &Command) -> Result<Vec<u32>, String> {
         }
         out.push(pid);
     }
-    Ok(out)
+    Ok(if reused() { Vec::new() } else { out })
 }
 
 /// Kills one member, named by a pidfd opened for it and re-checked: still in the group. A

@@ -227,10 +227,10 @@ impl Registry {
     }
 
     /// Writes what this daemon knows to the state file (called under the lock after every
-    /// change, before the change is answered). A failure is logged: the next daemon then
-    /// reclaims the slots it cannot verify, which is safe, if unkind.
-    fn persist(&self, t: &Tracked) {
-        let Some(f) = &self.state else { return };
+    /// change, before the change is answered). A failure is logged (and returned `false`):
+    /// the next daemon then reclaims the slots it cannot verify, which is safe, if unkind.
+    fn persist(&self, t: &Tracked) -> bool {
+        let Some(f) = &self.state else { return true };
         let st = DaemonState {
             segment: state::file_id(self.seg.file()),
             slots: t
@@ -244,8 +244,26 @@ impl Registry {
             queues: t.queues.clone(),
             fences: t.fences.records(),
         };
-        if let Err(e) = f.save(&st) {
-            warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
+        match f.save(&st) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
+                false
+            }
+        }
+    }
+
+    /// Keeps one fence change in the state file: appended to its journal, or the whole
+    /// state written. `false` when neither could be done.
+    fn keep_fence_change(&self, t: &Tracked, change: &state::FenceChange) -> bool {
+        let Some(f) = &self.state else { return true };
+        match f.append(change) {
+            Ok(true) => true,
+            Ok(false) => self.persist(t),
+            Err(e) => {
+                warn!(file = %f.path().display(), error = %e, "cannot append to xtcqd's state file; rewriting it");
+                self.persist(t)
+            }
         }
     }
 

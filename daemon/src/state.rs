@@ -17,6 +17,12 @@
 //! file that is not a regular file owned by the daemon's uid with no group or other access
 //! is ignored, with a warning: the daemon then trusts nothing it cannot verify.
 //!
+//! The file is one line of JSON (the whole state), followed by a journal of fence
+//! registrations, one JSON line each (`{"add":…}` / `{"remove":…}`), appended to the file
+//! just written: a registration must be kept before it is answered, once per job, and an
+//! append costs one `write` where a rewrite costs a create and a rename. The whole file is
+//! rewritten (and the journal emptied) at any other change, and after `JOURNAL_MAX` lines.
+//!
 //! Invariant: the file names the segment it describes (device and inode); a daemon adopting
 //! another segment ignores it.
 
@@ -26,6 +32,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -59,6 +66,26 @@ pub struct FenceRecord {
     /// Its start time from `/proc`.
     pub start_time: u64,
 }
+
+/// One line of the journal after the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FenceChange {
+    /// A command was registered (replacing any for its slot and record).
+    Add(FenceRecord),
+    /// The command of (slot, record, birth) exited and was reaped.
+    Remove {
+        /// Its slot.
+        slot: u32,
+        /// Its record.
+        index: u32,
+        /// Its job's birth.
+        birth: u32,
+    },
+}
+
+/// Journal lines after which the next change rewrites the whole file.
+const JOURNAL_MAX: u32 = 4096;
 
 /// Who may use a queue besides root and the daemon's own uid.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +125,8 @@ pub struct StateFile {
     dir: OwnedFd,
     dir_path: PathBuf,
     name: OsString,
+    /// The file last written, open for the journal, and its journal's length.
+    journal: Mutex<Option<(std::fs::File, u32)>>,
 }
 
 fn no_follow_dir(path: &Path) -> io::Result<OwnedFd> {
@@ -135,7 +164,7 @@ impl StateFile {
                 ),
             ));
         }
-        Ok(StateFile { dir, dir_path: dir_path.to_path_buf(), name })
+        Ok(StateFile { dir, dir_path: dir_path.to_path_buf(), name, journal: Mutex::new(None) })
     }
 
     /// The file's path (for messages).
@@ -169,13 +198,44 @@ impl StateFile {
         }
         let mut text = String::new();
         (&f).take(64 << 20).read_to_string(&mut text).ok()?;
-        match serde_json::from_str(&text) {
-            Ok(s) => Some(s),
+        let mut lines = text.lines();
+        let mut state: DaemonState = match serde_json::from_str(lines.next().unwrap_or_default()) {
+            Ok(s) => s,
             Err(e) => {
                 warn!(file = %self.path().display(), error = %e, "xtcqd's state file does not parse; ignoring it");
-                None
+                return None;
+            }
+        };
+        let changes: Result<Vec<FenceChange>, _> = lines.map(serde_json::from_str).collect();
+        match changes {
+            Ok(changes) => state.apply(&changes),
+            // Only this daemon's uid writes here, a line at a time: not ours to guess at.
+            Err(e) => {
+                warn!(file = %self.path().display(), error = %e, "the journal of xtcqd's state file does not parse; ignoring the file");
+                return None;
             }
         }
+        Some(state)
+    }
+
+    fn journal(&self) -> MutexGuard<'_, Option<(std::fs::File, u32)>> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `change` to the file last saved. `Ok(false)` when there is none yet, or its
+    /// journal is long: the caller saves the whole state instead.
+    pub fn append(&self, change: &FenceChange) -> io::Result<bool> {
+        let mut j = self.journal();
+        let Some((f, lines)) = j.as_mut().filter(|(_, n)| *n < JOURNAL_MAX) else { return Ok(false) };
+        let mut line = serde_json::to_vec(change).map_err(io::Error::other)?;
+        line.push(b'\n');
+        // One write: a reader (the next daemon) sees the line whole or not at all.
+        if let Err(e) = f.write_all(&line) {
+            *j = None;
+            return Err(e);
+        }
+        *lines += 1;
+        Ok(true)
     }
 
     /// Replaces the file with `state`: a new owner-only file under a temporary name
@@ -197,10 +257,34 @@ impl StateFile {
             Err(e) => return Err(e.into()),
         };
         let mut f = std::fs::File::from(fd);
+        let mut j = self.journal();
+        *j = None;
         f.write_all(&bytes)?;
-        drop(f);
+        f.write_all(b"\n")?;
         rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str())?;
+        *j = Some((f, 0));
         Ok(())
+    }
+}
+
+impl DaemonState {
+    /// Applies journal lines, in order, to the fence registrations.
+    pub fn apply(&mut self, changes: &[FenceChange]) {
+        let mut fences: BTreeMap<(u32, u32), FenceRecord> =
+            self.fences.iter().map(|r| ((r.slot, r.index), *r)).collect();
+        for c in changes {
+            match *c {
+                FenceChange::Add(r) => {
+                    fences.insert((r.slot, r.index), r);
+                }
+                FenceChange::Remove { slot, index, birth } => {
+                    if fences.get(&(slot, index)).is_some_and(|r| r.birth == birth) {
+                        fences.remove(&(slot, index));
+                    }
+                }
+            }
+        }
+        self.fences = fences.into_values().collect();
     }
 }
 
@@ -238,6 +322,28 @@ mod tests {
         assert_eq!(f.load(), Some(sample()));
         let md = std::fs::metadata(f.path()).expect("stat");
         assert_eq!(md.mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn journal_lines_are_applied_after_the_state_until_the_next_save() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        let add = |index, birth| FenceRecord { slot: 3, index, birth, pid: 40 + index, start_time: 1 };
+        assert!(!f.append(&FenceChange::Add(add(1, 1))).expect("append"), "nothing saved yet");
+        f.save(&sample()).expect("save");
+        for c in [
+            FenceChange::Add(add(1, 1)),
+            FenceChange::Add(add(2, 5)),
+            FenceChange::Remove { slot: 3, index: 2, birth: 4 }, // another birth: stays
+            FenceChange::Remove { slot: 3, index: 1, birth: 1 },
+        ] {
+            assert!(f.append(&c).expect("append"));
+        }
+        let mut want = sample();
+        want.fences.insert(0, add(2, 5)); // in (slot, record) order
+        assert_eq!(f.load(), Some(want));
+        f.save(&sample()).expect("save");
+        assert_eq!(f.load(), Some(sample()), "a save empties the journal");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use shm_layout::record::state::State;
 use xtcq_proto as proto;
 
 use super::{Registry, SlotId};
+use crate::state::FenceChange;
 use proto::{ErrorCode, ErrorReply};
 
 impl Registry {
@@ -45,9 +46,24 @@ impl Registry {
                 format!("cannot fence the command of job {index}.{birth}: {e}"),
             )
         })?;
-        // Kept for the next daemon before the worker is answered (and starts the command).
         t.fences.take_changed();
-        self.persist(&t);
+        // Kept for the next daemon before the worker is answered (and starts the command):
+        // a command this daemon could not keep is one a restart would leave unfenced.
+        let kept = t
+            .fences
+            .record(slot.slot, index)
+            .is_some_and(|r| self.keep_fence_change(&t, &FenceChange::Add(r)));
+        if !kept {
+            t.fences.unregister(slot.slot, index, birth);
+            t.fences.take_changed();
+            return Err(ErrorReply::new(
+                ErrorCode::Internal,
+                format!(
+                    "xtcqd cannot write its state file (its log says why), so the command of job \
+                     {index}.{birth} would not stay fenced across a restart: do not run it"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -56,7 +72,9 @@ impl Registry {
         let mut t = self.lock();
         t.fences.unregister(slot.slot, index, birth);
         if t.fences.take_changed() {
-            self.persist(&t);
+            // A removal that is not kept leaves a registration the next daemon re-identifies
+            // by pid and start time and finds gone: harmless.
+            self.keep_fence_change(&t, &FenceChange::Remove { slot: slot.slot, index, birth });
         }
     }
 }
