@@ -6,19 +6,13 @@
 //! job's next run.
 
 mod common;
+use common::runs::*;
 use common::*;
-use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const ROLE: &str = "XTCQ_FENCE_TEST_LOG";
-
-fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
 
 /// The command: logs `start`, then (first attempt) a heartbeat every 2 ms forever, or
 /// (later attempts) one more line and exits.
@@ -28,10 +22,7 @@ fn child_main() {
     let job = std::env::var("XTCQ_PAYLOAD").unwrap_or_default();
     let attempt: u32 = std::env::var("XTCQ_ATTEMPT").ok().and_then(|a| a.parse().ok()).unwrap_or(0);
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log");
-    let mut line = |what: &str| {
-        let _ =
-            f.write_all(format!("{what} {job} {attempt} {} {}\n", mono_ns(), std::process::id()).as_bytes());
-    };
+    let mut line = |what: &str| log_line(&mut f, what, &job, attempt);
     line("start");
     if attempt == 0 {
         loop {
@@ -42,62 +33,6 @@ fn child_main() {
     std::thread::sleep(Duration::from_millis(5));
     line("end");
     std::process::exit(0);
-}
-
-struct Line {
-    what: String,
-    job: String,
-    attempt: u32,
-    ns: u64,
-    pid: u32,
-}
-
-fn lines(log: &Path) -> Vec<Line> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            Some(Line {
-                what: f.first()?.to_string(),
-                job: f.get(1)?.to_string(),
-                attempt: f.get(2)?.parse().ok()?,
-                ns: f.get(3)?.parse().ok()?,
-                pid: f.get(4)?.parse().ok()?,
-            })
-        })
-        .collect()
-}
-
-/// Runs of one job that overlap: a line of attempt a after the start of attempt b > a.
-fn overlaps(all: &[Line]) -> Vec<String> {
-    let mut runs: BTreeMap<(&str, u32), (u64, u64)> = BTreeMap::new();
-    for l in all {
-        let e = runs.entry((&l.job, l.attempt)).or_insert((u64::MAX, 0));
-        if l.what == "start" {
-            e.0 = e.0.min(l.ns);
-        }
-        e.1 = e.1.max(l.ns);
-    }
-    let mut out = Vec::new();
-    for (&(job, a), &(_, last)) in &runs {
-        for (&(j2, b), &(start, _)) in runs.range((job, a + 1)..) {
-            if j2 == job && b > a && last > start {
-                out.push(format!(
-                    "job {job}: attempt {a} still ran {} us after attempt {b} started",
-                    (last - start) / 1000
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// Kills every process that logged (the runs a missing fence left behind).
-fn kill_logged(all: &[Line]) {
-    for l in all {
-        let _ = std::process::Command::new("kill").args(["-9", &l.pid.to_string()]).status();
-    }
 }
 
 fn work(d: &Daemon, queue: &str, log: &Path, extra: &[&str]) -> Child {

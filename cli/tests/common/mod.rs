@@ -2,6 +2,8 @@
 //! real `xtcq` processes, every wait bounded, every daemon killed when its guard drops).
 #![allow(dead_code)]
 
+pub mod runs;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
