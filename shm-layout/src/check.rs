@@ -21,11 +21,11 @@
 //!
 //! The walk reads racy snapshots; on a live segment only `quiescent = false` is meaningful.
 
+use crate::layout::lease_holder;
 use crate::layout::{
     PROCESS_ACTIVE, PROCESS_RECOVERING, QUEUE_ACTIVE, QUEUE_CREATING, QUEUE_DELETING, QUEUE_FREE,
 };
 use crate::record::state::{JobHandle, State, NO_HOLDER};
-use crate::recovery::lease_holder;
 use crate::segment::Segment;
 use crate::sync::Ordering;
 

@@ -398,6 +398,19 @@ pub struct DequeHeader {
     pub lease: CacheLine<AtomicU64>,
 }
 
+/// Lease word of a deque held by process slot `slot` at `epoch` (see [`DequeHeader::lease`]).
+pub fn lease_word(slot: u32, epoch: u32) -> u64 {
+    (epoch as u64) << 32 | (slot as u64 + 1)
+}
+
+/// The process slot a lease word names, `None` for no lease.
+pub fn lease_holder(word: u64) -> Option<u32> {
+    match word & 0xFFFF_FFFF {
+        0 => None,
+        s => Some(s as u32 - 1),
+    }
+}
+
 /// An overflow ring's positions, each on its own line; cells follow.
 #[repr(C, align(128))]
 #[derive(Debug)]

@@ -313,18 +313,8 @@ pub fn reindex_orphans(seg: &Segment) -> Vec<JobHandle> {
     out
 }
 
-/// Lease word of a deque held by process slot `slot` at `epoch`.
-pub fn lease_word(slot: u32, epoch: u32) -> u64 {
-    (epoch as u64) << 32 | (slot as u64 + 1)
-}
-
-/// The process slot a lease word names, `None` for no lease.
-pub fn lease_holder(word: u64) -> Option<u32> {
-    match word & 0xFFFF_FFFF {
-        0 => None,
-        s => Some(s as u32 - 1),
-    }
-}
+// The lease format lives beside `DequeHeader::lease`; re-exported for the daemon.
+pub use crate::layout::{lease_holder, lease_word};
 
 /// Releases the deque leases held by dead process slot `slot`, repairing each deque's
 /// `bottom = max(bottom, top)` (a pop that died after its decrement can leave it below `top`).
