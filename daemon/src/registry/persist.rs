@@ -1,0 +1,69 @@
+//! The registry's side of the state file (`crate::state`): what this daemon knows, written
+//! under the registry lock before a change is answered, and read back on adopt.
+
+use super::*;
+
+impl Registry {
+    /// Writes what this daemon knows to the state file (called under the lock after every
+    /// change, before the change is answered). A failure is logged (and returned `false`):
+    /// the next daemon then reclaims the slots it cannot verify, which is safe, if unkind.
+    pub(super) fn persist(&self, t: &Tracked) -> bool {
+        let Some(f) = &self.state else { return true };
+        let st = DaemonState {
+            segment: state::file_id(self.seg.file()),
+            slots: t
+                .slots
+                .iter()
+                .map(|(&i, k)| {
+                    let p = k.process;
+                    (i, SlotRecord { epoch: k.epoch, pid: p.pid, uid: p.uid, start_time: p.start_time })
+                })
+                .collect(),
+            queues: t.queues.clone(),
+            fences: t.fences.records(),
+        };
+        match f.save(&st) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(file = %f.path().display(), error = %e, "cannot write xtcqd's state file");
+                false
+            }
+        }
+    }
+
+    /// Keeps one fence change in the state file: appended to its journal, or the whole
+    /// state written. `false` when neither could be done.
+    pub(super) fn keep_fence_change(&self, t: &Tracked, change: &state::FenceChange) -> bool {
+        let Some(f) = &self.state else { return true };
+        match f.append(change) {
+            Ok(true) => true,
+            Ok(false) => self.persist(t),
+            Err(e) => {
+                warn!(file = %f.path().display(), error = %e, "cannot append to xtcqd's state file; rewriting it");
+                self.persist(t)
+            }
+        }
+    }
+
+    /// What the previous daemon recorded for this segment (nothing without a state file, or
+    /// when it describes another segment).
+    pub(super) fn load_state(&self) -> DaemonState {
+        let Some(f) = &self.state else { return DaemonState::default() };
+        let id = state::file_id(self.seg.file());
+        match f.load() {
+            Some(s) if s.segment == id => s,
+            Some(_) => {
+                warn!(file = %f.path().display(), "xtcqd's state file describes another segment; ignoring it");
+                DaemonState::default()
+            }
+            None => DaemonState::default(),
+        }
+    }
+
+    /// Starts a state file for a segment created now (a leftover one may describe a file
+    /// that had the same inode).
+    pub fn reset_state(&self) {
+        let t = self.lock();
+        self.persist(&t);
+    }
+}

@@ -1,0 +1,218 @@
+//! Recovery: giving back what an exited process held, and adopting a segment a previous
+//! daemon served.
+//!
+//! Rules kept:
+//! - a claim is given back only after the commands registered for it are dead (`fence`);
+//! - on adopt, the previous daemon's fence registrations are taken over before anything is
+//!   recovered, and every record or lease naming a slot no live process holds is given back;
+//! - a slot this daemon tracks is recovered whatever the segment's epoch says; an untracked
+//!   one only at its epoch (it may have been recovered and reused already).
+
+use super::*;
+
+impl Registry {
+    /// [`recover_process`](Self::recover_process), if `keeper` still keeps `slot` at its
+    /// epoch; else nothing (another task keeps it, or it was recovered already). Returns
+    /// whether it recovered.
+    pub fn recover_kept(&self, slot: SlotId, keeper: Keeper) -> bool {
+        let mut t = self.lock();
+        match t.slots.get(&slot.slot) {
+            Some(k) if k.keeper == keeper && k.epoch == slot.epoch => {}
+            _ => return false,
+        }
+        self.recover_locked(&mut t, slot);
+        true
+    }
+
+    /// Everything to do when a registered process has exited and its connection is closed:
+    /// free the records it was filling, re-queue those it had claimed, release its deque
+    /// leases (repairing `bottom`), re-index orphaned queued records, free the slot.
+    pub fn recover_process(&self, slot: SlotId) {
+        let mut t = self.lock();
+        self.recover_locked(&mut t, slot);
+    }
+
+    pub(super) fn recover_locked(&self, t: &mut Tracked, slot: SlotId) {
+        let tracked = t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch);
+        if tracked {
+            t.slots.remove(&slot.slot);
+            self.persist(t);
+        }
+        let Some(s) = self.seg.process_slot(slot.slot) else { return };
+        // A slot this daemon tracks is recovered whatever the segment's epoch says (an
+        // attached process may have changed it); an untracked one only at its epoch.
+        if !tracked && s.epoch.load(Ordering::Relaxed) != slot.epoch {
+            return; // already recovered and reused
+        }
+        let pid = s.pid.load(Ordering::Relaxed);
+        s.state.store(PROCESS_RECOVERING, Ordering::Release);
+        // A crash here (or inside `recover_holder`, which has the fail point after revoking a
+        // claim) leaves the slot RECOVERING; the next daemon's `adopt` recovers it again.
+        shm_layout::failpoint::point("daemon.recovery.mid");
+        // Each claimed job's command (registered by `xtcq work`) is killed before the job
+        // is re-queued; then whatever else it had registered.
+        let r = recovery::recover_holder_fenced(&self.seg, slot.slot, &mut |i, h| t.fences.fence(i, h));
+        for e in t.fences.fence_all_of(slot.slot) {
+            warn!(slot = slot.slot, pid, "a command of an exited process could not be stopped: {e}");
+        }
+        if t.fences.take_changed() {
+            self.persist(t);
+        }
+        let leases = recovery::release_deque_leases(&self.seg, slot.slot);
+        // A thief that died between its winning CAS on `top` and its claim leaves a queued
+        // record nothing indexes; a dying injector or overflow popper likewise.
+        let orphans = recovery::reindex_orphans(&self.seg);
+        s.role.store(0, Ordering::Relaxed);
+        s.pid.store(0, Ordering::Relaxed);
+        s.start_time.store(0, Ordering::Relaxed);
+        s.state.store(PROCESS_FREE, Ordering::Release);
+        let touched = r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans.len();
+        if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
+            warn!(
+                slot = slot.slot,
+                pid,
+                freed_filling = r.freed_filling,
+                requeued = r.requeued.len(),
+                dead_lettered = r.dead_lettered.len(),
+                unindexed = r.unindexed,
+                corrupt = r.corrupt,
+                orphans_reindexed = orphans.len(),
+                leases_released = leases.len(),
+                done_mono_ns = shm_layout::segment::monotonic_ns(),
+                "recovered jobs of an exited process"
+            );
+        } else {
+            info!(
+                slot = slot.slot,
+                pid,
+                leases_released = leases.len(),
+                done_mono_ns = shm_layout::segment::monotonic_ns(),
+                "process exited; slot freed"
+            );
+        }
+    }
+
+    /// On adopting a segment: recovers every registered process that is no longer alive (and
+    /// any record or lease naming a slot that is not registered), and returns the live ones,
+    /// each with the keeper to watch it until it exits (or until its process resumes it
+    /// over a connection).
+    pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
+        {
+            // A daemon that died half-way through deleting a queue: finish the delete (it had
+            // passed its checks), so the entry is free again and nothing names the queue.
+            let _t = self.lock();
+            for (index, dropped) in self.seg.finish_interrupted_deletes() {
+                warn!(
+                    index,
+                    dropped_queued = dropped.queued,
+                    dropped_dead = dropped.dead,
+                    "finished deleting a queue whose delete a previous daemon did not complete"
+                );
+            }
+        }
+        let known = self.load_state();
+        {
+            let mut t = self.lock();
+            t.queues = known.queues.clone();
+            // Before any recovery: a dead holder's commands are killed before its jobs are
+            // given back, whichever daemon they were registered with.
+            t.fences.adopt(&known.fences);
+        }
+        let (live, dead) = self.verify_slots(&known, alive);
+        for slot in &dead {
+            self.recover_process(*slot);
+        }
+        {
+            let mut t = self.lock();
+            for a in &live {
+                let kept = Kept {
+                    epoch: a.slot.epoch,
+                    process: a.process,
+                    keeper: a.keeper,
+                    connected: false,
+                    uses: Uses::Unknown,
+                };
+                t.slots.insert(a.slot.slot, kept);
+            }
+            self.adopt_queue_acls(&mut t);
+            self.persist(&t);
+        }
+        {
+            // Claims a previous daemon revoked (lease expiry or recovery) and died before
+            // re-queuing: they name no holder.
+            // Their commands are found by record (the previous daemon kept them).
+            let mut t = self.lock();
+            let r = recovery::recover_holder_fenced(&self.seg, shm_layout::NO_HOLDER, &mut |i, _| {
+                t.fences.fence_record(i)
+            });
+            if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {
+                warn!(
+                    requeued = r.requeued.len(),
+                    dead_lettered = r.dead_lettered.len(),
+                    "re-queued claims a previous daemon revoked but did not give back"
+                );
+            }
+        }
+        // Holders named by records or leases but not registered (a slot freed by hand, or a
+        // corrupt table): give their holdings back too.
+        let live_slots: BTreeSet<u32> = live.iter().map(|a| a.slot.slot).collect();
+        let mut strays = BTreeSet::new();
+        let records = self.seg.records();
+        for i in 0..records.len() {
+            let Some(st) = records.state(i) else { break };
+            let w = st.load();
+            if matches!(w.state(), Some(State::Filling | State::Claimed | State::Writing)) {
+                if let Some(h) = recovery::holder_slot(&self.seg, w) {
+                    if !live_slots.contains(&h) {
+                        strays.insert(h);
+                    }
+                }
+            }
+        }
+        let c = self.seg.config();
+        for q in 0..c.queues {
+            for d in 0..c.deques_per_queue {
+                if let Some(h) = self.seg.deque_header(q, d) {
+                    if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
+                        if !live_slots.contains(&s) {
+                            strays.insert(s);
+                        }
+                    }
+                }
+            }
+        }
+        if !strays.is_empty() {
+            let mut t = self.lock();
+            for s in &strays {
+                let r = recovery::recover_holder_fenced(&self.seg, *s, &mut |i, h| t.fences.fence(i, h));
+                let l = recovery::release_deque_leases(&self.seg, *s);
+                warn!(
+                    slot = s,
+                    requeued = r.requeued.len(),
+                    leases = l.len(),
+                    "recovered holdings of an unregistered slot"
+                );
+            }
+            recovery::reindex_orphans(&self.seg);
+        }
+        self.fence_unheld(&live_slots);
+        live
+    }
+
+    /// Kills the adopted commands whose slot no live process holds (their worker is gone,
+    /// and whatever they ran for must not go on beside the job's next run), and writes the
+    /// state file if that changed it.
+    pub(super) fn fence_unheld(&self, live_slots: &BTreeSet<u32>) {
+        let mut t = self.lock();
+        let gone: BTreeSet<u32> =
+            t.fences.records().iter().map(|r| r.slot).filter(|s| !live_slots.contains(s)).collect();
+        for slot in gone {
+            for e in t.fences.fence_all_of(slot) {
+                warn!(slot, "a command of a process that exited could not be stopped: {e}");
+            }
+        }
+        if t.fences.take_changed() {
+            self.persist(&t);
+        }
+    }
+}

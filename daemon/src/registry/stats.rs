@@ -1,0 +1,109 @@
+//! `stats`: counts of records by state, deques, processes and the segment, read without
+//! stopping anyone (a racy snapshot).
+
+use super::*;
+
+impl Registry {
+    /// Whether `slot`'s connection is open.
+    pub fn is_connected(&self, slot: u32) -> bool {
+        self.lock().slots.get(&slot).is_some_and(|k| k.connected)
+    }
+
+    /// Stats of one queue (`Some`) or all.
+    pub fn stats(&self, queue: Option<&str>, connections: u64) -> Result<proto::Stats, proto::ErrorReply> {
+        let seg = &self.seg;
+        let c = *seg.config();
+        let qs: Vec<QueueInfo> = match queue {
+            Some(name) => vec![self.queue(name)?],
+            None => seg.queues().into_iter().filter_map(Result::ok).collect(),
+        };
+        let mut all = proto::RecordCounts::default();
+        let mut per_queue = vec![proto::RecordCounts::default(); c.queues as usize];
+        let records = seg.records();
+        for i in 0..records.len() {
+            let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
+            let w = st.load();
+            let q = h.queue.load(Ordering::Relaxed) as usize;
+            let bump = |r: &mut proto::RecordCounts| match w.state() {
+                Some(State::Free) => r.free += 1,
+                Some(State::Filling) => r.filling += 1,
+                Some(State::Queued) => r.queued += 1,
+                // Writing: still claimed; its holder is writing the header for a moment.
+                Some(State::Claimed | State::Writing) => r.claimed += 1,
+                Some(State::Dead) => r.dead += 1,
+                None => r.corrupt += 1,
+            };
+            bump(&mut all);
+            if w.state() != Some(State::Free) {
+                if let Some(r) = per_queue.get_mut(q) {
+                    bump(r);
+                }
+            }
+        }
+        let queues = qs
+            .iter()
+            .map(|q| {
+                let deques = (0..q.spec.deques)
+                    .map(|d| proto::DequeStats {
+                        index: d,
+                        len: seg.deque(q, d).map(|dq| dq.len() as u64).unwrap_or(0),
+                        owner_slot: seg
+                            .deque_header(q.index, d)
+                            .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
+                    })
+                    .collect();
+                proto::QueueStats {
+                    info: queue_info(q),
+                    deques,
+                    overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
+                    records: per_queue.get(q.index as usize).cloned().unwrap_or_default(),
+                }
+            })
+            .collect();
+        let t = self.lock();
+        let processes = (0..c.process_slots)
+            .filter_map(|i| {
+                let s = seg.process_slot(i)?;
+                let state = match s.state.load(Ordering::Acquire) {
+                    PROCESS_FREE => return None,
+                    // Active only if this daemon registered (or adopted) a process to it;
+                    // otherwise some attached process wrote it (and the next attach reclaims it).
+                    PROCESS_ACTIVE if t.slots.contains_key(&i) => proto::ProcessState::Active,
+                    PROCESS_RECOVERING => proto::ProcessState::Recovering,
+                    _ => proto::ProcessState::Unknown,
+                };
+                Some(proto::ProcessInfo {
+                    slot: i,
+                    state,
+                    pid: s.pid.load(Ordering::Relaxed),
+                    uid: s.uid.load(Ordering::Relaxed),
+                    roles: s.role.load(Ordering::Relaxed),
+                    epoch: s.epoch.load(Ordering::Relaxed),
+                    connected: t.slots.get(&i).is_some_and(|k| k.connected),
+                    attached_unix_ns: s.attached_unix_ns.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        drop(t);
+        let live = seg.header_live();
+        Ok(proto::Stats {
+            daemon_pid: live.daemon_pid.load(Ordering::Relaxed),
+            daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
+            segment: proto::SegmentSummary {
+                path: seg.path().to_path_buf(),
+                total_len: seg.descriptor().regions.total_len,
+                queues: c.queues,
+                deques_per_queue: c.deques_per_queue,
+                deque_capacity: c.deque_capacity,
+                job_records: c.job_records,
+                payload_bytes: c.payload_bytes,
+                process_slots: c.process_slots,
+                overflow_capacity: c.overflow_capacity,
+            },
+            records: all,
+            queues,
+            processes,
+            connections,
+        })
+    }
+}
