@@ -97,19 +97,7 @@ impl Registry {
     /// each with the keeper to watch it until it exits (or until its process resumes it
     /// over a connection).
     pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
-        {
-            // A daemon that died half-way through deleting a queue: finish the delete (it had
-            // passed its checks), so the entry is free again and nothing names the queue.
-            let _t = self.lock();
-            for (index, dropped) in self.seg.finish_interrupted_deletes() {
-                warn!(
-                    index,
-                    dropped_queued = dropped.queued,
-                    dropped_dead = dropped.dead,
-                    "finished deleting a queue whose delete a previous daemon did not complete"
-                );
-            }
-        }
+        self.finish_interrupted_deletes();
         let known = self.load_state();
         {
             let mut t = self.lock();
@@ -122,40 +110,85 @@ impl Registry {
         for slot in &dead {
             self.recover_process(*slot);
         }
-        {
-            let mut t = self.lock();
-            for a in &live {
-                let kept = Kept {
-                    epoch: a.slot.epoch,
-                    process: a.process,
-                    keeper: a.keeper,
-                    connected: false,
-                    uses: Uses::Unknown,
-                };
-                t.slots.insert(a.slot.slot, kept);
-            }
-            self.adopt_queue_acls(&mut t);
-            self.persist(&t);
-        }
-        {
-            // Claims a previous daemon revoked (lease expiry or recovery) and died before
-            // re-queuing: they name no holder.
-            // Their commands are found by record (the previous daemon kept them).
-            let mut t = self.lock();
-            let r = recovery::recover_holder_fenced(&self.seg, shm_layout::NO_HOLDER, &mut |i, _| {
-                t.fences.fence_record(i)
-            });
-            if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {
-                warn!(
-                    requeued = r.requeued.len(),
-                    dead_lettered = r.dead_lettered.len(),
-                    "re-queued claims a previous daemon revoked but did not give back"
-                );
-            }
-        }
-        // Holders named by records or leases but not registered (a slot freed by hand, or a
-        // corrupt table): give their holdings back too.
+        self.track_adopted(&live);
+        self.recover_revoked_claims();
         let live_slots: BTreeSet<u32> = live.iter().map(|a| a.slot.slot).collect();
+        self.recover_strays(&live_slots);
+        self.fence_unheld(&live_slots);
+        live
+    }
+
+    /// A daemon that died half-way through deleting a queue: finish the delete (it had
+    /// passed its checks), so the entry is free again and nothing names the queue.
+    fn finish_interrupted_deletes(&self) {
+        let _t = self.lock();
+        for (index, dropped) in self.seg.finish_interrupted_deletes() {
+            warn!(
+                index,
+                dropped_queued = dropped.queued,
+                dropped_dead = dropped.dead,
+                "finished deleting a queue whose delete a previous daemon did not complete"
+            );
+        }
+    }
+
+    /// Watches the live adopted slots (keeper: their watcher) and writes the state file.
+    fn track_adopted(&self, live: &[Adopted]) {
+        let mut t = self.lock();
+        for a in live {
+            let kept = Kept {
+                epoch: a.slot.epoch,
+                process: a.process,
+                keeper: a.keeper,
+                connected: false,
+                uses: Uses::Unknown,
+            };
+            t.slots.insert(a.slot.slot, kept);
+        }
+        self.adopt_queue_acls(&mut t);
+        self.persist(&t);
+    }
+
+    /// Claims a previous daemon revoked (lease expiry or recovery) and died before
+    /// re-queuing: they name no holder, so their commands are found by record (the previous
+    /// daemon kept them).
+    fn recover_revoked_claims(&self) {
+        let mut t = self.lock();
+        let r = recovery::recover_holder_fenced(&self.seg, shm_layout::NO_HOLDER, &mut |i, _| {
+            t.fences.fence_record(i)
+        });
+        if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {
+            warn!(
+                requeued = r.requeued.len(),
+                dead_lettered = r.dead_lettered.len(),
+                "re-queued claims a previous daemon revoked but did not give back"
+            );
+        }
+    }
+
+    /// Holders named by records or leases but not registered (a slot freed by hand, or a
+    /// corrupt table): give their holdings back too.
+    fn recover_strays(&self, live_slots: &BTreeSet<u32>) {
+        let strays = self.unregistered_holders(live_slots);
+        if strays.is_empty() {
+            return;
+        }
+        let mut t = self.lock();
+        for s in &strays {
+            let r = recovery::recover_holder_fenced(&self.seg, *s, &mut |i, h| t.fences.fence(i, h));
+            let l = recovery::release_deque_leases(&self.seg, *s);
+            warn!(
+                slot = s,
+                requeued = r.requeued.len(),
+                leases = l.len(),
+                "recovered holdings of an unregistered slot"
+            );
+        }
+        recovery::reindex_orphans(&self.seg);
+    }
+
+    /// Slots that hold a record or a deque lease and are not in `live_slots`.
+    fn unregistered_holders(&self, live_slots: &BTreeSet<u32>) -> BTreeSet<u32> {
         let mut strays = BTreeSet::new();
         let records = self.seg.records();
         for i in 0..records.len() {
@@ -163,40 +196,21 @@ impl Registry {
             let w = st.load();
             if matches!(w.state(), Some(State::Filling | State::Claimed | State::Writing)) {
                 if let Some(h) = recovery::holder_slot(&self.seg, w) {
-                    if !live_slots.contains(&h) {
-                        strays.insert(h);
-                    }
+                    strays.insert(h);
                 }
             }
         }
         let c = self.seg.config();
         for q in 0..c.queues {
             for d in 0..c.deques_per_queue {
-                if let Some(h) = self.seg.deque_header(q, d) {
-                    if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
-                        if !live_slots.contains(&s) {
-                            strays.insert(s);
-                        }
-                    }
+                let lease = self.seg.deque_header(q, d).map(|h| h.lease.load(Ordering::Acquire));
+                if let Some(s) = lease.and_then(lease_holder) {
+                    strays.insert(s);
                 }
             }
         }
-        if !strays.is_empty() {
-            let mut t = self.lock();
-            for s in &strays {
-                let r = recovery::recover_holder_fenced(&self.seg, *s, &mut |i, h| t.fences.fence(i, h));
-                let l = recovery::release_deque_leases(&self.seg, *s);
-                warn!(
-                    slot = s,
-                    requeued = r.requeued.len(),
-                    leases = l.len(),
-                    "recovered holdings of an unregistered slot"
-                );
-            }
-            recovery::reindex_orphans(&self.seg);
-        }
-        self.fence_unheld(&live_slots);
-        live
+        strays.retain(|s| !live_slots.contains(s));
+        strays
     }
 
     /// Kills the adopted commands whose slot no live process holds (their worker is gone,
