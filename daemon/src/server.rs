@@ -128,33 +128,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     if prep.created {
         reg.reset_state();
     } else {
-        let adopted = reg.adopt(peer::is_alive);
-        for a in adopted {
-            match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
-                Ok(Some(fd)) => {
-                    info!(
-                        slot = a.slot.slot,
-                        pid = a.process.pid,
-                        "adopted a live attached process; watching it"
-                    );
-                    let st = st.clone();
-                    tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, Some(fd), a.process).await });
-                }
-                Ok(None) => reg.recover_process(a.slot),
-                // Unknown is not dead: keep its claims and watch it through /proc and
-                // kill(pid, 0) until it exits.
-                Err(e) => {
-                    warn!(
-                        slot = a.slot.slot,
-                        pid = a.process.pid,
-                        error = %e,
-                        "cannot open a pidfd for an adopted process; keeping it and polling its liveness"
-                    );
-                    let st = st.clone();
-                    tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, None, a.process).await });
-                }
-            }
-        }
+        watch_adopted(&st, &mut tasks);
     }
 
     // The scan also indexes strays, so it runs even with lease expiry off.
@@ -168,95 +142,17 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         source: e,
     })?;
 
-    {
-        // Installed here, before READY=1, so that no SIGTERM arrives before we handle it.
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-        else {
-            return Err(DaemonError::Runtime(io::Error::other(
-                "cannot install the SIGTERM / SIGINT handlers",
-            )));
-        };
-        let st = st.clone();
-        tokio::spawn(async move {
-            let reason = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-            };
-            info!("{reason}: shutting down");
-            st.stop(reason.to_string());
-        });
-    }
+    // Installed here, before READY=1, so that no SIGTERM arrives before we handle it.
+    install_stop_signals(&st)?;
     // A signal that came between binding the socket and installing the handlers above.
     if let Some(reason) = crate::early_signal() {
         info!("{reason} (before the daemon was ready): shutting down");
         st.stop(reason.to_string());
     }
 
-    match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
-        Ok(true) => debug!("notified systemd: READY=1"),
-        Ok(false) => {}
-        Err(e) => warn!(error = %e, "cannot notify systemd"),
-    }
-    info!(
-        socket = %cfg.socket.display(),
-        segment = %seg.path().display(),
-        pid = std::process::id(),
-        allow_users = %names::uid_list_label(&cfg.allow_uids),
-        allow_groups = %names::gid_list_label(&cfg.allow_gids),
-        "xtcqd ready"
-    );
+    announce_ready(&cfg, &seg);
 
-    let permits = Arc::new(Semaphore::new(max_connections));
-    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
-    let mut stop_rx = st.shutdown.subscribe();
-    let reason = loop {
-        tokio::select! {
-            r = shutdown_requested(&mut stop_rx) => break r,
-            a = listener.accept() => match a {
-                Ok((stream, _)) => {
-                    // The per-user limit first, by the kernel's uid for the peer: one user's
-                    // connections beyond its share must not take the places under
-                    // --max-connections that others need.
-                    let uid = rustix::net::sockopt::socket_peercred(&stream).ok().map(|c| c.uid.as_raw());
-                    let uid_conn = match uid.map(|u| st.per_uid.enter(u)) {
-                        Some(Err(reply)) => {
-                            refuse_bounded(&refusals, stream, reply, cfg.io_timeout);
-                            continue;
-                        }
-                        Some(Ok(g)) => Some(g),
-                        None => None,
-                    };
-                    match permits.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            let st = st.clone();
-                            tasks.spawn(async move {
-                                st.connections.fetch_add(1, Ordering::Relaxed);
-                                connection(st.clone(), stream, permit, uid_conn).await;
-                            });
-                        }
-                        Err(_) => {
-                            let n = cfg.max_connections;
-                            let reply = ErrorReply::new(
-                                ErrorCode::LimitReached,
-                                format!(
-                                    "xtcqd has {n} connections, its limit (--max-connections {n}); try again \
-                                     later, or restart xtcqd with a higher --max-connections"
-                                ),
-                            );
-                            refuse_bounded(&refusals, stream, reply, cfg.io_timeout);
-                        }
-                    }
-                }
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-        }
-        while tasks.try_join_next().is_some() {}
-    };
+    let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
 
     let _ = crate::notify::sd_notify("STOPPING=1");
     drop(listener);
@@ -272,6 +168,145 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
     info!(%reason, "xtcqd stopped");
     Ok(())
+}
+
+/// Watches each live process adopted from the previous daemon until it exits (or resumes
+/// its slot over a connection).
+fn watch_adopted(st: &Arc<Shared>, tasks: &mut JoinSet<()>) {
+    let reg = &st.reg;
+    let adopted = reg.adopt(peer::is_alive);
+    for a in adopted {
+        match peer::pidfd_for_process(a.process.pid, a.process.start_time) {
+            Ok(Some(fd)) => {
+                info!(
+                    slot = a.slot.slot,
+                    pid = a.process.pid,
+                    "adopted a live attached process; watching it"
+                );
+                let st = st.clone();
+                tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, Some(fd), a.process).await });
+            }
+            Ok(None) => reg.recover_process(a.slot),
+            // Unknown is not dead: keep its claims and watch it through /proc and
+            // kill(pid, 0) until it exits.
+            Err(e) => {
+                warn!(
+                    slot = a.slot.slot,
+                    pid = a.process.pid,
+                    error = %e,
+                    "cannot open a pidfd for an adopted process; keeping it and polling its liveness"
+                );
+                let st = st.clone();
+                tasks.spawn(async move { watch_exit(st, a.slot, a.keeper, None, a.process).await });
+            }
+        }
+    }
+}
+
+/// SIGTERM and SIGINT stop the daemon cleanly.
+fn install_stop_signals(st: &Arc<Shared>) -> Result<(), DaemonError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return Err(DaemonError::Runtime(io::Error::other("cannot install the SIGTERM / SIGINT handlers")));
+    };
+    let st = st.clone();
+    tokio::spawn(async move {
+        let reason = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!("{reason}: shutting down");
+        st.stop(reason.to_string());
+    });
+    Ok(())
+}
+
+/// Tells systemd (when it started us) and the log that the daemon serves.
+fn announce_ready(cfg: &Config, seg: &shm_layout::Segment) {
+    match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
+        Ok(true) => debug!("notified systemd: READY=1"),
+        Ok(false) => {}
+        Err(e) => warn!(error = %e, "cannot notify systemd"),
+    }
+    info!(
+        socket = %cfg.socket.display(),
+        segment = %seg.path().display(),
+        pid = std::process::id(),
+        allow_users = %names::uid_list_label(&cfg.allow_uids),
+        allow_groups = %names::gid_list_label(&cfg.allow_gids),
+        "xtcqd ready"
+    );
+}
+
+/// Accepts connections, each in a task of `tasks`, until a shutdown is asked for; returns
+/// its reason.
+async fn accept_until_stopped(
+    st: &Arc<Shared>,
+    listener: &UnixListener,
+    max_connections: usize,
+    tasks: &mut JoinSet<()>,
+) -> String {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
+    let mut stop_rx = st.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            r = shutdown_requested(&mut stop_rx) => return r,
+            a = listener.accept() => match a {
+                Ok((stream, _)) => accept_one(st, stream, &permits, &refusals, tasks),
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+}
+
+/// Serves `stream` in a task, or refuses it (its user's share, or every place, is taken).
+fn accept_one(
+    st: &Arc<Shared>,
+    stream: UnixStream,
+    permits: &Arc<Semaphore>,
+    refusals: &Arc<Semaphore>,
+    tasks: &mut JoinSet<()>,
+) {
+    let cfg = &st.cfg;
+    // The per-user limit first, by the kernel's uid for the peer: one user's
+    // connections beyond its share must not take the places under
+    // --max-connections that others need.
+    let uid = rustix::net::sockopt::socket_peercred(&stream).ok().map(|c| c.uid.as_raw());
+    let uid_conn = match uid.map(|u| st.per_uid.enter(u)) {
+        Some(Err(reply)) => {
+            refuse_bounded(refusals, stream, reply, cfg.io_timeout);
+            return;
+        }
+        Some(Ok(g)) => Some(g),
+        None => None,
+    };
+    match permits.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let st = st.clone();
+            tasks.spawn(async move {
+                st.connections.fetch_add(1, Ordering::Relaxed);
+                connection(st.clone(), stream, permit, uid_conn).await;
+            });
+        }
+        Err(_) => {
+            let n = cfg.max_connections;
+            let reply = ErrorReply::new(
+                ErrorCode::LimitReached,
+                format!(
+                    "xtcqd has {n} connections, its limit (--max-connections {n}); try again \
+                         later, or restart xtcqd with a higher --max-connections"
+                ),
+            );
+            refuse_bounded(refusals, stream, reply, cfg.io_timeout);
+        }
+    }
 }
 
 /// Refusals being answered at once; beyond them a refused connection is closed unanswered
