@@ -115,6 +115,6 @@ impl<'c> Registration<'c> {
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         // Best effort: a stale registration is only ever used on a group that is gone.
-        let _ = self.client.unfence_command(self.id);
+        let _ = self.client.unfence_command(self.id, self.pid);
     }
 }

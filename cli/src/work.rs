@@ -180,20 +180,52 @@ const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 /// After the command (the group's leader) exited: kills what it left running in its group
 /// (a `cmd &` of a script that exited, a daemonised helper) and waits until the group is
 /// empty, so that nothing of this run goes on while the job is settled and perhaps run
-/// again. `Err` when the group would not empty.
-fn stop_leftovers(child: &mut std::process::Child) -> Result<ExitStatus> {
+/// again; `keep_lease` meanwhile. `Err` when the group would not empty.
+fn stop_leftovers(child: &mut std::process::Child, mut keep_lease: impl FnMut()) -> Result<ExitStatus> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
     let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
     // Before the leader is reaped its pid cannot be reused, so the group id is still ours.
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     let st = child.wait().context("cannot wait for the command")?;
     let until = Instant::now() + LEFTOVER_WAIT;
-    while rustix::process::test_kill_process_group(pid).is_ok() {
+    loop {
+        // Members re-parented to this process (it is PID 1 of a container, or a subreaper)
+        // are reaped here, or they would stay zombies and the group never look empty.
+        while let Ok(Some(_)) = waitid(WaitId::Pgid(Some(pid)), WaitIdOptions::EXITED | WaitIdOptions::NOHANG)
+        {
+        }
+        if !group_has_live_members(pid) {
+            return Ok(st);
+        }
         if Instant::now() >= until {
             bail!("processes it left in its group {pid:?} did not exit within {LEFTOVER_WAIT:?}");
         }
+        keep_lease();
         std::thread::sleep(Duration::from_millis(2));
     }
-    Ok(st)
+}
+
+/// Whether process group `pgid` has a member that is not a zombie (a zombie runs nothing;
+/// one whose parent does not reap it would otherwise keep the group alive for ever).
+fn group_has_live_members(pgid: rustix::process::Pid) -> bool {
+    if rustix::process::test_kill_process_group(pgid).is_err() {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    dir.flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
+        // Gone meanwhile: not a member. Unreadable for another reason (no descriptor left):
+        // taken for live, since waiting longer is the safe side.
+        let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(s) => s,
+            Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else { return true };
+        let mut f = rest.split_ascii_whitespace();
+        let state = f.next().unwrap_or("?");
+        let pgrp = f.nth(1).and_then(|g| g.parse::<i32>().ok());
+        pgrp == Some(pgid.as_raw_nonzero().get()) && !matches!(state, "Z" | "X" | "x")
+    })
 }
 
 /// Whether the command has exited, without reaping it (see `stop_leftovers`).
@@ -292,7 +324,12 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
     let ran = loop {
         if has_exited(&child)? {
-            break match stop_leftovers(&mut child) {
+            let keep_lease = || {
+                if let Some(l) = lease {
+                    let _ = job.extend_lease(l);
+                }
+            };
+            break match stop_leftovers(&mut child, keep_lease) {
                 Ok(st) => Ran::Exited(st),
                 Err(e) => Ran::Killed(format!("{e:#}")),
             };

@@ -256,7 +256,7 @@ fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
     } else {
         eprintln!("skipped: the other-uid case needs root");
     }
-    c.unfence_command(id).expect("unfence");
+    c.unfence_command(id, own.id()).expect("unfence");
     for ch in [Some(&mut same_group), Some(&mut own), other_uid.as_mut()].into_iter().flatten() {
         let _ = ch.kill();
         let _ = ch.wait();
@@ -394,4 +394,112 @@ fn a_command_does_not_start_before_the_daemon_registered_it() {
     assert_eq!(early, "", "the command ran before the daemon had registered it");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&started).unwrap_or_default(), "h0\n");
+}
+
+#[test]
+fn a_late_unfence_of_a_first_run_leaves_the_next_run_fenced() {
+    // The job's lease runs out after its first command exited; the same process claims the
+    // job again and registers a second command; then the word that the first command exited
+    // arrives. It must not unfence the second, which the next lease expiry has to kill.
+    use std::os::unix::process::CommandExt;
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--lease-scan-interval", "10"]);
+    let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
+    ok(&d.run(&["create", "q", "--lease", "200ms"]));
+    ok(&d.run(&["push", "q", "a"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("q").expect("thief");
+    let sleeper = || std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+    let first_run = thief.steal().expect("steal").expect("a job");
+    let id = first_run.id();
+    let mut first = sleeper();
+    c.fence_command(id, first.id()).expect("fence the first command");
+    let _ = first.kill();
+    let _ = first.wait();
+    let mut again = None;
+    wait_until(Duration::from_secs(20), "the job re-queued after its lease", || {
+        again = thief.steal().expect("steal");
+        again.is_some()
+    });
+    let second_run = again.expect("the job again");
+    assert_eq!(second_run.id(), id, "the same job");
+    let mut second = sleeper();
+    c.fence_command(id, second.id()).expect("fence the second command");
+    c.unfence_command(id, first.id()).expect("the late unfence of the first");
+    let mut gone = false;
+    wait_until(Duration::from_secs(20), "the second command killed at the next lease expiry", || {
+        gone = second.try_wait().expect("try_wait").is_some();
+        gone
+    });
+    drop((first_run, second_run));
+}
+
+#[test]
+fn a_claim_a_daemon_revoked_before_it_died_is_fenced_by_the_next() {
+    // A daemon that dies right after revoking the claim of a stopped worker (inside the
+    // give-back, before the fence) leaves the record claimed by no one; the next daemon must
+    // find the command by record before it re-queues the job. The test plays the dying
+    // daemon: it kills it, then revokes the claim in the segment as it would have.
+    use shm_layout::record::state::{State, StateWord};
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "s"]));
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "s", "v0"]));
+    let mut first = work(&d, "s", &log, &[]);
+    wait_line(&log, "alive", "v0", 0);
+    signal(first.id(), "-STOP");
+    d.kill();
+    let seg = shm_layout::Segment::attach(&d.segment).expect("segment");
+    let records = seg.records();
+    let revoked = (0..records.len()).filter_map(|i| records.state(i)).any(|st| {
+        let w = st.load();
+        let to = StateWord::pack(w.generation(), State::Claimed, shm_layout::NO_HOLDER);
+        w.state() == Some(State::Claimed)
+            && st
+                .0
+                .compare_exchange(
+                    w.0,
+                    to.0,
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                )
+                .is_ok()
+    });
+    assert!(revoked, "the worker's claim");
+    d.spawn(SIZES, |_| {});
+    let second = work(&d, "s", &log, &["--idle-exit", "20s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    check_no_overlap(&d, &log, 1);
+}
+
+#[test]
+fn without_a_trusted_state_file_a_taken_back_claim_is_dead_lettered_not_run_again() {
+    // The registrations are in the state file; a next daemon that finds none it trusts (here
+    // made readable by others) cannot know which commands still run, so it must not run their
+    // jobs again: they go to the dead letters.
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "s"]));
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "s", "u0"]));
+    let mut first = work(&d, "s", &log, &[]);
+    wait_line(&log, "alive", "u0", 0);
+    signal(first.id(), "-STOP");
+    d.kill();
+    let state = d.dir.path().join("xtcqd.sock.state");
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+    d.spawn(SIZES, |_| {});
+    let second = work(&d, "s", &log, &["--idle-exit", "2s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    let dead = stdout(&d.run(&["dead", "s"]));
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    let all = lines(&log);
+    let bad = overlaps(&all);
+    kill_logged(&all);
+    assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
+    assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
 }

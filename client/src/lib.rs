@@ -177,9 +177,9 @@ impl Client {
         }
     }
 
-    /// The command registered for job `id` has exited and been reaped.
-    pub fn unfence_command(&self, id: JobId) -> Result<(), Error> {
-        match self.call(Request::Unfence { index: id.index, birth: id.birth })? {
+    /// The command `pid` registered for job `id` has exited and been reaped.
+    pub fn unfence_command(&self, id: JobId, pid: u32) -> Result<(), Error> {
+        match self.call(Request::Unfence { index: id.index, birth: id.birth, pid })? {
             Response::Unfenced => Ok(()),
             r => Err(self.unexpected(r)),
         }

@@ -55,7 +55,18 @@ pub struct Fences {
     commands: HashMap<(u32, u32), Command>,
     /// A registration was added or removed since [`take_changed`](Self::take_changed).
     changed: bool,
+    /// The most registrations at once: each holds a pidfd, and a fence that runs out of
+    /// descriptors cannot prove a group dead (`None`: no limit).
+    limit: Option<usize>,
+    /// While adopting a segment without the previous daemon's registrations (its state file
+    /// was missing or not trusted): a claim with no registration may still have a command
+    /// running, so it cannot be proven fenced.
+    lost: bool,
 }
+
+/// Why a claim is not given back while the previous daemon's registrations are unknown.
+const LOST: &str = "the previous xtcqd's fence registrations were lost (its state file was missing or not \
+                    trusted), so whether a command still runs this job is unknown";
 
 /// What `/proc/PID/stat` says of a process.
 struct Stat {
@@ -114,6 +125,14 @@ impl Fences {
         worker: (u32, u32),
     ) -> Result<(), String> {
         let (worker_pid, worker_uid) = worker;
+        if let Some(n) =
+            self.limit.filter(|&n| self.commands.len() >= n && !self.commands.contains_key(&(slot, index)))
+        {
+            return Err(format!(
+                "xtcqd already fences {n} commands, as many as its file-descriptor limit leaves room for; \
+                 raise its limit (LimitNOFILE, ulimit -n) or run fewer commands at once"
+            ));
+        }
         if pid == 0 || worker_pid == 0 {
             return Err("the daemon cannot see this process's pid namespace".into());
         }
@@ -142,12 +161,25 @@ impl Fences {
         Ok(())
     }
 
-    /// Forgets the command of record `index` held by `slot` (it exited and was reaped).
-    pub fn unregister(&mut self, slot: u32, index: u32, birth: u32) {
-        if self.commands.get(&(slot, index)).is_some_and(|c| c.birth == birth) {
+    /// Forgets the command `pid` of record `index` held by `slot` (it exited and was reaped).
+    /// Another pid's registration for the job stays: a late word about a first run must not
+    /// unfence the job's next run on the same process.
+    pub fn unregister(&mut self, slot: u32, index: u32, birth: u32, pid: u32) {
+        if self.commands.get(&(slot, index)).is_some_and(|c| c.birth == birth && c.pid == pid) {
             self.commands.remove(&(slot, index));
             self.changed = true;
         }
+    }
+
+    /// Whether the previous daemon's registrations are unknown (see `lost`); set for the
+    /// adoption of a segment, cleared after it.
+    pub fn set_lost(&mut self, lost: bool) {
+        self.lost = lost;
+    }
+
+    /// Sets the most registrations at once (see `limit`).
+    pub fn set_limit(&mut self, n: usize) {
+        self.limit = Some(n);
     }
 
     /// Whether a registration was added or removed since the last call (the state file is
@@ -206,6 +238,7 @@ impl Fences {
         let removed = self.commands.remove(&(holder, index));
         self.changed |= removed.is_some();
         match removed {
+            None if self.lost => Err(LOST.into()),
             Some(c) => kill_group(&c).inspect_err(|e| {
                 tracing::warn!(
                     slot = holder,
@@ -222,6 +255,9 @@ impl Fences {
     /// previous daemon revoked (it names no holder now) and died before re-queuing.
     pub fn fence_record(&mut self, index: u32) -> Result<(), String> {
         let holders: Vec<u32> = self.commands.keys().filter(|(_, i)| *i == index).map(|(s, _)| *s).collect();
+        if holders.is_empty() && self.lost {
+            return Err(LOST.into());
+        }
         holders.into_iter().try_for_each(|h| self.fence(index, h))
     }
 
@@ -287,7 +323,15 @@ fn group_members(c: &Command) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(st) = stat(pid) else { continue };
+        // Gone meanwhile: not a member. Unreadable (no descriptor left): the group cannot
+        // be proven empty, so the fence fails rather than take it for empty.
+        let st = match stat(pid) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+                continue
+            }
+            Err(e) => return Err(format!("cannot read /proc/{pid}/stat to fence its group: {e}")),
+        };
         if pid == c.pid && st.start_time != c.start_time {
             return Ok(Vec::new());
         }
@@ -303,7 +347,11 @@ fn group_members(c: &Command) -> Result<Vec<u32>, String> {
 /// member the daemon may not signal means the group cannot be proven dead: an error, so the
 /// job is dead-lettered rather than run beside it.
 fn kill_member(c: &Command, pid: u32) -> Result<(), String> {
-    let Ok(fd) = peer::pidfd_open(pid) else { return Ok(()) };
+    let fd = match peer::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
+        Err(e) => return Err(format!("cannot open a pidfd for pid {pid} of its command's group: {e}")),
+    };
     if !stat(pid).is_ok_and(|st| st.pgrp == c.pid) {
         return Ok(());
     }

@@ -181,6 +181,12 @@ impl Registry {
         }
     }
 
+    /// Fences at most `n` commands at once (each holds a file descriptor).
+    pub fn limit_fences(self, n: usize) -> Self {
+        self.lock().fences.set_limit(n);
+        self
+    }
+
     /// Lets no uid but `exempt` hold more than `per_uid` process slots at once.
     pub fn limit_slots_per_uid(mut self, per_uid: u32, exempt: [u32; 2]) -> Self {
         self.slot_limit = Some((per_uid, exempt));

@@ -106,8 +106,12 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         segment_path: seg.path().to_path_buf(),
     };
     let slots_per_uid = cfg.process_slots_per_uid.unwrap_or((seg.config().process_slots / 2).max(1));
+    // What the descriptors leave after the reserve, one pidfd per slot and two per
+    // connection: one pidfd per fenced command.
+    let fences = fds.saturating_sub(64 + u64::from(seg.config().process_slots) + 2 * max_connections as u64);
     let reg = Registry::with_state(seg.clone(), prep.state)
-        .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids());
+        .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids())
+        .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX));
     let (tx, _) = watch::channel(None);
     let st = Arc::new(Shared {
         cfg: cfg.clone(),

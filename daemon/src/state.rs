@@ -73,7 +73,7 @@ pub struct FenceRecord {
 pub enum FenceChange {
     /// A command was registered (replacing any for its slot and record).
     Add(FenceRecord),
-    /// The command of (slot, record, birth) exited and was reaped.
+    /// The command `pid` of (slot, record, birth) exited and was reaped.
     Remove {
         /// Its slot.
         slot: u32,
@@ -81,6 +81,8 @@ pub enum FenceChange {
         index: u32,
         /// Its job's birth.
         birth: u32,
+        /// Its pid (another registration for the job stays).
+        pid: u32,
     },
 }
 
@@ -238,32 +240,44 @@ impl StateFile {
         Ok(true)
     }
 
-    /// Replaces the file with `state`: a new owner-only file under a temporary name
-    /// (`O_EXCL | O_NOFOLLOW`, so nothing planted there is written through), then a rename.
+    /// Replaces the file with `state`: a new owner-only file under a temporary name no one
+    /// can guess (random; `O_EXCL | O_NOFOLLOW`, so nothing planted there is written
+    /// through or stands in the way), then a rename.
     pub fn save(&self, state: &DaemonState) -> io::Result<()> {
         let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
-        let mut tmp = self.name.clone();
-        tmp.push(format!(".tmp.{}", std::process::id()));
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let open = || rustix::fs::openat(&self.dir, tmp.as_os_str(), flags, Mode::from_raw_mode(0o600));
-        let fd = match open() {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::EXIST) => {
-                // Left by a daemon of ours with this pid that died mid-save (unlinkat removes
-                // a symlink itself, never its target).
-                rustix::fs::unlinkat(&self.dir, tmp.as_os_str(), rustix::fs::AtFlags::empty())?;
-                open()?
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (tmp, fd) = self.create_temporary()?;
         let mut f = std::fs::File::from(fd);
         let mut j = self.journal();
         *j = None;
-        f.write_all(&bytes)?;
-        f.write_all(b"\n")?;
-        rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str())?;
+        let written = f.write_all(&bytes).and_then(|()| f.write_all(b"\n"));
+        let renamed = written.and_then(|()| {
+            Ok(rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str())?)
+        });
+        if let Err(e) = renamed {
+            let _ = rustix::fs::unlinkat(&self.dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
+            return Err(e);
+        }
         *j = Some((f, 0));
         Ok(())
+    }
+
+    /// A new owner-only file beside the state file, under a random name (a few tries: a
+    /// name taken, by chance or by a planted file, is passed over).
+    fn create_temporary(&self) -> io::Result<(OsString, OwnedFd)> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut last = io::Error::other("no temporary name tried");
+        for _ in 0..8 {
+            let mut random = [0u8; 8];
+            rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
+            let mut tmp = self.name.clone();
+            tmp.push(format!(".tmp.{:016x}", u64::from_ne_bytes(random)));
+            match rustix::fs::openat(&self.dir, tmp.as_os_str(), flags, Mode::from_raw_mode(0o600)) {
+                Ok(fd) => return Ok((tmp, fd)),
+                Err(rustix::io::Errno::EXIST) => last = io::Error::from(rustix::io::Errno::EXIST),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last)
     }
 }
 
@@ -277,8 +291,8 @@ impl DaemonState {
                 FenceChange::Add(r) => {
                     fences.insert((r.slot, r.index), r);
                 }
-                FenceChange::Remove { slot, index, birth } => {
-                    if fences.get(&(slot, index)).is_some_and(|r| r.birth == birth) {
+                FenceChange::Remove { slot, index, birth, pid } => {
+                    if fences.get(&(slot, index)).is_some_and(|r| r.birth == birth && r.pid == pid) {
                         fences.remove(&(slot, index));
                     }
                 }
@@ -334,8 +348,9 @@ mod tests {
         for c in [
             FenceChange::Add(add(1, 1)),
             FenceChange::Add(add(2, 5)),
-            FenceChange::Remove { slot: 3, index: 2, birth: 4 }, // another birth: stays
-            FenceChange::Remove { slot: 3, index: 1, birth: 1 },
+            FenceChange::Remove { slot: 3, index: 2, birth: 4, pid: 42 }, // another birth: stays
+            FenceChange::Remove { slot: 3, index: 2, birth: 5, pid: 7 },  // another pid: stays
+            FenceChange::Remove { slot: 3, index: 1, birth: 1, pid: 41 },
         ] {
             assert!(f.append(&c).expect("append"));
         }
@@ -361,6 +376,25 @@ mod tests {
         assert_eq!(std::fs::read(&precious).expect("read"), b"keep me");
         assert!(std::fs::symlink_metadata(f.path()).expect("stat").is_file(), "the link was replaced");
         assert_eq!(f.load(), Some(sample()));
+    }
+
+    #[test]
+    fn a_directory_planted_where_a_save_used_to_write_does_not_stop_it() {
+        // The temporary name was SOCKET.state.tmp.PID: anyone who could create an entry in
+        // the directory (a sticky /tmp) made every save, and so every fence, fail.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
+        std::fs::create_dir(dir.path().join(format!("xtcqd.sock.state.tmp.{}", std::process::id())))
+            .expect("plant");
+        std::fs::create_dir(dir.path().join("xtcqd.sock.state.tmp.0")).expect("plant");
+        f.save(&sample()).expect("save");
+        assert_eq!(f.load(), Some(sample()));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()) && e.file_name() != "xtcqd.sock.state")
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
     }
 
     #[test]

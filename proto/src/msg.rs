@@ -256,13 +256,16 @@ pub enum Request {
         /// The command's pid (in the daemon's pid namespace).
         pid: u32,
     },
-    /// The command registered for record `index` (birth `birth`) has exited and been reaped:
-    /// forget it; [`Response::Unfenced`].
+    /// The command `pid` registered for record `index` (birth `birth`) has exited and been
+    /// reaped: forget it; [`Response::Unfenced`]. A registration of another pid for the same
+    /// job (the job ran again, on this process, after its lease ran out) stays.
     Unfence {
         /// Record index.
         index: u32,
         /// Birth generation.
         birth: u32,
+        /// The command's pid, as registered.
+        pid: u32,
     },
 }
 

@@ -152,8 +152,10 @@ fn give_back(
     }
     crate::failpoint::point("daemon.recovery.mid");
     // Revoked (the holder can no longer ack or extend); before anyone can claim it again,
-    // whatever the holder runs for it is stopped, or the job is not run again at all.
-    let fenced = if holder != NO_HOLDER { fence(index, holder) } else { Ok(()) };
+    // whatever the holder runs for it is stopped, or the job is not run again at all. Also
+    // for a claim a previous daemon revoked and died before re-queuing (`NO_HOLDER`): its
+    // fence finds the command by record.
+    let fenced = fence(index, holder);
     let q = hdr.queue.load(Ordering::Relaxed);
     let limit = seg.queue(q).map(|info| info.spec.max_attempts).ok();
     // Relaxed: published by the Release CAS below, as in `ClaimedJob::nack`.

@@ -54,7 +54,7 @@ impl Registry {
             .record(slot.slot, index)
             .is_some_and(|r| self.keep_fence_change(&t, &FenceChange::Add(r)));
         if !kept {
-            t.fences.unregister(slot.slot, index, birth);
+            t.fences.unregister(slot.slot, index, birth, pid);
             t.fences.take_changed();
             return Err(ErrorReply::new(
                 ErrorCode::Internal,
@@ -67,14 +67,14 @@ impl Registry {
         Ok(())
     }
 
-    /// Forgets the command registered for record `index` of `slot`.
-    pub fn unregister_fence(&self, slot: SlotId, index: u32, birth: u32) {
+    /// Forgets the command `pid` registered for record `index` of `slot`.
+    pub fn unregister_fence(&self, slot: SlotId, index: u32, birth: u32, pid: u32) {
         let mut t = self.lock();
-        t.fences.unregister(slot.slot, index, birth);
+        t.fences.unregister(slot.slot, index, birth, pid);
         if t.fences.take_changed() {
             // A removal that is not kept leaves a registration the next daemon re-identifies
             // by pid and start time and finds gone: harmless.
-            self.keep_fence_change(&t, &FenceChange::Remove { slot: slot.slot, index, birth });
+            self.keep_fence_change(&t, &FenceChange::Remove { slot: slot.slot, index, birth, pid });
         }
     }
 }

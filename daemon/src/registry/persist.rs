@@ -45,18 +45,19 @@ impl Registry {
         }
     }
 
-    /// What the previous daemon recorded for this segment (nothing without a state file, or
-    /// when it describes another segment).
-    pub(super) fn load_state(&self) -> DaemonState {
-        let Some(f) = &self.state else { return DaemonState::default() };
+    /// What the previous daemon recorded for this segment, and whether there was such a
+    /// record: `false` when this daemon keeps a state file but found none it trusts for this
+    /// segment (missing, not its own, or describing another segment).
+    pub(super) fn load_state(&self) -> (DaemonState, bool) {
+        let Some(f) = &self.state else { return (DaemonState::default(), true) };
         let id = state::file_id(self.seg.file());
         match f.load() {
-            Some(s) if s.segment == id => s,
+            Some(s) if s.segment == id => (s, true),
             Some(_) => {
                 warn!(file = %f.path().display(), "xtcqd's state file describes another segment; ignoring it");
-                DaemonState::default()
+                (DaemonState::default(), false)
             }
-            None => DaemonState::default(),
+            None => (DaemonState::default(), false),
         }
     }
 

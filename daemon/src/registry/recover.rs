@@ -98,13 +98,21 @@ impl Registry {
     /// over a connection).
     pub fn adopt(&self, alive: impl Fn(u32, u64) -> bool) -> Vec<Adopted> {
         self.finish_interrupted_deletes();
-        let known = self.load_state();
+        let (known, trusted) = self.load_state();
         {
             let mut t = self.lock();
             t.queues = known.queues.clone();
             // Before any recovery: a dead holder's commands are killed before its jobs are
-            // given back, whichever daemon they were registered with.
+            // given back, whichever daemon they were registered with. Without the file, no
+            // claim can be proven fenced: they go to the dead letters, not to a second run.
             t.fences.adopt(&known.fences);
+            if !trusted {
+                warn!(
+                    "no trusted state file for this segment: claims taken back now go to the dead letters \
+                     (re-queue them with `xtcq dead QUEUE --requeue` once their commands are known to be gone)"
+                );
+                t.fences.set_lost(true);
+            }
         }
         let (live, dead) = self.verify_slots(&known, alive);
         for slot in &dead {
@@ -115,6 +123,7 @@ impl Registry {
         let live_slots: BTreeSet<u32> = live.iter().map(|a| a.slot.slot).collect();
         self.recover_strays(&live_slots);
         self.fence_unheld(&live_slots);
+        self.lock().fences.set_lost(false);
         live
     }
 

@@ -83,7 +83,7 @@ impl Conn {
             Request::Detach { queue, deque } => self.detach(queue, deque),
             Request::Resume { slot, slot_epoch } => self.resume(slot, slot_epoch),
             Request::FenceCommand { index, birth, pid } => self.fence_command(index, birth, pid).await,
-            Request::Unfence { index, birth } => self.unfence(index, birth),
+            Request::Unfence { index, birth, pid } => self.unfence(index, birth, pid),
             Request::Shutdown => self.shutdown(),
         }
     }
@@ -253,10 +253,10 @@ impl Conn {
     }
 
     /// `Unfence`: the command of a job exited and was reaped.
-    fn unfence(&self, index: u32, birth: u32) -> Result<Response, ErrorReply> {
+    fn unfence(&self, index: u32, birth: u32, pid: u32) -> Result<Response, ErrorReply> {
         let reg = self.st.reg.clone();
         if let Some(slot) = self.slot {
-            reg.unregister_fence(slot, index, birth);
+            reg.unregister_fence(slot, index, birth, pid);
         }
         Ok(Response::Unfenced)
     }
