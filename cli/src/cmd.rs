@@ -11,6 +11,7 @@ use xtcq_client::{Client, Error, Flavor, JobHandle, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
+use crate::out::{self, outln, sayln};
 use crate::parse_duration;
 
 pub fn connect(socket: Option<&Path>) -> Result<Client> {
@@ -163,7 +164,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
     let c = connect(socket)?;
     let stats = c.stats(None)?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&stats.queues.iter().map(|q| &q.info).collect::<Vec<_>>())?
         );
@@ -187,7 +188,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
             q.records.dead
         ));
     }
-    print!("{out}");
+    out::print(&out)?;
     Ok(exit::OK)
 }
 
@@ -258,12 +259,16 @@ pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) ->
 pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
     let c = connect(socket)?;
     let inj = c.attach_injector(&a.queue)?;
-    let out = std::io::stdout();
-    let mut out = out.lock();
+    let mut pushed = 0u64;
     let mut one = |p: &[u8]| -> Result<()> {
         let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
+        pushed += 1;
         if a.print_handle {
-            writeln!(out, "{}", xtcq_client::JobId::of_push(h))?;
+            // Not the quiet stop of a listing: the jobs not yet pushed would be dropped
+            // unsaid, so a closed stdout is an error that says how far it got.
+            if let Err(e) = out::print(format!("{}\n", xtcq_client::JobId::of_push(h))) {
+                bail!("cannot print the id of job {pushed} (it was pushed; the rest were not): {e:#}");
+            }
         }
         Ok(())
     };
@@ -348,7 +353,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
     let c = connect(socket)?;
     let s = c.stats(a.queue.as_deref())?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(exit::OK);
     }
     let r = &s.records;
@@ -418,7 +423,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
             ));
         }
     }
-    print!("{o}");
+    out::print(&o)?;
     Ok(exit::OK)
 }
 
@@ -467,7 +472,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            outln!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             let mut o = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
             for d in &list {
@@ -481,7 +486,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     p
                 ));
             }
-            print!("{o}");
+            out::print(&o)?;
         }
         return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
     }
@@ -546,22 +551,30 @@ pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
         None => connect(socket)?.check_with_strays(a.quiescent, a.stray_window)?,
     };
     let n = &report.counts;
-    println!(
+    sayln!(
         "{} queue(s), {} deque(s) holding {} handle(s), {} overflow index(es), {} process(es)",
-        n.queues, n.deques, n.deque_handles, n.ring_indices, n.processes
+        n.queues,
+        n.deques,
+        n.deque_handles,
+        n.ring_indices,
+        n.processes
     );
-    println!(
+    sayln!(
         "records: {} free, {} filling, {} queued, {} running, {} dead",
-        n.free, n.filling, n.queued, n.claimed, n.dead
+        n.free,
+        n.filling,
+        n.queued,
+        n.claimed,
+        n.dead
     );
     if report.is_consistent() {
-        println!("consistent");
+        sayln!("consistent");
         Ok(exit::OK)
     } else {
         for p in &report.problems {
-            println!("problem: {p}");
+            sayln!("problem: {p}");
         }
-        println!("INCONSISTENT: {} problem(s)", report.problems.len());
+        sayln!("INCONSISTENT: {} problem(s)", report.problems.len());
         Ok(exit::FAILED)
     }
 }

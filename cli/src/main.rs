@@ -10,6 +10,7 @@ mod cmd;
 mod demo;
 mod exit;
 mod fence;
+mod out;
 mod work;
 
 use std::path::PathBuf;
@@ -130,6 +131,8 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // The reader of stdout had enough (`| head`): not an error.
+        Err(e) if out::is_closed(&e) => std::process::exit(exit::OK),
         Err(e) => {
             eprintln!("xtcq: error: {e:#}");
             std::process::exit(exit::for_error(&e));
