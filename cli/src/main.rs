@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
 /// Talks to the daemon `xtcqd` over its control socket; pushes and steals happen in shared
 /// memory, with no system call on the fast path.
 #[derive(Debug, Parser)]
-#[command(name = "xtcq", version, about, long_about, after_long_help = exit::HELP)]
+#[command(name = "xtcq", version, after_long_help = exit::HELP)]
 pub struct Cli {
     /// Control socket of xtcqd [default: $XDG_RUNTIME_DIR/xtcq/xtcqd.sock, else
     /// /tmp/xtcq-$UID/xtcqd.sock; then the system daemon's /run/xtcq/xtcqd.sock if that one is

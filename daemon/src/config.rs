@@ -33,7 +33,7 @@ use xtcq_proto::names;
 /// Exit status: 0 after a clean stop, 1 on a startup or runtime error (including "another
 /// xtcqd is already running"), 2 on bad arguments.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "xtcqd", version, about, long_about)]
+#[command(name = "xtcqd", version)]
 pub struct Args {
     /// Control socket path.
     #[arg(long, env = "XTCQ_SOCKET", value_name = "PATH")]
