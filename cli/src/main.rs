@@ -35,24 +35,10 @@ pub struct Cli {
     command: Command,
 }
 
-/// The longest duration accepted (100 years): longer ones would overflow a deadline.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds; at most 100 years.
+/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds; at most 100 years
+/// (the syntax `xtcqd`'s flags take too).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let d = match t.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
-            Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))?
-        }
-        Ok(_) => return Err(format!("{s:?} is not a duration: seconds must be a number >= 0")),
-        Err(_) => humantime::parse_duration(t)
-            .map_err(|e| format!("{s:?} is not a duration ({e}); say e.g. 500ms, 2s, 1m"))?,
-    };
-    if d > MAX_DURATION {
-        return Err(format!("{s:?} is too long a duration: at most 100 years"));
-    }
-    Ok(d)
+    xtcq_proto::duration::parse(s)
 }
 
 /// A queue's lease: a duration the daemon can honour (0: none; else whole ms, >= 1ms).

@@ -240,7 +240,7 @@ fn a_killed_workers_command_is_dead_before_its_job_runs_again() {
 #[test]
 fn a_stopped_workers_command_is_dead_before_its_expired_job_runs_again() {
     let mut flags = SIZES.to_vec();
-    flags.extend(["--lease-scan-interval", "10"]);
+    flags.extend(["--lease-scan-interval", "10ms"]);
     let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
     ok(&d.run(&["create", "s", "--lease", "150ms"]));
     let log = d.dir.path().join("runs");
