@@ -13,6 +13,7 @@ use xtcq_proto::queue_name::escaped;
 use crate::exit;
 use crate::out::{self, outln, sayln};
 use crate::parse_duration;
+use crate::room::Room;
 
 pub fn connect(socket: Option<&Path>) -> Result<Client> {
     Ok(Client::connect(socket)?)
@@ -209,32 +210,6 @@ pub struct PushArgs {
     print_handle: bool,
 }
 
-/// Pushes with back-off while the queue is full, up to `timeout`.
-pub fn push_blocking<F>(mut push: F, payload: &[u8], timeout: Duration) -> Result<JobHandle>
-where
-    F: FnMut(&[u8]) -> std::result::Result<JobHandle, Error>,
-{
-    let mut deadline = None;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        match push(payload) {
-            Ok(h) => return Ok(h),
-            Err(e @ (Error::QueueFull { .. } | Error::RecordsFull(_))) => {
-                let d = *deadline.get_or_insert_with(|| Instant::now().checked_add(timeout));
-                if d.is_some_and(|d| Instant::now() >= d) {
-                    return Err(anyhow::Error::from(e).context(format!(
-                        "still full after waiting {}",
-                        humantime::format_duration(timeout)
-                    )));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
 pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
     let stdin = std::io::stdin();
@@ -260,8 +235,9 @@ pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
     let c = connect(socket)?;
     let inj = c.attach_injector(&a.queue)?;
     let mut pushed = 0u64;
+    let mut room = Room::new(&a.queue, a.timeout);
     let mut one = |p: &[u8]| -> Result<()> {
-        let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
+        let h = room.push(|p| inj.push(p), p)?;
         pushed += 1;
         if a.print_handle {
             // Not the quiet stop of a listing: the jobs not yet pushed would be dropped

@@ -11,6 +11,7 @@ mod demo;
 mod exit;
 mod fence;
 mod out;
+mod room;
 mod work;
 
 use std::path::PathBuf;

@@ -23,7 +23,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use xtcq_client::{Client, Job, ThiefHandle};
 
-use crate::cmd::{connect, for_each_stdin_job, push_blocking};
+use crate::cmd::{connect, for_each_stdin_job};
+use crate::room::Room;
 use crate::{exit, parse_duration};
 
 #[derive(Debug, Args)]
@@ -42,8 +43,9 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     let c = connect(socket)?;
     let owner = c.attach_owner(&a.queue)?;
     let t0 = Instant::now();
+    let mut room = Room::new(&a.queue, a.timeout);
     let n = for_each_stdin_job(a.null, |p| {
-        push_blocking(|p| owner.push(p), p, a.timeout)?;
+        room.push(|p| owner.push(p), p)?;
         Ok(())
     })?;
     let secs = t0.elapsed().as_secs_f64();
