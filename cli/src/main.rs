@@ -13,6 +13,7 @@ mod fence;
 mod out;
 mod room;
 mod work;
+mod work_summary;
 
 use std::path::PathBuf;
 use std::time::Duration;
