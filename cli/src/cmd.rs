@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, Error, Flavor, JobHandle, QueueParams};
+use xtcq_client::{Client, DeadAction, Error, Flavor, JobHandle, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
@@ -487,19 +487,22 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
         eprintln!("xtcq: queue {} has no dead letters", a.queue);
         return Ok(exit::EMPTY);
     }
-    for j in &jobs {
-        if a.requeue {
-            c.requeue_dead(&a.queue, *j)?;
-        } else {
-            c.purge_dead(&a.queue, *j)?;
-        }
-    }
-    eprintln!(
-        "xtcq: {} {} dead letter(s) of {}",
-        if a.requeue { "re-queued" } else { "purged" },
-        jobs.len(),
-        a.queue
-    );
+    let (action, verb) =
+        if a.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
+    let mut shown = crate::progress::Progress::new();
+    let total = jobs.len();
+    // One attach and one scan for them all (see `Client::act_on_dead`), not one per job.
+    let done = c.act_on_dead(&a.queue, &jobs, action, |n| {
+        shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&a.queue)))
+    });
+    shown.clear();
+    let done = done?;
+    let gone = if done.gone > 0 {
+        format!(" ({} were re-queued or purged by another process meanwhile)", done.gone)
+    } else {
+        String::new()
+    };
+    eprintln!("xtcq: {verb} {} dead letter(s) of {}{gone}", done.done, escaped(&a.queue));
     Ok(exit::OK)
 }
 

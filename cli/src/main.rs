@@ -11,6 +11,7 @@ mod demo;
 mod exit;
 mod fence;
 mod out;
+mod progress;
 mod room;
 mod work;
 mod work_summary;
