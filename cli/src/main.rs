@@ -8,6 +8,7 @@
 
 mod cmd;
 mod demo;
+mod docs;
 mod exit;
 mod fence;
 mod out;
@@ -87,6 +88,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Ask the daemon to stop.
     Shutdown,
+    /// Print a completion script for bash, zsh, fish, elvish or powershell.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages of xtcq, its subcommands and xtcqd into a directory.
+    Man(docs::ManArgs),
     /// Runs the daemon in this process (what `xtcq demo` uses when no xtcqd binary is
     /// installed beside xtcq); takes xtcqd's flags.
     #[command(name = "__xtcqd", hide = true, disable_help_flag = true)]
@@ -112,6 +117,8 @@ fn main() {
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
         Command::Shutdown => cmd::shutdown(socket),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man(a) => docs::man(a),
         Command::Produce(a) => work::produce(socket, a),
         Command::Work(a) => work::work(socket, a),
         Command::Demo(a) => demo::demo(a),
