@@ -69,7 +69,7 @@ pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> 
     }
     argv.extend(args.into_iter().map(Into::into));
     let args = xtcqd::Args::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?;
-    xtcqd::init_logging();
+    xtcqd::init_logging_as(args.log_format);
     let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;
     xtcqd::run(cfg)?;
     Ok(exit::OK)

@@ -130,6 +130,11 @@ pub struct Args {
     /// number (which once meant milliseconds here) is refused.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_scan_interval)]
     pub lease_scan_interval: Duration,
+
+    /// How log lines on stderr are written: text, or json (one object per line, the event's
+    /// fields at the top level).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub log_format: crate::LogFormat,
 }
 
 /// `--io-timeout`: a duration above zero (a zero one would drop every connection at once).

@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() {
     let args = xtcqd::Args::parse();
-    xtcqd::init_logging();
+    xtcqd::init_logging_as(args.log_format);
     let result = xtcqd::Config::from_args(&args)
         .map_err(xtcqd::DaemonError::from)
         .and_then(xtcqd::run)
