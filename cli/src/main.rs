@@ -6,6 +6,23 @@
 //! (the socket, the queue, the sizes); a job is acked only after its payload was written in
 //! full, and a job whose output failed is nacked, never dropped.
 
+// `eprintln!` and `eprint!` panic when stderr is a closed pipe (`xtcq work ... 2>&1 | head`);
+// these two, defined before every module and so in scope in all of them, shadow the standard
+// ones: a message that cannot be written is dropped, and the command goes on to its own exit
+// status (what is said on stderr never decides it).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cmd;
 mod demo;
 mod docs;

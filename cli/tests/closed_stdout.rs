@@ -93,3 +93,26 @@ fn dead_letters_piped_into_head_as_the_issue_did() {
         assert!(!stderr(&o).contains("panicked"), "xtcq {}: {}", args.join(" "), stderr(&o));
     }
 }
+
+/// What each subcommand says on stderr (a message, a progress line, a summary, an error):
+/// a closed stderr is no panic either.
+#[test]
+fn a_closed_stderr_is_no_panic_either() {
+    let d = daemon_with_jobs(20);
+    let cases: &[&[&str]] = &[
+        &["dead", "q", "--requeue"],
+        &["work", "q", "--max-jobs", "3", "-v", "--", "true"],
+        &["create", "q"],
+        &["steal", "no-such-queue"],
+        &["delete", "q", "--force"],
+        &["push", "nope", "x"],
+        &["no-such-subcommand"],
+    ];
+    for args in cases {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let child = d.xtcq().args(*args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(writer).spawn();
+        let o = wait_bounded(child.expect("spawn"), std::time::Duration::from_secs(60), &args.join(" "));
+        assert_ne!(code(&o), 101, "xtcq {} panicked on a closed stderr", args.join(" "));
+    }
+}
