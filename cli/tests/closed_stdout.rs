@@ -92,6 +92,19 @@ fn dead_letters_piped_into_head_as_the_issue_did() {
         assert!(out.ends_with(" rc=0\n"), "xtcq {}: {out} {}", args.join(" "), stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "xtcq {}: {}", args.join(" "), stderr(&o));
     }
+    // And every subcommand, literally `| head -c1` (whether head closes the pipe before or
+    // after a short output is written, neither is a panic).
+    for (args, _) in subcommands(&d) {
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        let line = format!(
+            "{XTCQ} --socket {} {} | head -c1 >/dev/null; echo \"rc=${{PIPESTATUS[0]}}\"",
+            d.socket.display(),
+            quoted.join(" ")
+        );
+        let o = run_bounded(Command::new("bash").args(["-c", &line]).env_remove("XTCQ_SOCKET"), None);
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(!out.contains("rc=101") && !err.contains("panicked"), "xtcq {}: {out} {err}", args.join(" "));
+    }
 }
 
 /// What each subcommand says on stderr (a message, a progress line, a summary, an error):
