@@ -68,6 +68,7 @@ pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> 
         argv.push(s.as_os_str().to_owned());
     }
     argv.extend(args.into_iter().map(Into::into));
+    let argv = xtcqd::config_file::argv(argv)?;
     let args = xtcqd::Args::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?;
     xtcqd::init_logging_as(args.log_format);
     let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;

@@ -33,8 +33,14 @@ use xtcq_proto::{duration, names};
 /// Exit status: 0 after a clean stop, 1 on a startup or runtime error (including "another
 /// xtcqd is already running"), 2 on bad arguments.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "xtcqd", version)]
+#[command(name = "xtcqd", version, args_override_self = true)]
 pub struct Args {
+    /// Read options from this TOML file: each key a flag's long name (`records = 65536`,
+    /// `lease-scan-interval = "100ms"`, `allow-uid = ["alice"]`, `recreate = true`). Flags on
+    /// the command line, and the environment variables flags read, override the file.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
     /// Control socket path.
     #[arg(long, env = "XTCQ_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,

@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod config_file;
 pub mod fdstore;
 pub mod fence;
 pub mod guard;
