@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, Error, Flavor, JobHandle, QueueParams};
+use xtcq_client::{Client, DeadAction, Error, Flavor, JobHandle, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
+use crate::out::{self, outln, sayln};
 use crate::parse_duration;
+use crate::room::Room;
 
 pub fn connect(socket: Option<&Path>) -> Result<Client> {
     Ok(Client::connect(socket)?)
@@ -163,7 +165,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
     let c = connect(socket)?;
     let stats = c.stats(None)?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&stats.queues.iter().map(|q| &q.info).collect::<Vec<_>>())?
         );
@@ -187,7 +189,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
             q.records.dead
         ));
     }
-    print!("{out}");
+    out::print(&out)?;
     Ok(exit::OK)
 }
 
@@ -206,32 +208,6 @@ pub struct PushArgs {
     /// Print each job's id (`record.generation`, the id `work` and `dead` name it by) on stdout.
     #[arg(long)]
     print_handle: bool,
-}
-
-/// Pushes with back-off while the queue is full, up to `timeout`.
-pub fn push_blocking<F>(mut push: F, payload: &[u8], timeout: Duration) -> Result<JobHandle>
-where
-    F: FnMut(&[u8]) -> std::result::Result<JobHandle, Error>,
-{
-    let mut deadline = None;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        match push(payload) {
-            Ok(h) => return Ok(h),
-            Err(e @ (Error::QueueFull { .. } | Error::RecordsFull(_))) => {
-                let d = *deadline.get_or_insert_with(|| Instant::now().checked_add(timeout));
-                if d.is_some_and(|d| Instant::now() >= d) {
-                    return Err(anyhow::Error::from(e).context(format!(
-                        "still full after waiting {}",
-                        humantime::format_duration(timeout)
-                    )));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -258,12 +234,17 @@ pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) ->
 pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
     let c = connect(socket)?;
     let inj = c.attach_injector(&a.queue)?;
-    let out = std::io::stdout();
-    let mut out = out.lock();
+    let mut pushed = 0u64;
+    let mut room = Room::new(&a.queue, a.timeout);
     let mut one = |p: &[u8]| -> Result<()> {
-        let h = push_blocking(|p| inj.push(p), p, a.timeout)?;
+        let h = room.push(|p| inj.push(p), p)?;
+        pushed += 1;
         if a.print_handle {
-            writeln!(out, "{}", xtcq_client::JobId::of_push(h))?;
+            // Not the quiet stop of a listing: the jobs not yet pushed would be dropped
+            // unsaid, so a closed stdout is an error that says how far it got.
+            if let Err(e) = out::print(format!("{}\n", xtcq_client::JobId::of_push(h))) {
+                bail!("cannot print the id of job {pushed} (it was pushed; the rest were not): {e:#}");
+            }
         }
         Ok(())
     };
@@ -348,7 +329,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
     let c = connect(socket)?;
     let s = c.stats(a.queue.as_deref())?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(exit::OK);
     }
     let r = &s.records;
@@ -418,7 +399,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
             ));
         }
     }
-    print!("{o}");
+    out::print(&o)?;
     Ok(exit::OK)
 }
 
@@ -467,7 +448,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            outln!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             let mut o = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
             for d in &list {
@@ -481,7 +462,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     p
                 ));
             }
-            print!("{o}");
+            out::print(&o)?;
         }
         return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
     }
@@ -506,19 +487,22 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
         eprintln!("xtcq: queue {} has no dead letters", a.queue);
         return Ok(exit::EMPTY);
     }
-    for j in &jobs {
-        if a.requeue {
-            c.requeue_dead(&a.queue, *j)?;
-        } else {
-            c.purge_dead(&a.queue, *j)?;
-        }
-    }
-    eprintln!(
-        "xtcq: {} {} dead letter(s) of {}",
-        if a.requeue { "re-queued" } else { "purged" },
-        jobs.len(),
-        a.queue
-    );
+    let (action, verb) =
+        if a.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
+    let mut shown = crate::progress::Progress::new();
+    let total = jobs.len();
+    // One attach and one scan for them all (see `Client::act_on_dead`), not one per job.
+    let done = c.act_on_dead(&a.queue, &jobs, action, |n| {
+        shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&a.queue)))
+    });
+    shown.clear();
+    let done = done?;
+    let gone = if done.gone > 0 {
+        format!(" ({} were re-queued or purged by another process meanwhile)", done.gone)
+    } else {
+        String::new()
+    };
+    eprintln!("xtcq: {verb} {} dead letter(s) of {}{gone}", done.done, escaped(&a.queue));
     Ok(exit::OK)
 }
 
@@ -546,22 +530,30 @@ pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
         None => connect(socket)?.check_with_strays(a.quiescent, a.stray_window)?,
     };
     let n = &report.counts;
-    println!(
+    sayln!(
         "{} queue(s), {} deque(s) holding {} handle(s), {} overflow index(es), {} process(es)",
-        n.queues, n.deques, n.deque_handles, n.ring_indices, n.processes
+        n.queues,
+        n.deques,
+        n.deque_handles,
+        n.ring_indices,
+        n.processes
     );
-    println!(
+    sayln!(
         "records: {} free, {} filling, {} queued, {} running, {} dead",
-        n.free, n.filling, n.queued, n.claimed, n.dead
+        n.free,
+        n.filling,
+        n.queued,
+        n.claimed,
+        n.dead
     );
     if report.is_consistent() {
-        println!("consistent");
+        sayln!("consistent");
         Ok(exit::OK)
     } else {
         for p in &report.problems {
-            println!("problem: {p}");
+            sayln!("problem: {p}");
         }
-        println!("INCONSISTENT: {} problem(s)", report.problems.len());
+        sayln!("INCONSISTENT: {} problem(s)", report.problems.len());
         Ok(exit::FAILED)
     }
 }

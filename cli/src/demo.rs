@@ -19,6 +19,7 @@ use xtcq_client::monotonic_ns;
 use xtcq_client::{Client, Flavor, QueueParams};
 
 use crate::exit;
+use crate::out::sayln;
 
 const QUEUE: &str = "demo";
 /// Job payload: id (8 bytes), push time (8 bytes), padding to the usual 64 bytes.
@@ -67,8 +68,9 @@ pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> 
         argv.push(s.as_os_str().to_owned());
     }
     argv.extend(args.into_iter().map(Into::into));
+    let argv = xtcqd::config_file::argv(argv)?;
     let args = xtcqd::Args::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?;
-    xtcqd::init_logging();
+    xtcqd::init_logging_as(args.log_format);
     let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;
     xtcqd::run(cfg)?;
     Ok(exit::OK)
@@ -176,7 +178,7 @@ pub fn demo(a: DemoArgs) -> Result<i32> {
 fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path) -> Result<i32> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let processes = a.workers as usize + 1;
-    println!(
+    sayln!(
         "xtcq demo: {} jobs, 1 producer process -> {} worker process(es) on {} CPU(s){}",
         a.jobs,
         a.workers,
@@ -217,7 +219,7 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     };
-    println!("  daemon      xtcqd pid {pid}, socket {}, segment {}", socket.display(), segment.display());
+    sayln!("  daemon      xtcqd pid {pid}, socket {}, segment {}", socket.display(), segment.display());
     client.create_queue(&QueueParams {
         deques: 2,
         capacity: 1024,
@@ -327,26 +329,26 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
 
     let secs = (last_ack.saturating_sub(first_push)) as f64 / 1e9;
     lat.sort_unstable();
-    println!(
+    sayln!(
         "  exactly once {} of {} ids acked once; {missing} missing, {twice} more than once{}",
         a.jobs as usize - missing - twice,
         a.jobs,
         if out_of_range > 0 { format!(", {out_of_range} unknown") } else { String::new() }
     );
-    println!(
+    sayln!(
         "  throughput   {:.2} M jobs/s ({} jobs in {:.1} ms, first push to last ack; push, claim, payload copy and ack each)",
         a.jobs as f64 / secs.max(1e-9) / 1e6,
         a.jobs,
         secs * 1e3
     );
-    println!(
+    sayln!(
         "  latency      push -> claim, including time queued behind earlier jobs: p50 {}, p99 {}, max {}",
         us(percentile(&lat, 0.5)),
         us(percentile(&lat, 0.99)),
         us(lat.last().copied().unwrap_or(0))
     );
-    println!("  per worker   {}", per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
-    println!(
+    sayln!("  per worker   {}", per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
+    sayln!(
         "  segment      {}",
         if report.is_consistent() {
             "consistent (xtcq check)".to_string()
@@ -363,7 +365,7 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
         bail!("xtcqd did not stop cleanly ({st})");
     }
     let ok = missing == 0 && twice == 0 && out_of_range == 0 && report.is_consistent();
-    println!("  result       {}", if ok { "ok" } else { "FAILED" });
+    sayln!("  result       {}", if ok { "ok" } else { "FAILED" });
     Ok(if ok { exit::OK } else { exit::FAILED })
 }
 
@@ -374,7 +376,7 @@ pub fn role(socket: Option<&Path>, a: RoleArgs) -> Result<i32> {
     match a.role {
         Role::Producer => {
             let owner = client.attach_owner(QUEUE)?;
-            println!("ready");
+            sayln!("ready");
             std::io::stdout().flush()?;
             let mut p = [0u8; PAYLOAD];
             let t0 = monotonic_ns();
@@ -398,7 +400,7 @@ pub fn role(socket: Option<&Path>, a: RoleArgs) -> Result<i32> {
         }
         Role::Worker => {
             let thief = client.attach_thief(QUEUE)?;
-            println!("ready");
+            sayln!("ready");
             std::io::stdout().flush()?;
             let mut buf = Vec::with_capacity(PAYLOAD);
             let mut last = 0u64;

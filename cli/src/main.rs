@@ -6,12 +6,34 @@
 //! (the socket, the queue, the sizes); a job is acked only after its payload was written in
 //! full, and a job whose output failed is nacked, never dropped.
 
+// `eprintln!` and `eprint!` panic when stderr is a closed pipe (`xtcq work ... 2>&1 | head`);
+// these two, defined before every module and so in scope in all of them, shadow the standard
+// ones: a message that cannot be written is dropped, and the command goes on to its own exit
+// status (what is said on stderr never decides it).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cmd;
 mod demo;
+mod docs;
 mod exit;
 mod fence;
 mod hold;
+mod out;
+mod progress;
+mod room;
 mod work;
+mod work_summary;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +45,7 @@ use clap::{Parser, Subcommand};
 /// Talks to the daemon `xtcqd` over its control socket; pushes and steals happen in shared
 /// memory, with no system call on the fast path.
 #[derive(Debug, Parser)]
-#[command(name = "xtcq", version, about, long_about, after_long_help = exit::HELP)]
+#[command(name = "xtcq", version, after_long_help = exit::HELP)]
 pub struct Cli {
     /// Control socket of xtcqd [default: $XDG_RUNTIME_DIR/xtcq/xtcqd.sock, else
     /// /tmp/xtcq-$UID/xtcqd.sock; then the system daemon's /run/xtcq/xtcqd.sock if that one is
@@ -35,24 +57,10 @@ pub struct Cli {
     command: Command,
 }
 
-/// The longest duration accepted (100 years): longer ones would overflow a deadline.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds; at most 100 years.
+/// A duration such as `500ms`, `2s`, `1m 30s`, or a plain number of seconds; at most 100 years
+/// (the syntax `xtcqd`'s flags take too).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let d = match t.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
-            Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long a duration"))?
-        }
-        Ok(_) => return Err(format!("{s:?} is not a duration: seconds must be a number >= 0")),
-        Err(_) => humantime::parse_duration(t)
-            .map_err(|e| format!("{s:?} is not a duration ({e}); say e.g. 500ms, 2s, 1m"))?,
-    };
-    if d > MAX_DURATION {
-        return Err(format!("{s:?} is too long a duration: at most 100 years"));
-    }
-    Ok(d)
+    xtcq_proto::duration::parse(s)
 }
 
 /// A queue's lease: a duration the daemon can honour (0: none; else whole ms, >= 1ms).
@@ -98,6 +106,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Ask the daemon to stop.
     Shutdown,
+    /// Print a completion script for bash, zsh, fish, elvish or powershell.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages of xtcq, its subcommands and xtcqd into a directory.
+    Man(docs::ManArgs),
     /// Runs the daemon in this process (what `xtcq demo` uses when no xtcqd binary is
     /// installed beside xtcq); takes xtcqd's flags.
     #[command(name = "__xtcqd", hide = true, disable_help_flag = true)]
@@ -123,6 +135,8 @@ fn main() {
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
         Command::Shutdown => cmd::shutdown(socket),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man(a) => docs::man(a),
         Command::Produce(a) => work::produce(socket, a),
         Command::Work(a) => work::work(socket, a),
         Command::Demo(a) => demo::demo(a),
@@ -131,6 +145,8 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // The reader of stdout had enough (`| head`): not an error.
+        Err(e) if out::is_closed(&e) => std::process::exit(exit::OK),
         Err(e) => {
             eprintln!("xtcq: error: {e:#}");
             std::process::exit(exit::for_error(&e));

@@ -16,7 +16,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use xtcq_client::{Client, Job, ThiefHandle};
 
-use crate::cmd::{connect, for_each_stdin_job, push_blocking};
+use crate::cmd::{connect, for_each_stdin_job};
+use crate::room::Room;
+use crate::work_summary::{self, Counters, Settled};
 use crate::{exit, parse_duration};
 
 #[derive(Debug, Args)]
@@ -43,8 +45,9 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     let c = connect(socket)?;
     let owner = c.attach_owner(&a.queue)?;
     let t0 = Instant::now();
+    let mut room = Room::new(&a.queue, a.timeout);
     let n = for_each_stdin_job(a.null, |p| {
-        push_blocking(|p| owner.push(p), p, a.timeout)?;
+        room.push(|p| owner.push(p), p)?;
         Ok(())
     })?;
     let secs = t0.elapsed().as_secs_f64();
@@ -81,14 +84,6 @@ pub struct WorkArgs {
     /// The command and its arguments, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,
-}
-
-#[derive(Default)]
-struct Counters {
-    ok: AtomicU64,
-    failed: AtomicU64,
-    running: AtomicU64,
-    taken: AtomicU64,
 }
 
 /// How `work` is told to stop: the first SIGINT / SIGTERM stops taking jobs (running commands
@@ -438,11 +433,14 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
         };
         // Counted once settled: a job whose command succeeded but whose ack came too late
         // (its lease ran out and it was re-queued) did not succeed here.
-        if succeeded && settled.is_ok() {
-            n.ok.fetch_add(1, Ordering::Relaxed);
-        } else {
-            n.failed.fetch_add(1, Ordering::Relaxed);
-        }
+        n.settled(
+            id,
+            match &outcome {
+                _ if succeeded && settled.is_ok() => Settled::Ok,
+                Ok(Ran::Interrupted | Ran::Unfenced(_)) => Settled::GivenBack,
+                _ => work_summary::failed_outcome(attempt, thief.queue().max_attempts),
+            },
+        );
         if a.verbose || unusual {
             eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
         }
@@ -544,14 +542,8 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
         }
         first_err.map_or(Ok(()), Err)
     });
-    let (ok, failed) = (n.ok.load(Ordering::Relaxed), n.failed.load(Ordering::Relaxed));
-    if progress || a.verbose {
-        eprintln!(
-            "\rxtcq work {}: {ok} ok, {failed} failed in {:.1} s            ",
-            a.queue,
-            t0.elapsed().as_secs_f64()
-        );
-    }
+    // On every way out, in a log as on a terminal (see work_summary).
+    let status = work_summary::finish(&n, &a.queue, t0.elapsed(), progress);
     result?;
-    Ok(if failed > 0 { exit::FAILED } else { exit::OK })
+    Ok(status)
 }

@@ -175,7 +175,7 @@ fn a_killed_workers_command_is_dead_before_its_job_runs_again() {
 #[test]
 fn a_stopped_workers_command_is_dead_before_its_expired_job_runs_again() {
     let mut flags = SIZES.to_vec();
-    flags.extend(["--lease-scan-interval", "10"]);
+    flags.extend(["--lease-scan-interval", "10ms"]);
     let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
     ok(&d.run(&["create", "s", "--lease", "150ms"]));
     let log = d.dir.path().join("runs");
@@ -307,7 +307,7 @@ fn a_worker_stopped_across_a_daemon_restart_has_its_command_fenced() {
     // The new daemon never hears from the worker (stopped before it could register again):
     // it must know the command from the previous daemon's state file when the lease expires.
     let mut flags = SIZES.to_vec();
-    flags.extend(["--lease-scan-interval", "10"]);
+    flags.extend(["--lease-scan-interval", "10ms"]);
     let mut d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
     ok(&d.run(&["create", "s", "--lease", "300ms"]));
     let log = d.dir.path().join("runs");
@@ -403,7 +403,7 @@ fn a_late_unfence_of_a_first_run_leaves_the_next_run_fenced() {
     // arrives. It must not unfence the second, which the next lease expiry has to kill.
     use std::os::unix::process::CommandExt;
     let mut flags = SIZES.to_vec();
-    flags.extend(["--lease-scan-interval", "10"]);
+    flags.extend(["--lease-scan-interval", "10ms"]);
     let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
     ok(&d.run(&["create", "q", "--lease", "200ms"]));
     ok(&d.run(&["push", "q", "a"]));

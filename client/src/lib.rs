@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod dead_bulk;
 mod error;
 mod fdpass;
 mod handles;
@@ -39,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use dead_bulk::{BulkDead, DeadAction};
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use shm_layout::check::CheckReport;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use shm_layout::SegmentConfig;
-use xtcq_proto::names;
+use xtcq_proto::{duration, names};
 
 /// xtcqd: the xtcq shared-memory job-queue daemon.
 ///
@@ -33,8 +33,14 @@ use xtcq_proto::names;
 /// Exit status: 0 after a clean stop, 1 on a startup or runtime error (including "another
 /// xtcqd is already running"), 2 on bad arguments.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "xtcqd", version, about, long_about)]
+#[command(name = "xtcqd", version, args_override_self = true)]
 pub struct Args {
+    /// Read options from this TOML file: each key a flag's long name (`records = 65536`,
+    /// `lease-scan-interval = "100ms"`, `allow-uid = ["alice"]`, `recreate = true`). Flags on
+    /// the command line, and the environment variables flags read, override the file.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
     /// Control socket path.
     #[arg(long, env = "XTCQ_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -115,19 +121,48 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub process_slots_per_uid: Option<u32>,
 
-    /// Seconds a connection that holds no process slot may stay silent before xtcqd closes
-    /// it (clients reconnect by themselves); 0: never.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub idle_timeout: u64,
+    /// How long a connection that holds no process slot may stay silent before xtcqd closes
+    /// it (clients reconnect by themselves), e.g. 60s, 5m; 0: never. A bare number is seconds.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration::parse)]
+    pub idle_timeout: Duration,
 
-    /// Seconds a new connection has to send its Hello, and a started frame to complete.
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    pub io_timeout: u64,
+    /// How long a new connection has to send its Hello, and a started frame to complete,
+    /// e.g. 10s, 500ms (more than 0). A bare number is seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_io_timeout)]
+    pub io_timeout: Duration,
 
-    /// Milliseconds between scans for expired job leases (claims of live but hung consumers,
-    /// whose jobs are re-queued); 0 disables lease expiry.
-    #[arg(long, value_name = "MS", default_value_t = 100)]
-    pub lease_scan_interval: u64,
+    /// Time between scans for expired job leases (claims of live but hung consumers, whose
+    /// jobs are re-queued), e.g. 100ms, 1s; 0 disables lease expiry. Say the unit: a bare
+    /// number (which once meant milliseconds here) is refused.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_scan_interval)]
+    pub lease_scan_interval: Duration,
+
+    /// How log lines on stderr are written: text, or json (one object per line, the event's
+    /// fields at the top level).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub log_format: crate::LogFormat,
+}
+
+/// `--io-timeout`: a duration above zero (a zero one would drop every connection at once).
+fn parse_io_timeout(s: &str) -> Result<Duration, String> {
+    let d = duration::parse(s)?;
+    if d.is_zero() {
+        return Err("must be more than 0, e.g. 10s or 500ms".into());
+    }
+    Ok(d)
+}
+
+/// `--lease-scan-interval`: a duration with its unit (or 0), at most an hour (so that
+/// leases still expire), and in whole milliseconds (the scan runs on a 1 ms clock).
+fn parse_scan_interval(s: &str) -> Result<Duration, String> {
+    let d = duration::parse_with_unit(s)?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("{s:?} is longer than 1h: leases would not expire for that long"));
+    }
+    if !d.is_zero() && d < Duration::from_millis(1) {
+        return Err(format!("{s:?} is under 1ms, the scan's resolution; say 1ms or more"));
+    }
+    Ok(d)
 }
 
 /// The resolved configuration.
@@ -266,10 +301,9 @@ impl Config {
                 .max_connections_per_uid
                 .unwrap_or((args.max_connections / 2).max(1)),
             process_slots_per_uid: args.process_slots_per_uid,
-            idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
-            io_timeout: Duration::from_secs(args.io_timeout.max(1)),
-            lease_scan_interval: (args.lease_scan_interval > 0)
-                .then(|| Duration::from_millis(args.lease_scan_interval)),
+            idle_timeout: Some(args.idle_timeout).filter(|d| !d.is_zero()),
+            io_timeout: args.io_timeout,
+            lease_scan_interval: Some(args.lease_scan_interval).filter(|d| !d.is_zero()),
         })
     }
 
@@ -366,5 +400,30 @@ mod tests {
             );
             assert!(Config::from_args(&Args::parse_from(["xtcqd", flag, "0", "--group", "0"])).is_ok());
         }
+    }
+
+    #[test]
+    fn durations_take_the_humantime_form_and_unitless_scan_intervals_are_refused() {
+        let a = Args::parse_from([
+            "xtcqd",
+            "--idle-timeout",
+            "2m",
+            "--io-timeout",
+            "500ms",
+            "--lease-scan-interval",
+            "20ms",
+        ]);
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(120)));
+        assert_eq!(c.io_timeout, Duration::from_millis(500));
+        assert_eq!(c.lease_scan_interval, Some(Duration::from_millis(20)));
+        // Bare seconds, as they always were for these two (and for every `xtcq` duration).
+        let a = Args::parse_from(["xtcqd", "--idle-timeout", "0", "--io-timeout", "3"]);
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!((c.idle_timeout, c.io_timeout), (None, Duration::from_secs(3)));
+        let e = Args::try_parse_from(["xtcqd", "--lease-scan-interval", "20"]).unwrap_err().to_string();
+        assert!(e.contains("say 20ms or 20s"), "{e}");
+        let e = Args::try_parse_from(["xtcqd", "--io-timeout", "0"]).unwrap_err().to_string();
+        assert!(e.contains("more than 0"), "{e}");
     }
 }

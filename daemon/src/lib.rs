@@ -20,11 +20,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod config_file;
 pub mod convert;
 pub mod fdstore;
 pub mod fence;
 pub mod guard;
 pub mod limits;
+pub mod logging;
 pub mod notify;
 pub mod paths_secure;
 pub mod peer;
@@ -38,6 +40,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use config::{Args, Config};
+pub use logging::LogFormat;
 
 /// Why the daemon could not start, or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -166,23 +169,15 @@ pub(crate) fn early_signal() -> Option<&'static str> {
     }
 }
 
-/// Installs the daemon's log subscriber: stderr, `RUST_LOG` filters (default `info`), ANSI
-/// colours only on a terminal, no timestamps under the journal (which adds its own). For
-/// binaries that run the daemon (`xtcqd`, and `xtcq`'s embedded one); a library never calls it.
+/// Installs the daemon's text log subscriber (see [`logging`]); [`init_logging_as`] picks
+/// the format.
 pub fn init_logging() {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false);
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        fmt.without_time().init();
-    } else {
-        fmt.init();
-    }
+    logging::init(LogFormat::Text)
+}
+
+/// Installs the daemon's log subscriber in `format` (`--log-format`).
+pub fn init_logging_as(format: LogFormat) {
+    logging::init(format)
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or a Shutdown request.

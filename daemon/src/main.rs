@@ -5,8 +5,13 @@
 use clap::Parser;
 
 fn main() {
-    let args = xtcqd::Args::parse();
-    xtcqd::init_logging();
+    // `--config FILE` becomes flags before the command line's (see config_file).
+    let argv = xtcqd::config_file::argv(std::env::args_os()).unwrap_or_else(|e| {
+        eprintln!("xtcqd: error: {e}");
+        std::process::exit(2)
+    });
+    let args = xtcqd::Args::parse_from(argv);
+    xtcqd::init_logging_as(args.log_format);
     let result = xtcqd::Config::from_args(&args)
         .map_err(xtcqd::DaemonError::from)
         .and_then(xtcqd::run)

@@ -547,7 +547,7 @@ fn daemon_killed_half_way_through_a_recovery_and_restarted() {
 
 #[test]
 fn an_expired_lease_re_queues_the_job_of_a_live_hung_consumer() {
-    let d = Daemon::start(&["--lease-scan-interval", "20"]);
+    let d = Daemon::start(&["--lease-scan-interval", "20ms"]);
     let c = d.client();
     create_queue(&c, 1, 64, Flavor::Fifo, 300);
     let owner = c.attach_owner(QUEUE).unwrap();

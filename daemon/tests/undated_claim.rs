@@ -33,7 +33,7 @@ fn run_role(role: &str) -> Result<(), Error> {
 
 #[test]
 fn a_claim_stalled_before_its_deadline_is_re_queued_after_one_lease() {
-    let d = Daemon::start(&["--lease-scan-interval", "20"]);
+    let d = Daemon::start(&["--lease-scan-interval", "20ms"]);
     let c = d.client();
     let mut p = QueueParams::new(QUEUE);
     p.deques = 1;

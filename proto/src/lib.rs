@@ -6,6 +6,7 @@
 //! - [`msg`]: the typed messages — the [`msg::Hello`] handshake that opens every connection,
 //!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
 //!   [`msg::ErrorCode`] every error reply carries;
+//! - [`duration`]: the one duration syntax of both programs' flags (`500ms`, `5s`, `2m`);
 //! - [`lease`]: the lease durations the daemon can honour (1 ms resolution);
 //! - [`names`]: users and groups by name, through the system's name service (NSS);
 //! - [`queue_name`]: which queue names exist, and how a name from the segment is printed;
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod duration;
 pub mod frame;
 pub mod lease;
 pub mod msg;
