@@ -63,29 +63,29 @@ pub struct CreateArgs {
 }
 
 /// The segment's deques per queue and deque capacity: the most a queue may ask for.
-fn segment_limits(c: &Client) -> Result<(u32, u32)> {
-    let s = c.stats(None)?.segment;
+fn segment_limits(client: &Client) -> Result<(u32, u32)> {
+    let s = client.stats(None)?.segment;
     Ok((s.deques_per_queue, s.deque_capacity))
 }
 
-pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
-    let uids = a
+pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
+    let uids = args
         .allow_uid
         .iter()
         .map(|u| xtcq_proto::names::resolve_uid(u).context("--allow-uid"))
         .collect::<Result<Vec<_>>>()?;
-    let gids = a
+    let gids = args
         .allow_gid
         .iter()
         .map(|g| xtcq_proto::names::resolve_gid(g).context("--allow-gid"))
         .collect::<Result<Vec<_>>>()?;
-    let c = connect(socket)?;
-    let lease_ms = xtcq_proto::lease::lease_ms(a.lease).context("--lease")?;
-    let defaults = QueueParams::new(a.queue.clone());
-    let (deques, capacity) = match (a.deques, a.capacity) {
+    let client = connect(socket)?;
+    let lease_ms = xtcq_proto::lease::lease_ms(args.lease).context("--lease")?;
+    let defaults = QueueParams::new(args.queue.clone());
+    let (deques, capacity) = match (args.deques, args.capacity) {
         (Some(d), Some(c)) => (d, c),
         (deques, capacity) => {
-            let (max_deques, max_capacity) = segment_limits(&c)?;
+            let (max_deques, max_capacity) = segment_limits(&client)?;
             (
                 deques.unwrap_or(defaults.deques.min(max_deques)),
                 capacity.unwrap_or(defaults.capacity.min(max_capacity)),
@@ -93,24 +93,24 @@ pub fn create(socket: Option<&Path>, a: CreateArgs) -> Result<i32> {
         }
     };
     let p = QueueParams {
-        name: a.queue.clone(),
+        name: args.queue.clone(),
         deques,
         capacity,
-        flavor: match a.flavor {
+        flavor: match args.flavor {
             FlavorArg::Lifo => Flavor::Lifo,
             FlavorArg::Fifo => Flavor::Fifo,
         },
-        max_attempts: a.max_attempts,
+        max_attempts: args.max_attempts,
         lease_ms,
     };
     let created = if uids.is_empty() && gids.is_empty() {
-        c.create_queue(&p)
+        client.create_queue(&p)
     } else {
-        c.create_shared_queue(&p, &uids, &gids)
+        client.create_shared_queue(&p, &uids, &gids)
     };
     match created {
         Ok(_) => Ok(exit::OK),
-        Err(Error::QueueExists(_)) if a.exist_ok => Ok(exit::OK),
+        Err(Error::QueueExists(_)) if args.exist_ok => Ok(exit::OK),
         Err(e) => Err(e.into()),
     }
 }
@@ -126,8 +126,8 @@ pub struct DeleteArgs {
     force: bool,
 }
 
-pub fn delete(socket: Option<&Path>, a: DeleteArgs) -> Result<i32> {
-    let d = connect(socket)?.delete_queue(&a.queue, a.force)?;
+pub fn delete(socket: Option<&Path>, args: DeleteArgs) -> Result<i32> {
+    let d = connect(socket)?.delete_queue(&args.queue, args.force)?;
     if d.dropped_queued > 0 || d.dropped_dead > 0 {
         eprintln!(
             "xtcq: deleted queue {}, dropping {} queued job(s) and {} dead letter(s)",
@@ -153,7 +153,7 @@ fn flavor(f: Flavor) -> &'static str {
     }
 }
 
-fn ms(v: u32) -> String {
+fn lease_or_dash(v: u32) -> String {
     if v == 0 {
         "-".into()
     } else {
@@ -161,10 +161,10 @@ fn ms(v: u32) -> String {
     }
 }
 
-pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
-    let c = connect(socket)?;
-    let stats = c.stats(None)?;
-    if a.json {
+pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
+    let client = connect(socket)?;
+    let stats = client.stats(None)?;
+    if args.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&stats.queues.iter().map(|q| &q.info).collect::<Vec<_>>())?
@@ -183,7 +183,7 @@ pub fn ls(socket: Option<&Path>, a: LsArgs) -> Result<i32> {
             i.deques,
             i.capacity,
             if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },
-            ms(i.lease_ms),
+            lease_or_dash(i.lease_ms),
             q.records.queued,
             q.records.claimed,
             q.records.dead
@@ -231,15 +231,15 @@ pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) ->
     }
 }
 
-pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
-    let c = connect(socket)?;
-    let inj = c.attach_injector(&a.queue)?;
+pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
+    let client = connect(socket)?;
+    let inj = client.attach_injector(&args.queue)?;
     let mut pushed = 0u64;
-    let mut room = Room::new(&a.queue, a.timeout);
+    let mut room = Room::new(&args.queue, args.timeout);
     let mut one = |p: &[u8]| -> Result<()> {
         let h = room.push(|p| inj.push(p), p)?;
         pushed += 1;
-        if a.print_handle {
+        if args.print_handle {
             // Not the quiet stop of a listing: the jobs not yet pushed would be dropped
             // unsaid, so a closed stdout is an error that says how far it got.
             if let Err(e) = out::print(format!("{}\n", xtcq_client::JobId::of_push(h))) {
@@ -248,10 +248,10 @@ pub fn push(socket: Option<&Path>, a: PushArgs) -> Result<i32> {
         }
         Ok(())
     };
-    if a.payload.is_empty() || a.payload == ["-"] {
-        for_each_stdin_job(a.null, one)?;
+    if args.payload.is_empty() || args.payload == ["-"] {
+        for_each_stdin_job(args.null, one)?;
     } else {
-        for p in &a.payload {
+        for p in &args.payload {
             one(p.as_bytes())?;
         }
     }
@@ -276,19 +276,19 @@ pub struct StealArgs {
     null: bool,
 }
 
-pub fn steal(socket: Option<&Path>, a: StealArgs) -> Result<i32> {
-    let c = connect(socket)?;
-    let thief = c.attach_thief(&a.queue)?;
-    let wait = a.wait || a.timeout.is_some();
+pub fn steal(socket: Option<&Path>, args: StealArgs) -> Result<i32> {
+    let client = connect(socket)?;
+    let thief = client.attach_thief(&args.queue)?;
+    let wait = args.wait || args.timeout.is_some();
     // None: no limit (a timeout too long to add to the clock is as good as none).
-    let deadline = a.timeout.and_then(|t| Instant::now().checked_add(t));
-    let sep: &[u8] = if a.null { b"\0" } else { b"\n" };
+    let deadline = args.timeout.and_then(|t| Instant::now().checked_add(t));
+    let sep: &[u8] = if args.null { b"\0" } else { b"\n" };
     let out = std::io::stdout();
     let mut out = out.lock();
     let mut buf = Vec::new();
     let mut taken = 0u64;
-    while a.count == 0 || taken < a.count {
-        let job = if wait && !(a.count == 0 && taken > 0) {
+    while args.count == 0 || taken < args.count {
+        let job = if wait && !(args.count == 0 && taken > 0) {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             thief.steal_wait(left)?
         } else {
@@ -325,24 +325,24 @@ pub struct StatsArgs {
     json: bool,
 }
 
-pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
-    let c = connect(socket)?;
-    let s = c.stats(a.queue.as_deref())?;
-    if a.json {
+pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
+    let client = connect(socket)?;
+    let s = client.stats(args.queue.as_deref())?;
+    if args.json {
         outln!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(exit::OK);
     }
     let r = &s.records;
     let g = &s.segment;
-    let mut o = String::new();
-    o.push_str(&format!(
+    let mut text = String::new();
+    text.push_str(&format!(
         "xtcqd pid {}, segment {} ({} MiB), {} connection(s)\n",
         s.daemon_pid,
         g.path.display(),
         g.total_len >> 20,
         s.connections
     ));
-    o.push_str(&format!(
+    text.push_str(&format!(
         "records: {} total, {} free, {} filling, {} queued, {} running, {} dead{}\n",
         g.job_records,
         r.free,
@@ -352,29 +352,29 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
         r.dead,
         if r.corrupt > 0 { format!(", {} CORRUPT", r.corrupt) } else { String::new() }
     ));
-    o.push_str(&format!(
+    text.push_str(&format!(
         "limits:  {} queues, {} deques per queue, deque capacity {}, payload {} bytes, {} process slots, overflow ring {}\n",
         g.queues, g.deques_per_queue, g.deque_capacity, g.payload_bytes, g.process_slots, g.overflow_capacity
     ));
     for q in &s.queues {
         let i = &q.info;
-        o.push_str(&format!(
+        text.push_str(&format!(
             "\nqueue {} ({}, {} deques x {}, max attempts {}, lease {})\n",
             escaped(&i.name),
             flavor(i.flavor),
             i.deques,
             i.capacity,
             if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },
-            ms(i.lease_ms)
+            lease_or_dash(i.lease_ms)
         ));
-        o.push_str(&format!(
+        text.push_str(&format!(
             "  jobs:     {} queued, {} running, {} dead, {} being pushed\n",
             q.records.queued, q.records.claimed, q.records.dead, q.records.filling
         ));
-        o.push_str(&format!("  overflow: {}\n", q.overflow_len));
-        o.push_str("  DEQUE  LEN     OWNER\n");
+        text.push_str(&format!("  overflow: {}\n", q.overflow_len));
+        text.push_str("  DEQUE  LEN     OWNER\n");
         for d in &q.deques {
-            o.push_str(&format!(
+            text.push_str(&format!(
                 "  {:<6} {:<7} {}\n",
                 d.index,
                 d.len,
@@ -383,13 +383,13 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
         }
     }
     if !s.processes.is_empty() {
-        o.push_str("\nSLOT  PID      USER              STATE       CONNECTED\n");
+        text.push_str("\nSLOT  PID      USER              STATE       CONNECTED\n");
         for p in &s.processes {
             let user = match xtcq_proto::names::user_name(p.uid) {
                 Some(name) => format!("{} ({name})", p.uid),
                 None => p.uid.to_string(),
             };
-            o.push_str(&format!(
+            text.push_str(&format!(
                 "{:<5} {:<8} {:<17} {:<11} {}\n",
                 p.slot,
                 p.pid,
@@ -399,7 +399,7 @@ pub fn stats(socket: Option<&Path>, a: StatsArgs) -> Result<i32> {
             ));
         }
     }
-    out::print(&o)?;
+    out::print(&text)?;
     Ok(exit::OK)
 }
 
@@ -428,14 +428,14 @@ fn parse_handle(s: &str) -> Result<JobHandle, String> {
     Ok(JobHandle { index: i.parse().map_err(|_| bad())?, generation: g.parse().map_err(|_| bad())? })
 }
 
-pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
-    let c = connect(socket)?;
-    if !a.requeue && !a.purge {
-        if !a.jobs.is_empty() {
+pub fn dead(socket: Option<&Path>, args: DeadArgs) -> Result<i32> {
+    let client = connect(socket)?;
+    if !args.requeue && !args.purge {
+        if !args.jobs.is_empty() {
             bail!("naming jobs needs --requeue or --purge");
         }
-        let list = c.dead_letters(&a.queue)?;
-        if a.json {
+        let list = client.dead_letters(&args.queue)?;
+        if args.json {
             let v: Vec<_> = list
                 .iter()
                 .map(|d| {
@@ -450,11 +450,11 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                 .collect();
             outln!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            let mut o = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
+            let mut text = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
             for d in &list {
                 let p = String::from_utf8_lossy(&d.payload);
                 let p: String = p.chars().take(60).map(|c| if c.is_control() { '.' } else { c }).collect();
-                o.push_str(&format!(
+                text.push_str(&format!(
                     "{:<13} {:>8}  {:<25} {}\n",
                     d.id.to_string(),
                     d.attempts,
@@ -462,16 +462,16 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     p
                 ));
             }
-            out::print(&o)?;
+            out::print(&text)?;
         }
         return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
     }
-    let letters = c.dead_letters(&a.queue)?;
-    let jobs: Vec<JobHandle> = if a.jobs.is_empty() {
+    let letters = client.dead_letters(&args.queue)?;
+    let jobs: Vec<JobHandle> = if args.jobs.is_empty() {
         letters.iter().map(|d| d.handle).collect()
     } else {
         // Named by id (what every other command prints), or by the current handle.
-        a.jobs
+        args.jobs
             .iter()
             .map(|n| {
                 letters
@@ -479,21 +479,21 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
                     .find(|d| (d.id.index, d.id.birth) == (n.index, n.generation))
                     .or_else(|| letters.iter().find(|d| d.handle == *n))
                     .map(|d| d.handle)
-                    .ok_or_else(|| anyhow::anyhow!("job {n} is not a dead letter of {}", a.queue))
+                    .ok_or_else(|| anyhow::anyhow!("job {n} is not a dead letter of {}", args.queue))
             })
             .collect::<Result<_>>()?
     };
     if jobs.is_empty() {
-        eprintln!("xtcq: queue {} has no dead letters", a.queue);
+        eprintln!("xtcq: queue {} has no dead letters", args.queue);
         return Ok(exit::EMPTY);
     }
     let (action, verb) =
-        if a.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
+        if args.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
     let mut shown = crate::progress::Progress::new();
     let total = jobs.len();
     // One attach and one scan for them all (see `Client::act_on_dead`), not one per job.
-    let done = c.act_on_dead(&a.queue, &jobs, action, |n| {
-        shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&a.queue)))
+    let done = client.act_on_dead(&args.queue, &jobs, action, |n| {
+        shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&args.queue)))
     });
     shown.clear();
     let done = done?;
@@ -502,7 +502,7 @@ pub fn dead(socket: Option<&Path>, a: DeadArgs) -> Result<i32> {
     } else {
         String::new()
     };
-    eprintln!("xtcq: {verb} {} dead letter(s) of {}{gone}", done.done, escaped(&a.queue));
+    eprintln!("xtcq: {verb} {} dead letter(s) of {}{gone}", done.done, escaped(&args.queue));
     Ok(exit::OK)
 }
 
@@ -523,11 +523,11 @@ pub struct CheckArgs {
     stray_window: Duration,
 }
 
-pub fn check(socket: Option<&Path>, a: CheckArgs) -> Result<i32> {
-    let report = match &a.segment {
-        Some(p) => xtcq_client::Client::check_segment_file_with_strays(p, a.quiescent, a.stray_window)
+pub fn check(socket: Option<&Path>, args: CheckArgs) -> Result<i32> {
+    let report = match &args.segment {
+        Some(p) => xtcq_client::Client::check_segment_file_with_strays(p, args.quiescent, args.stray_window)
             .map_err(|e| anyhow::anyhow!("segment {} is not a valid xtcq segment: {e}", p.display()))?,
-        None => connect(socket)?.check_with_strays(a.quiescent, a.stray_window)?,
+        None => connect(socket)?.check_with_strays(args.quiescent, args.stray_window)?,
     };
     let n = &report.counts;
     sayln!(

@@ -21,7 +21,7 @@ use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
 use crate::conn::Conn;
 use crate::Error;
 
-fn ring(e: RingError) -> Error {
+fn overflow_ring_error(e: RingError) -> Error {
     Error::Corrupt(e.to_string())
 }
 
@@ -357,13 +357,21 @@ impl OwnerHandle {
     /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
     pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
-        Ok(self.owner.pop().map_err(ring)?.map(Job::new(self.owner.segment(), &self.lease.conn)))
+        Ok(self
+            .owner
+            .pop()
+            .map_err(overflow_ring_error)?
+            .map(Job::new(self.owner.segment(), &self.lease.conn)))
     }
 
     /// Our oldest job (FIFO whatever the flavor), else one from the overflow ring.
     pub fn take(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
-        Ok(self.owner.take().map_err(ring)?.map(Job::new(self.owner.segment(), &self.lease.conn)))
+        Ok(self
+            .owner
+            .take()
+            .map_err(overflow_ring_error)?
+            .map(Job::new(self.owner.segment(), &self.lease.conn)))
     }
 
     /// Jobs in our deque (approximate while thieves steal).
@@ -479,7 +487,7 @@ impl ThiefHandle {
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
         // Also what a sleeping `steal_wait` sees when it is woken by the segment's retirement.
         usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
-        if let Some(j) = self.thief.steal_overflow().map_err(ring)? {
+        if let Some(j) = self.thief.steal_overflow().map_err(overflow_ring_error)? {
             return Ok(Some(j));
         }
         let n = self.deques();
@@ -518,7 +526,7 @@ impl ThiefHandle {
         let limit = limit.max(1);
         let mut out = Vec::new();
         while out.len() < limit {
-            match self.thief.steal_overflow().map_err(ring)? {
+            match self.thief.steal_overflow().map_err(overflow_ring_error)? {
                 Some(j) => out.push(j),
                 None => break,
             }

@@ -2,7 +2,7 @@
 //!
 //! The segment holds the jobs (so a restarted daemon can adopt them), but not who holds a
 //! process slot: every attached process can write the segment. Who holds which slot is this
-//! daemon's memory ([`Tracked`]) and, for the next daemon, its private state file
+//! daemon's memory ([`Bookkeeping`]) and, for the next daemon, its private state file
 //! ([`crate::state`]); a slot the segment shows in use that neither records is reclaimed. This
 //! module is the only writer of the process table, the queue table and the deque lease words, and all
 //! its writes happen under one mutex ([`Registry`]'s), so the daemon's tasks never race each
@@ -104,7 +104,7 @@ pub struct Keeper(u64);
 #[derive(Clone)]
 pub struct Registry {
     seg: Arc<Segment>,
-    lock: Arc<Mutex<Tracked>>,
+    lock: Arc<Mutex<Bookkeeping>>,
     next_keeper: Arc<AtomicU64>,
     /// Where the slots and queue permissions are kept for the next daemon (`None`: nowhere,
     /// so a restart trusts no slot; for tests of the registry alone).
@@ -115,8 +115,8 @@ pub struct Registry {
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
 #[derive(Default)]
-struct Tracked {
-    slots: BTreeMap<u32, Kept>,
+struct Bookkeeping {
+    slots: BTreeMap<u32, WatchedSlot>,
     /// The periodic scan's memory (see `scan`).
     scan: scan::ScanMemory,
     /// Commands registered to be stopped before their job runs again (see `crate::fence`).
@@ -125,7 +125,7 @@ struct Tracked {
     pub(crate) queues: BTreeMap<u32, QueueAcl>,
 }
 
-impl Tracked {
+impl Bookkeeping {
     /// The fences (read) and the scan memory (written) at once.
     fn split_scan(&mut self) -> (&mut crate::fence::Fences, &mut scan::ScanMemory) {
         (&mut self.fences, &mut self.scan)
@@ -133,12 +133,12 @@ impl Tracked {
 }
 
 /// A registered slot this daemon watches.
-struct Kept {
+struct WatchedSlot {
     /// The incarnation registered (or adopted).
     epoch: u64,
     /// The process it belongs to, as this daemon identified it: from the kernel for a slot
     /// registered over a connection, from the segment confirmed by `/proc` and a pidfd for
-    /// an adopted one. Kept here, so a process that scribbles over the segment's copy
+    /// an adopted one. WatchedSlot here, so a process that scribbles over the segment's copy
     /// cannot make the slot look like its own.
     process: ProcessId,
     /// Who recovers it.
@@ -146,14 +146,14 @@ struct Kept {
     /// Whether the keeper is an open connection.
     connected: bool,
     /// The queues it attached to as a thief or injector, as far as this daemon knows.
-    uses: Uses,
+    uses: QueuesUsed,
 }
 
 /// The queues a slot's process attached to as a thief or an injector. (An owner is known by
 /// its lease word in the segment, which also says when it detached.) Attachments last until
 /// the process exits: neither role has a detach, and the process may keep using a handle
 /// without its connection.
-enum Uses {
+enum QueuesUsed {
     /// Queue-table index → `ROLE_THIEF | ROLE_INJECTOR` bits, of every attach this daemon
     /// granted to the slot (over any of its process's connections).
     Known(BTreeMap<u32, u32>),
@@ -174,7 +174,7 @@ impl Registry {
     pub fn new(seg: Arc<Segment>) -> Self {
         Self {
             seg,
-            lock: Arc::new(Mutex::new(Tracked::default())),
+            lock: Arc::new(Mutex::new(Bookkeeping::default())),
             next_keeper: Arc::new(AtomicU64::new(1)),
             state: None,
             slot_limit: None,
@@ -209,7 +209,7 @@ impl Registry {
         &self.seg
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tracked> {
+    fn lock(&self) -> MutexGuard<'_, Bookkeeping> {
         // A panic while holding the lock leaves only stats bookkeeping behind; go on.
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -239,7 +239,13 @@ impl Registry {
             s.state.store(PROCESS_ACTIVE, Ordering::Release);
             t.slots.insert(
                 i,
-                Kept { epoch, process: p, keeper, connected: true, uses: Uses::Known(BTreeMap::new()) },
+                WatchedSlot {
+                    epoch,
+                    process: p,
+                    keeper,
+                    connected: true,
+                    uses: QueuesUsed::Known(BTreeMap::new()),
+                },
             );
             self.persist(&t);
             return Ok(SlotId { slot: i, epoch });
@@ -393,7 +399,7 @@ impl Registry {
         self.check_access(&t, q.index, &q.spec.name, who, Op::Use)?;
         match t.slots.get_mut(&slot.slot) {
             Some(k) if k.epoch == slot.epoch => {
-                if let Uses::Known(m) = &mut k.uses {
+                if let QueuesUsed::Known(m) = &mut k.uses {
                     *m.entry(q.index).or_insert(0) |= role;
                 }
                 Ok(q)

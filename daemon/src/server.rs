@@ -394,7 +394,7 @@ async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, t: Duration) -> Result<Vec<
 }
 
 /// How a connection ended.
-enum End {
+enum ConnectionEnd {
     /// The peer closed it (or broke it).
     Closed,
     /// The daemon is stopping.
@@ -467,7 +467,7 @@ async fn connection(
     drop(stream);
     let Some(slot) = slot else { return };
     let keeps = st.reg.disconnected(slot, keeper);
-    if matches!(end, End::Shutdown) {
+    if matches!(end, ConnectionEnd::Shutdown) {
         return; // the slot and its leases stay for the next daemon
     }
     if !keeps {
@@ -697,23 +697,23 @@ impl Conn {
         self.access.clone().unwrap_or_default()
     }
 
-    async fn run(&mut self) -> End {
+    async fn run(&mut self) -> ConnectionEnd {
         let t = self.st.cfg.io_timeout;
         let mut stop = self.st.shutdown.subscribe();
         let body = tokio::select! {
             r = tokio::time::timeout(t, read_frame(&mut self.stream, t)) => r,
-            _ = shutdown_requested(&mut stop) => return End::Shutdown,
+            _ = shutdown_requested(&mut stop) => return ConnectionEnd::Shutdown,
         };
         let body = match body {
             Ok(Ok(b)) => b,
-            Ok(Err(FrameError::Closed)) => return End::Closed,
+            Ok(Err(FrameError::Closed)) => return ConnectionEnd::Closed,
             Ok(Err(e @ FrameError::TooLarge { .. })) => {
                 self.refuse(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())).await;
-                return End::Closed;
+                return ConnectionEnd::Closed;
             }
             Ok(Err(e)) => {
                 debug!(pid = self.peer.pid, error = %e, "connection broke before its Hello");
-                return End::Closed;
+                return ConnectionEnd::Closed;
             }
             Err(_) => {
                 self.refuse(ErrorReply::new(
@@ -721,7 +721,7 @@ impl Conn {
                     format!("no Hello within {} s", t.as_secs()),
                 ))
                 .await;
-                return End::Closed;
+                return ConnectionEnd::Closed;
             }
         };
         let hello: proto::Hello = match frame::decode(&body) {
@@ -732,7 +732,7 @@ impl Conn {
                     format!("the first message must be a Hello: {e}"),
                 ))
                 .await;
-                return End::Closed;
+                return ConnectionEnd::Closed;
             }
         };
         self.name = sanitize(&hello.client_name);
@@ -749,7 +749,7 @@ impl Conn {
                 message,
             })
             .await;
-            return End::Closed;
+            return ConnectionEnd::Closed;
         }
         if !self.authorized() {
             let cfg = &self.st.cfg;
@@ -766,14 +766,14 @@ impl Conn {
                 ),
             ))
             .await;
-            return End::Closed;
+            return ConnectionEnd::Closed;
         }
         // The segment's fd rides on the reply (SCM_RIGHTS on its first byte): an authorised
         // client maps what the daemon serves, never what a path names now. A client that
         // reads with plain read(2) (an older build) simply does not get it.
         let ok = proto::HelloReply::Ok(self.st.hello.clone());
         if !self.send_with_segment(&ok).await {
-            return End::Closed;
+            return ConnectionEnd::Closed;
         }
         info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
 
@@ -790,23 +790,23 @@ impl Conn {
                 biased;
                 reason = shutdown_requested(&mut stop) => {
                     self.send(&ServerMessage::Event(proto::Event::ShuttingDown { reason })).await;
-                    return End::Shutdown;
+                    return ConnectionEnd::Shutdown;
                 }
                 _ = peer_exited(exit_watch.as_ref()) => {
                     info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
-                    return End::Closed;
+                    return ConnectionEnd::Closed;
                 }
                 r = read_frame(&mut self.stream, t) => r,
                 _ = sleep_or_never(idle) => {
                     info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
-                    return End::Closed;
+                    return ConnectionEnd::Closed;
                 }
             };
             let body = match body {
                 Ok(b) => b,
                 Err(FrameError::Closed) => {
                     debug!(pid = self.peer.pid, client = %self.name, "client closed the connection");
-                    return End::Closed;
+                    return ConnectionEnd::Closed;
                 }
                 Err(e @ FrameError::TooLarge { .. }) => {
                     warn!(pid = self.peer.pid, client = %self.name, "{e}; closing");
@@ -815,11 +815,11 @@ impl Conn {
                         result: Err(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())),
                     })
                     .await;
-                    return End::Closed;
+                    return ConnectionEnd::Closed;
                 }
                 Err(e) => {
                     warn!(pid = self.peer.pid, client = %self.name, error = %e, "connection broken");
-                    return End::Closed;
+                    return ConnectionEnd::Closed;
                 }
             };
             let (id, result) = match frame::decode::<proto::RequestFrame>(&body) {
@@ -843,7 +843,7 @@ impl Conn {
                 }
             };
             if !self.send(&ServerMessage::Reply { id, result }).await {
-                return End::Closed;
+                return ConnectionEnd::Closed;
             }
         }
     }

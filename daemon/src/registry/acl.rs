@@ -15,7 +15,7 @@
 use tracing::warn;
 use xtcq_proto::{self as proto, names};
 
-use super::{Registry, Tracked};
+use super::{Bookkeeping, Registry};
 use crate::state::QueueAcl;
 
 /// Who asks: a connection's uid and every group it is in (primary and supplementary).
@@ -39,7 +39,7 @@ pub enum Op {
 impl Registry {
     /// Keeps the recorded permissions only of queues that are still those queues (active
     /// at that index, with that name).
-    pub(super) fn adopt_queue_acls(&self, t: &mut Tracked) {
+    pub(super) fn adopt_queue_acls(&self, t: &mut Bookkeeping) {
         t.queues.retain(|&index, acl| match self.seg.queue(index) {
             Ok(q) if q.spec.name == acl.name => true,
             _ => {
@@ -71,7 +71,7 @@ impl Registry {
     /// Whether `who` may do `op` to queue `index` (named `name`), under the lock.
     pub(super) fn check_access(
         &self,
-        t: &Tracked,
+        t: &Bookkeeping,
         index: u32,
         name: &str,
         who: Option<&Access>,
@@ -116,13 +116,13 @@ impl Registry {
     }
 
     /// Records the permissions of a queue just created at `index` (under the lock).
-    pub(super) fn record_acl(&self, t: &mut Tracked, index: u32, acl: QueueAcl) {
+    pub(super) fn record_acl(&self, t: &mut Bookkeeping, index: u32, acl: QueueAcl) {
         t.queues.insert(index, acl);
         self.persist(t);
     }
 
     /// Forgets the permissions of a deleted queue (under the lock).
-    pub(super) fn forget_acl(&self, t: &mut Tracked, index: u32) {
+    pub(super) fn forget_acl(&self, t: &mut Bookkeeping, index: u32) {
         if t.queues.remove(&index).is_some() {
             self.persist(t);
         }

@@ -51,10 +51,10 @@ impl Registry {
         }
         for (&slot, k) in &t.slots {
             match &k.uses {
-                Uses::Unknown => in_way.entry(slot).or_default().push(
+                QueuesUsed::Unknown => in_way.entry(slot).or_default().push(
                     "attached before xtcqd restarted, so xtcqd cannot tell which queues it uses".into(),
                 ),
-                Uses::Known(m) => {
+                QueuesUsed::Known(m) => {
                     if let Some(&roles) = m.get(&q.index) {
                         let r = in_way.entry(slot).or_default();
                         if roles & proto::ROLE_THIEF != 0 {

@@ -47,7 +47,7 @@ impl Registry {
             )
         })?;
         t.fences.take_changed();
-        // Kept for the next daemon before the worker is answered (and starts the command):
+        // WatchedSlot for the next daemon before the worker is answered (and starts the command):
         // a command this daemon could not keep is one a restart would leave unfenced.
         let kept = t
             .fences

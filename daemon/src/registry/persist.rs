@@ -7,7 +7,7 @@ impl Registry {
     /// Writes what this daemon knows to the state file (called under the lock after every
     /// change, before the change is answered). A failure is logged (and returned `false`):
     /// the next daemon then reclaims the slots it cannot verify, which is safe, if unkind.
-    pub(super) fn persist(&self, t: &Tracked) -> bool {
+    pub(super) fn persist(&self, t: &Bookkeeping) -> bool {
         let Some(f) = &self.state else { return true };
         let st = DaemonState {
             segment: state::file_id(self.seg.file()),
@@ -33,7 +33,7 @@ impl Registry {
 
     /// Keeps one fence change in the state file: appended to its journal, or the whole
     /// state written. `false` when neither could be done.
-    pub(super) fn keep_fence_change(&self, t: &Tracked, change: &state::FenceChange) -> bool {
+    pub(super) fn keep_fence_change(&self, t: &Bookkeeping, change: &state::FenceChange) -> bool {
         let Some(f) = &self.state else { return true };
         match f.append(change) {
             Ok(true) => true,

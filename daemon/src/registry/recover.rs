@@ -32,7 +32,7 @@ impl Registry {
         self.recover_locked(&mut t, slot);
     }
 
-    pub(super) fn recover_locked(&self, t: &mut Tracked, slot: SlotId) {
+    pub(super) fn recover_locked(&self, t: &mut Bookkeeping, slot: SlotId) {
         let tracked = t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch);
         if tracked {
             t.slots.remove(&slot.slot);
@@ -145,12 +145,12 @@ impl Registry {
     fn track_adopted(&self, live: &[Adopted]) {
         let mut t = self.lock();
         for a in live {
-            let kept = Kept {
+            let kept = WatchedSlot {
                 epoch: a.slot.epoch,
                 process: a.process,
                 keeper: a.keeper,
                 connected: false,
-                uses: Uses::Unknown,
+                uses: QueuesUsed::Unknown,
             };
             t.slots.insert(a.slot.slot, kept);
         }

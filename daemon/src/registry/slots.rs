@@ -12,7 +12,7 @@ use tracing::warn;
 
 use xtcq_proto::{self as proto, names};
 
-use super::{Adopted, ProcessId, Registry, SlotId, Tracked};
+use super::{Adopted, Bookkeeping, ProcessId, Registry, SlotId};
 use crate::state::DaemonState;
 
 /// Log at most this many reclaimed slots one by one; then a count.
@@ -72,7 +72,7 @@ impl Registry {
 
     /// Refuses a registration for `p` when its uid already holds its share of the slots
     /// (so one user cannot take them all, through however many processes or connections).
-    pub(super) fn check_slot_limit(&self, t: &Tracked, p: &ProcessId) -> Result<(), proto::ErrorReply> {
+    pub(super) fn check_slot_limit(&self, t: &Bookkeeping, p: &ProcessId) -> Result<(), proto::ErrorReply> {
         let Some((per_uid, exempt)) = self.slot_limit else { return Ok(()) };
         if exempt.contains(&p.uid) {
             return Ok(());
