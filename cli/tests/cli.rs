@@ -736,7 +736,6 @@ fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until
     check_ok(&d);
 }
 
-
 #[test]
 fn users_and_groups_are_named_through_the_name_service() {
     if !is_root() {

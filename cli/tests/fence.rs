@@ -503,3 +503,29 @@ fn without_a_trusted_state_file_a_taken_back_claim_is_dead_lettered_not_run_agai
     assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
     assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
 }
+
+#[test]
+fn a_registration_whose_command_ended_unannounced_is_forgotten() {
+    // The worker reaped its command but its Unfence never arrived (the daemon was down at
+    // that moment): the registration must not outlive the group, whose id may later name
+    // another user's group that a fence would then kill.
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "a"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("q").expect("thief");
+    let job = thief.steal().expect("steal").expect("a job");
+    let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+    c.fence_command(job.id(), child.id()).expect("fence");
+    let registered = || {
+        xtcqd::state::StateFile::beside(&d.socket).expect("state file").load().map_or(0, |s| s.fences.len())
+    };
+    assert_eq!(registered(), 1, "kept in the state file");
+    let _ = child.kill();
+    let _ = child.wait();
+    wait_until(Duration::from_secs(20), "the registration of an ended command forgotten", || {
+        registered() == 0
+    });
+    job.ack().expect("ack");
+}

@@ -272,6 +272,26 @@ impl Fences {
             .collect()
     }
 
+    /// Forgets the registrations whose command has exited and left nothing running in its
+    /// group: there is nothing left to fence, and once the group is gone its id may name
+    /// another (another user's) group. Normally the worker says so itself (`Unfence`); this
+    /// catches the word that never came (the daemon was down, the worker died after
+    /// reaping). Returns how many were forgotten.
+    pub fn forget_finished(&mut self) -> usize {
+        let finished: Vec<(u32, u32)> = self
+            .commands
+            .iter()
+            .filter(|(_, c)| c.pidfd.as_ref().is_none_or(|fd| peer::pidfd_exited(fd.as_fd())))
+            .filter(|(_, c)| group_members(c).is_ok_and(|m| m.is_empty()))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &finished {
+            self.commands.remove(k);
+        }
+        self.changed |= !finished.is_empty();
+        finished.len()
+    }
+
     /// How many commands are registered (for stats and tests).
     pub fn len(&self) -> usize {
         self.commands.len()

@@ -30,7 +30,12 @@ pub(super) struct ScanMemory {
     strays: StraySweep,
     /// Claims seen without a deadline: record index -> (claim word, first seen, ns).
     undated: HashMap<u32, (StateWord, u64)>,
+    /// When finished fence registrations were last looked for (monotonic ns).
+    forgot_at: u64,
 }
+
+/// How often the scan looks for fence registrations whose command is over.
+const FORGET_EVERY_NS: u64 = 1_000_000_000;
 
 impl Registry {
     /// One scan: with `leases`, expire claims past their lease (dated or not); always,
@@ -46,6 +51,10 @@ impl Registry {
             for (i, w) in self.undated_expired(&mut mem.undated, now) {
                 taken.extend(recovery::expire_claim(&self.seg, i, w, &mut fence));
             }
+        }
+        if now.saturating_sub(t.scan.forgot_at) >= FORGET_EVERY_NS {
+            t.scan.forgot_at = now;
+            t.fences.forget_finished();
         }
         if t.fences.take_changed() {
             self.persist(&t);
