@@ -42,6 +42,9 @@ struct Held {
     seg: Arc<shm_layout::Segment>,
     /// When the server last heard from us about it (its delivery, or our last `+WPI`).
     touched: Instant,
+    /// A `+WPI` went out after AckWait had passed: the server may have redelivered it
+    /// meanwhile, and a later `+WPI` does not undo that.
+    lapsed: bool,
 }
 
 /// The local end: the injector, and what the queue's record watch needs.
@@ -186,6 +189,7 @@ impl Bridge<'_> {
             tracing::warn!(seq, delivered, job = %h.id.index, "redelivered while still held here: not pushed again");
             h.msg = msg;
             h.touched = Instant::now();
+            h.lapsed = false;
             return;
         }
         let max = self.local.max_attempts as i64;
@@ -201,7 +205,7 @@ impl Bridge<'_> {
                 bump(&self.counters.pushed);
                 let id = JobId::of_push(h);
                 let seg = self.local.seg.clone();
-                self.held.insert(seq, Held { msg, id, seg, touched: Instant::now() });
+                self.held.insert(seq, Held { msg, id, seg, touched: Instant::now(), lapsed: false });
                 self.counters.held.store(self.held.len() as u64, Ordering::Relaxed);
             }
             Err(xtcq_client::Error::PayloadTooLarge { len, max }) => {
@@ -256,6 +260,7 @@ impl Bridge<'_> {
         match fate {
             Fate::Held { .. } => {
                 if h.touched.elapsed() >= ack_wait / 3 {
+                    h.lapsed |= h.touched.elapsed() >= ack_wait;
                     match h.msg.ack_with(AckKind::Progress).await {
                         Ok(()) => h.touched = Instant::now(),
                         Err(e) => tracing::warn!(seq, "+WPI not sent: {e}"),
@@ -264,7 +269,7 @@ impl Bridge<'_> {
                 false
             }
             Fate::Gone => {
-                if h.touched.elapsed() >= ack_wait {
+                if h.lapsed || h.touched.elapsed() >= ack_wait {
                     bump(&self.counters.late_acks);
                     tracing::warn!(
                         seq,

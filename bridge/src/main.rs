@@ -62,10 +62,10 @@ pub struct Common {
     /// The subject jobs travel on (default: xtcq.jobs.QUEUE).
     #[arg(long)]
     pub subject: Option<String>,
-    /// Write the counters as JSON to this file, every --stats-interval and at exit.
+    /// Write the counters as JSON to this file, five times a second and at exit.
     #[arg(long)]
     pub stats_file: Option<PathBuf>,
-    /// How often to log (and write) the counters.
+    /// How often to log the counters.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub stats_interval: Duration,
 }
@@ -177,14 +177,18 @@ fn watch_signals(tx: watch::Sender<u8>) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-/// Logs (and writes) the counters every `interval`.
+/// Logs the counters every `interval`, and writes them to the stats file five times a second.
 fn report_stats(counters: Arc<Counters>, common: &Common) {
-    let (interval, file) = (common.stats_interval, common.stats_file.clone());
+    let (interval, file) = (common.stats_interval.max(Duration::from_millis(10)), common.stats_file.clone());
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let mut logged = tokio::time::Instant::now();
         loop {
             tick.tick().await;
-            tracing::info!("counters: {}", counters.line());
+            if logged.elapsed() >= interval {
+                logged = tokio::time::Instant::now();
+                tracing::info!("counters: {}", counters.line());
+            }
             if let Some(f) = &file {
                 counters.write(f);
             }
