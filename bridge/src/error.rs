@@ -24,6 +24,14 @@ pub enum BridgeError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// The `--state` file cannot be used.
+    #[error("state file {path}: {message}; fix or remove it (removing it may let jobs held before a crash run twice)")]
+    State {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The consumer's AckWait would let JetStream redeliver a job the local queue still runs.
     #[error(
         "consumer {consumer}: its AckWait ({ack_wait:?}) must be longer than the local queue's lease \

@@ -30,6 +30,7 @@ use futures_util::StreamExt;
 use xtcq_client::{Client, InjectorHandle, JobId};
 
 use crate::error::BridgeError;
+use crate::journal::Journal;
 use crate::local::{Fate, Watch};
 use crate::nats::{self, StreamSpec};
 use crate::stats::{bump, Counters};
@@ -82,6 +83,12 @@ struct Bridge<'a> {
     dead_subject: String,
     local: Local,
     held: HashMap<u64, Held>,
+    /// `--state`, and the jobs a previous run pushed whose messages were not seen again yet.
+    journal: Option<Journal>,
+    orphans: HashMap<u64, JobId>,
+    /// Orphans no longer queued or running here are forgotten after this (2 x AckWait from the
+    /// start: their redeliveries came by then, to us or to another bridge).
+    orphans_until: Instant,
     counters: Arc<Counters>,
 }
 
@@ -105,8 +112,32 @@ pub async fn run(args: &InArgs, mut stop: Stop, counters: Arc<Counters>) -> Resu
     }
     tracing::info!(queue = %c.queue, stream = %c.stream, consumer = %args.consumer, ?ack_wait,
         lease = ?local.lease, max_attempts = local.max_attempts, "bridge in running");
-    let mut b =
-        Bridge { args, js, nats, consumer, ack_wait, dead_subject, local, held: HashMap::new(), counters };
+    let journal = args.state.as_deref().map(|p| Journal::new(p, local.seg.descriptor().created_unix_ns));
+    let orphans = match &journal {
+        Some(j) => j.load()?,
+        None => HashMap::new(),
+    };
+    if !orphans.is_empty() {
+        tracing::info!(
+            jobs = orphans.len(),
+            "jobs pushed before a restart: their redeliveries will not be pushed again"
+        );
+    }
+    let orphans_until = Instant::now() + ack_wait * 2;
+    let mut b = Bridge {
+        args,
+        js,
+        nats,
+        consumer,
+        ack_wait,
+        dead_subject,
+        local,
+        held: HashMap::new(),
+        journal,
+        orphans,
+        orphans_until,
+        counters,
+    };
     let mut drain_until = None;
     loop {
         b.settle_all().await;
@@ -162,15 +193,61 @@ impl Bridge<'_> {
                 return;
             }
         };
+        let mut took = false;
         while let Some(m) = batch.next().await {
             match m {
-                Ok(msg) => self.take(msg).await,
+                Ok(msg) => {
+                    took = true;
+                    self.take(msg).await
+                }
                 Err(e) => {
                     tracing::warn!("fetching from {}: {e}", self.args.common.stream);
                     break;
                 }
             }
         }
+        if took {
+            self.save();
+        }
+    }
+
+    fn save(&self) {
+        if let Some(j) = &self.journal {
+            j.save(
+                self.held.iter().map(|(s, h)| (*s, &h.id)).chain(self.orphans.iter().map(|(s, id)| (*s, id))),
+            );
+        }
+    }
+
+    /// A redelivery of a message whose job a previous run pushed here: `true` when handled
+    /// (held again, or acked because the job succeeded meanwhile).
+    async fn adopt(&mut self, seq: u64, msg: &jetstream::Message) -> bool {
+        let Some(id) = self.orphans.remove(&seq) else { return false };
+        let fate = Watch { seg: &self.local.seg, queue: self.local.queue }.fate(id);
+        tracing::info!(seq, ?fate, "redelivery of a job pushed here before a restart: not pushed again");
+        match fate {
+            Fate::Lost => return false,
+            Fate::Gone => match msg.ack().await {
+                Ok(()) => bump(&self.counters.acked),
+                Err(e) => {
+                    bump(&self.counters.ack_errors);
+                    tracing::warn!(seq, "+ACK not sent: {e}");
+                }
+            },
+            // Settled (or dead-lettered) by the next look, as any held job.
+            Fate::Held { .. } | Fate::Dead { .. } => {
+                let h = Held {
+                    msg: msg.clone(),
+                    id,
+                    seg: self.local.seg.clone(),
+                    touched: Instant::now(),
+                    lapsed: false,
+                };
+                self.held.insert(seq, h);
+            }
+        }
+        bump(&self.counters.adopted);
+        true
     }
 
     /// A message fetched: push it, or recognise it, or dead-letter it.
@@ -190,6 +267,9 @@ impl Bridge<'_> {
             h.msg = msg;
             h.touched = Instant::now();
             h.lapsed = false;
+            return;
+        }
+        if self.adopt(seq, &msg).await {
             return;
         }
         let max = self.local.max_attempts as i64;
@@ -243,12 +323,23 @@ impl Bridge<'_> {
     /// Looks at every held job and tells the server what became of it.
     async fn settle_all(&mut self) {
         let seqs: Vec<u64> = self.held.keys().copied().collect();
+        let mut changed = false;
         for seq in seqs {
             let Some(h) = self.held.get(&seq) else { continue };
             let fate = Watch { seg: &h.seg, queue: self.local.queue }.fate(h.id);
             if self.settle(seq, fate).await {
                 self.held.remove(&seq);
+                changed = true;
             }
+        }
+        if !self.orphans.is_empty() && Instant::now() >= self.orphans_until {
+            let w = Watch { seg: &self.local.seg, queue: self.local.queue };
+            let before = self.orphans.len();
+            self.orphans.retain(|_, id| matches!(w.fate(*id), Fate::Held { .. }));
+            changed |= self.orphans.len() != before;
+        }
+        if changed {
+            self.save();
         }
         self.counters.held.store(self.held.len() as u64, Ordering::Relaxed);
     }

@@ -13,6 +13,7 @@
 
 mod error;
 mod inbound;
+mod journal;
 mod local;
 mod nats;
 mod out;
@@ -117,6 +118,10 @@ pub struct InArgs {
     /// redelivery.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// Keep which message each pushed job came from in this file, so that after a crash and
+    /// restart a redelivered message whose job is already here is not pushed a second time.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
     /// Delay asked for with `-NAK` when a job could not be kept locally.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub nak_delay: Duration,

@@ -34,6 +34,9 @@ pub struct Counters {
     pub ack_errors: AtomicU64,
     /// `in`: acks sent after this bridge's hold lapsed (AckWait passed without a `+WPI`).
     pub late_acks: AtomicU64,
+    /// `in`: redeliveries whose local job was pushed before a restart (`--state`): adopted
+    /// or settled, not pushed again.
+    pub adopted: AtomicU64,
     /// `in`: messages held now (pushed, not settled yet).
     pub held: AtomicU64,
 }
@@ -55,6 +58,7 @@ impl Counters {
             ("nacked", l(&self.nacked)),
             ("ack_errors", l(&self.ack_errors)),
             ("late_acks", l(&self.late_acks)),
+            ("adopted", l(&self.adopted)),
             ("held", l(&self.held)),
         ]
     }

@@ -230,3 +230,42 @@ fn sigterm_of_in_settles_what_it_holds_before_exiting() {
     b.check();
     out.stop();
 }
+
+/// `kill -9` of `in` while it holds jobs queued on B: the server redelivers them after AckWait
+/// to the restarted bridge, which finds them in its `--state` file and adopts them instead of
+/// pushing second copies (two local copies could run at the same time on two workers).
+#[test]
+fn a_killed_in_bridge_restarted_does_not_push_its_jobs_twice() {
+    let Some(nats) = Nats::start("a_killed_in_bridge_restarted_does_not_push_its_jobs_twice") else { return };
+    let (a, b) = (Host::start("A"), Host::start("B"));
+    a.ok(&["create", "q"], b"");
+    b.ok(&["create", "q", "--lease", "1s"], b"");
+    let n = 30u64;
+    let (_, text) = payloads(n as usize);
+    a.ok(&["push", "q"], &text);
+    let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
+    wait_until(LONG, "all published", || nats.messages("JOBS") == n);
+    let state = b.dir.path().join("bridge.state");
+    let state = state.to_str().expect("utf8 path");
+    let args = ["--consumer", "B", "--ack-wait", "2s", "--state", state];
+    let mut first = Bridge::start(&b, &nats, "in", "q", "JOBS", &args, &[]);
+    wait_until(LONG, "the first bridge holds every job", || first.stat("held") == n);
+    first.proc.kill9();
+    let mut second = Bridge::start(&b, &nats, "in", "q", "JOBS", &args, &[]);
+    wait_until(LONG, "the redeliveries are adopted", || second.stat("adopted") == n);
+    assert_eq!(second.stat("pushed"), 0, "no second copy: {}", second.proc.log_text());
+    let runs = b.dir.path().join("runs");
+    let _w = b.worker("q", "60s", &append(&runs));
+    wait_until(LONG, "every job acked upstream", || second.stat("acked") == n && second.stat("held") == 0);
+    let counts = line_counts(&runs);
+    assert_eq!(
+        (counts.len() as u64, counts.values().all(|&c| c == 1)),
+        (n, true),
+        "each job ran once: {counts:?}"
+    );
+    assert_eq!(nats.messages("JOBS"), 0);
+    assert_eq!(b.live("q"), 0);
+    b.check();
+    second.stop();
+    out.stop();
+}
