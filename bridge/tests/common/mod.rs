@@ -196,8 +196,24 @@ impl Drop for Host {
 
 impl Host {
     pub fn start(name: &'static str) -> Host {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let mut h = Host { child: None, name, dir: tempfile::tempdir().expect("tempdir") };
+        h.spawn();
+        h
+    }
+
+    /// `kill -9` of the daemon, then a new one on the same socket and segment.
+    pub fn restart_after_kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
+        let dir = &self.dir;
         let socket = dir.path().join("xtcqd.sock");
+        let _ = std::fs::remove_file(&socket);
         let log = log_file(&dir.path().join("xtcqd.log"));
         let child = daemon_command()
             .arg("--socket")
@@ -214,7 +230,7 @@ impl Host {
         wait_until(Duration::from_secs(10), "xtcqd ready", || {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         });
-        Host { child: Some(child), name, dir }
+        self.child = Some(child);
     }
 
     pub fn socket(&self) -> PathBuf {
