@@ -269,3 +269,68 @@ fn a_killed_in_bridge_restarted_does_not_push_its_jobs_twice() {
     second.stop();
     out.stop();
 }
+
+#[test]
+fn in_refuses_a_consumer_whose_ack_wait_is_not_longer_than_the_lease() {
+    let Some(nats) = Nats::start("in_refuses_a_consumer_whose_ack_wait_is_not_longer_than_the_lease") else {
+        return;
+    };
+    let b = Host::start("B");
+    b.ok(&["create", "q", "--lease", "5s"], b"");
+    let start = |ack_wait: &str| {
+        let log = b.dir.path().join(format!("in-{ack_wait}.log"));
+        let mut c = std::process::Command::new(BRIDGE);
+        c.args([
+            "in",
+            "q",
+            "--nats",
+            &nats.url(),
+            "--stream",
+            "JOBS",
+            "--consumer",
+            "B",
+            "--ack-wait",
+            ack_wait,
+        ])
+        .arg("--socket")
+        .arg(b.socket());
+        let mut p = Proc::spawn(c, log);
+        let status = p.wait(LONG);
+        (status.code(), p.log_text())
+    };
+    let (code, log) = start("3s");
+    assert_eq!(code, Some(2), "refused: {log}");
+    assert!(log.contains("AckWait (3s) must be longer than the local queue's lease (5s)"), "{log}");
+    // The consumer exists now with 3 s: a longer --ack-wait does not change it, and the bridge
+    // checks the consumer's own AckWait.
+    let (code, log) = start("60s");
+    assert_eq!(code, Some(2), "still refused: {log}");
+    assert!(log.contains("AckWait (3s)"), "{log}");
+}
+
+/// A message whose holders died before settling it (the server redelivered it each time) is
+/// dead-lettered once its delivery count passes the local queue's max attempts, unrun.
+#[test]
+fn a_message_delivered_more_than_max_attempts_times_is_dead_lettered_unrun() {
+    let Some(nats) = Nats::start("a_message_delivered_more_than_max_attempts_times_is_dead_lettered_unrun")
+    else {
+        return;
+    };
+    let (a, b) = (Host::start("A"), Host::start("B"));
+    a.ok(&["create", "q"], b"");
+    b.ok(&["create", "q", "--max-attempts", "2"], b"");
+    let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
+    a.ok(&["push", "q"], b"orphan\n");
+    wait_until(LONG, "published", || nats.messages("JOBS") == 1);
+    // Two holders that vanish: deliveries 1 and 2.
+    assert_eq!(nats.fetch_and_drop("JOBS", "B", Duration::from_secs(1), 2), 2);
+    let mut inb = Bridge::start(&b, &nats, "in", "q", "JOBS", &["--consumer", "B"], &[]);
+    wait_until(LONG, "dead-lettered at delivery 3", || inb.stat("terminated") == 1);
+    assert_eq!(inb.stat("pushed"), 0, "not run on B");
+    let copies = nats.read_all("JOBS_DEAD");
+    assert_eq!(copies.len(), 1);
+    assert!(copies[0].1.contains("delivered 3 times, more than max attempts 2"), "{}", copies[0].1);
+    assert_eq!(nats.messages("JOBS"), 0, "terminated");
+    out.stop();
+    inb.stop();
+}

@@ -446,3 +446,39 @@ pub fn line_counts(file: &Path) -> std::collections::HashMap<String, usize> {
     }
     m
 }
+
+impl Nats {
+    /// Plays a holder that dies: fetches one message of consumer `name` (created with
+    /// `ack_wait` if missing) `times` times without acking, each time waiting for its
+    /// redelivery. Returns the last delivery count seen.
+    pub fn fetch_and_drop(&self, stream: &str, name: &str, ack_wait: Duration, times: usize) -> i64 {
+        use futures_util::StreamExt;
+        self.js(async |js| {
+            let s = js.get_stream(stream).await.expect("stream");
+            let cfg = jetstream::consumer::pull::Config {
+                durable_name: Some(name.to_string()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_deliver: -1,
+                ..Default::default()
+            };
+            let c = s.get_or_create_consumer(name, cfg).await.expect("consumer");
+            let mut delivered = 0;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while delivered < times as i64 {
+                assert!(Instant::now() < deadline, "no redelivery within 30 s");
+                let mut batch = c
+                    .batch()
+                    .max_messages(1)
+                    .expires(Duration::from_secs(1))
+                    .messages()
+                    .await
+                    .expect("fetch");
+                if let Some(m) = batch.next().await {
+                    delivered = m.expect("message").info().expect("info").delivered;
+                }
+            }
+            delivered
+        })
+    }
+}
