@@ -155,7 +155,10 @@ pub async fn run(args: &InArgs, mut stop: Stop, counters: Arc<Counters>) -> Resu
         }
         let room = b.room();
         if room == 0 {
-            tokio::select! { _ = tokio::time::sleep(args.poll) => {}, _ = stop.changed() => {} }
+            // Full: look again soon (a look is a few loads per held job), not after a whole
+            // --poll, or the bridge idles while the local workers free room.
+            let nap = args.poll.min(Duration::from_millis(5));
+            tokio::select! { _ = tokio::time::sleep(nap) => {}, _ = stop.changed() => {} }
         } else {
             b.fetch(room).await;
         }
@@ -193,16 +196,29 @@ impl Bridge<'_> {
                 return;
             }
         };
+        // Held jobs are settled every --poll while the batch is open too: a batch that cannot
+        // fill (the consumer's max_ack_pending reached, waiting on our acks) would otherwise
+        // hold every ack back until it expires.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + self.args.poll, self.args.poll);
         let mut took = false;
-        while let Some(m) = batch.next().await {
-            match m {
-                Ok(msg) => {
-                    took = true;
-                    self.take(msg).await
-                }
-                Err(e) => {
-                    tracing::warn!("fetching from {}: {e}", self.args.common.stream);
-                    break;
+        loop {
+            tokio::select! {
+                m = batch.next() => match m {
+                    None => break,
+                    Some(Ok(msg)) => {
+                        took = true;
+                        self.take(msg).await;
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!("fetching from {}: {e}", self.args.common.stream);
+                        break;
+                    }
+                },
+                _ = tick.tick() => {
+                    if std::mem::take(&mut took) {
+                        self.save();
+                    }
+                    self.settle_all().await;
                 }
             }
         }

@@ -102,6 +102,7 @@ fn bench_bridge_vs_jetstream_vs_one_host() {
     let Some(nats) = Nats::start("bench_bridge_vs_jetstream_vs_one_host") else { return };
     let n = env_or("XTCQ_BRIDGE_BENCH_JOBS", 20_000);
     let pings = env_or("XTCQ_BRIDGE_BENCH_PINGS", 200);
+    let inflight = env_or("XTCQ_BRIDGE_BENCH_INFLIGHT", 256).to_string();
     let (a, b) = (Host::start("A"), Host::start("B"));
     a.ok(&["create", "q"], b"");
     b.ok(&["create", "q", "--lease", "30s"], b"");
@@ -135,7 +136,7 @@ fn bench_bridge_vs_jetstream_vs_one_host() {
     // Through the bridge: push on A, out, JetStream, in, steal and ack on B in this process.
     let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
     let mut inb =
-        Bridge::start(&b, &nats, "in", "q", "JOBS", &["--consumer", "B", "--max-inflight", "1024"], &[]);
+        Bridge::start(&b, &nats, "in", "q", "JOBS", &["--consumer", "B", "--max-inflight", &inflight], &[]);
     let cb = xtcq_client::Client::connect(Some(&b.socket())).expect("connect B");
     let worker = cb.attach_thief("q").expect("thief B");
     let producer = ca.attach_injector("q").expect("injector A");
