@@ -93,76 +93,9 @@ struct Bridge<'a> {
 }
 
 /// Runs until a stop, then drains (see `--drain-timeout`).
-pub async fn run(args: &InArgs, mut stop: Stop, counters: Arc<Counters>) -> Result<(), BridgeError> {
-    let c = &args.common;
-    let subject = c.subject();
-    let nats = nats::connect(&c.nats).await?;
-    let js = jetstream::new(nats.clone());
-    let spec = StreamSpec { name: &c.stream, subject: &subject, duplicate_window: Duration::from_secs(600) };
-    nats::ensure_stream(&js, &spec).await?;
-    let dead_subject = args.dead_subject.clone().unwrap_or_else(|| format!("xtcq.dead.{}", c.queue));
-    let dead_stream = args.dead_stream.clone().unwrap_or_else(|| format!("{}_DEAD", c.stream));
-    nats::ensure_dead_stream(&js, &dead_stream, &dead_subject).await?;
-    let mut consumer = nats::ensure_consumer(&js, &c.stream, &args.consumer, args.ack_wait).await?;
-    let ack_wait = consumer.info().await.map_err(|e| BridgeError::nats(&c.nats, e))?.config.ack_wait;
-    let local = attach(args)?;
-    let floor = local.lease.max(args.poll * 3);
-    if ack_wait <= floor {
-        return Err(BridgeError::AckWaitTooShort { consumer: args.consumer.clone(), ack_wait, lease: floor });
-    }
-    tracing::info!(queue = %c.queue, stream = %c.stream, consumer = %args.consumer, ?ack_wait,
-        lease = ?local.lease, max_attempts = local.max_attempts, "bridge in running");
-    let journal = args.state.as_deref().map(|p| Journal::new(p, local.seg.descriptor().created_unix_ns));
-    let orphans = match &journal {
-        Some(j) => j.load()?,
-        None => HashMap::new(),
-    };
-    if !orphans.is_empty() {
-        tracing::info!(
-            jobs = orphans.len(),
-            "jobs pushed before a restart: their redeliveries will not be pushed again"
-        );
-    }
-    let orphans_until = Instant::now() + ack_wait * 2;
-    let mut b = Bridge {
-        args,
-        js,
-        nats,
-        consumer,
-        ack_wait,
-        dead_subject,
-        local,
-        held: HashMap::new(),
-        journal,
-        orphans,
-        orphans_until,
-        counters,
-    };
-    let mut drain_until = None;
-    loop {
-        b.settle_all().await;
-        let level = *stop.borrow_and_update();
-        if level >= 2 {
-            break;
-        }
-        if level == 1 {
-            let until = *drain_until.get_or_insert_with(|| Instant::now() + args.drain_timeout);
-            if b.held.is_empty() || Instant::now() >= until {
-                break;
-            }
-            tokio::select! { _ = tokio::time::sleep(args.poll) => {}, _ = stop.changed() => {} }
-            continue;
-        }
-        let room = b.room();
-        if room == 0 {
-            // Full: look again soon (a look is a few loads per held job), not after a whole
-            // --poll, or the bridge idles while the local workers free room.
-            let nap = args.poll.min(Duration::from_millis(5));
-            tokio::select! { _ = tokio::time::sleep(nap) => {}, _ = stop.changed() => {} }
-        } else {
-            b.fetch(room).await;
-        }
-    }
+pub async fn run(args: &InArgs, stop: Stop, counters: Arc<Counters>) -> Result<(), BridgeError> {
+    let mut b = Bridge::start(args, counters).await?;
+    b.serve(stop).await;
     let _ = b.nats.flush().await;
     if b.held.is_empty() {
         tracing::info!("bridge in stopped: every message fetched was settled upstream");
@@ -171,6 +104,90 @@ pub async fn run(args: &InArgs, mut stop: Stop, counters: Arc<Counters>) -> Resu
             "bridge in stopped with messages whose local jobs are not settled; the server redelivers them after AckWait");
     }
     Ok(())
+}
+
+impl<'a> Bridge<'a> {
+    /// Sets up the streams and the consumer, checks the consumer's AckWait against the local
+    /// lease, attaches locally and loads the state file.
+    async fn start(args: &'a InArgs, counters: Arc<Counters>) -> Result<Bridge<'a>, BridgeError> {
+        let c = &args.common;
+        let subject = c.subject();
+        let nats = nats::connect(&c.nats).await?;
+        let js = jetstream::new(nats.clone());
+        let spec =
+            StreamSpec { name: &c.stream, subject: &subject, duplicate_window: Duration::from_secs(600) };
+        nats::ensure_stream(&js, &spec).await?;
+        let dead_subject = args.dead_subject.clone().unwrap_or_else(|| format!("xtcq.dead.{}", c.queue));
+        let dead_stream = args.dead_stream.clone().unwrap_or_else(|| format!("{}_DEAD", c.stream));
+        nats::ensure_dead_stream(&js, &dead_stream, &dead_subject).await?;
+        let mut consumer = nats::ensure_consumer(&js, &c.stream, &args.consumer, args.ack_wait).await?;
+        let ack_wait = consumer.info().await.map_err(|e| BridgeError::nats(&c.nats, e))?.config.ack_wait;
+        let local = attach(args)?;
+        let floor = local.lease.max(args.poll * 3);
+        if ack_wait <= floor {
+            return Err(BridgeError::AckWaitTooShort {
+                consumer: args.consumer.clone(),
+                ack_wait,
+                lease: floor,
+            });
+        }
+        tracing::info!(queue = %c.queue, stream = %c.stream, consumer = %args.consumer, ?ack_wait,
+            lease = ?local.lease, max_attempts = local.max_attempts, "bridge in running");
+        let journal = args.state.as_deref().map(|p| Journal::new(p, local.seg.descriptor().created_unix_ns));
+        let orphans = match &journal {
+            Some(j) => j.load()?,
+            None => HashMap::new(),
+        };
+        if !orphans.is_empty() {
+            tracing::info!(
+                jobs = orphans.len(),
+                "jobs pushed before a restart: their redeliveries will not be pushed again"
+            );
+        }
+        Ok(Bridge {
+            args,
+            js,
+            nats,
+            consumer,
+            ack_wait,
+            dead_subject,
+            local,
+            held: HashMap::new(),
+            journal,
+            orphans,
+            orphans_until: Instant::now() + ack_wait * 2,
+            counters,
+        })
+    }
+
+    /// Fetches and settles until a stop; after the first signal only settles, until nothing
+    /// is held or `--drain-timeout` passed.
+    async fn serve(&mut self, mut stop: Stop) {
+        let args = self.args;
+        let mut drain_until = None;
+        loop {
+            self.settle_all().await;
+            let level = *stop.borrow_and_update();
+            if level >= 2 {
+                return;
+            }
+            let room = if level == 1 { 0 } else { self.room() };
+            if level == 1 {
+                let until = *drain_until.get_or_insert_with(|| Instant::now() + args.drain_timeout);
+                if self.held.is_empty() || Instant::now() >= until {
+                    return;
+                }
+            }
+            if room == 0 {
+                // Full or draining: look again soon (a look is a few loads per held job), not
+                // after a whole --poll, or the bridge idles while the local workers free room.
+                let nap = args.poll.min(Duration::from_millis(5));
+                tokio::select! { _ = tokio::time::sleep(nap) => {}, _ = stop.changed() => {} }
+            } else {
+                self.fetch(room).await;
+            }
+        }
+    }
 }
 
 impl Bridge<'_> {

@@ -26,12 +26,14 @@ fn round_trip_runs_every_job_once() {
     b.ok(&["create", "q", "--max-attempts", "3", "--lease", "2s"], b"");
     let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
     let mut inb = Bridge::start(&b, &nats, "in", "q", "JOBS", &in_args("B", "10s"), &[]);
-    let n = 600;
+    // XTCQ_BRIDGE_JOBS=20000 for the run (about a minute: one `sh` per job).
+    let n: usize = std::env::var("XTCQ_BRIDGE_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
     let (names, text) = payloads(n);
     a.ok(&["push", "q"], &text);
     let runs = b.dir.path().join("runs");
     let _w = b.worker("q", "60s", &append(&runs));
-    wait_until(LONG, "every job acked upstream by in", || inb.stat("acked") == n as u64);
+    let _w2 = b.worker("q", "60s", &append(&runs));
+    wait_until(LONG * 10, "every job acked upstream by in", || inb.stat("acked") == n as u64);
     let counts = line_counts(&runs);
     for name in &names {
         assert_eq!(counts.get(name), Some(&1), "{name} runs exactly once on B");
