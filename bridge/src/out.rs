@@ -137,25 +137,28 @@ impl Round<'_> {
         for job in &mut jobs {
             pending.push(self.publish(job).await);
         }
+        // Awaited together: each ack's timeout (the context's, 5 s) runs at once, so a round
+        // whose server went away gives its jobs back after one timeout, not one per job.
+        let acks = futures_util::future::join_all(pending.into_iter().map(|p| async move {
+            match p {
+                Some(fut) => Some(fut.await),
+                None => None,
+            }
+        }))
+        .await;
         let mut stored = Vec::with_capacity(jobs.len());
-        for p in pending {
-            stored.push(match p {
-                Some(fut) => match fut.await {
-                    Ok(ack) => {
-                        bump(if ack.duplicate {
-                            &self.counters.duplicates
-                        } else {
-                            &self.counters.published
-                        });
-                        true
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "publish not acked by the server: {e}; the job goes back to the local queue"
-                        );
-                        false
-                    }
-                },
+        for a in acks {
+            stored.push(match a {
+                Some(Ok(ack)) => {
+                    bump(if ack.duplicate { &self.counters.duplicates } else { &self.counters.published });
+                    true
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(
+                        "publish not acked by the server: {e}; the job goes back to the local queue"
+                    );
+                    false
+                }
                 None => false,
             });
         }

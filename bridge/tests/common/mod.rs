@@ -80,7 +80,10 @@ impl Nats {
             );
             // Straight to stderr, past the test harness's capture: a skip must be seen.
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: nats-server not installed (apt-get install nats-server)");
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {test}: nats-server not installed (apt-get install nats-server)"
+            );
             return None;
         }
         let mut n = Nats { child: None, port: free_port(), dir: tempfile::tempdir().expect("tempdir") };
