@@ -294,6 +294,7 @@ impl Bridge<'_> {
                 return;
             }
         };
+        tracing::debug!(seq, delivered, "fetched");
         if let Some(h) = self.held.get_mut(&seq) {
             bump(&self.counters.redelivered_held);
             tracing::warn!(seq, delivered, job = %h.id.index, "redelivered while still held here: not pushed again");

@@ -19,18 +19,33 @@ fn artifact_dir() -> PathBuf {
     Path::new(BRIDGE).parent().expect("artifact dir").to_path_buf()
 }
 
+/// The `xtcq` (and `xtcqd`) of this build: cargo builds another package's binaries for its
+/// own tests only, so a `cargo test -p xtcq-bridge` builds them here, once per test process
+/// (a no-op when they are fresh, as after a workspace build).
 pub fn xtcq_bin() -> PathBuf {
-    let p = artifact_dir().join("xtcq");
-    assert!(p.is_file(), "{} is missing: run `cargo build -p xtcq-cli` first", p.display());
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = artifact_dir();
+    BUILT.call_once(|| {
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-q", "-p", "xtcq-cli", "-p", "xtcqd"]);
+        if dir.ends_with("release") {
+            c.arg("--release");
+        }
+        let s = c.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
+        assert!(s.success(), "cargo build -p xtcq-cli -p xtcqd failed");
+    });
+    let p = dir.join("xtcq");
+    assert!(p.is_file(), "{} is missing: run `cargo build -p xtcq-cli`", p.display());
     p
 }
 
 fn daemon_command() -> Command {
+    let xtcq = xtcq_bin();
     let d = artifact_dir().join("xtcqd");
     if d.is_file() {
         Command::new(d)
     } else {
-        let mut c = Command::new(xtcq_bin());
+        let mut c = Command::new(xtcq);
         c.arg("__xtcqd");
         c
     }
@@ -426,6 +441,20 @@ impl Bridge {
             .unwrap_or(0)
     }
 
+    /// `wait_until`, with this bridge's log in the failure.
+    #[track_caller]
+    pub fn wait_for(&self, limit: Duration, what: &str, mut f: impl FnMut(&Bridge) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !f(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {limit:?}; the bridge's log:\n{}",
+                self.proc.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM, then a bounded wait for a clean exit.
     #[track_caller]
     pub fn stop(&mut self) {
@@ -452,13 +481,24 @@ pub fn line_counts(file: &Path) -> std::collections::HashMap<String, usize> {
     m
 }
 
+/// What `Nats::fetch_and_drop` keeps alive: its connection (a closed one could make the
+/// server take back its last delivery).
+pub struct Holder {
+    _client: async_nats::Client,
+    _rt: tokio::runtime::Runtime,
+}
+
 impl Nats {
-    /// Plays a holder that dies: fetches one message of consumer `name` (created with
-    /// `ack_wait` if missing) `times` times without acking, each time waiting for its
-    /// redelivery. Returns the last delivery count seen.
-    pub fn fetch_and_drop(&self, stream: &str, name: &str, ack_wait: Duration, times: usize) -> i64 {
+    /// Plays holders that never ack: fetches one message of consumer `name` (created with
+    /// `ack_wait` if missing) until it has seen delivery `times`, each fetch waiting longer
+    /// than AckWait so that no redelivery goes to an expired request. Returns the last
+    /// delivery count seen, and the connection, to keep open.
+    pub fn fetch_and_drop(&self, stream: &str, name: &str, ack_wait: Duration, times: i64) -> (i64, Holder) {
         use futures_util::StreamExt;
-        self.js(async |js| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let (delivered, client) = rt.block_on(async {
+            let client = async_nats::connect(self.url()).await.expect("connect to nats-server");
+            let js = jetstream::new(client.clone());
             let s = js.get_stream(stream).await.expect("stream");
             let cfg = jetstream::consumer::pull::Config {
                 durable_name: Some(name.to_string()),
@@ -470,20 +510,16 @@ impl Nats {
             let c = s.get_or_create_consumer(name, cfg).await.expect("consumer");
             let mut delivered = 0;
             let deadline = Instant::now() + Duration::from_secs(30);
-            while delivered < times as i64 {
+            while delivered < times {
                 assert!(Instant::now() < deadline, "no redelivery within 30 s");
-                let mut batch = c
-                    .batch()
-                    .max_messages(1)
-                    .expires(Duration::from_secs(1))
-                    .messages()
-                    .await
-                    .expect("fetch");
+                let mut batch =
+                    c.batch().max_messages(1).expires(ack_wait * 5).messages().await.expect("fetch");
                 if let Some(m) = batch.next().await {
                     delivered = m.expect("message").info().expect("info").delivered;
                 }
             }
-            delivered
-        })
+            (delivered, client)
+        });
+        (delivered, Holder { _client: client, _rt: rt })
     }
 }
