@@ -20,12 +20,17 @@ fn artifact_dir() -> PathBuf {
 }
 
 /// The `xtcq` (and `xtcqd`) of this build: cargo builds another package's binaries for its
-/// own tests only, so a `cargo test -p xtcq-bridge` builds them here, once per test process
-/// (a no-op when they are fresh, as after a workspace build).
+/// own tests only, so a `cargo test -p xtcq-bridge` in a clean tree builds them here, once.
+/// Only when missing: a workspace test build made them already, with the workspace's
+/// features (the daemon's fail points), which a build of these two packages alone would
+/// drop, overwriting the binaries other packages' tests run.
 pub fn xtcq_bin() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     let dir = artifact_dir();
     BUILT.call_once(|| {
+        if dir.join("xtcq").is_file() {
+            return;
+        }
         let mut c = Command::new(env!("CARGO"));
         c.args(["build", "-q", "-p", "xtcq-cli", "-p", "xtcqd"]);
         if dir.ends_with("release") {
