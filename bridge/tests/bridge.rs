@@ -337,3 +337,22 @@ fn a_message_delivered_more_than_max_attempts_times_is_dead_lettered_unrun() {
     out.stop();
     inb.stop();
 }
+
+/// A stream that is not a work queue would keep acked jobs (limits) or give each to every
+/// consumer (interest): `out` refuses it rather than publish into it.
+#[test]
+fn out_refuses_a_stream_that_is_not_a_work_queue() {
+    let Some(nats) = Nats::start("out_refuses_a_stream_that_is_not_a_work_queue") else { return };
+    let a = Host::start("A");
+    a.ok(&["create", "q"], b"");
+    nats.create_limits_stream("JOBS", "xtcq.jobs.q");
+    let mut c = std::process::Command::new(BRIDGE);
+    c.args(["out", "q", "--nats", &nats.url(), "--stream", "JOBS"]).arg("--socket").arg(a.socket());
+    let mut p = Proc::spawn(c, a.dir.path().join("out.log"));
+    let status = p.wait(LONG);
+    let log = p.log_text();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("has retention Limits; the bridge needs WorkQueue"), "{log}");
+    a.ok(&["check"], b"");
+    assert_eq!(a.live("q"), 0);
+}

@@ -528,3 +528,17 @@ impl Nats {
         (delivered, Holder { _client: client, _rt: rt })
     }
 }
+
+impl Nats {
+    /// Creates a limits-retention stream `name` on `subject` (not a work queue).
+    pub fn create_limits_stream(&self, name: &str, subject: &str) {
+        self.js(async |js| {
+            let cfg = jetstream::stream::Config {
+                name: name.to_string(),
+                subjects: vec![subject.to_string()],
+                ..Default::default()
+            };
+            js.create_stream(cfg).await.expect("create stream");
+        })
+    }
+}
