@@ -303,23 +303,26 @@ impl<'a> DequeRef<'a> {
     }
 
     /// Moves about half of this deque (at most `limit`, at most the free room in `dest`) into
-    /// `dest`, the caller's own deque.
-    pub fn steal_batch(&self, dest: &DequeOwner<'_>, limit: usize) -> Steal<usize> {
+    /// `dest`, the caller's own deque. [`Full`] when `dest` has no room for even one (nothing
+    /// is taken: an `Empty` there would say this deque had nothing while it may hold work).
+    pub fn steal_batch(&self, dest: &DequeOwner<'_>, limit: usize) -> Result<Steal<usize>, Full> {
+        if limit == 0 {
+            return Ok(Steal::Empty);
+        }
         let room = dest.room_up_to(limit.min(MAX_BATCH));
         if room == 0 {
-            // Nothing could be kept (or nothing asked for): steal nothing rather than drop.
-            return Steal::Empty;
+            return Err(Full);
         }
         // The handles go straight into `dest`'s slots past its `bottom`, as pushes would put
         // them, and `bottom` moves once for the whole batch (see `DequeOwner::publish`).
         let db = dest.deque.bottom.load(Ordering::Relaxed);
-        match self.steal_batch_with(room, |i, h| dest.write_slot(db, i, h)) {
+        Ok(match self.steal_batch_with(room, |i, h| dest.write_slot(db, i, h)) {
             Steal::Success(k) => {
                 dest.publish(db, k);
                 Steal::Success(k)
             }
             other => other,
-        }
+        })
     }
 
     /// Like [`steal_batch`](Self::steal_batch), but returns the oldest stolen handle instead
