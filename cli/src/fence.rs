@@ -43,6 +43,8 @@ pub struct Registration<'c> {
     checked: Instant,
     /// A re-registration failed and was reported (once, until one succeeds).
     told: bool,
+    /// Kept with the daemon when dropped (see `leave_to_daemon`).
+    left: bool,
 }
 
 /// How long a registration is retried while the daemon cannot be reached (a restart takes
@@ -54,10 +56,10 @@ impl<'c> Registration<'c> {
     /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`; a refusal is final at
     /// once. The command is held meanwhile (see `hold`), so a lease that runs out during the
     /// retries costs a refusal, never an unfenced run.
-    pub fn new(client: &'c Client, id: JobId, pid: u32) -> Result<Self> {
+    pub fn new(client: &'c Client, id: JobId, generation: u32, pid: u32) -> Result<Self> {
         let until = Instant::now() + UNREACHABLE_RETRY;
         loop {
-            match client.fence_command(id, pid) {
+            match client.fence_command(id, generation, pid) {
                 Ok(()) => break,
                 Err(e) if e.is_unreachable() && Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(10));
@@ -76,12 +78,14 @@ impl<'c> Registration<'c> {
             reconnects: client.reconnects(),
             checked: Instant::now(),
             told: false,
+            left: false,
         })
     }
 
-    /// Registers again if the connection to the daemon was lost (a daemon restart forgets
-    /// every registration). A daemon that is down is retried at the next check.
-    pub fn keep(&mut self) {
+    /// Registers again if the connection to the daemon was lost (a daemon that lost its
+    /// state file forgot the registration), under the claim's `generation` now. A daemon
+    /// that is down is retried at the next check.
+    pub fn keep(&mut self, generation: u32) {
         if self.checked.elapsed() < RECHECK {
             return;
         }
@@ -90,7 +94,7 @@ impl<'c> Registration<'c> {
             return;
         }
         // The request reconnects (resuming our slot) first.
-        match self.client.fence_command(self.id, self.pid) {
+        match self.client.fence_command(self.id, generation, self.pid) {
             Ok(()) => {
                 self.reconnects = self.client.reconnects();
                 if self.told {
@@ -112,9 +116,19 @@ impl<'c> Registration<'c> {
     }
 }
 
+impl Registration<'_> {
+    /// Keeps the registration with the daemon: processes of the command's group outlived
+    /// it, and the daemon's fence is what stops them before the job runs again.
+    pub fn leave_to_daemon(mut self) {
+        self.left = true;
+    }
+}
+
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        // Best effort: a stale registration is only ever used on a group that is gone.
-        let _ = self.client.unfence_command(self.id, self.pid);
+        if !self.left {
+            // Best effort: the daemon also forgets a registration whose group is gone.
+            let _ = self.client.unfence_command(self.id, self.pid);
+        }
     }
 }

@@ -149,6 +149,11 @@ enum Ran {
     /// The daemon would not fence it (see `fence`), so it was killed at once: the job goes
     /// back uncounted and this worker stops.
     Unfenced(String),
+    /// Processes of its group outlived it and this worker cannot stop them (another uid's,
+    /// or they would not die): the job is left to the daemon, still claimed and registered,
+    /// with a lease about to run out, so that the daemon fences the group (or dead-letters
+    /// the job) before anyone runs it again.
+    LeftRunning(String),
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -176,12 +181,19 @@ const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 /// (a `cmd &` of a script that exited, a daemonised helper) and waits until the group is
 /// empty, so that nothing of this run goes on while the job is settled and perhaps run
 /// again; `keep_lease` meanwhile. `Err` when the group would not empty.
-fn stop_leftovers(child: &mut std::process::Child, mut keep_lease: impl FnMut()) -> Result<ExitStatus> {
-    use rustix::process::{waitid, WaitId, WaitIdOptions};
+fn stop_leftovers(child: &mut std::process::Child, keep_lease: impl FnMut()) -> Result<ExitStatus> {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
     // Before the leader is reaped its pid cannot be reused, so the group id is still ours.
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     let st = child.wait().context("cannot wait for the command")?;
+    wait_group_empty(pid, keep_lease)?;
+    Ok(st)
+}
+
+/// Waits until process group `pid` has no live member (killing what is left each time),
+/// for up to `LEFTOVER_WAIT`; `keep_lease` meanwhile.
+fn wait_group_empty(pid: rustix::process::Pid, mut keep_lease: impl FnMut()) -> Result<()> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
     let until = Instant::now() + LEFTOVER_WAIT;
     loop {
         // Members re-parented to this process (it is PID 1 of a container, or a subreaper)
@@ -190,11 +202,12 @@ fn stop_leftovers(child: &mut std::process::Child, mut keep_lease: impl FnMut())
         {
         }
         if !group_has_live_members(pid) {
-            return Ok(st);
+            return Ok(());
         }
         if Instant::now() >= until {
             bail!("processes it left in its group {pid:?} did not exit within {LEFTOVER_WAIT:?}");
         }
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         keep_lease();
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -203,7 +216,9 @@ fn stop_leftovers(child: &mut std::process::Child, mut keep_lease: impl FnMut())
 /// Whether process group `pgid` has a member that is not a zombie (a zombie runs nothing;
 /// one whose parent does not reap it would otherwise keep the group alive for ever).
 fn group_has_live_members(pgid: rustix::process::Pid) -> bool {
-    if rustix::process::test_kill_process_group(pgid).is_err() {
+    // Only "no such group" is empty: EPERM means members of another uid (a setuid helper,
+    // `sudo -u`), which are the daemon's to stop, not gone.
+    if rustix::process::test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH) {
         return false;
     }
     let Ok(dir) = std::fs::read_dir("/proc") else { return true };
@@ -272,10 +287,13 @@ fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u
     let (child_end, parent_end) = crate::hold::hold()?;
     child_end.arm(&mut cmd);
     let id = job.id();
+    // The claim as held now: nothing extends the lease until the command is registered (this
+    // thread waits in the spawn), so the generation cannot move meanwhile.
+    let generation = job.handle().generation;
     let (spawned, registered) = std::thread::scope(|s| {
         let registering = s.spawn(move || {
             let pid = parent_end.pid()?;
-            let r = crate::fence::Registration::new(c, id, pid);
+            let r = crate::fence::Registration::new(c, id, generation, pid);
             parent_end.answer(r.is_ok());
             Some(r)
         });
@@ -326,12 +344,21 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             };
             break match stop_leftovers(&mut child, keep_lease) {
                 Ok(st) => Ran::Exited(st),
-                Err(e) => Ran::Killed(format!("{e:#}")),
+                Err(e) => Ran::LeftRunning(format!("{e:#}")),
             };
         }
         if stop.now.load(Ordering::Relaxed) {
             kill_group(&mut child);
-            break Ran::Interrupted;
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
+            let keep_lease = || {
+                if let Some(l) = lease {
+                    let _ = job.extend_lease(l);
+                }
+            };
+            break match wait_group_empty(pid, keep_lease) {
+                Ok(()) => Ran::Interrupted,
+                Err(e) => Ran::LeftRunning(format!("{e:#}")),
+            };
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
             if Instant::now() >= nb {
@@ -344,11 +371,16 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
-        fence.keep();
+        fence.keep(job.handle().generation);
         std::thread::sleep(Duration::from_millis(2));
     };
-    // Reaped (by try_wait or kill_group): the daemon may forget it.
-    drop(fence);
+    // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
+    // on, which the daemon's fence must then stop.
+    if matches!(ran, Ran::LeftRunning(_)) {
+        fence.leave_to_daemon();
+    } else {
+        drop(fence);
+    }
     if let Some(w) = writer {
         // The command has exited, so its end of the pipe is closed and the write is over.
         let _ = w.join();
@@ -415,6 +447,20 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
         let attempt = job.attempts();
         let outcome = run_one(a, c, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(Ran::LeftRunning(why)) = &outcome {
+            // Neither settled nor given back (either would let the job run beside what is
+            // left): a lease that ends now hands it to the daemon's fence at its next scan.
+            eprintln!(
+                "xtcq: job {id} attempt {} of {}: {why}; left to xtcqd to stop before the job runs again",
+                attempt + 1,
+                a.queue
+            );
+            let _ = job.extend_lease(Duration::from_millis(1));
+            std::mem::forget(job);
+            n.settled(id, work_summary::failed_outcome(attempt, thief.queue().max_attempts));
+            idle_since = Instant::now();
+            continue;
+        }
         // `unusual`: killed or not run, reported even without --verbose.
         let (what, succeeded, unusual) = match &outcome {
             Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
@@ -423,12 +469,13 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
                 ("interrupted; given back, not counted as an attempt".into(), false, true)
             }
             Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
+            Ok(Ran::LeftRunning(_)) => unreachable!("handled above"),
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
             Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
-            Ok(Ran::Exited(_) | Ran::Killed(_)) => job.fail(&what),
+            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(_)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
         // Counted once settled: a job whose command succeeded but whose ack came too late

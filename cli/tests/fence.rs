@@ -231,7 +231,7 @@ fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
     let job = thief.steal().expect("steal").expect("a job");
     let id = job.id();
     let refused = |pid: u32, why: &str| {
-        let e = c.fence_command(id, pid).expect_err(why).to_string();
+        let e = c.fence_command(id, job.handle().generation, pid).expect_err(why).to_string();
         assert!(e.contains(why), "pid {pid}: {e}");
     };
     // Not a child of ours (ourselves; init).
@@ -242,9 +242,9 @@ fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
     refused(same_group.id(), "does not lead its own process group");
     // A child leading its own group: accepted; but not for a job we do not hold.
     let mut own = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
-    c.fence_command(id, own.id()).expect("a child leading its own group");
+    c.fence_command(id, job.handle().generation, own.id()).expect("a child leading its own group");
     let other = xtcq_client::JobId { index: id.index + 1, birth: 1 };
-    let e = c.fence_command(other, own.id()).expect_err("not held").to_string();
+    let e = c.fence_command(other, job.handle().generation, own.id()).expect_err("not held").to_string();
     assert!(e.contains("not held by this process"), "{e}");
     // A child of another uid (needs root to start one; a bare uid needs no user entry).
     let mut other_uid = None;
@@ -413,7 +413,7 @@ fn a_late_unfence_of_a_first_run_leaves_the_next_run_fenced() {
     let first_run = thief.steal().expect("steal").expect("a job");
     let id = first_run.id();
     let mut first = sleeper();
-    c.fence_command(id, first.id()).expect("fence the first command");
+    c.fence_command(id, first_run.handle().generation, first.id()).expect("fence the first command");
     let _ = first.kill();
     let _ = first.wait();
     let mut again = None;
@@ -424,7 +424,7 @@ fn a_late_unfence_of_a_first_run_leaves_the_next_run_fenced() {
     let second_run = again.expect("the job again");
     assert_eq!(second_run.id(), id, "the same job");
     let mut second = sleeper();
-    c.fence_command(id, second.id()).expect("fence the second command");
+    c.fence_command(id, second_run.handle().generation, second.id()).expect("fence the second command");
     c.unfence_command(id, first.id()).expect("the late unfence of the first");
     let mut gone = false;
     wait_until(Duration::from_secs(20), "the second command killed at the next lease expiry", || {
@@ -517,7 +517,7 @@ fn a_registration_whose_command_ended_unannounced_is_forgotten() {
     let thief = c.attach_thief("q").expect("thief");
     let job = thief.steal().expect("steal").expect("a job");
     let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
-    c.fence_command(job.id(), child.id()).expect("fence");
+    c.fence_command(job.id(), job.handle().generation, child.id()).expect("fence");
     let registered = || {
         xtcqd::state::StateFile::beside(&d.socket).expect("state file").load().map_or(0, |s| s.fences.len())
     };
@@ -528,4 +528,75 @@ fn a_registration_whose_command_ended_unannounced_is_forgotten() {
         registered() == 0
     });
     job.ack().expect("ack");
+}
+
+#[test]
+fn a_registration_for_a_claim_taken_back_is_refused_after_a_re_claim() {
+    // One worker process, two threads: the first stole the job and was delayed before its
+    // registration; the lease ran out; the second stole the job again. The first thread's
+    // registration must be refused (its claim is gone), not taken for the second claim's.
+    use std::os::unix::process::CommandExt;
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--lease-scan-interval", "10ms"]);
+    let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), &flags);
+    ok(&d.run(&["create", "q", "--lease", "200ms"]));
+    ok(&d.run(&["push", "q", "a"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("q").expect("thief");
+    let first_claim = thief.steal().expect("steal").expect("a job");
+    let stale = first_claim.handle().generation;
+    let mut again = None;
+    wait_until(Duration::from_secs(20), "the job re-queued after its lease", || {
+        again = thief.steal().expect("steal");
+        again.is_some()
+    });
+    let second_claim = again.expect("the job again");
+    let mut late = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+    let e = c.fence_command(first_claim.id(), stale, late.id()).expect_err("a stale claim's registration");
+    assert!(e.to_string().contains("not held by this process"), "{e}");
+    let mut current = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+    c.fence_command(second_claim.id(), second_claim.handle().generation, current.id())
+        .expect("the claim held now");
+    c.unfence_command(second_claim.id(), current.id()).expect("unfence");
+    for ch in [&mut late, &mut current] {
+        let _ = ch.kill();
+        let _ = ch.wait();
+    }
+    drop(first_claim);
+    second_claim.ack().expect("ack");
+}
+
+#[test]
+fn a_state_file_another_daemon_served_past_is_not_trusted() {
+    // Daemon 1 leaves its state file; daemon 2 serves the segment with another --state and
+    // dies while a worker runs a command; daemon 3 is started on the first file again. That
+    // file says nothing of the command: trusting it would re-run the job beside it.
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "s"]));
+    ok(&d.run(&["shutdown"]));
+    if let Some(mut c) = d.child.take() {
+        let _ = c.wait();
+    }
+    let other = d.dir.path().join("other.state");
+    let mut flags = SIZES.to_vec();
+    flags.extend(["--state", other.to_str().expect("path")]);
+    d.spawn(&flags, |_| {});
+    let log = d.dir.path().join("runs");
+    ok(&d.run(&["push", "s", "e0"]));
+    let mut first = work(&d, "s", &log, &[]);
+    wait_line(&log, "alive", "e0", 0);
+    signal(first.id(), "-STOP");
+    d.kill();
+    d.spawn(SIZES, |_| {});
+    let second = work(&d, "s", &log, &["--idle-exit", "2s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    let dead = stdout(&d.run(&["dead", "s"]));
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    let all = lines(&log);
+    let bad = overlaps(&all);
+    kill_logged(&all);
+    assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
+    assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
 }

@@ -78,9 +78,11 @@ impl Link {
         let timeout_err = || Error::Timeout { path: p.to_path_buf(), secs: timeout.as_secs() };
         let map = |e: frame::FrameError| match Error::from_frame(e, p) {
             Error::Timeout { .. } => timeout_err(),
-            Error::DaemonLost { .. } => Error::Protocol {
+            // A daemon stopping (a restart), or one closing refusals it has no room to answer:
+            // both worth a retry, so still "lost", with what happened.
+            Error::DaemonLost { .. } => Error::DaemonLost {
                 path: p.to_path_buf(),
-                message: "the daemon closed the connection during the handshake".into(),
+                reason: Some("it closed the connection during the handshake".into()),
             },
             other => other,
         };

@@ -172,8 +172,12 @@ impl Client {
     /// lease expires, the daemon kills that process group, and waits until it is empty,
     /// before the job can be claimed again (or dead-letters it when it cannot). For
     /// executors that run a job outside their own process; see RELIABILITY.md.
-    pub fn fence_command(&self, id: JobId, pid: u32) -> Result<(), Error> {
-        match self.call(Request::FenceCommand { index: id.index, birth: id.birth, pid })? {
+    ///
+    /// `generation` is the claim's, as its handle has it now (`Job::handle().generation`):
+    /// a registration for a claim that was taken back meanwhile is refused, even if this
+    /// process has claimed the same job again since.
+    pub fn fence_command(&self, id: JobId, generation: u32, pid: u32) -> Result<(), Error> {
+        match self.call(Request::FenceCommand { index: id.index, birth: id.birth, generation, pid })? {
             Response::Fenced => Ok(()),
             r => Err(self.unexpected(r)),
         }

@@ -150,6 +150,17 @@ impl Fences {
         if st.pgrp != pid {
             return Err(format!("pid {pid} does not lead its own process group"));
         }
+        // Another command still running for this job on this slot is not replaced (it would
+        // lose its fence); the same pid again (a re-registration after a restart) is.
+        if let Some(old) = self.commands.get(&(slot, index)) {
+            let running = old.pidfd.as_ref().is_none_or(|fd| !peer::pidfd_exited(fd.as_fd()));
+            if old.pid != pid && running {
+                return Err(format!(
+                    "another command (pid {}) of this job is still registered and running",
+                    old.pid
+                ));
+            }
+        }
         send_signal(fd.as_fd(), 0).map_err(|e| {
             format!(
                 "xtcqd may not signal pid {pid} ({e}); it needs CAP_KILL to fence another user's commands"

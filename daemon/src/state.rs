@@ -119,6 +119,11 @@ pub struct DaemonState {
     /// Commands registered for fencing.
     #[serde(default)]
     pub fences: Vec<FenceRecord>,
+    /// The segment's daemon epoch of the daemon that wrote this (`None`: an older daemon's
+    /// file). A daemon started since on the segment (with another `--state`) makes the file
+    /// stale: the next one finds the epoch moved on by more than itself.
+    #[serde(default)]
+    pub daemon_epoch: Option<u64>,
 }
 
 /// The state file, reached through its directory's descriptor.

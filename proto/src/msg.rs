@@ -253,6 +253,10 @@ pub enum Request {
         index: u32,
         /// Its birth generation (the `birth` of its stable job id).
         birth: u32,
+        /// The generation of the claim as the caller holds it now (its handle's): names this
+        /// claim, not the job, so that a registration delayed past a lease expiry and a
+        /// re-claim by the same process is refused instead of taken for the new claim's.
+        generation: u32,
         /// The command's pid (in the daemon's pid namespace).
         pid: u32,
     },

@@ -11,22 +11,25 @@ use proto::{ErrorCode, ErrorReply};
 
 impl Registry {
     /// Registers `pid` as the command of the job in record `index` (birth `birth`), which
-    /// `slot` (the process `worker` = (pid, uid)) must hold.
+    /// `slot` (the process `worker` = (pid, uid)) must hold under the claim `generation`.
     pub fn register_fence(
         &self,
         slot: SlotId,
-        index: u32,
-        birth: u32,
+        (index, birth, generation): (u32, u32, u32),
         pid: u32,
         worker: (u32, u32),
     ) -> Result<(), ErrorReply> {
         let mut t = self.lock();
         let records = self.seg.records();
+        // The claim, not only the job: the same process may hold the job again under a new
+        // claim (its lease ran out, it stole it back) while a registration for the old one
+        // was on its way.
         let held = match (records.state(index), records.header(index)) {
             (Some(st), Some(hdr)) => {
                 let w = st.load();
-                matches!(w.state(), Some(State::Claimed | State::Writing))
+                w.state() == Some(State::Claimed)
                     && w.holder() == slot.slot
+                    && w.generation() == generation
                     && shm_layout::dead_letter::job_id(hdr, index).birth == birth
             }
             _ => false,

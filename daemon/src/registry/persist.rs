@@ -21,6 +21,7 @@ impl Registry {
                 .collect(),
             queues: t.queues.clone(),
             fences: t.fences.records(),
+            daemon_epoch: Some(self.seg.header_live().daemon_epoch.load(Ordering::Acquire)),
         };
         match f.save(&st) {
             Ok(()) => true,
@@ -51,7 +52,20 @@ impl Registry {
     pub(super) fn load_state(&self) -> (DaemonState, bool) {
         let Some(f) = &self.state else { return (DaemonState::default(), true) };
         let id = state::file_id(self.seg.file());
+        // This daemon's start moved the epoch on by one: the file is the last daemon's only
+        // if it was written at the epoch before.
+        let now = self.seg.header_live().daemon_epoch.load(Ordering::Acquire);
         match f.load() {
+            Some(s) if s.segment == id && s.daemon_epoch.is_some_and(|e| e.wrapping_add(1) != now) => {
+                warn!(
+                    file = %f.path().display(),
+                    written_at_epoch = s.daemon_epoch,
+                    segment_epoch = now,
+                    "xtcqd's state file is stale: another daemon served the segment since it was written \
+                     (with another --state); ignoring it"
+                );
+                (DaemonState::default(), false)
+            }
             Some(s) if s.segment == id => (s, true),
             Some(_) => {
                 warn!(file = %f.path().display(), "xtcqd's state file describes another segment; ignoring it");

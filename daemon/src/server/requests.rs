@@ -82,7 +82,9 @@ impl Conn {
             Request::DeleteQueue { name, force } => self.delete_queue(name, force).await,
             Request::Detach { queue, deque } => self.detach(queue, deque),
             Request::Resume { slot, slot_epoch } => self.resume(slot, slot_epoch),
-            Request::FenceCommand { index, birth, pid } => self.fence_command(index, birth, pid).await,
+            Request::FenceCommand { index, birth, generation, pid } => {
+                self.fence_command(index, birth, generation, pid).await
+            }
             Request::Unfence { index, birth, pid } => self.unfence(index, birth, pid),
             Request::Shutdown => self.shutdown(),
         }
@@ -239,15 +241,23 @@ impl Conn {
     }
 
     /// `FenceCommand`: a command this worker runs for a job it holds (see `crate::fence`).
-    async fn fence_command(&self, index: u32, birth: u32, pid: u32) -> Result<Response, ErrorReply> {
+    async fn fence_command(
+        &self,
+        index: u32,
+        birth: u32,
+        generation: u32,
+        pid: u32,
+    ) -> Result<Response, ErrorReply> {
         let reg = self.st.reg.clone();
         let slot = self.slot.ok_or_else(|| {
             ErrorReply::new(ErrorCode::BadRequest, "attach (and claim the job) before fencing its command")
         })?;
         let worker = (self.peer.pid, self.peer.uid);
-        tokio::task::spawn_blocking(move || reg.register_fence(slot, index, birth, pid, worker))
-            .await
-            .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
+        tokio::task::spawn_blocking(move || {
+            reg.register_fence(slot, (index, birth, generation), pid, worker)
+        })
+        .await
+        .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
         debug!(slot = slot.slot, index, birth, pid, "command registered for fencing");
         Ok(Response::Fenced)
     }
