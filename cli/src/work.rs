@@ -207,7 +207,12 @@ fn wait_group_empty(pid: rustix::process::Pid, mut keep_lease: impl FnMut()) -> 
         if Instant::now() >= until {
             bail!("processes it left in its group {pid:?} did not exit within {LEFTOVER_WAIT:?}");
         }
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        // EPERM: every member left is another uid's; waiting will not help.
+        if rustix::process::kill_process_group(pid, rustix::process::Signal::KILL)
+            == Err(rustix::io::Errno::PERM)
+        {
+            bail!("processes it left in its group {pid:?} belong to another user and cannot be stopped by this worker");
+        }
         keep_lease();
         std::thread::sleep(Duration::from_millis(2));
     }
