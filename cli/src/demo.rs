@@ -61,19 +61,17 @@ pub struct RoleArgs {
 /// `--socket` is `xtcq`'s own global flag (and `$XTCQ_SOCKET`), so clap hands it to us as
 /// `socket` rather than in `args`: it is passed on to the daemon here.
 pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> {
-    use clap::Parser;
     let mut argv: Vec<std::ffi::OsString> = vec!["xtcqd".into()];
     if let Some(s) = socket {
         argv.push("--socket".into());
         argv.push(s.as_os_str().to_owned());
     }
     argv.extend(args.into_iter().map(Into::into));
-    let argv = xtcqd::config_file::argv(argv)?;
-    let args = xtcqd::Args::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?;
-    xtcqd::init_logging_as(args.log_format);
-    let cfg = xtcqd::Config::from_args(&args).map_err(xtcqd::DaemonError::from)?;
-    xtcqd::run(cfg)?;
-    Ok(exit::OK)
+    match xtcqd::entry::run_with_args(argv) {
+        Ok(()) => Ok(exit::OK),
+        Err(xtcqd::entry::EntryError::Args(e)) => Err(anyhow!("{e}")),
+        Err(e) => Err(anyhow::Error::from(e)),
+    }
 }
 
 /// The daemon to start: `xtcqd` beside this executable, or this executable's embedded one.

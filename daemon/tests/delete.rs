@@ -146,6 +146,8 @@ fn a_process_adopted_after_a_restart_may_use_any_queue_so_every_delete_waits_for
     let p = ProcessId { pid: 555, uid: 0, start_time: 12 };
     prev.register(p, ROLE_THIEF, prev.keeper()).expect("register");
     drop(prev);
+    // As a starting daemon does before it adopts (the state file is the previous epoch's).
+    seg.header_live().daemon_epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     let reg = Registry::with_state(seg.clone(), StateFile::beside(&sock).expect("state"));
     let adopted = reg.adopt(ALIVE);
     assert_eq!(adopted.len(), 1);

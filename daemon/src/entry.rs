@@ -1,0 +1,31 @@
+//! The daemon's one entry point, for the `xtcqd` binary and for `xtcq __xtcqd` (the daemon
+//! built into `xtcq`, which `xtcq demo` falls back to): `--config FILE` folded into the
+//! flags, the flags parsed, logging installed, the daemon run.
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// Why the daemon did not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryError {
+    /// `--config FILE` could not be read or parsed.
+    #[error(transparent)]
+    ConfigFile(#[from] crate::config_file::ConfigFileError),
+    /// The flags did not parse (or `--help` / `--version` was asked for: clap prints it).
+    #[error(transparent)]
+    Args(#[from] clap::Error),
+    /// The daemon failed.
+    #[error(transparent)]
+    Daemon(#[from] crate::DaemonError),
+}
+
+/// Runs the daemon with `argv` (the program name first), until it stops.
+pub fn run_with_args(argv: impl IntoIterator<Item = OsString>) -> Result<(), EntryError> {
+    let argv = crate::config_file::argv(argv)?;
+    let args = crate::Args::try_parse_from(argv)?;
+    crate::init_logging_as(args.log_format);
+    let cfg = crate::Config::from_args(&args).map_err(crate::DaemonError::from)?;
+    crate::run(cfg)?;
+    Ok(())
+}
