@@ -1,9 +1,9 @@
 //! `xtcq work`'s side of fencing: each command is a child of the worker that dies with the
 //! thread that started it (`PR_SET_PDEATHSIG`), and is registered with the daemon for its
-//! job, so that the daemon kills its process group before the job can run again (the worker
-//! died, or its lease expired while it was stopped). Registration is kept across daemon
-//! restarts: the daemon keeps it in memory only, so the worker registers again once its
-//! connection was re-established.
+//! claim, so that the daemon kills its process group before the job can run again (the
+//! worker died, or its lease expired while it was stopped). The daemon keeps registrations
+//! in its state file, so they outlive a daemon restart without the worker's help; the worker
+//! never blocks a running command's watch on the daemon.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use xtcq_client::{Client, JobId};
-
-/// How often a running command's registration is checked against a lost connection.
-const RECHECK: Duration = Duration::from_millis(200);
 
 /// Makes the command die (SIGKILL) with the worker thread that spawns it, and refuse to
 /// start if the worker died before the death signal was armed.
@@ -39,10 +36,6 @@ pub struct Registration<'c> {
     client: &'c Client,
     id: JobId,
     pid: u32,
-    reconnects: u64,
-    checked: Instant,
-    /// A re-registration failed and was reported (once, until one succeeds).
-    told: bool,
     /// Kept with the daemon when dropped (see `leave_to_daemon`).
     left: bool,
 }
@@ -71,48 +64,7 @@ impl<'c> Registration<'c> {
                 }
             }
         }
-        Ok(Registration {
-            client,
-            id,
-            pid,
-            reconnects: client.reconnects(),
-            checked: Instant::now(),
-            told: false,
-            left: false,
-        })
-    }
-
-    /// Registers again if the connection to the daemon was lost (a daemon that lost its
-    /// state file forgot the registration), under the claim's `generation` now. A daemon
-    /// that is down is retried at the next check.
-    pub fn keep(&mut self, generation: u32) {
-        if self.checked.elapsed() < RECHECK {
-            return;
-        }
-        self.checked = Instant::now();
-        if self.client.is_connected() && self.client.reconnects() == self.reconnects {
-            return;
-        }
-        // The request reconnects (resuming our slot) first.
-        match self.client.fence_command(self.id, generation, self.pid) {
-            Ok(()) => {
-                self.reconnects = self.client.reconnects();
-                if self.told {
-                    eprintln!("xtcq: job {}: its command is registered with xtcqd again", self.id);
-                    self.told = false;
-                }
-            }
-            Err(e) if !e.is_unreachable() && !self.told => {
-                // Retried at each check; until it succeeds the command is not fenced.
-                eprintln!(
-                    "xtcq: job {}: cannot register its command again after xtcqd restarted ({e}); \
-                     it is not fenced until that succeeds (retrying)",
-                    self.id
-                );
-                self.told = true;
-            }
-            Err(_) => {}
-        }
+        Ok(Registration { client, id, pid, left: false })
     }
 }
 
@@ -126,8 +78,10 @@ impl Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        if !self.left {
-            // Best effort: the daemon also forgets a registration whose group is gone.
+        // Best effort, and only over a live connection: a reconnect can take the daemon's
+        // whole timeout, and the daemon forgets a registration whose group is gone by itself
+        // within a second.
+        if !self.left && self.client.is_connected() {
             let _ = self.client.unfence_command(self.id, self.pid);
         }
     }

@@ -324,7 +324,7 @@ fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u
 /// Runs the command for one job, extending the lease while it runs.
 fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
     let payload = job.payload()?;
-    let (mut child, mut fence) = match start_registered(a, c, job, &payload)? {
+    let (mut child, fence) = match start_registered(a, c, job, &payload)? {
         Started::Running(child, fence) => (child, fence),
         Started::Refused(why) => return Ok(Ran::Unfenced(why)),
     };
@@ -376,7 +376,6 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
-        fence.keep(job.handle().generation);
         std::thread::sleep(Duration::from_millis(2));
     };
     // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
