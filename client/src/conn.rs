@@ -487,8 +487,11 @@ mod tests {
         });
         let e = Conn::open(&p, "t", T).err().expect("not a daemon");
         assert!(matches!(e, Error::Protocol { .. }), "{e:?}");
+        // One that closes without a word may be a daemon stopping (a restart): "lost", which
+        // callers retry, saying when it happened.
         let (_d, p) = fake(drop);
-        assert!(matches!(Conn::open(&p, "t", T).err(), Some(Error::Protocol { .. })));
+        let e = Conn::open(&p, "t", T).err().expect("closed");
+        assert!(matches!(&e, Error::DaemonLost { reason: Some(r), .. } if r.contains("handshake")), "{e:?}");
     }
 
     #[test]
