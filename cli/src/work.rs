@@ -153,7 +153,7 @@ enum Ran {
     /// or they would not die): the job is left to the daemon, still claimed and registered,
     /// with a lease about to run out, so that the daemon fences the group (or dead-letters
     /// the job) before anyone runs it again.
-    LeftRunning(String),
+    LeftRunning(String, rustix::process::Pid),
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -347,9 +347,10 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
                     let _ = job.extend_lease(l);
                 }
             };
+            let pgid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
             break match stop_leftovers(&mut child, keep_lease) {
                 Ok(st) => Ran::Exited(st),
-                Err(e) => Ran::LeftRunning(format!("{e:#}")),
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), pgid),
             };
         }
         if stop.now.load(Ordering::Relaxed) {
@@ -362,7 +363,7 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
             };
             break match wait_group_empty(pid, keep_lease) {
                 Ok(()) => Ran::Interrupted,
-                Err(e) => Ran::LeftRunning(format!("{e:#}")),
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), pid),
             };
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
@@ -380,7 +381,7 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
     };
     // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
     // on, which the daemon's fence must then stop.
-    if matches!(ran, Ran::LeftRunning(_)) {
+    if matches!(ran, Ran::LeftRunning(..)) {
         fence.leave_to_daemon();
     } else {
         drop(fence);
@@ -390,6 +391,25 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
         let _ = w.join();
     }
     Ok(ran)
+}
+
+/// A job whose command left processes this worker cannot stop: neither settled nor given
+/// back while they run (either would let the job run beside them). Its lease ends now, so a
+/// daemon that expires leases fences the group (or dead-letters the job) at its next scan;
+/// this thread waits meanwhile, and fails the job itself once the group is empty (a daemon
+/// with lease expiry off would otherwise never take it back). A stop of `work` leaves it
+/// claimed: this process's exit hands it to the daemon's recovery, which fences first.
+fn hand_to_daemon(job: Job<'_>, pgid: rustix::process::Pid, why: &str, stop: &Stop) {
+    let _ = job.extend_lease(Duration::from_millis(1));
+    while group_has_live_members(pgid) {
+        if stop.now.load(Ordering::Relaxed) {
+            std::mem::forget(job);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Already taken back by the daemon (its fence killed the group): nothing to settle.
+    let _ = job.fail(why);
 }
 
 /// The shortest lease `work` can keep while a command runs: it extends it every third of the
@@ -451,16 +471,13 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
         let attempt = job.attempts();
         let outcome = run_one(a, c, &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(Ran::LeftRunning(why)) = &outcome {
-            // Neither settled nor given back (either would let the job run beside what is
-            // left): a lease that ends now hands it to the daemon's fence at its next scan.
+        if let Ok(Ran::LeftRunning(why, pgid)) = &outcome {
             eprintln!(
                 "xtcq: job {id} attempt {} of {}: {why}; left to xtcqd to stop before the job runs again",
                 attempt + 1,
                 a.queue
             );
-            let _ = job.extend_lease(Duration::from_millis(1));
-            std::mem::forget(job);
+            hand_to_daemon(job, *pgid, &why.clone(), stop);
             n.settled(id, work_summary::failed_outcome(attempt, thief.queue().max_attempts));
             idle_since = Instant::now();
             continue;
@@ -473,13 +490,13 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
                 ("interrupted; given back, not counted as an attempt".into(), false, true)
             }
             Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
-            Ok(Ran::LeftRunning(_)) => unreachable!("handled above"),
+            Ok(Ran::LeftRunning(..)) => unreachable!("handled above"),
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
             Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
-            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(_)) => job.fail(&what),
+            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => job.fail(&what),
             Err(_) => job.fail("cannot run"),
         };
         // Counted once settled: a job whose command succeeded but whose ack came too late
