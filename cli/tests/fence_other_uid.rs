@@ -13,6 +13,19 @@ use std::time::Duration;
 
 #[test]
 fn a_group_a_non_root_worker_cannot_signal_is_fenced_by_the_daemon() {
+    other_uid_leftovers("10ms", "s");
+}
+
+#[test]
+fn a_job_left_to_a_daemon_that_expires_no_lease_is_not_stranded() {
+    // With lease expiry off the daemon never takes the job back: the worker must, once the
+    // leftovers are gone (here they end by themselves), or the job stays claimed for ever.
+    other_uid_leftovers("0", "n");
+}
+
+/// A non-root worker's command starts a loop (about a second) as another user and fails;
+/// over its attempts no two runs overlap and the job ends a dead letter.
+fn other_uid_leftovers(scan: &str, tag: &str) {
     if !is_root() {
         eprintln!("skipped: needs root (two users and a setuid helper)");
         return;
@@ -21,8 +34,9 @@ fn a_group_a_non_root_worker_cannot_signal_is_fenced_by_the_daemon() {
         eprintln!("skipped: setpriv not found");
         return;
     };
-    let worker_user = SystemUser::create("xtcqfw", "xtcqfw");
-    let other_user = SystemUser::create("xtcqfo", "xtcqfo");
+    let (w, o) = (format!("xtcqfw{tag}"), format!("xtcqfo{tag}"));
+    let worker_user = SystemUser::create(&w, &w);
+    let other_user = SystemUser::create(&o, &o);
     // Dropped before the users: whatever of theirs a failing run left behind dies with it.
     let _reaper = KillUsersProcesses([worker_user.user.clone(), other_user.user.clone()]);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -39,7 +53,7 @@ fn a_group_a_non_root_worker_cannot_signal_is_fenced_by_the_daemon() {
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).expect("chmod");
     let mut flags = SIZES.to_vec();
     flags.extend(["--group", &worker_user.group, "--allow-uid", &worker_user.user]);
-    flags.extend(["--lease-scan-interval", "10ms"]);
+    flags.extend(["--lease-scan-interval", scan]);
     let d = Daemon::start_with(dir, &flags);
     std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
     ok(&d.run(&["create", "q", "--max-attempts", "3", "--allow-uid", &worker_user.user]));
@@ -47,7 +61,7 @@ fn a_group_a_non_root_worker_cannot_signal_is_fenced_by_the_daemon() {
     // Each attempt starts a loop as the other user in the command's group, then fails.
     let beat = format!(
         "echo \"start $XTCQ_PAYLOAD $XTCQ_ATTEMPT $(date +%s%N) $$\" >> {log}; \
-         while :; do echo \"alive $XTCQ_PAYLOAD $XTCQ_ATTEMPT $(date +%s%N) $$\" >> {log}; sleep 0.01; done",
+         for i in $(seq 100); do echo \"alive $XTCQ_PAYLOAD $XTCQ_ATTEMPT $(date +%s%N) $$\" >> {log}; sleep 0.01; done",
         log = log.display()
     );
     let script = format!(
