@@ -295,6 +295,33 @@ fn a_busy_worker_keeps_working_through_a_daemon_restart() {
     assert_eq!(names.len(), 6, "every job ran: {ran}\n{}", stderr(&out));
 }
 
+/// After a restart with the first worker (of queue `s`) stopped: a second worker runs the
+/// job to its end, and no line of the first run comes after the second's start.
+fn runs_once_after(d: &Daemon, first: &mut Child, log: &Path) {
+    let second = work(d, "s", log, &["--idle-exit", "20s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    check_no_overlap(d, log, 1);
+}
+
+/// After a restart the daemon could not trust, with the first worker (of queue `s`)
+/// stopped: the job is a dead letter, and no second run started beside the first.
+fn dead_lettered_not_run_again(d: &Daemon, first: &mut Child, log: &Path) {
+    let second = work(d, "s", log, &["--idle-exit", "2s"]);
+    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
+    let dead = stdout(&d.run(&["dead", "s"]));
+    signal(first.id(), "-CONT");
+    let _ = first.kill();
+    let _ = first.wait();
+    let all = lines(log);
+    let bad = overlaps(&all);
+    kill_logged(&all);
+    assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
+    assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
 }
@@ -314,12 +341,7 @@ fn a_worker_stopped_across_a_daemon_restart_has_its_command_fenced() {
     d.kill();
     signal(first.id(), "-STOP");
     d.spawn(&flags, |_| {});
-    let second = work(&d, "s", &log, &["--idle-exit", "20s"]);
-    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
-    signal(first.id(), "-CONT");
-    let _ = first.kill();
-    let _ = first.wait();
-    check_no_overlap(&d, &log, 1);
+    runs_once_after(&d, &mut first, &log);
 }
 
 #[test]
@@ -464,12 +486,7 @@ fn a_claim_a_daemon_revoked_before_it_died_is_fenced_by_the_next() {
     });
     assert!(revoked, "the worker's claim");
     d.spawn(SIZES, |_| {});
-    let second = work(&d, "s", &log, &["--idle-exit", "20s"]);
-    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
-    signal(first.id(), "-CONT");
-    let _ = first.kill();
-    let _ = first.wait();
-    check_no_overlap(&d, &log, 1);
+    runs_once_after(&d, &mut first, &log);
 }
 
 #[test]
@@ -488,17 +505,7 @@ fn without_a_trusted_state_file_a_taken_back_claim_is_dead_lettered_not_run_agai
     let state = d.dir.path().join("xtcqd.sock.state");
     std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
     d.spawn(SIZES, |_| {});
-    let second = work(&d, "s", &log, &["--idle-exit", "2s"]);
-    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
-    let dead = stdout(&d.run(&["dead", "s"]));
-    signal(first.id(), "-CONT");
-    let _ = first.kill();
-    let _ = first.wait();
-    let all = lines(&log);
-    let bad = overlaps(&all);
-    kill_logged(&all);
-    assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
-    assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
+    dead_lettered_not_run_again(&d, &mut first, &log);
 }
 
 #[test]
@@ -585,15 +592,5 @@ fn a_state_file_another_daemon_served_past_is_not_trusted() {
     signal(first.id(), "-STOP");
     d.kill();
     d.spawn(SIZES, |_| {});
-    let second = work(&d, "s", &log, &["--idle-exit", "2s"]);
-    let _ = wait_bounded(second, Duration::from_secs(60), "second worker");
-    let dead = stdout(&d.run(&["dead", "s"]));
-    signal(first.id(), "-CONT");
-    let _ = first.kill();
-    let _ = first.wait();
-    let all = lines(&log);
-    let bad = overlaps(&all);
-    kill_logged(&all);
-    assert!(bad.is_empty(), "{bad:?}\n{}", d.log());
-    assert!(dead.contains("could not stop command"), "the job is a dead letter: {dead}\n{}", d.log());
+    dead_lettered_not_run_again(&d, &mut first, &log);
 }
