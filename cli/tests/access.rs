@@ -179,15 +179,27 @@ fn one_user_cannot_take_every_connection_or_process_slot() {
         .spawn()
         .expect("spawn steal");
     let mut second = None;
+    let mut last = String::new();
     for _ in 0..500 {
         let o = run_bounded(&mut as_user(&d, &alice, &["steal", "q"]), None);
         if code(&o) == 4 {
             second = Some(o);
             break;
         }
+        last = format!("exit {}: {}", code(&o), stderr(&o));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = second.expect("a second consumer of alice's was never refused a slot");
+    let Some(o) = second else {
+        let _ = std::process::Command::new("kill").arg(waiter.id().to_string()).status();
+        let w = wait_bounded(waiter, Duration::from_secs(10), "alice's steal");
+        panic!(
+            "a second consumer of alice's was never refused a slot; the last try: {last}\nthe first consumer: \
+             exit {}: {}\n{}",
+            code(&w),
+            stderr(&w),
+            d.log()
+        );
+    };
     refused(
         &o,
         &[&format!("({})", alice.user), "--process-slots-per-uid 1", "higher --process-slots-per-uid"],
