@@ -178,6 +178,12 @@ fn one_user_cannot_take_every_connection_or_process_slot() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn steal");
+    // It holds the slot before anyone else asks: otherwise a try that got there first takes
+    // it, the first consumer is the one refused, and no try after it ever is.
+    let pid = waiter.id();
+    wait_until(Duration::from_secs(30), "alice's first consumer registered", || {
+        d.stats()["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid))
+    });
     let mut second = None;
     let mut last = String::new();
     for _ in 0..500 {
