@@ -40,7 +40,7 @@ use crate::{InArgs, Stop};
 struct Held {
     msg: jetstream::Message,
     id: JobId,
-    seg: Arc<shm_layout::Segment>,
+    seg: Arc<xtcq_shm::Segment>,
     /// When the server last heard from us about it (its delivery, or our last `+WPI`).
     touched: Instant,
     /// A `+WPI` went out after AckWait had passed: the server may have redelivered it
@@ -52,7 +52,7 @@ struct Held {
 struct Local {
     _client: Client,
     injector: InjectorHandle,
-    seg: Arc<shm_layout::Segment>,
+    seg: Arc<xtcq_shm::Segment>,
     queue: u32,
     max_attempts: u32,
     lease: Duration,

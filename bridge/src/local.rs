@@ -11,8 +11,8 @@
 //! - a retired segment (daemon restarted with `--recreate`) reads as `Lost`: its jobs will
 //!   never be run or acked, so nothing may be acked upstream for them.
 
-use shm_layout::dead_letter::{dead_letters, job_id};
-use shm_layout::{JobId, Segment, State};
+use xtcq_shm::dead_letter::{dead_letters, job_id};
+use xtcq_shm::{JobId, Segment, State};
 
 /// The fate of one pushed job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -197,7 +197,7 @@ fn check_finds_a_corrupted_segment() {
     let o = run_bounded(Command::new(XTCQ).args(["check", "--segment"]).arg(&copy), None);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
     {
-        let seg = shm_layout::Segment::attach(&copy).expect("attach copy");
+        let seg = xtcq_shm::Segment::attach(&copy).expect("attach copy");
         let h = seg.deque_header(0, 0).expect("deque 0");
         let top = h.top.load(std::sync::atomic::Ordering::Relaxed);
         h.bottom.store(top + 100_000, std::sync::atomic::Ordering::Relaxed);

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 fn a_scribbled_deque_makes_steal_fail_not_spin() {
     let d = Daemon::start();
     ok(&d.run(&["create", "q", "--deques", "2", "--capacity", "64"]));
-    let seg = shm_layout::Segment::attach(&d.segment).expect("segment");
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
     let q = seg.queue_by_name("q").expect("queue").index;
     for deque in 0..2 {
         let h = seg.deque_header(q, deque).expect("deque");

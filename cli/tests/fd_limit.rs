@@ -25,10 +25,10 @@ fn with_nofile(cmd: &mut std::process::Command, n: u64) {
     }
 }
 
-fn claimed(seg: &shm_layout::Segment) -> usize {
+fn claimed(seg: &xtcq_shm::Segment) -> usize {
     let r = seg.records();
     (0..r.len())
-        .filter(|&i| r.state(i).is_some_and(|s| s.load().state() == Some(shm_layout::State::Claimed)))
+        .filter(|&i| r.state(i).is_some_and(|s| s.load().state() == Some(xtcq_shm::State::Claimed)))
         .count()
 }
 
@@ -61,7 +61,7 @@ fn a_restart_under_a_low_fd_limit_takes_no_live_worker_for_dead() {
             .expect("spawn work")
     };
     let mut workers: Vec<Child> = (0..BUSY).map(|_| spawn(&["--max-jobs", "1"])).collect();
-    let seg = shm_layout::Segment::attach(&d.segment).expect("segment");
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
     wait_until(Duration::from_secs(60), "every busy worker claimed its job", || claimed(&seg) == BUSY);
     // Idle workers, ready to take any job that comes back.
     workers.extend((0..IDLE).map(|_| spawn(&["--idle-exit", "4s"])));

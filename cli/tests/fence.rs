@@ -459,7 +459,7 @@ fn a_claim_a_daemon_revoked_before_it_died_is_fenced_by_the_next() {
     // give-back, before the fence) leaves the record claimed by no one; the next daemon must
     // find the command by record before it re-queues the job. The test plays the dying
     // daemon: it kills it, then revokes the claim in the segment as it would have.
-    use shm_layout::record::state::{State, StateWord};
+    use xtcq_shm::record::state::{State, StateWord};
     let mut d = Daemon::start();
     ok(&d.run(&["create", "s"]));
     let log = d.dir.path().join("runs");
@@ -468,11 +468,11 @@ fn a_claim_a_daemon_revoked_before_it_died_is_fenced_by_the_next() {
     wait_line(&log, "alive", "v0", 0);
     signal(first.id(), "-STOP");
     d.kill();
-    let seg = shm_layout::Segment::attach(&d.segment).expect("segment");
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
     let records = seg.records();
     let revoked = (0..records.len()).filter_map(|i| records.state(i)).any(|st| {
         let w = st.load();
-        let to = StateWord::pack(w.generation(), State::Claimed, shm_layout::NO_HOLDER);
+        let to = StateWord::pack(w.generation(), State::Claimed, xtcq_shm::NO_HOLDER);
         w.state() == Some(State::Claimed)
             && st
                 .0

@@ -32,11 +32,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use shm_layout::Segment;
 use xtcq_proto::frame;
 use xtcq_proto::{
     ErrorCode, ErrorReply, Event, Hello, HelloOk, HelloReply, Request, RequestFrame, Response, ServerMessage,
 };
+use xtcq_shm::Segment;
 
 use crate::Error;
 
@@ -378,7 +378,7 @@ impl Conn {
         let fd = lock(&self.current).segment_fd.clone();
         let seg = Arc::new(match fd {
             Some(fd) => {
-                let f = fd.try_clone().map_err(|e| shm_layout::SegmentError::Io {
+                let f = fd.try_clone().map_err(|e| xtcq_shm::SegmentError::Io {
                     path: path.to_path_buf(),
                     what: "cannot duplicate the fd the daemon passed",
                     source: e,

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use shm_layout::dead_letter::{self, DeadLetterError};
+use xtcq_shm::dead_letter::{self, DeadLetterError};
 
 use crate::{Client, Error, JobHandle};
 

@@ -6,8 +6,8 @@
 use std::io;
 use std::path::PathBuf;
 
-use shm_layout::{JobError, PushError, QueueError, SegmentError};
 use xtcq_proto::{ErrorCode, ErrorReply, FrameError};
+use xtcq_shm::{JobError, PushError, QueueError, SegmentError};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]

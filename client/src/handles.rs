@@ -1,9 +1,9 @@
-//! Owner, thief and injector handles, and claimed jobs: the segment API of `shm-layout`
+//! Owner, thief and injector handles, and claimed jobs: the segment API of `xtcq-shm`
 //! bound to a control connection.
 //!
 //! Invariants:
 //! - a handle holds an `Arc` of the connection, so the daemon sees the process attached for
-//!   as long as any handle lives; the segment mapping is held by the `shm-layout` object;
+//!   as long as any handle lives; the segment mapping is held by the `xtcq-shm` object;
 //! - an [`OwnerHandle`] drops its `Owner` *before* it gives the lease back (field order, and
 //!   `detach` drops it first explicitly), so the deque is never touched after the daemon
 //!   may have handed it to another process;
@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shm_layout::overflow::RingError;
-use shm_layout::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
+use xtcq_shm::overflow::RingError;
+use xtcq_shm::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 
 use crate::conn::Conn;
 use crate::Error;
@@ -26,7 +26,7 @@ fn overflow_ring_error(e: RingError) -> Error {
 }
 
 /// Resolves the queue the daemon named in the segment, checking that both agree.
-fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<shm_layout::QueueInfo, Error> {
+fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<xtcq_shm::QueueInfo, Error> {
     let info = seg.queue(q.index)?;
     if info.spec.name != q.name || info.spec.deques != q.deques || info.spec.capacity != q.capacity {
         return Err(Error::Protocol {
@@ -67,7 +67,7 @@ fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<
         return Err(lost("this handle was attached under that slot"));
     }
     let ours = seg.process_slot(att.process_slot).is_some_and(|p| {
-        p.state.load(Ordering::Relaxed) == shm_layout::layout::PROCESS_ACTIVE
+        p.state.load(Ordering::Relaxed) == xtcq_shm::layout::PROCESS_ACTIVE
             && p.epoch.load(Ordering::Relaxed) == att.slot_epoch
     });
     if !ours {
@@ -175,7 +175,7 @@ impl<'a> Job<'a> {
 /// claim stays this process's after the thief or owner handle that took it is dropped. The
 /// same checks as [`Job`]: a stale job (lease expired, re-claimed) acks nothing.
 pub struct OwnedJob {
-    inner: shm_layout::OwnedJob,
+    inner: xtcq_shm::OwnedJob,
     _conn: Arc<Conn>,
 }
 
@@ -566,7 +566,7 @@ impl ThiefHandle {
         let Some(w) = self.seg.wait_word(self.att.queue.index) else {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };
-        Ok(shm_layout::wait::wait_for(w, deadline, || self.steal_claimed())?
+        Ok(xtcq_shm::wait::wait_for(w, deadline, || self.steal_claimed())?
             .map(Job::new(&self.seg, &self.conn)))
     }
 }

@@ -43,15 +43,15 @@ use std::time::Duration;
 pub use dead_bulk::{BulkDead, DeadAction};
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
-pub use shm_layout::check::CheckReport;
-pub use shm_layout::dead_letter::DeadLetter;
-pub use shm_layout::segment::monotonic_ns;
-pub use shm_layout::{JobError, JobHandle, JobId};
 pub use trust::TRUST_ENV;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
     PROTOCOL_VERSION,
 };
+pub use xtcq_shm::check::CheckReport;
+pub use xtcq_shm::dead_letter::DeadLetter;
+pub use xtcq_shm::segment::monotonic_ns;
+pub use xtcq_shm::{JobError, JobHandle, JobId};
 
 use conn::Conn;
 use xtcq_proto::paths;
@@ -283,15 +283,15 @@ impl Client {
     }
 
     /// The daemon's segment, mapped in this process (shared by every handle of this client).
-    pub fn segment(&self) -> Result<Arc<shm_layout::Segment>, Error> {
+    pub fn segment(&self) -> Result<Arc<xtcq_shm::Segment>, Error> {
         self.conn.segment(&self.conn.hello().segment_path)
     }
 
     /// Walks the daemon's segment and verifies every invariant (see
-    /// [`shm_layout::check`]). With `quiescent`, also that no job is being filled or run and
+    /// [`xtcq_shm::check`]). With `quiescent`, also that no job is being filled or run and
     /// every queued job is indexed: only meaningful when no process is attached.
     pub fn check(&self, quiescent: bool) -> Result<CheckReport, Error> {
-        Ok(shm_layout::check::check_segment(&*self.segment()?, quiescent))
+        Ok(xtcq_shm::check::check_segment(&*self.segment()?, quiescent))
     }
 
     /// Verifies every invariant of a segment file that no daemon serves (a copy, or one
@@ -304,8 +304,8 @@ impl Client {
     /// assert!(xtcq_client::Client::check_segment_file(&not_a_segment, false).is_err());
     /// ```
     pub fn check_segment_file(path: &Path, quiescent: bool) -> Result<CheckReport, Error> {
-        let seg = shm_layout::Segment::attach(path)?;
-        Ok(shm_layout::check::check_segment(&seg, quiescent))
+        let seg = xtcq_shm::Segment::attach(path)?;
+        Ok(xtcq_shm::check::check_segment(&seg, quiescent))
     }
 
     /// [`check`](Self::check), then also the queued jobs that no deque or overflow ring
@@ -318,8 +318,8 @@ impl Client {
         window: std::time::Duration,
     ) -> Result<CheckReport, Error> {
         let seg = self.segment()?;
-        let mut r = shm_layout::check::check_segment(&seg, quiescent);
-        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        let mut r = xtcq_shm::check::check_segment(&seg, quiescent);
+        r.problems.extend(xtcq_shm::strays::lasting_strays(&seg, window));
         Ok(r)
     }
 
@@ -330,16 +330,16 @@ impl Client {
         quiescent: bool,
         window: std::time::Duration,
     ) -> Result<CheckReport, Error> {
-        let seg = shm_layout::Segment::attach(path)?;
-        let mut r = shm_layout::check::check_segment(&seg, quiescent);
-        r.problems.extend(shm_layout::strays::lasting_strays(&seg, window));
+        let seg = xtcq_shm::Segment::attach(path)?;
+        let mut r = xtcq_shm::check::check_segment(&seg, quiescent);
+        r.problems.extend(xtcq_shm::strays::lasting_strays(&seg, window));
         Ok(r)
     }
 
-    fn queue_index(&self, queue: &str) -> Result<(Arc<shm_layout::Segment>, u32), Error> {
+    fn queue_index(&self, queue: &str) -> Result<(Arc<xtcq_shm::Segment>, u32), Error> {
         let seg = self.segment()?;
         let q = seg.queue_by_name(queue).map_err(|e| match e {
-            shm_layout::QueueError::NoSuchQueue(_) => Error::NoSuchQueue(queue.to_string()),
+            xtcq_shm::QueueError::NoSuchQueue(_) => Error::NoSuchQueue(queue.to_string()),
             e => Error::Queue(e),
         })?;
         Ok((seg, q.index))
@@ -349,7 +349,7 @@ impl Client {
     /// error and payload.
     pub fn dead_letters(&self, queue: &str) -> Result<Vec<DeadLetter>, Error> {
         let (seg, index) = self.queue_index(queue)?;
-        Ok(shm_layout::dead_letter::dead_letters(&seg, index))
+        Ok(xtcq_shm::dead_letter::dead_letters(&seg, index))
     }
 
     /// Puts a dead letter of `queue` back on the queue (attempts reset), to run again.
@@ -360,7 +360,7 @@ impl Client {
     pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
         let attached = self.attach_injector(queue)?;
         let seg = self.dead_letter_of(queue, job)?;
-        shm_layout::dead_letter::requeue_dead(&seg, job, attached.process_slot())
+        xtcq_shm::dead_letter::requeue_dead(&seg, job, attached.process_slot())
             .map_err(|e| Error::DeadLetter(e.to_string()))
     }
 
@@ -370,14 +370,14 @@ impl Client {
         // queue (see `create_shared_queue`).
         let _attached = self.attach_injector(queue)?;
         let seg = self.dead_letter_of(queue, job)?;
-        shm_layout::dead_letter::purge_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
+        xtcq_shm::dead_letter::purge_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
     }
 
     /// The segment, once `job` is known to be a dead letter of `queue` (so a handle of
     /// another queue is refused, not acted on).
-    fn dead_letter_of(&self, queue: &str, job: JobHandle) -> Result<Arc<shm_layout::Segment>, Error> {
+    fn dead_letter_of(&self, queue: &str, job: JobHandle) -> Result<Arc<xtcq_shm::Segment>, Error> {
         let (seg, index) = self.queue_index(queue)?;
-        if !shm_layout::dead_letter::dead_letters(&seg, index).iter().any(|d| d.handle == job) {
+        if !xtcq_shm::dead_letter::dead_letters(&seg, index).iter().any(|d| d.handle == job) {
             return Err(Error::DeadLetter(format!(
                 "job {job} is not a dead letter of queue {queue} (see `xtcq dead {queue}`)"
             )));

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use shm_layout::SegmentConfig;
 use xtcq_proto::{duration, names};
+use xtcq_shm::SegmentConfig;
 
 /// xtcqd: the xtcq shared-memory job-queue daemon.
 ///

@@ -1,11 +1,11 @@
-//! Conversions between the segment's types (`shm_layout`) and their protocol mirrors
+//! Conversions between the segment's types (`xtcq_shm`) and their protocol mirrors
 //! (`xtcq_proto`), all here. Functions rather than `From` impls: neither type is this crate's
 //! (the orphan rule), and the protocol crate stays free of the segment format, so that a
 //! client speaking it needs no layout.
 
-use shm_layout::segment::QueueError;
-use shm_layout::QueueInfo;
 use xtcq_proto as proto;
+use xtcq_shm::segment::QueueError;
+use xtcq_shm::QueueInfo;
 
 /// Converts a segment queue error to an error reply.
 pub fn queue_error(e: &QueueError) -> proto::ErrorReply {
@@ -35,17 +35,17 @@ pub fn queue_info(q: &QueueInfo) -> proto::QueueInfo {
 }
 
 /// The segment's flavor of a protocol one.
-pub fn flavor_from_proto(f: proto::Flavor) -> shm_layout::Flavor {
+pub fn flavor_from_proto(f: proto::Flavor) -> xtcq_shm::Flavor {
     match f {
-        proto::Flavor::Lifo => shm_layout::Flavor::Lifo,
-        proto::Flavor::Fifo => shm_layout::Flavor::Fifo,
+        proto::Flavor::Lifo => xtcq_shm::Flavor::Lifo,
+        proto::Flavor::Fifo => xtcq_shm::Flavor::Fifo,
     }
 }
 
 /// The protocol's flavor of a segment one.
-pub fn flavor_to_proto(f: shm_layout::Flavor) -> proto::Flavor {
+pub fn flavor_to_proto(f: xtcq_shm::Flavor) -> proto::Flavor {
     match f {
-        shm_layout::Flavor::Lifo => proto::Flavor::Lifo,
-        shm_layout::Flavor::Fifo => proto::Flavor::Fifo,
+        xtcq_shm::Flavor::Lifo => proto::Flavor::Lifo,
+        xtcq_shm::Flavor::Fifo => proto::Flavor::Fifo,
     }
 }

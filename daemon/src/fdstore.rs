@@ -23,8 +23,8 @@ use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
-use shm_layout::Segment;
 use tracing::{info, warn};
+use xtcq_shm::Segment;
 
 use crate::config::Config;
 use crate::DaemonError;

@@ -11,7 +11,7 @@
 //!
 //! Processes already attached to an unlinked file keep working in it (their mapping is the
 //! file), and the daemon goes on watching and recovering them. A truncated file is lost: the
-//! SIGBUS guard ([`shm_layout::sigbus`]) turns every touch of it into zero pages in the daemon
+//! SIGBUS guard ([`xtcq_shm::sigbus`]) turns every touch of it into zero pages in the daemon
 //! and in every reader, instead of a crash.
 //!
 //! Only the recovery and attach paths pay for this: one `fstat` and one `lstat` per scan.
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shm_layout::Segment;
 use tracing::error;
 use xtcq_proto::{ErrorCode, ErrorReply};
+use xtcq_shm::Segment;
 
 /// How often the segment's file is checked.
 pub const SCAN_EVERY: Duration = Duration::from_millis(100);

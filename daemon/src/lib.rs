@@ -70,14 +70,14 @@ pub enum DaemonError {
     },
     /// The segment could not be created.
     #[error(transparent)]
-    Segment(#[from] shm_layout::SegmentError),
+    Segment(#[from] xtcq_shm::SegmentError),
     /// An existing segment could not be adopted.
     #[error("cannot adopt the existing segment {path}: {source}; remove it, or start with --recreate (which drops its jobs)")]
     Adopt {
         /// The segment.
         path: PathBuf,
         /// Why.
-        source: shm_layout::SegmentError,
+        source: xtcq_shm::SegmentError,
     },
     /// A size flag disagrees with the segment being adopted.
     #[error(

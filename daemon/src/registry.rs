@@ -43,11 +43,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
-use shm_layout::record::state::State;
-use shm_layout::recovery::{self, lease_holder, lease_word};
-use shm_layout::segment::DeleteError;
-use shm_layout::{QueueInfo, QueueSpec, Segment};
+use xtcq_shm::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
+use xtcq_shm::record::state::State;
+use xtcq_shm::recovery::{self, lease_holder, lease_word};
+use xtcq_shm::segment::DeleteError;
+use xtcq_shm::{QueueInfo, QueueSpec, Segment};
 
 use crate::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
 use std::sync::atomic::Ordering;

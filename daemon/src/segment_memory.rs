@@ -16,8 +16,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use shm_layout::Segment;
 use tracing::{error, warn};
+use xtcq_shm::Segment;
 
 /// What the previous daemon on this socket recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -227,7 +227,7 @@ fn install_stop_signals(st: &Arc<Shared>) -> Result<(), DaemonError> {
 }
 
 /// Tells systemd (when it started us) and the log that the daemon serves.
-fn announce_ready(cfg: &Config, seg: &shm_layout::Segment) {
+fn announce_ready(cfg: &Config, seg: &xtcq_shm::Segment) {
     match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
         Ok(true) => debug!("notified systemd: READY=1"),
         Ok(false) => {}
@@ -517,7 +517,7 @@ async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
 /// Waits until `process` has exited (unless the daemon stops first), then recovers `slot`
 /// if `keeper` still keeps it (a resume may have handed it to a newer connection).
 /// One `sendmsg` of (a first part of) `bytes` with the segment's fd as `SCM_RIGHTS`.
-fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &shm_layout::Segment) -> io::Result<usize> {
+fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &xtcq_shm::Segment) -> io::Result<usize> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut anc = SendAncillaryBuffer::new(&mut space);

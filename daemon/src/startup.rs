@@ -23,8 +23,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rustix::fs::{FlockOperation, Mode};
-use shm_layout::Segment;
 use tracing::{info, warn};
+use xtcq_shm::Segment;
 
 use crate::config::Config;
 use crate::paths_secure;

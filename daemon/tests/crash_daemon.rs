@@ -1,6 +1,6 @@
 //! Crashes across real processes, with the real `xtcqd` doing the recovery.
 //!
-//! - For every fail point of `shm_layout::failpoint::POINTS`: a workload of producer and
+//! - For every fail point of `xtcq_shm::failpoint::POINTS`: a workload of producer and
 //!   consumer processes (this test binary re-run in a role, see [`child_main`]) attached
 //!   through the daemon; one of them is killed (`SIGKILL` to itself) at that point; the daemon
 //!   learns of the death through its pidfd and gives back what it held; the queue is drained;
@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use shm_layout::JobError;
 use xtcq_client::{Client, Error, Flavor, QueueParams};
+use xtcq_shm::JobError;
 
 const QUEUE: &str = "crash";
 const RECORDS: u64 = 16384;
@@ -370,8 +370,8 @@ fn drain_and_check(d: &Daemon, logs: &[(PathBuf, bool)], max_claimed: usize) -> 
     drop(thief);
     let s = c.stats(None).expect("stats");
     assert_eq!(s.records.free, RECORDS, "every record free after the drain: {:?}", s.records);
-    let seg = shm_layout::Segment::attach(&d.segment).expect("attach segment");
-    let report = shm_layout::check::check_segment(&seg, true);
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach segment");
+    let report = xtcq_shm::check::check_segment(&seg, true);
     assert!(report.is_consistent(), "check_segment: {:#?}", report.problems);
     let r = Reruns { ran: l.died_holding.len(), claimed: claimed.len() };
     eprintln!(
@@ -430,7 +430,7 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         "nack.after_requeue",
         "daemon.recovery.mid",
     ];
-    for (p, _) in shm_layout::failpoint::POINTS {
+    for (p, _) in xtcq_shm::failpoint::POINTS {
         assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs");
     }
 }
@@ -570,7 +570,7 @@ fn an_expired_lease_re_queues_the_job_of_a_live_hung_consumer() {
     let took = t0.elapsed();
     assert_eq!(j.payload().unwrap(), b"L1");
     assert_eq!(j.attempts(), 1, "the expired attempt is counted");
-    let now = shm_layout::segment::monotonic_ns();
+    let now = xtcq_shm::segment::monotonic_ns();
     assert!(now >= deadline, "re-queued {} ms before its lease expired", (deadline - now) / 1_000_000);
     j.ack().unwrap();
     // The hung consumer wakes up and acks late: it is told, and nothing is acked twice.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use shm_layout::layout::{QueueEntry, QUEUE_DELETING, QUEUE_FREE};
-use shm_layout::{Flavor as SegFlavor, Segment, SegmentConfig};
 use xtcq_client::Error;
 use xtcq_proto::{ErrorCode, Flavor, QueueParams, ROLE_OWNER, ROLE_THIEF};
+use xtcq_shm::layout::{QueueEntry, QUEUE_DELETING, QUEUE_FREE};
+use xtcq_shm::{Flavor as SegFlavor, Segment, SegmentConfig};
 use xtcqd::registry::{ProcessId, Registry};
 use xtcqd::state::StateFile;
 
@@ -97,7 +97,7 @@ fn an_attach_that_looked_the_queue_up_before_a_delete_does_not_attach_to_what_re
     reg.recover_process(slot);
     let d = reg.delete_queue("q", false, ALIVE).expect("delete after the exit");
     assert_eq!(d.queue.name, "q");
-    assert!(shm_layout::check::check_segment(&seg, true).is_consistent());
+    assert!(xtcq_shm::check::check_segment(&seg, true).is_consistent());
 }
 
 #[test]
@@ -113,7 +113,7 @@ fn an_owner_blocks_a_delete_until_it_detaches_and_a_running_job_until_it_is_give
 
     // The owner pushes a job and pops it (a claim), then detaches: the claim still counts.
     {
-        let owner = shm_layout::Owner::new(seg.clone(), &q, d, slot.slot).expect("owner");
+        let owner = xtcq_shm::Owner::new(seg.clone(), &q, d, slot.slot).expect("owner");
         owner.push(b"x").expect("push");
         let job = owner.pop().expect("pop").expect("a job");
         std::mem::forget(job); // running
@@ -123,7 +123,7 @@ fn an_owner_blocks_a_delete_until_it_detaches_and_a_running_job_until_it_is_give
     assert_eq!(r.reply.code, ErrorCode::QueueInUse);
     assert!(r.reply.message.contains("pid 77 (running 1 of its jobs)"), "{}", r.reply.message);
     // Given back (its holder died, say): queued again; refused without force, then forced.
-    let rec = shm_layout::recovery::recover_holder(&seg, slot.slot);
+    let rec = xtcq_shm::recovery::recover_holder(&seg, slot.slot);
     assert_eq!(rec.requeued.len(), 1);
     let r = reg.delete_queue("o", false, ALIVE).expect_err("a queued job");
     assert_eq!(r.reply.code, ErrorCode::QueueNotEmpty);

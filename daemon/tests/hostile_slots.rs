@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use shm_layout::layout::PROCESS_ACTIVE;
-use shm_layout::{Segment, SegmentConfig};
 use xtcq_client::Client;
 use xtcq_proto::{Flavor, QueueParams, ROLE_THIEF};
+use xtcq_shm::layout::PROCESS_ACTIVE;
+use xtcq_shm::{Segment, SegmentConfig};
 use xtcqd::registry::{ProcessId, Registry};
 use xtcqd::state::StateFile;
 
@@ -144,5 +144,5 @@ fn after_a_restart_a_slot_without_a_start_time_is_reclaimed_not_adopted() {
     assert_eq!(slots, vec![a.slot], "only the slot with a start time is adopted");
     assert_eq!(adopted[0].process, verified);
     let s = seg.process_slot(b.slot).expect("slot");
-    assert_eq!(s.state.load(Ordering::Acquire), shm_layout::layout::PROCESS_FREE, "slot {b:?} reclaimed");
+    assert_eq!(s.state.load(Ordering::Acquire), xtcq_shm::layout::PROCESS_FREE, "slot {b:?} reclaimed");
 }

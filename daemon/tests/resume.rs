@@ -234,8 +234,8 @@ fn killed_and_recovered_once(
     assert!(acks.values().all(|n| *n == 1), "acked more than once: {acks:?}");
     assert_eq!(acks.keys().copied().collect::<Vec<_>>(), (0..total).collect::<Vec<_>>(), "lost jobs");
     drop(thief);
-    let seg = shm_layout::Segment::attach(&d.segment).expect("attach segment");
-    let report = shm_layout::check::check_segment(&seg, true);
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach segment");
+    let report = xtcq_shm::check::check_segment(&seg, true);
     assert!(report.is_consistent(), "check_segment: {:#?}", report.problems);
 }
 

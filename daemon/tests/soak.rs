@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shm_layout::segment::monotonic_ns;
 use xtcq_client::{Client, Error, Flavor, QueueParams};
+use xtcq_shm::segment::monotonic_ns;
 
 const QUEUE: &str = "soak";
 const BATCH: usize = 8;
@@ -532,8 +532,8 @@ fn random_kill_soak() {
     );
     let s = c.stats(None).expect("stats");
     assert_eq!(s.records.free, RECORDS, "every record free at the end: {:?}", s.records);
-    let seg = shm_layout::Segment::attach(&d.segment).expect("attach");
-    let report = shm_layout::check::check_segment(&seg, true);
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
+    let report = xtcq_shm::check::check_segment(&seg, true);
     assert!(report.is_consistent(), "check_segment: {:#?}", report.problems);
 
     // Time to recover: from the kill to the daemon's log of the re-queue.

@@ -48,7 +48,7 @@ fn a_claim_stalled_before_its_deadline_is_re_queued_after_one_lease() {
     let seg = c.segment().unwrap();
     let held = eventually(Duration::from_secs(10), || {
         (0..seg.records().len()).find(|&i| {
-            seg.records().state(i).is_some_and(|s| s.load().state() == Some(shm_layout::State::Claimed))
+            seg.records().state(i).is_some_and(|s| s.load().state() == Some(xtcq_shm::State::Claimed))
         })
     });
     let i = held.expect("the stalled consumer never claimed the job");

@@ -61,7 +61,7 @@ impl Registry {
 
     /// The queue `name`, if `who` may use it: a look before registering a slot for an
     /// attach (which checks again, in its own step).
-    pub fn check_use(&self, name: &str, who: &Access) -> Result<shm_layout::QueueInfo, proto::ErrorReply> {
+    pub fn check_use(&self, name: &str, who: &Access) -> Result<xtcq_shm::QueueInfo, proto::ErrorReply> {
         let t = self.lock();
         let q = self.queue(name)?;
         self.check_access(&t, q.index, &q.spec.name, Some(who), Op::Use)?;

@@ -2,8 +2,8 @@
 //! job its slot holds, under the registry lock so that a recovery or a lease scan sees
 //! either no registration or a complete one.
 
-use shm_layout::record::state::State;
 use xtcq_proto as proto;
+use xtcq_shm::record::state::State;
 
 use super::{Registry, SlotId};
 use crate::state::FenceChange;
@@ -30,7 +30,7 @@ impl Registry {
                 w.state() == Some(State::Claimed)
                     && w.holder() == slot.slot
                     && w.generation() == generation
-                    && shm_layout::dead_letter::job_id(hdr, index).birth == birth
+                    && xtcq_shm::dead_letter::job_id(hdr, index).birth == birth
             }
             _ => false,
         };

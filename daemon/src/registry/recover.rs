@@ -48,7 +48,7 @@ impl Registry {
         s.state.store(PROCESS_RECOVERING, Ordering::Release);
         // A crash here (or inside `recover_holder`, which has the fail point after revoking a
         // claim) leaves the slot RECOVERING; the next daemon's `adopt` recovers it again.
-        shm_layout::failpoint::point("daemon.recovery.mid");
+        xtcq_shm::failpoint::point("daemon.recovery.mid");
         // Each claimed job's command (registered by `xtcq work`) is killed before the job
         // is re-queued; then whatever else it had registered.
         let r = recovery::recover_holder_fenced(&self.seg, slot.slot, &mut |i, h| t.fences.fence(i, h));
@@ -78,7 +78,7 @@ impl Registry {
                 corrupt = r.corrupt,
                 orphans_reindexed = orphans.len(),
                 leases_released = leases.len(),
-                done_mono_ns = shm_layout::segment::monotonic_ns(),
+                done_mono_ns = xtcq_shm::segment::monotonic_ns(),
                 "recovered jobs of an exited process"
             );
         } else {
@@ -86,7 +86,7 @@ impl Registry {
                 slot = slot.slot,
                 pid,
                 leases_released = leases.len(),
-                done_mono_ns = shm_layout::segment::monotonic_ns(),
+                done_mono_ns = xtcq_shm::segment::monotonic_ns(),
                 "process exited; slot freed"
             );
         }
@@ -163,7 +163,7 @@ impl Registry {
     /// daemon kept them).
     fn recover_revoked_claims(&self) {
         let mut t = self.lock();
-        let r = recovery::recover_holder_fenced(&self.seg, shm_layout::NO_HOLDER, &mut |i, _| {
+        let r = recovery::recover_holder_fenced(&self.seg, xtcq_shm::NO_HOLDER, &mut |i, _| {
             t.fences.fence_record(i)
         });
         if !r.requeued.is_empty() || !r.dead_lettered.is_empty() {

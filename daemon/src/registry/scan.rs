@@ -9,18 +9,18 @@
 //!   its exact state word, which an extension or a give-back changes) and expires it one
 //!   lease after that.
 //! - **Strays**: `Queued` records nothing indexes (a give-back met a full overflow ring, or
-//!   a process stopped between re-queuing and indexing); `shm_layout::strays` indexes each
+//!   a process stopped between re-queuing and indexing); `xtcq_shm::strays` indexes each
 //!   one seen on two scans in a row.
 //!
 //! All under the registry lock, so a scan never races a recovery.
 
 use std::collections::HashMap;
 
-use shm_layout::record::state::{JobHandle, State, StateWord};
-use shm_layout::recovery;
-use shm_layout::strays::StraySweep;
 use std::sync::atomic::Ordering;
 use tracing::warn;
+use xtcq_shm::record::state::{JobHandle, State, StateWord};
+use xtcq_shm::recovery;
+use xtcq_shm::strays::StraySweep;
 
 use super::Registry;
 
@@ -42,7 +42,7 @@ impl Registry {
     /// index strays. Returns how many jobs were taken back or indexed.
     pub fn scan(&self, leases: bool) -> usize {
         let mut t = self.lock();
-        let now = shm_layout::segment::monotonic_ns();
+        let now = xtcq_shm::segment::monotonic_ns();
         let mut taken = Vec::new();
         if leases {
             let (fences, mem) = t.split_scan();
@@ -116,7 +116,7 @@ impl Registry {
             let queue = self.seg.queue(queue).map(|q| q.spec.name).unwrap_or_else(|_| "?".into());
             let dead = records.state(h.index).is_some_and(|st| st.load().state() == Some(State::Dead));
             warn!(
-                job = %shm_layout::dead_letter::job_id(hdr, h.index),
+                job = %xtcq_shm::dead_letter::job_id(hdr, h.index),
                 %queue,
                 attempts,
                 dead_lettered = dead,

@@ -6,9 +6,9 @@
 
 use std::sync::atomic::Ordering;
 
-use shm_layout::layout::{PROCESS_ACTIVE, PROCESS_FREE};
-use shm_layout::recovery;
 use tracing::warn;
+use xtcq_shm::layout::{PROCESS_ACTIVE, PROCESS_FREE};
+use xtcq_shm::recovery;
 
 use xtcq_proto::{self as proto, names};
 

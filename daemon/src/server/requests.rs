@@ -31,7 +31,7 @@ impl Conn {
         Ok(s)
     }
 
-    fn attachment(&self, slot: SlotId, q: &shm_layout::QueueInfo) -> proto::Attachment {
+    fn attachment(&self, slot: SlotId, q: &xtcq_shm::QueueInfo) -> proto::Attachment {
         proto::Attachment {
             process_slot: slot.slot,
             slot_epoch: slot.epoch,

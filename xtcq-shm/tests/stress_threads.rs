@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use shm_layout::{
+use xtcq_shm::{
     ClaimedJob, Flavor, Owner, PushError, QueueSpec, Segment, SegmentConfig, State, Steal, Thief,
 };
 

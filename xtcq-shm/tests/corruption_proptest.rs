@@ -17,8 +17,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use shm_layout::layout::{compute_regions, RegionOffsets};
-use shm_layout::{
+use xtcq_shm::layout::{compute_regions, RegionOffsets};
+use xtcq_shm::{
     ClaimedJob, Flavor, Injector, JobHandle, Owner, QueueSpec, Segment, SegmentConfig, State, StateWord,
     Steal, Thief, NO_HOLDER,
 };

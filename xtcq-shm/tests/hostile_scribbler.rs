@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use shm_layout::check::check_segment;
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::check::check_segment;
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 /// xorshift64*: deterministic per seed, no dependency.
 struct Rng(u64);

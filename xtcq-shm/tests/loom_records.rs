@@ -1,7 +1,7 @@
-//! loom models of the job record's state word (`shm-layout/src/record/state.rs`).
+//! loom models of the job record's state word (`xtcq-shm/src/record/state.rs`).
 //!
 //! Run with (see `.ci/loom`)
-//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p shm-layout --release --test loom_records`.
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_records`.
 //!
 //! Every transition is one CAS on one word, so "exactly one of two racing transitions wins"
 //! is the property; the orderings are checked by a payload in a `loom::cell::UnsafeCell`,
@@ -25,7 +25,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use shm_layout::{RecordState, State, StateWord, NO_HOLDER};
+use xtcq_shm::{RecordState, State, StateWord, NO_HOLDER};
 
 /// Default preemption bound: every record model has two threads and a handful of CASes, so at
 /// 10 raising it finds nothing more (same counts as at 20), and it takes milliseconds.

@@ -1,4 +1,4 @@
-//! `shm-layout`: xtcq's shared-memory segment format and the lock-free algorithms over it.
+//! `xtcq-shm`: xtcq's shared-memory segment format and the lock-free algorithms over it.
 //!
 //! This crate knows nothing of sockets, async or logging. It defines
 //! - the segment file format ([`layout`]: every `#[repr(C)]` struct, pinned by compile-time

@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use shm_layout::layout::PROCESS_ACTIVE;
-use shm_layout::recovery::{expire_leases_fenced, recover_holder_fenced};
-use shm_layout::{Flavor, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, State, Thief};
+use xtcq_shm::layout::PROCESS_ACTIVE;
+use xtcq_shm::recovery::{expire_leases_fenced, recover_holder_fenced};
+use xtcq_shm::{Flavor, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, State, Thief};
 
-fn setup(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+fn setup(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig {
         queues: 2,
@@ -37,7 +37,7 @@ fn setup(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueIn
     (dir, seg, q)
 }
 
-fn claimed(seg: &Arc<Segment>, q: &shm_layout::QueueInfo, me: u32) -> OwnedJob {
+fn claimed(seg: &Arc<Segment>, q: &xtcq_shm::QueueInfo, me: u32) -> OwnedJob {
     let owner = Owner::new(seg.clone(), q, 0, 0).unwrap();
     owner.push(b"j").unwrap();
     let thief = Thief::new(seg.clone(), q, me).unwrap();
@@ -58,11 +58,11 @@ fn an_unfenceable_holder_dead_letters_its_job_with_the_reason() {
         Err("its command could not be killed".to_string())
     };
     let r = recover_holder_fenced(&seg, 2, &mut fence);
-    assert_eq!(seen, vec![(index, 2, shm_layout::NO_HOLDER)]);
+    assert_eq!(seen, vec![(index, 2, xtcq_shm::NO_HOLDER)]);
     assert_eq!(r.dead_lettered.len(), 1, "{r:?}");
-    let dead = shm_layout::dead_letter::dead_letters(&seg, q.index);
+    let dead = xtcq_shm::dead_letter::dead_letters(&seg, q.index);
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].last_error, shm_layout::recovery::UNFENCED, "with the reason");
+    assert_eq!(dead[0].last_error, xtcq_shm::recovery::UNFENCED, "with the reason");
     assert!(job.ack().is_err(), "the holder's late ack fails");
 }
 
@@ -80,7 +80,7 @@ fn a_fenced_expiry_re_queues_only_after_the_fence() {
         fenced += 1;
         Ok(())
     };
-    let revoked = expire_leases_fenced(&seg, shm_layout::segment::monotonic_ns(), &mut fence);
+    let revoked = expire_leases_fenced(&seg, xtcq_shm::segment::monotonic_ns(), &mut fence);
     assert_eq!((revoked.len(), fenced), (1, 1));
     assert_eq!(seg.records().state(index).unwrap().load().state(), Some(State::Queued));
     drop(job);

@@ -1,4 +1,4 @@
-//! The one door through which `shm-layout` reaches atomics, fences and spin hints.
+//! The one door through which `xtcq-shm` reaches atomics, fences and spin hints.
 //!
 //! Normal builds use `std::sync::atomic`. With `RUSTFLAGS="--cfg xtcq_loom"` the same names
 //! come from loom, so the deque, overflow and record algorithms — written against resolved

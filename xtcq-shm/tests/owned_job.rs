@@ -4,12 +4,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shm_layout::check::check_segment;
-use shm_layout::layout::PROCESS_ACTIVE;
-use shm_layout::recovery::expire_leases;
-use shm_layout::{Flavor, JobError, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::check::check_segment;
+use xtcq_shm::layout::PROCESS_ACTIVE;
+use xtcq_shm::recovery::expire_leases;
+use xtcq_shm::{Flavor, JobError, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
-fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig {
         queues: 2,
@@ -32,7 +32,7 @@ fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, 
 }
 
 /// Steals one job and lets the thief go, keeping only the owned claim.
-fn steal_owned(seg: &Arc<Segment>, q: &shm_layout::QueueInfo, me: u32) -> OwnedJob {
+fn steal_owned(seg: &Arc<Segment>, q: &xtcq_shm::QueueInfo, me: u32) -> OwnedJob {
     let thief = Thief::new(seg.clone(), q, me).unwrap();
     let job = thief.steal().unwrap().expect("a job");
     job.into_owned(seg.clone())

@@ -1,10 +1,10 @@
-//! The SIGBUS guard (`shm_layout::sigbus`): a segment file truncated under its mappings is an
+//! The SIGBUS guard (`xtcq_shm::sigbus`): a segment file truncated under its mappings is an
 //! error in this process, not a crash; a SIGBUS anywhere else still kills the process.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use shm_layout::{Segment, SegmentConfig};
+use xtcq_shm::{Segment, SegmentConfig};
 
 fn small_config() -> SegmentConfig {
     SegmentConfig {
@@ -31,7 +31,7 @@ fn a_truncated_segment_reads_as_retired_and_lost() {
     assert!(seg.is_retired() && seg.is_lost(), "the creator's mapping");
     assert!(other.queue_by_name("q").is_err());
     assert!(other.is_retired() && other.is_lost(), "the attacher's mapping");
-    assert!(shm_layout::sigbus::faults_taken() >= 2);
+    assert!(xtcq_shm::sigbus::faults_taken() >= 2);
     // A mapping made afterwards of a healthy file is not affected.
     let path2 = dir.path().join("seg2");
     let fresh = Segment::create(&path2, &small_config(), 0o600).expect("create");

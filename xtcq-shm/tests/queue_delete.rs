@@ -9,12 +9,12 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use shm_layout::check::check_segment;
-use shm_layout::dead_letter::{dead_letters, purge_dead, requeue_dead, DeadLetterError};
-use shm_layout::layout::{QueueEntry, PROCESS_ACTIVE, QUEUE_ACTIVE, QUEUE_DELETING, QUEUE_FREE};
-use shm_layout::recovery::lease_word;
-use shm_layout::segment::{DeleteError, DroppedJobs};
-use shm_layout::{Flavor, Owner, QueueError, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::check::check_segment;
+use xtcq_shm::dead_letter::{dead_letters, purge_dead, requeue_dead, DeadLetterError};
+use xtcq_shm::layout::{QueueEntry, PROCESS_ACTIVE, QUEUE_ACTIVE, QUEUE_DELETING, QUEUE_FREE};
+use xtcq_shm::recovery::lease_word;
+use xtcq_shm::segment::{DeleteError, DroppedJobs};
+use xtcq_shm::{Flavor, Owner, QueueError, QueueSpec, Segment, SegmentConfig, Thief};
 
 const RECORDS: u32 = 64;
 
@@ -50,7 +50,7 @@ fn consistent(seg: &Segment, quiescent: bool) {
 /// Every word of entry `index`'s deques (all of the segment's slots) and overflow ring.
 fn entry_words_are_zero(seg: &Segment, index: u32) -> bool {
     let c = *seg.config();
-    let wide = shm_layout::QueueInfo {
+    let wide = xtcq_shm::QueueInfo {
         index,
         spec: spec("probe", Flavor::Fifo, c.deques_per_queue, c.deque_capacity, 0),
     };
@@ -267,7 +267,7 @@ fn an_interrupted_delete_of_a_queue_in_use_is_undone_not_finished() {
     seg.deque_header(q.index, 0)
         .unwrap()
         .lease
-        .store(shm_layout::recovery::lease_word(0, 1), Ordering::Release);
+        .store(xtcq_shm::recovery::lease_word(0, 1), Ordering::Release);
     let thief = Thief::new(seg.clone(), &q, 1).unwrap();
     let held = thief.steal().unwrap().expect("a job to hold");
     poke_queue_state(&seg, &path, q.index, QUEUE_DELETING);

@@ -1,7 +1,7 @@
-//! loom models of the overflow ring (`shm-layout/src/overflow.rs`).
+//! loom models of the overflow ring (`xtcq-shm/src/overflow.rs`).
 //!
 //! Run with (see `.ci/loom`)
-//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p shm-layout --release --test loom_overflow`.
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_overflow`.
 //!
 //! The ring has capacity 2 and is first advanced by one push and pop, so that the model's
 //! pushes straddle a lap boundary (position 1 is lap 0, position 2 is lap 1 of cell 0).
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use loom::sync::atomic::Ordering;
 use loom::sync::Arc;
 use loom::thread;
-use shm_layout::overflow::{full_cell_for, HeapOverflow};
+use xtcq_shm::overflow::{full_cell_for, HeapOverflow};
 
 /// Default preemption bound. Three threads on a retrying ring grow fast (the two-pusher
 /// model: ~3k interleavings at 3, ~32k at 5, ~570k at 20, a minute); 4 keeps it near a second.

@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use shm_layout::check::check_segment;
-use shm_layout::recovery::{recover_holder, reindex_orphans, release_deque_leases};
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::check::check_segment;
+use xtcq_shm::recovery::{recover_holder, reindex_orphans, release_deque_leases};
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 const PARENT_JOBS: u64 = 100;
 const CHILD_JOBS: u64 = 100;
@@ -287,7 +287,7 @@ fn nack_after_requeue() {
 #[test]
 fn every_protocol_fail_point_has_a_test() {
     let src = include_str!("crash_points.rs");
-    for (p, _) in shm_layout::failpoint::POINTS {
+    for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
             continue;
         }

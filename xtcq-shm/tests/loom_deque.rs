@@ -1,7 +1,7 @@
-//! loom models of the Chase-Lev deque (`shm-layout/src/deque.rs`).
+//! loom models of the Chase-Lev deque (`xtcq-shm/src/deque.rs`).
 //!
 //! Run with (see `.ci/loom`)
-//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p shm-layout --release --test loom_deque`.
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_deque`.
 //!
 //! The main model is experiment E5 of seed 001 (crossbeam-deque's Chase-Lev): the owner
 //! pushes 1 and 2; a thief steals twice while the owner pops once; then the owner drains.
@@ -33,7 +33,7 @@ use std::fmt::Debug;
 
 use loom::sync::Arc;
 use loom::thread;
-use shm_layout::{DequeOwner, Flavor, HeapDeque, Steal};
+use xtcq_shm::{DequeOwner, Flavor, HeapDeque, Steal};
 
 /// Default preemption bound. The deque models are small: at 10 loom reports the same
 /// interleaving counts as at 20 (E5: 65 with the main thread first, as in the seed, and 103

@@ -12,7 +12,7 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shm_layout::{Flavor, Owner, PushError, QueueSpec, Segment, SegmentConfig, State, Thief};
+use xtcq_shm::{Flavor, Owner, PushError, QueueSpec, Segment, SegmentConfig, State, Thief};
 
 const THIEF_PROCESSES: u32 = 4;
 const QUEUE: &str = "procs";

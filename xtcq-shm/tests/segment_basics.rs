@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn small_config() -> SegmentConfig {
     SegmentConfig {

@@ -14,9 +14,9 @@ use loom_support::{explore, Start};
 
 use loom::sync::Arc;
 use loom::thread;
-use shm_layout::{DequeOwner, Flavor, HeapDeque, Steal};
+use xtcq_shm::{DequeOwner, Flavor, HeapDeque, Steal};
 
-fn batch_into(v: shm_layout::DequeRef<'_>) -> Result<Vec<u64>, &'static str> {
+fn batch_into(v: xtcq_shm::DequeRef<'_>) -> Result<Vec<u64>, &'static str> {
     let mut out = [0u64; 4];
     match v.steal_batch_into(&mut out) {
         Steal::Success(n) => Ok(out[..n].to_vec()),

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shm_layout::recovery::expire_leases;
-use shm_layout::segment::monotonic_ns;
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::recovery::expire_leases;
+use xtcq_shm::segment::monotonic_ns;
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 #[test]
 fn a_new_claim_does_not_inherit_an_expired_deadline() {

@@ -34,7 +34,7 @@
 //! After criterion's groups a table gives the medians of the recorded samples and the ratios
 //! xtcq / crossbeam for (a)-(c), as speed (> 1: xtcq is faster).
 //!
-//! Run: `cargo bench -p shm-layout --bench deque` (about 1.5 minutes on 2 cores; figures and
+//! Run: `cargo bench -p xtcq-shm --bench deque` (about 1.5 minutes on 2 cores; figures and
 //! analysis in BENCHMARKS.md);
 //! `XTCQ_BENCH_QUICK=1` for a short run (fewer samples, 200,000 jobs); `XTCQ_BENCH_JOBS=N`
 //! overrides the job count of (b)-(d). A thief thread (or process) and the owner each keep a
@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use crossbeam_deque::{Steal as CbSteal, Stealer, Worker};
-use shm_layout::{
+use xtcq_shm::{
     ClaimedJob, DequeOwner, DequeRef, Flavor, Owner, PushError, QueueInfo, QueueSpec, Segment, SegmentConfig,
     Steal, Thief,
 };

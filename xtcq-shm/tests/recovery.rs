@@ -5,14 +5,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use shm_layout::check::check_segment;
-use shm_layout::layout::PROCESS_ACTIVE;
-use shm_layout::recovery::{
-    expire_leases, lease_word, recover_holder, reindex_orphans, release_deque_leases,
-};
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, State, Steal, Thief};
+use xtcq_shm::check::check_segment;
+use xtcq_shm::layout::PROCESS_ACTIVE;
+use xtcq_shm::recovery::{expire_leases, lease_word, recover_holder, reindex_orphans, release_deque_leases};
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, State, Steal, Thief};
 
-fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig {
         queues: 2,
@@ -41,7 +39,7 @@ fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, shm_layout::Que
     (dir, seg, q)
 }
 
-fn id(j: &shm_layout::ClaimedJob<'_>) -> u8 {
+fn id(j: &xtcq_shm::ClaimedJob<'_>) -> u8 {
     j.payload().unwrap()[0]
 }
 
@@ -198,11 +196,11 @@ fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
     std::thread::sleep(std::time::Duration::from_millis(5));
     alive.extend_lease(std::time::Duration::from_secs(60)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(30));
-    let expired = expire_leases(&seg, shm_layout::segment::monotonic_ns());
+    let expired = expire_leases(&seg, xtcq_shm::segment::monotonic_ns());
     // Reported as the job now is: the re-queue moved its generation on.
-    let requeued = shm_layout::JobHandle {
+    let requeued = xtcq_shm::JobHandle {
         index: hung.handle().index,
-        generation: shm_layout::record::state::next_generation(hung.handle().generation),
+        generation: xtcq_shm::record::state::next_generation(hung.handle().generation),
     };
     assert_eq!(expired, vec![requeued], "only the claim without a heartbeat expires");
     let err = hung.ack().unwrap_err();
@@ -216,7 +214,7 @@ fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
 
 #[test]
 fn dead_letters_keep_payload_and_last_error_and_can_be_requeued_or_purged() {
-    use shm_layout::dead_letter::{dead_letters, purge_dead, requeue_dead};
+    use xtcq_shm::dead_letter::{dead_letters, purge_dead, requeue_dead};
     let (_d, seg, q) = setup(2);
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
     owner.push(b"first").unwrap();
@@ -237,7 +235,7 @@ fn dead_letters_keep_payload_and_last_error_and_can_be_requeued_or_purged() {
     assert_eq!(dead[0].attempts, 2);
     // Cut to LAST_ERROR_BYTES.
     assert!(dead[0].last_error.starts_with("exit status "), "{:?}", dead[0].last_error);
-    assert_eq!(dead[0].last_error.len(), shm_layout::dead_letter::LAST_ERROR_BYTES);
+    assert_eq!(dead[0].last_error.len(), xtcq_shm::dead_letter::LAST_ERROR_BYTES);
     requeue_dead(&seg, dead[0].handle, 1).unwrap();
     assert!(requeue_dead(&seg, dead[0].handle, 1).is_err(), "requeued twice");
     purge_dead(&seg, dead[1].handle).unwrap();
@@ -294,7 +292,7 @@ fn a_stale_claim_cannot_act_on_a_re_claim_by_the_same_slot() {
     let stale = thief.steal().unwrap().unwrap();
     stale.extend_lease(std::time::Duration::from_nanos(1)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1));
-    assert_eq!(expire_leases(&seg, shm_layout::segment::monotonic_ns()).len(), 1);
+    assert_eq!(expire_leases(&seg, xtcq_shm::segment::monotonic_ns()).len(), 1);
     let fresh = thief.steal().unwrap().expect("re-queued after expiry");
     assert_ne!(fresh.handle().generation, stale.handle().generation);
     assert!(stale.extend_lease(std::time::Duration::from_secs(60)).is_err(), "a stale heartbeat succeeded");

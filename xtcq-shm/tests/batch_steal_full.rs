@@ -1,8 +1,8 @@
 //! A batch steal into a destination deque with no room says so (`Full`) and takes nothing,
 //! instead of answering `Empty` while the source still holds work.
 
-use shm_layout::deque::{DequeOwner, Full, HeapDeque, Steal};
-use shm_layout::Flavor;
+use xtcq_shm::deque::{DequeOwner, Full, HeapDeque, Steal};
+use xtcq_shm::Flavor;
 
 #[test]
 fn a_batch_steal_into_a_full_deque_is_full_not_empty() {

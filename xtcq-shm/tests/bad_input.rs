@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shm_layout::layout::{compute_regions, RegionOffsets, LAYOUT_VERSION, MAGIC, READY};
-use shm_layout::overflow::full_cell_for;
-use shm_layout::{
+use xtcq_shm::layout::{compute_regions, RegionOffsets, LAYOUT_VERSION, MAGIC, READY};
+use xtcq_shm::overflow::full_cell_for;
+use xtcq_shm::{
     Flavor, Injector, JobError, JobHandle, Owner, PushError, QueueError, QueueInfo, QueueSpec, Segment,
     SegmentConfig, SegmentError, State, StateWord, Steal, Thief, NO_HOLDER,
 };
@@ -753,7 +753,7 @@ fn out_of_range_indices_in_overflow_cells_are_skipped() {
     let owner = Owner::new(l.seg.clone(), &l.q, 0, 1).unwrap();
     let a = inj.push(b"a").unwrap();
     // Beyond the arena, the largest index a cell holds, a free record, a duplicate.
-    for i in [records, records + 7, shm_layout::overflow::MAX_INDEX, records - 1, a.index] {
+    for i in [records, records + 7, xtcq_shm::overflow::MAX_INDEX, records - 1, a.index] {
         ring.push(i).unwrap();
     }
     inj.push(b"b").unwrap();
@@ -944,8 +944,8 @@ fn extreme_deque_indices_are_reported_not_overflowed() {
         let h = seg.deque_header(q.index, 0).unwrap();
         h.top.store(top, Ordering::Relaxed);
         h.bottom.store(bottom, Ordering::Relaxed);
-        let report = shm_layout::check::check_segment(&seg, false);
+        let report = xtcq_shm::check::check_segment(&seg, false);
         assert!(!report.is_consistent(), "top {top} bottom {bottom}: {report:?}");
-        let _ = shm_layout::recovery::reindex_orphans(&seg);
+        let _ = xtcq_shm::recovery::reindex_orphans(&seg);
     }
 }

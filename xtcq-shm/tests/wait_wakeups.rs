@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shm_layout::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 const SLEEPERS: u32 = 4;
 
-fn setup() -> (tempfile::TempDir, Arc<Segment>, shm_layout::QueueInfo) {
+fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = SegmentConfig {
         queues: 1,
