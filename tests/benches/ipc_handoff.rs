@@ -1041,7 +1041,11 @@ fn main() {
     let redis_n_lat = env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 });
     let wanted = |t: Transport| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == t.name()));
 
-    let daemon = Daemon::start(Path::new(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
+    // XTCQ_BENCH_DAEMON: a daemon binary built elsewhere (the bench copied to another machine).
+    let daemon_exe = std::env::var_os("XTCQ_BENCH_DAEMON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_xtcq-test-daemon")));
+    let daemon = Daemon::start(&daemon_exe, SIZES);
     // Before pinning, so that the server is not pinned with us: it is a third process on
     // whichever CPU the scheduler gives it.
     let redis = wanted(Transport::Redis).then(RedisServer::start);
