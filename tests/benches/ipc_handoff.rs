@@ -1112,6 +1112,7 @@ fn main() {
     );
     println!("|{:-<13}|{:-<36}|{:->14}|{:->12}|{:->10}|{:->10}|{:->11}|", "", "", ":", ":", ":", ":", ":");
     let handoff_before = if ncpus() >= 2 { line_handoff_ns(200_000) } else { 0.0 };
+    let mut targets = Targets::default();
     for transport in [Transport::Xtcq, Transport::Pipe, Transport::Unix, Transport::Mq, Transport::Redis] {
         if !wanted(transport) || (transport == Transport::Redis && bench.redis.is_none()) {
             continue;
@@ -1126,7 +1127,14 @@ fn main() {
             _ => &[(true, 1), (false, 1)],
         };
         for &(spin, batch) in modes {
+            // The probe right before and right after the row whose latency is divided by it.
+            let probed = transport == Transport::Xtcq && spin && batch == 1 && ncpus() >= 2;
+            let probe_before = probed.then(|| line_handoff_ns(200_000));
             let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, batch, k)).collect();
+            if let Some(before) = probe_before {
+                targets.probe = Some((before, line_handoff_ns(200_000)));
+            }
+            targets.record(transport, spin, batch, &runs);
             let how = match (transport, spin) {
                 (Transport::Xtcq, true) if batch > 1 => "spinning on steal_batch(32)",
                 (Transport::Xtcq, true) => "spinning on steal",
@@ -1176,5 +1184,91 @@ fn main() {
             handoff_before,
             line_handoff_ns(200_000)
         );
+    }
+    targets.print();
+}
+
+/// Issue 13's targets that this bench measures, as ratios of rows of one run.
+#[derive(Default)]
+struct Targets {
+    /// Medians (M msgs/s, p50 ns) by (transport, spinning, batch).
+    rows: Vec<(RowKey, (f64, u64))>,
+    /// The cache-line probe right before and right after the xtcq spinning row, ns.
+    probe: Option<(f64, f64)>,
+}
+
+/// A table row: transport, consumer spinning, batch.
+type RowKey = (Transport, bool, usize);
+
+/// How far apart the probe's two readings may be and still describe one vCPU placement.
+const PROBE_AGREES: f64 = 1.25;
+
+impl Targets {
+    fn record(&mut self, transport: Transport, spin: bool, batch: usize, runs: &[Run]) {
+        let mps = median_f(runs.iter().map(|r| r.mps).collect());
+        let p50 = median_u(runs.iter().map(|r| r.p50).collect());
+        self.rows.push(((transport, spin, batch), (mps, p50)));
+    }
+
+    fn get(&self, transport: Transport, spin: bool, batch: usize) -> Option<(f64, u64)> {
+        self.rows.iter().find(|(k, _)| *k == (transport, spin, batch)).map(|(_, v)| *v)
+    }
+
+    /// One line per target: the ratio, the target, met or not; "n/a" when a row is missing.
+    fn print(&self) {
+        let xtcq_spin = self.get(Transport::Xtcq, true, 1);
+        let xtcq_batch = self.get(Transport::Xtcq, true, 32);
+        let xtcq_sleep = self.get(Transport::Xtcq, false, 1);
+        let pipe_spin = self.get(Transport::Pipe, true, 1);
+        let pipe_sleep = self.get(Transport::Pipe, false, 1);
+        let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+        let p50 = |r: Option<(f64, u64)>| r.map(|(_, p)| p as f64);
+        let mps = |r: Option<(f64, u64)>| r.map(|(m, _)| m);
+        println!(
+            "
+== issue 13 targets (ratios of rows of this run) =="
+        );
+        println!("{:<58} {:>8} {:>8}  met", "target", "ratio", "target");
+        match self.probe {
+            Some((before, after)) if before.max(after) / before.min(after).max(1.0) > PROBE_AGREES => {
+                println!(
+                "{:<58} {:>8} {:>8}  n/a: the probe read {before:.0} ns before the row and {after:.0} ns \
+                 after it; the vCPUs moved, no ratio quoted",
+                "xtcq spinning p50 / cache-line hand-off", "-", "<= 2.00"
+            )
+            }
+            Some((before, after)) => line(
+                "xtcq spinning p50 / cache-line hand-off",
+                ratio(p50(xtcq_spin), Some((before + after) / 2.0)),
+                2.0,
+                true,
+            ),
+            None => line("xtcq spinning p50 / cache-line hand-off", None, 2.0, true),
+        }
+        line("xtcq spinning p50 / pipe spinning p50", ratio(p50(xtcq_spin), p50(pipe_spin)), 0.5, true);
+        line(
+            "xtcq steal_batch(32) M/s / xtcq single steals M/s",
+            ratio(mps(xtcq_batch), mps(xtcq_spin)),
+            1.5,
+            false,
+        );
+        line(
+            "xtcq woken from futex p50 / pipe asleep p50",
+            ratio(p50(xtcq_sleep), p50(pipe_sleep)),
+            1.0,
+            true,
+        );
+    }
+}
+
+/// Prints one target's line; `at_most`: the ratio must be at most `target`, else at least.
+fn line(what: &str, ratio: Option<f64>, target: f64, at_most: bool) {
+    let bound = format!("{} {target:.2}", if at_most { "<=" } else { ">=" });
+    match ratio {
+        Some(r) => {
+            let met = if at_most { r <= target } else { r >= target };
+            println!("{what:<58} {r:>7.2}x {bound:>8}  {}", if met { "met" } else { "NOT met" });
+        }
+        None => println!("{what:<58} {:>8} {bound:>8}  n/a: a row it needs was not run", "-"),
     }
 }

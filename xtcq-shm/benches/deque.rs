@@ -1066,25 +1066,33 @@ fn print_table(s: &Settings) {
     println!();
     println!(
         "{:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-        "full job path (records)", "xtcq_jobs", "xtcq_raw", "ratio", "", "", "cores busy"
+        "full job path (records)", "xtcq_jobs", "xtcq_raw", "ratio", "target", "met", "cores busy"
     );
-    for (label, g, name) in [
-        ("(a) push+pop pair, 1 thread", "a_push_pop_pair", "xtcq_jobs"),
-        ("(b) push, 1 thief steals", "b_push_one_thief", "xtcq_jobs"),
-        ("(c) push/pop, batch thief, LIFO", "c_push_pop_batch_thief_lifo", "xtcq_jobs"),
-        ("(c) push/pop, batch thief, FIFO", "c_push_pop_batch_thief_fifo", "xtcq_jobs"),
-        ("(d) process hand-off, steal", "d_process_handoff", "xtcq_jobs"),
-        ("(d) process hand-off, batch 128", "d_process_handoff", "xtcq_jobs_batch128"),
+    // Targets of issue 13, as speed of the job path / speed of the raw deque: (a) at most 3x
+    // the raw pair's time, (b) at least half its rate, (d) single steals at least 0.6 of it.
+    for (label, g, name, target) in [
+        ("(a) push+pop pair, 1 thread", "a_push_pop_pair", "xtcq_jobs", Some(1.0 / 3.0)),
+        ("(b) push, 1 thief steals", "b_push_one_thief", "xtcq_jobs", Some(0.5)),
+        ("(c) push/pop, batch thief, LIFO", "c_push_pop_batch_thief_lifo", "xtcq_jobs", None),
+        ("(c) push/pop, batch thief, FIFO", "c_push_pop_batch_thief_fifo", "xtcq_jobs", None),
+        ("(d) process hand-off, steal", "d_process_handoff", "xtcq_jobs", Some(0.6)),
+        ("(d) process hand-off, batch 128", "d_process_handoff", "xtcq_jobs_batch128", None),
     ] {
         let Some(j) = median_ns(&format!("{g}/{name}")) else { continue };
         let raw = median_ns(&format!("{g}/xtcq_raw"));
+        let ratio = raw.map(|r| r / j);
+        let met = match (ratio, target) {
+            (Some(r), Some(t)) if r >= t => "yes",
+            (Some(_), Some(_)) => "NO",
+            _ => "",
+        };
         println!(
             "{label:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
             show(g, j),
             raw.map(|r| show(g, r)).unwrap_or_default(),
-            raw.map(|r| format!("{:.2}x", r / j)).unwrap_or_default(),
-            "",
-            "",
+            ratio.map(|r| format!("{r:.2}x")).unwrap_or_default(),
+            target.map(|t| format!("{t:.2}x")).unwrap_or_default(),
+            met,
             format!("{} / {}", cores(g, name), cores(g, "xtcq_raw")),
         );
     }
