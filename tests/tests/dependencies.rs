@@ -84,3 +84,49 @@ fn the_client_library_links_no_runtime_no_command_line_and_no_daemon() {
         assert!(!names.contains(banned), "xtcq-client links {banned}: {names:?}");
     }
 }
+
+/// `crate -> dep, dep` lines of the README's Layout section: its workspace-internal arrows.
+fn readme_arrows() -> Vec<(String, BTreeSet<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let section = readme.split("## Layout").nth(1).expect("a 'Layout' section");
+    let section = section.split("\n## ").next().expect("the section");
+    let block = section
+        .split("```text\n")
+        .skip(1) // the prose before the first block
+        .find(|b| b.contains(" ->"))
+        .and_then(|b| b.split("```").next())
+        .expect("a text block of `crate -> dep` lines");
+    block
+        .lines()
+        .filter_map(|l| l.split_once(" ->"))
+        .map(|(krate, deps)| {
+            let deps = deps.split(',').map(str::trim).filter(|d| !d.is_empty()).map(str::to_string).collect();
+            (krate.trim().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_layout_draws_every_arrow_between_the_workspace_crates() {
+    let arrows = readme_arrows();
+    let shipped = workspace_crates();
+    let named: BTreeSet<String> = arrows.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(named, shipped, "README 'Layout' (left) must name every crate of the workspace (right)");
+    for (krate, listed) in &arrows {
+        let have: BTreeSet<String> = linked(krate).into_iter().filter(|d| shipped.contains(d)).collect();
+        assert_eq!(
+            listed, &have,
+            "README 'Layout' arrows are out of date for {krate}: drawn (left) vs cargo tree (right)"
+        );
+    }
+    // The layering rules the section states.
+    let of = |k: &str| arrows.iter().find(|(n, _)| n == k).map(|(_, d)| d.clone()).unwrap_or_default();
+    assert!(of("xtcq-shm").is_empty(), "the engine crate links no other workspace crate");
+    assert!(of("xtcq-proto").is_empty(), "the protocol crate links no other workspace crate");
+    for (krate, deps) in &arrows {
+        if krate != "xtcq-cli" {
+            assert!(!deps.contains("xtcqd"), "only xtcq-cli may link the daemon; {krate} does");
+        }
+    }
+}
