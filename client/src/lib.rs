@@ -100,6 +100,18 @@ pub fn resolve_socket(socket: Option<&Path>) -> PathBuf {
 
 impl Client {
     /// Connects to the daemon at `socket`, or at `$XTCQ_SOCKET`, or at the default path.
+    ///
+    /// A socket nobody listens on is [`Error::DaemonNotRunning`], naming the path:
+    ///
+    /// ```
+    /// use xtcq_client::{Client, Error};
+    /// let dir = tempfile::tempdir()?;
+    /// match Client::connect(Some(&dir.path().join("xtcqd.sock"))) {
+    ///     Err(Error::DaemonNotRunning { .. }) => {} // start xtcqd, or set $XTCQ_SOCKET
+    ///     other => panic!("no daemon listens there, yet: {other:?}"),
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn connect(socket: Option<&Path>) -> Result<Client, Error> {
         Self::connect_with(ConnectOptions {
             socket: socket.map(Path::to_path_buf),

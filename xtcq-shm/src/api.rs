@@ -169,6 +169,26 @@ impl<'a> QueueCtx<'a> {
 }
 
 /// A producer's handle on its deque of one queue. `Send`, not `Sync`.
+///
+/// Over a segment file of its own (in a service, `xtcqd` creates the segment and hands out
+/// the deque and the process slot):
+///
+/// ```
+/// use std::sync::Arc;
+/// use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig};
+/// let dir = tempfile::tempdir()?;
+/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600)?);
+/// let queue = seg.create_queue(&QueueSpec::new("jobs"))?;
+/// let owner = Owner::new(seg, &queue, 0, 0)?; // deque 0, process slot 0
+/// owner.push(b"first")?;
+/// owner.push(b"second")?;
+/// let job = owner.pop()?.expect("a job"); // LIFO: the newest first
+/// assert_eq!(job.payload()?, b"second");
+/// job.ack()?;
+/// assert_eq!(owner.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Owner {
     // Field order: the views borrow from `seg` and are declared first, so they are dropped
     // first (they have no drop glue; this is belt and braces).
@@ -387,6 +407,29 @@ impl Injector {
 
 /// A consumer's handle on one queue: steals from any of its deques and its overflow ring.
 /// `Clone` and `Sync`.
+///
+/// A thief takes the oldest job of a deque (the top), whatever the owner's order; usually
+/// it lives in another process, mapping the same segment file with [`Segment::attach`]:
+///
+/// ```
+/// use std::sync::Arc;
+/// use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig, Thief};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("segment");
+/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let seg = Arc::new(Segment::create(&path, &config, 0o600)?);
+/// let queue = seg.create_queue(&QueueSpec::new("jobs"))?;
+/// let owner = Owner::new(seg, &queue, 0, 0)?;
+/// owner.push(b"first")?;
+/// owner.push(b"second")?;
+///
+/// let other = Arc::new(Segment::attach(&path)?); // a second mapping, as another process has
+/// let thief = Thief::new(other.clone(), &other.queue_by_name("jobs")?, 1)?; // process slot 1
+/// let job = thief.steal()?.expect("a job");
+/// assert_eq!(job.payload()?, b"first");
+/// job.ack()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Thief {
     deques: Arc<[DequeRef<'static>]>,
     ctx: QueueCtx<'static>,

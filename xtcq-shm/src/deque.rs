@@ -351,6 +351,23 @@ impl<'a> DequeRef<'a> {
 
 /// The owner's handle on a deque: the only way to push, pop or take.
 ///
+/// The deque moves job handles (`u64` words), not jobs; here over words on the heap, where
+/// the segment keeps them in shared memory:
+///
+/// ```
+/// use xtcq_shm::{DequeOwner, Flavor, HeapDeque, Steal};
+/// let words = HeapDeque::new(4);
+/// let owner = DequeOwner::adopt(words.view(Flavor::Lifo)?);
+/// for h in 1..=4 {
+///     owner.push(h).expect("room for four");
+/// }
+/// assert!(owner.push(5).is_err(), "a full deque says Full");
+/// assert_eq!(owner.pop(), Some(4)); // the owner's end: newest first (LIFO)
+/// let thief = owner.deque(); // a thief's view: `Copy`, `Sync`
+/// assert!(matches!(thief.steal(), Steal::Success(1))); // the other end: oldest first
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// `Send` but not `Sync` (the `Cell` sees to that): the protocol relies on a single writer of
 /// `bottom`, and the type system keeps one handle from being used by two threads at once.
 /// Across processes the single-owner rule is kept by the daemon's lease. Two owners of one

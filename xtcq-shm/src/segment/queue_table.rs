@@ -93,6 +93,27 @@ pub struct QueueSpec {
     pub lease_ms: u32,
 }
 
+impl QueueSpec {
+    /// A LIFO queue named `name` with one deque of 1,024 slots, no attempt limit and no lease:
+    /// set the fields to change them; `create_queue` validates the whole.
+    ///
+    /// ```
+    /// use xtcq_shm::{Flavor, QueueSpec};
+    /// let spec = QueueSpec { flavor: Flavor::Fifo, deques: 4, ..QueueSpec::new("jobs") };
+    /// assert_eq!((spec.name.as_str(), spec.capacity), ("jobs", 1024));
+    /// ```
+    pub fn new(name: &str) -> QueueSpec {
+        QueueSpec {
+            name: name.to_string(),
+            flavor: Flavor::Lifo,
+            deques: 1,
+            capacity: 1024,
+            max_attempts: 0,
+            lease_ms: 0,
+        }
+    }
+}
+
 /// An active queue, as read from the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueInfo {
