@@ -125,6 +125,9 @@ impl<'a> QueueCtx<'a> {
     #[inline]
     fn claim_word(&self, word: u64, me: u32) -> Option<ClaimedJob<'_>> {
         let h = JobHandle::from_word(word)?;
+        // The claim loads the state word, then CASes it, then the payload is read: fetch
+        // the header for writing and the payload together, one transfer each, overlapped.
+        self.records.prefetch_for_claim(h.index);
         self.claim(h.index, Some(h.generation), me)
     }
 
@@ -536,6 +539,11 @@ impl Thief {
         match d.steal_batch_into(&mut buf[..n]) {
             Steal::Success(k) => {
                 crate::fail_point!("steal.after_cas");
+                // Every record's transfer starts before the first claim, so the k misses
+                // overlap instead of following one another.
+                for h in buf[..k].iter().filter_map(|&w| JobHandle::from_word(w)) {
+                    self.ctx.records.prefetch_for_claim(h.index);
+                }
                 let before = out.len();
                 out.extend(buf[..k].iter().filter_map(|&w| self.ctx.claim_word(w, self.me)));
                 match out.len() - before {

@@ -42,6 +42,8 @@ pub mod dead_letter;
 #[cfg(not(xtcq_loom))]
 pub mod layout;
 #[cfg(not(xtcq_loom))]
+mod prefetch;
+#[cfg(not(xtcq_loom))]
 pub mod recovery;
 #[cfg(not(xtcq_loom))]
 pub mod segment;

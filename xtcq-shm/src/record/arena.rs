@@ -112,10 +112,29 @@ impl<'a> RecordArena<'a> {
             let Some(st) = self.state(i) else { break };
             if let Ok(g) = st.begin_fill(me) {
                 *cursor = (i + 1) % n;
+                // The next push most likely takes the next record: start its header's and
+                // payload's transfers now, while this one is filled.
+                let next = self.base.wrapping_add(*cursor as usize * self.stride);
+                crate::prefetch::for_write(next);
+                crate::prefetch::for_write(next.wrapping_add(RECORD_HEADER_SIZE));
                 return Ok((i, g));
             }
         }
         Err(ArenaFull(n))
+    }
+
+    /// Starts the transfers of record `index`'s header (for writing: a claim CAS follows)
+    /// and its payload's first line, so that they overlap. Out of range: nothing.
+    #[inline]
+    pub fn prefetch_for_claim(&self, index: u32) {
+        if index < self.count {
+            // In range, as in `header`; a prefetch of any address is harmless anyway.
+            let p = self.base.wrapping_add(index as usize * self.stride);
+            crate::prefetch::for_write(p);
+            if self.payload_cap > 0 {
+                crate::prefetch::for_read(p.wrapping_add(RECORD_HEADER_SIZE));
+            }
+        }
     }
 
     /// Writes the payload of a record the caller holds in `Filling`.
