@@ -45,19 +45,8 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 /// First 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
-/// Bumped on any change to this file, and on any new value a shared word can hold.
-///
-/// - 1: first release.
-/// - 2: [`DequeHeader`] keeps `top` and `bottom` on one line (was a line each); the header is
-///   256 bytes, was 384, so every deque's slots and every region after the deques moved.
-/// - 3: a record's state word can be `Writing` (5): a holder writing the header. A version-2
-///   process would take that for corruption. The ready word can be [`RETIRED`].
-/// - 4: a queue-table entry's state word can be [`QUEUE_DELETING`] (3): a queue being
-///   deleted, whose deques and overflow ring the daemon is resetting before it marks the
-///   entry [`QUEUE_FREE`] again. A version-3 daemon would leave such an entry (left by a
-///   daemon killed half-way through a delete) unusable instead of finishing the delete.
-///   Also: a give-back, a dead letter and a lease extension move a record's generation on
-///   (a version-3 process would keep using the old one and fail its own claims).
+/// Bumped on any change to this file, and on any new value a shared word can hold. What
+/// each version changed is in CHANGELOG.md ("Segment layout versions").
 pub const LAYOUT_VERSION: u32 = 4;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
