@@ -1,0 +1,221 @@
+//! [`ClaimedJob`]: a job this process holds, until it acks, nacks, fails or releases it.
+//!
+//! - Every action is a CAS from `Claimed(generation, me)`: a claim taken back meanwhile (lease
+//!   expiry, recovery) makes it fail with a [`JobError`], never touch the next holder's job.
+//! - Dropping an unsettled job nacks it, so a panic in the job's code re-queues the job.
+
+use super::{JobError, QueueCtx};
+use crate::overflow::RingError;
+use crate::record::state::{JobHandle, State};
+use crate::segment::monotonic_ns;
+use crate::sync::Ordering;
+
+/// A job this process has claimed: run it, then [`ack`](Self::ack) or [`nack`](Self::nack).
+/// Dropped without either, it is nacked (so a panic in the job's code re-queues it).
+#[derive(Debug)]
+pub struct ClaimedJob<'q> {
+    pub(super) ctx: &'q QueueCtx<'q>,
+    /// Our lease deadline, CLOCK_MONOTONIC ns (0: none).
+    pub(super) deadline: std::cell::Cell<u64>,
+    /// `(index, generation)` of our claim; the generation moves on when we extend the lease.
+    pub(super) handle: std::cell::Cell<JobHandle>,
+    pub(super) me: u32,
+    pub(super) done: bool,
+}
+
+impl ClaimedJob<'_> {
+    /// `(record index, generation)` of the claim; the generation moves on with each
+    /// [`extend_lease`](Self::extend_lease).
+    pub fn handle(&self) -> JobHandle {
+        self.handle.get()
+    }
+
+    /// A copy of the payload.
+    pub fn payload(&self) -> Result<Vec<u8>, JobError> {
+        let mut v = Vec::new();
+        self.read_payload(&mut v)?;
+        Ok(v)
+    }
+
+    /// Appends the payload to `out` (reuse one buffer across jobs).
+    pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
+        let st = self
+            .ctx
+            .records
+            .state(self.handle.get().index)
+            .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        let ours =
+            crate::record::state::StateWord::pack(self.handle.get().generation, State::Claimed, self.me);
+        let before = out.len();
+        // SAFETY: we hold the record in Claimed(me): our claim CAS succeeded, and only we move
+        // it on, except recovery of a dead holder (not us: we run) and lease expiry, which
+        // revokes a live holder whose lease ran out. In that case a producer may be rewriting
+        // the payload while we copy it; the copy stays inside the record (its length is
+        // bounds-checked) and the check below throws it away.
+        unsafe { self.ctx.records.read_payload(self.handle.get().index, out) }?;
+        // The fence keeps the copy's reads before the re-check (an Acquire load alone orders
+        // only what comes after it; as in a seqlock reader), and makes the check see a revoke
+        // whose Release preceded a rewrite we might have copied from.
+        crate::sync::fence(Ordering::Acquire);
+        let now = crate::record::state::StateWord(st.0.load(Ordering::Acquire));
+        if now != ours {
+            out.truncate(before);
+            return Err(self.not_held(now.0));
+        }
+        Ok(())
+    }
+
+    /// The job's stable id (the handle it was pushed as), the same at every attempt.
+    pub fn id(&self) -> crate::JobId {
+        match self.ctx.records.header(self.handle.get().index) {
+            Some(h) => crate::dead_letter::job_id(h, self.handle.get().index),
+            None => crate::JobId::of_push(self.handle.get()),
+        }
+    }
+
+    /// Times this job was given back before this claim.
+    pub fn attempts(&self) -> u32 {
+        self.ctx
+            .records
+            .header(self.handle.get().index)
+            .map(|h| h.attempts.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// When it was queued: CLOCK_MONOTONIC ns at the kernel tick's resolution (1-4 ms; a
+    /// job's age, not a latency measurement).
+    pub fn enqueued_ns(&self) -> u64 {
+        self.ctx
+            .records
+            .header(self.handle.get().index)
+            .map(|h| h.enqueued_ns.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
+    pub fn lease_deadline_ns(&self) -> Option<u64> {
+        Some(self.deadline.get()).filter(|&d| d != 0)
+    }
+
+    /// Extends (or sets) the claim's lease to `lease` from now: a heartbeat for a long job.
+    /// Fails with `LeaseExpired` / `NotHeld` when the job is no longer ours.
+    pub fn extend_lease(&self, lease: std::time::Duration) -> Result<(), JobError> {
+        let (Some(st), Some(hdr)) = (
+            self.ctx.records.state(self.handle.get().index),
+            self.ctx.records.header(self.handle.get().index),
+        ) else {
+            return Err(JobError::Corrupt("record out of range".into()));
+        };
+        // Writing(me) while we store the deadline: a revoke cannot slip in between a check
+        // and the store and leave our deadline on the record's next claim.
+        st.begin_write(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        let d = monotonic_ns().saturating_add(lease.as_nanos().min(u64::MAX as u128) as u64);
+        // Relaxed: published by end_write's Release.
+        hdr.deadline_ns.store(d, Ordering::Relaxed);
+        self.deadline.set(d);
+        let g = st.end_write(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        self.handle.set(JobHandle { index: self.handle.get().index, generation: g });
+        Ok(())
+    }
+
+    pub(super) fn not_held(&self, found: u64) -> JobError {
+        let d = self.deadline.get();
+        if d != 0 && monotonic_ns() >= d {
+            return JobError::LeaseExpired { handle: self.handle.get() };
+        }
+        let w = crate::record::state::StateWord(found);
+        JobError::NotHeld {
+            handle: self.handle.get(),
+            found: format!("{:?} generation {} holder {}", w.state(), w.generation(), w.holder()),
+        }
+    }
+
+    /// Done: frees the record.
+    pub fn ack(mut self) -> Result<(), JobError> {
+        self.done = true;
+        let st = self
+            .ctx
+            .records
+            .state(self.handle.get().index)
+            .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        crate::fail_point!("ack.before_cas");
+        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))
+    }
+
+    /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when
+    /// the queue's attempt limit is reached.
+    pub fn nack(mut self) -> Result<(), JobError> {
+        self.done = true;
+        self.give_back(None)
+    }
+
+    /// Like [`nack`](Self::nack), recording why (the first
+    /// [`LAST_ERROR_BYTES`](crate::dead_letter::LAST_ERROR_BYTES) bytes), which a dead
+    /// letter keeps.
+    pub fn fail(mut self, reason: &str) -> Result<(), JobError> {
+        self.done = true;
+        self.give_back(Some(reason))
+    }
+
+    /// Gives the job back *without* counting an attempt, for a job this consumer did not run
+    /// (it could not hand the payload on, or was told to stop before it finished): re-queued
+    /// on the overflow ring, never dead-lettered.
+    pub fn release(mut self) -> Result<(), JobError> {
+        self.done = true;
+        self.give_back_as(None, false)
+    }
+
+    pub(super) fn give_back(&self, reason: Option<&str>) -> Result<(), JobError> {
+        self.give_back_as(reason, true)
+    }
+
+    pub(super) fn give_back_as(&self, reason: Option<&str>, count_attempt: bool) -> Result<(), JobError> {
+        let idx = self.handle.get().index;
+        let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
+            return Err(JobError::Corrupt("record out of range".into()));
+        };
+        let g = self.handle.get().generation;
+        // Claimed(me) -> Writing(me) first: if lease expiry took the job back, this fails and
+        // we write nothing (the header may already be the next claim's, or another job's);
+        // once it succeeds, nothing but our own death moves the record until we leave
+        // Writing, so the header writes below cannot land on another job.
+        st.begin_write(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+        crate::fail_point!("give_back.writing");
+        if let Some(reason) = reason {
+            crate::dead_letter::store_last_error(hdr, reason);
+        }
+        // Relaxed: published by the Release of the CAS that leaves Writing.
+        let attempts = hdr.attempts.load(Ordering::Relaxed).saturating_add(count_attempt as u32);
+        hdr.attempts.store(attempts, Ordering::Relaxed);
+        // Cleared before the Release CAS that gives the job back: the next claim's CAS
+        // continues that release sequence, so a lease scan that Acquires `Claimed(g, next)`
+        // reads 0 or the next claim's deadline, never ours (which may have passed while the
+        // job waited in line, and would expire the next claim at once).
+        hdr.deadline_ns.store(0, Ordering::Relaxed);
+        if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
+            return st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0));
+        }
+        // State first, then index: a crash in between leaves a Queued, unindexed record,
+        // which recovery re-indexes. The other order could leave an index whose claim fails
+        // while we still hold the record, and the job would wait for recovery.
+        st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+        crate::fail_point!("nack.after_requeue");
+        match self.ctx.overflow.push(idx) {
+            Ok(()) => crate::wait::notify(self.ctx.wait),
+            // The job is queued but the ring has no room for its index: the daemon's stray
+            // sweep indexes it once there is (`recovery::StraySweep`), so the give-back is
+            // done; failing it would tell the caller a queued job was lost.
+            Err(RingError::Full) => {}
+            Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ClaimedJob<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.give_back(None);
+        }
+    }
+}

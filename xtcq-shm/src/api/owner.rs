@@ -1,0 +1,244 @@
+//! Producers: [`Owner`] (a process's own deque of a queue, spilling to the overflow ring when
+//! full) and [`Injector`] (no deque: every push goes to the overflow ring).
+//!
+//! - A push allocates a record (`Free -> Filling(me)`), writes the payload and header, and
+//!   publishes it (`-> Queued`, Release) before its handle is indexed anywhere: a consumer that
+//!   finds the handle finds a whole job.
+//! - The handle goes to the owner's deque, or to the overflow ring when the deque is full;
+//!   then sleepers are woken, if any (`wait::notify`).
+//! - A crash between any two steps leaves the record in a state recovery can read.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use super::{extend, ClaimedJob, PushError, QueueCtx};
+use crate::deque::{DequeOwner, DequeRef};
+use crate::overflow::RingError;
+use crate::record::state::{JobHandle, State};
+use crate::segment::{coarse_monotonic_ns, QueueError, QueueInfo, Segment};
+use crate::sync::Ordering;
+
+/// A producer's handle on its deque of one queue. `Send`, not `Sync`.
+///
+/// Over a segment file of its own (in a service, `xtcqd` creates the segment and hands out
+/// the deque and the process slot):
+///
+/// ```
+/// use std::sync::Arc;
+/// use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig};
+/// let dir = tempfile::tempdir()?;
+/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600)?);
+/// let queue = seg.create_queue(&QueueSpec::new("jobs"))?;
+/// let owner = Owner::new(seg, &queue, 0, 0)?; // deque 0, process slot 0
+/// owner.push(b"first")?;
+/// owner.push(b"second")?;
+/// let job = owner.pop()?.expect("a job"); // LIFO: the newest first
+/// assert_eq!(job.payload()?, b"second");
+/// job.ack()?;
+/// assert_eq!(owner.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Owner {
+    // Field order: the views borrow from `seg` and are declared first, so they are dropped
+    // first (they have no drop glue; this is belt and braces).
+    deque: DequeOwner<'static>,
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    deque_index: u32,
+    me: u32,
+    cursor: Cell<u32>,
+    seg: Arc<Segment>,
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("queue", &self.info.spec.name)
+            .field("deque", &self.deque_index)
+            .field("me", &self.me)
+            .finish()
+    }
+}
+
+impl Owner {
+    /// Becomes the owner of deque `deque` of queue `queue` as process slot `me`.
+    ///
+    /// Exactly one owner per deque: across processes the daemon's lease guarantees it.
+    /// Repairs `bottom` left by a dead previous owner.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, deque: u32, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: every view below is stored in `Self` next to `seg` and only lent out with
+        // lifetimes bounded by `&self`.
+        let s = unsafe { extend(&seg) };
+        let d = s.deque(queue, deque)?;
+        let ctx = QueueCtx::new(s, queue)?;
+        Ok(Self {
+            deque: DequeOwner::adopt(d),
+            ctx,
+            info: queue.clone(),
+            deque_index: deque,
+            me,
+            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
+            seg,
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// The deque's shared view (what thieves steal from).
+    pub fn deque(&self) -> DequeRef<'_> {
+        self.deque.deque()
+    }
+
+    /// Handles in our deque.
+    pub fn len(&self) -> usize {
+        self.deque.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.deque.is_empty()
+    }
+
+    /// Queues a job with `payload`. Goes to our deque, or to the overflow ring when the deque
+    /// is full; wakes sleeping consumers if there are any.
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        if self.deque.push(h.to_word()).is_err() {
+            index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        }
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+
+    /// The next job in the queue's flavor order from our deque (newest first for LIFO,
+    /// oldest first for FIFO), else from the overflow ring; claimed for us.
+    pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        // Only we push, so at most `capacity` handles can come out during one call; more
+        // means corrupt indices (`bottom` far past `top`): stop walking garbage slots.
+        for _ in 0..=self.deque.deque().capacity() {
+            let Some(w) = self.deque.pop() else { break };
+            if let Some(j) = self.ctx.claim_word(w, self.me) {
+                return Ok(Some(j));
+            }
+        }
+        self.ctx.pop_overflow(self.me)
+    }
+
+    /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
+    pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        // Bounded as in `pop`.
+        for _ in 0..=self.deque.deque().capacity() {
+            let Some(w) = self.deque.take() else { break };
+            if let Some(j) = self.ctx.claim_word(w, self.me) {
+                return Ok(Some(j));
+            }
+        }
+        self.ctx.pop_overflow(self.me)
+    }
+}
+
+/// Allocates, fills and publishes a record; returns its handle (not yet indexed).
+fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
+    let max = ctx.records.payload_capacity();
+    if payload.len() > max as usize {
+        return Err(PushError::PayloadTooLarge { len: payload.len(), max });
+    }
+    let mut c = cursor.get();
+    let (index, generation) = ctx.records.allocate(me, &mut c)?;
+    cursor.set(c);
+    crate::fail_point!("alloc.after_begin_fill");
+    let hdr = ctx
+        .records
+        .header(index)
+        .ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    // SAFETY: `allocate` moved the record to Filling(me); we are its only writer.
+    unsafe { ctx.records.write_payload(index, payload) }.map_err(|e| PushError::Corrupt(e.to_string()))?;
+    // Relaxed: published by the Release CAS in `publish` below.
+    hdr.queue.store(ctx.queue, Ordering::Relaxed);
+    hdr.attempts.store(0, Ordering::Relaxed);
+    hdr.deadline_ns.store(0, Ordering::Relaxed);
+    hdr.enqueued_ns.store(coarse_monotonic_ns(), Ordering::Relaxed);
+    // The birth generation (the job's stable id), no last error yet.
+    hdr.flags.store(
+        crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
+        Ordering::Relaxed,
+    );
+    let st =
+        ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    st.publish(generation, me).map_err(|c| {
+        PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
+    })?;
+    crate::fail_point!("publish.before_index");
+    Ok(JobHandle { index, generation })
+}
+
+/// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
+/// push fails cleanly rather than leaving an unindexed job behind.
+fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<(), PushError> {
+    match ctx.overflow.push(h.index) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let withdrawn = ctx
+                .records
+                .state(h.index)
+                .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
+                .unwrap_or(false);
+            match e {
+                RingError::Full if withdrawn => {
+                    Err(PushError::QueueFull { queue: queue.to_string(), overflow: ctx.overflow.capacity() })
+                }
+                RingError::Full => Err(PushError::Corrupt(format!(
+                    "queue {queue} is full and job {h} could not be withdrawn"
+                ))),
+                RingError::Corrupt(m) => Err(PushError::Corrupt(m)),
+            }
+        }
+    }
+}
+
+/// A producer without a deque: pushes go straight to the overflow ring. For one-shot pushes
+/// (`xtcq push`) and for processes that only feed a queue now and then.
+pub struct Injector {
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    me: u32,
+    cursor: Cell<u32>,
+    seg: Arc<Segment>,
+}
+
+impl Injector {
+    /// An injector for `queue` as process slot `me`.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: as in `Owner::new`.
+        let s = unsafe { extend(&seg) };
+        Ok(Self {
+            ctx: QueueCtx::new(s, queue)?,
+            info: queue.clone(),
+            me,
+            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
+            seg,
+        })
+    }
+
+    /// The segment.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Queues a job in the overflow ring.
+    pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+}

@@ -1,0 +1,223 @@
+//! Consumers: [`Thief`], which steals claimed jobs from every deque of a queue and from its
+//! overflow ring.
+//!
+//! - A steal takes a handle (one CAS on a deque's `top`, or on the ring's head), then claims
+//!   the record it names (one CAS on the state word): the claim alone decides who runs a job,
+//!   so a stale or duplicated handle is skipped, never run twice.
+//! - A round repeats only while some steal lost a race (another consumer's progress); more
+//!   skipped handles than the deques can hold means corrupt indices, reported, not walked.
+
+use std::sync::atomic::AtomicU32 as StdAtomicU32;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{extend, ClaimedJob, QueueCtx};
+use crate::deque::{DequeRef, Steal, MAX_BATCH};
+use crate::overflow::RingError;
+use crate::record::state::JobHandle;
+use crate::segment::{QueueError, QueueInfo, Segment};
+use crate::sync::Ordering;
+
+/// A consumer's handle on one queue: steals from any of its deques and its overflow ring.
+/// `Clone` and `Sync`.
+///
+/// A thief takes the oldest job of a deque (the top), whatever the owner's order; usually
+/// it lives in another process, mapping the same segment file with [`Segment::attach`]:
+///
+/// ```
+/// use std::sync::Arc;
+/// use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig, Thief};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("segment");
+/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let seg = Arc::new(Segment::create(&path, &config, 0o600)?);
+/// let queue = seg.create_queue(&QueueSpec::new("jobs"))?;
+/// let owner = Owner::new(seg, &queue, 0, 0)?;
+/// owner.push(b"first")?;
+/// owner.push(b"second")?;
+///
+/// let other = Arc::new(Segment::attach(&path)?); // a second mapping, as another process has
+/// let thief = Thief::new(other.clone(), &other.queue_by_name("jobs")?, 1)?; // process slot 1
+/// let job = thief.steal()?.expect("a job");
+/// assert_eq!(job.payload()?, b"first");
+/// job.ack()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Thief {
+    deques: Arc<[DequeRef<'static>]>,
+    ctx: QueueCtx<'static>,
+    info: QueueInfo,
+    me: u32,
+    next: StdAtomicU32,
+    seg: Arc<Segment>,
+}
+
+impl Clone for Thief {
+    fn clone(&self) -> Self {
+        Self {
+            deques: self.deques.clone(),
+            ctx: self.ctx,
+            info: self.info.clone(),
+            me: self.me,
+            next: StdAtomicU32::new(self.next.load(Ordering::Relaxed).wrapping_add(7)),
+            seg: self.seg.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Thief {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Thief").field("queue", &self.info.spec.name).field("me", &self.me).finish()
+    }
+}
+
+impl Thief {
+    /// A thief on `queue` as process slot `me`.
+    pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
+        // SAFETY: as in `Owner::new`.
+        let s = unsafe { extend(&seg) };
+        if queue.spec.deques == 0 {
+            // `steal` picks a deque modulo their number.
+            return Err(QueueError::NoSuchDeque { queue: queue.spec.name.clone(), index: 0, count: 0 });
+        }
+        let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            deques: deques.into(),
+            ctx: QueueCtx::new(s, queue)?,
+            info: queue.clone(),
+            me,
+            next: StdAtomicU32::new(me.wrapping_mul(0x9E37_79B9)),
+            seg,
+        })
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// Jobs visible in the queue's deques and overflow ring, approximately.
+    pub fn len(&self) -> usize {
+        self.deques.iter().map(|d| d.len()).sum::<usize>() + self.ctx.overflow.len()
+    }
+
+    /// `len() == 0`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
+    pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
+        self.steal_counted(deque, &mut 0)
+    }
+
+    /// [`steal_from`](Self::steal_from), counting in `skipped` the handles taken off the
+    /// deque whose claim failed.
+    fn steal_counted(&self, deque: u32, skipped: &mut usize) -> Steal<ClaimedJob<'_>> {
+        let Some(d) = self.deques.get(deque as usize) else {
+            return Steal::Empty;
+        };
+        match d.steal() {
+            Steal::Success(w) => {
+                crate::fail_point!("steal.after_cas");
+                match self.ctx.claim_word(w, self.me) {
+                    Some(j) => Steal::Success(j),
+                    None => {
+                        *skipped += 1;
+                        Steal::Retry
+                    }
+                }
+            }
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Steals up to `limit` jobs of deque `deque` (about half of it), appending them to
+    /// `out`; one CAS for a FIFO queue. Returns how many were claimed.
+    pub fn steal_batch_from<'s>(
+        &'s self,
+        deque: u32,
+        limit: usize,
+        out: &mut Vec<ClaimedJob<'s>>,
+    ) -> Steal<usize> {
+        let Some(d) = self.deques.get(deque as usize) else {
+            return Steal::Empty;
+        };
+        let mut buf = [0u64; MAX_BATCH];
+        let n = limit.clamp(1, MAX_BATCH);
+        match d.steal_batch_into(&mut buf[..n]) {
+            Steal::Success(k) => {
+                crate::fail_point!("steal.after_cas");
+                // Every record's transfer starts before the first claim, so the k misses
+                // overlap instead of following one another.
+                for h in buf[..k].iter().filter_map(|&w| JobHandle::from_word(w)) {
+                    self.ctx.records.prefetch_for_claim(h.index);
+                }
+                let before = out.len();
+                out.extend(buf[..k].iter().filter_map(|&w| self.ctx.claim_word(w, self.me)));
+                match out.len() - before {
+                    0 => Steal::Retry,
+                    c => Steal::Success(c),
+                }
+            }
+            Steal::Empty => Steal::Empty,
+            Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Takes a job from the overflow ring.
+    pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        self.ctx.pop_overflow(self.me)
+    }
+
+    /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
+    /// while some steal lost a race. `None` when everything looked empty.
+    pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        // A corrupt ring must not hide the jobs in the deques: try them, and report the
+        // ring's error only when they had nothing either.
+        let ring_error = match self.ctx.pop_overflow(self.me) {
+            Ok(Some(j)) => return Ok(Some(j)),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        let n = self.deques.len() as u32;
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        // Each skipped handle moved a `top` on, and the deques hold at most their capacities
+        // in handles; more skips than that in one call means corrupt indices (a `bottom` far
+        // past `top`), not stale handles: report it instead of walking up to 2^63 garbage
+        // slots. Lost races are not counted: each is another consumer's progress.
+        let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
+        let mut skipped = 0;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                match self.steal_counted((start + k) % n, &mut skipped) {
+                    Steal::Success(j) => return Ok(Some(j)),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if skipped > max_skips {
+                return Err(RingError::Corrupt(format!(
+                    "deques of queue {}: {skipped} handles in one steal named no queued job; \
+                     their indices or slots are corrupt",
+                    self.info.spec.name
+                )));
+            }
+            if !retry {
+                return match ring_error {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
+            }
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// Like [`steal`](Self::steal), sleeping on the queue's wait word until a job arrives or
+    /// `deadline` passes (`None`: forever). `Ok(None)`: timed out.
+    pub fn steal_wait(&self, deadline: Option<Instant>) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        crate::wait::wait_for(self.ctx.wait, deadline, || self.steal())
+    }
+}
