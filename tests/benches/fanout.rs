@@ -22,13 +22,13 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use xtcq_client::{Client, Flavor, QueueParams};
+use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage};
 use xtcq_tests::{now_ns, Daemon};
 
 const MSG: usize = 64;
@@ -65,70 +65,6 @@ struct Ctl {
     stop: Line,
     /// Jobs taken by consumer k, stored (not added) by k alone.
     taken: [Line; MAX_CONSUMERS],
-}
-
-/// `Ctl` over a shared file mapping.
-struct CtlMap {
-    ptr: *mut Ctl,
-    len: usize,
-}
-
-impl CtlMap {
-    fn open(path: &Path, create: bool) -> CtlMap {
-        let len = std::mem::size_of::<Ctl>().next_multiple_of(4096);
-        let f = File::options().read(true).write(true).create(create).open(path).expect("ctl file");
-        if create {
-            f.set_len(len as u64).expect("size ctl file");
-        }
-        // SAFETY: a shared mapping of a file of `len` bytes we hold open; unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert!(p != libc::MAP_FAILED, "mmap ctl: {}", std::io::Error::last_os_error());
-        CtlMap { ptr: p.cast(), len }
-    }
-
-    fn get(&self) -> &Ctl {
-        // SAFETY: the mapping is live, page-aligned and at least size_of::<Ctl>(); Ctl is
-        // atomics only, and a zeroed file is every counter at 0.
-        unsafe { &*self.ptr }
-    }
-}
-
-impl Drop for CtlMap {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-fn pin(cpu: usize) {
-    if std::env::var_os("XTCQ_BENCH_NO_PIN").is_some() {
-        return;
-    }
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET within its bounds; affinity of this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % ncpus(), &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-/// CPUs online (not `available_parallelism`, which shrinks to the affinity mask once pinned).
-fn ncpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
-}
-
-fn env_u64(k: &str) -> Option<u64> {
-    std::env::var(k).ok().and_then(|v| v.parse().ok())
 }
 
 /// What a consumer does when a look found no job (`XTCQ_BENCH_POLL`).
@@ -184,7 +120,8 @@ fn consumer() {
     let index: usize = env_u64("XTCQ_BENCH_INDEX").expect("index") as usize;
     pin(index + 1);
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1) as usize;
-    let ctl_map = CtlMap::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
+    let ctl_map =
+        SharedPage::<Ctl>::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
     let ctl = ctl_map.get();
     let socket = PathBuf::from(std::env::var_os("XTCQ_SOCKET").expect("socket"));
     let client = Client::connect(Some(&socket)).expect("connect");
@@ -285,7 +222,7 @@ impl Bench {
     fn one(&self, consumers: usize, k: u32) -> Run {
         let tag = format!("{consumers}.{k}");
         let ctl_path = self.daemon.dir().join(format!("ctl.{tag}"));
-        let ctl_map = CtlMap::open(&ctl_path, true);
+        let ctl_map = SharedPage::<Ctl>::open(&ctl_path, true);
         let ctl = ctl_map.get();
         let mut children = self.spawn_consumers(consumers, &ctl_path, &tag);
         let limit = Duration::from_secs(120);
@@ -389,11 +326,7 @@ fn main() {
         Err(_) => default_consumer_counts(cpus),
     };
     assert!(counts.iter().all(|&c| (1..=MAX_CONSUMERS).contains(&c)), "1 to {MAX_CONSUMERS} consumers");
-    // XTCQ_BENCH_DAEMON: a daemon binary built elsewhere (the bench copied to another machine).
-    let daemon_exe = std::env::var_os("XTCQ_BENCH_DAEMON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_xtcq-test-daemon")));
-    let daemon = Daemon::start(&daemon_exe, SIZES);
+    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
     pin(0);
     let client = daemon.client();
     let mut params = QueueParams::new(QUEUE);

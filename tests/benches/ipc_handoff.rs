@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use xtcq_client::{Client, Flavor, Job, OwnerHandle, QueueParams};
+use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage};
 use xtcq_tests::{now_ns, Daemon};
 
 const MSG: usize = 64;
@@ -116,47 +117,6 @@ struct Ctl {
     t_end: AtomicU64,
 }
 
-struct CtlMap {
-    ptr: *mut Ctl,
-}
-
-impl CtlMap {
-    fn open(path: &Path, create: bool) -> CtlMap {
-        let f = if create {
-            let f = File::options().read(true).write(true).create_new(true).open(path).expect("ctl file");
-            f.set_len(4096).expect("size ctl file");
-            f
-        } else {
-            File::options().read(true).write(true).open(path).expect("ctl file")
-        };
-        // SAFETY: a shared mapping of a 4096-byte file we hold open; unmapped on drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        assert!(p != libc::MAP_FAILED, "mmap ctl: {}", std::io::Error::last_os_error());
-        CtlMap { ptr: p.cast() }
-    }
-    fn get(&self) -> &Ctl {
-        // SAFETY: the mapping is live, page-aligned, 4096 bytes, and Ctl is atomics only
-        // (zeroed file = all counters 0).
-        unsafe { &*self.ptr }
-    }
-}
-
-impl Drop for CtlMap {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(self.ptr.cast(), 4096) };
-    }
-}
-
 fn encode(seq: u64, buf: &mut [u8; MSG]) {
     buf[..8].copy_from_slice(&seq.to_le_bytes());
     buf[8..16].copy_from_slice(&now_ns().to_le_bytes());
@@ -164,28 +124,6 @@ fn encode(seq: u64, buf: &mut [u8; MSG]) {
 
 fn decode(b: &[u8]) -> (u64, u64) {
     (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..16].try_into().unwrap()))
-}
-
-fn pin(cpu: usize) {
-    if std::env::var_os("XTCQ_BENCH_NO_PIN").is_some() {
-        return;
-    }
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET within its bounds; affinity of this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-/// CPUs online (not `available_parallelism`, which shrinks to the affinity mask once pinned).
-fn ncpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
-}
-
-fn env_u64(k: &str) -> Option<u64> {
-    std::env::var(k).ok().and_then(|v| v.parse().ok())
 }
 
 fn errno() -> std::io::Error {
@@ -547,7 +485,7 @@ fn consumer() {
     let spin = std::env::var("XTCQ_BENCH_MODE").expect("mode") == "spin";
     let n_thr = env_u64("XTCQ_BENCH_N_THR").expect("n_thr");
     let n_lat = env_u64("XTCQ_BENCH_N_LAT").expect("n_lat");
-    let ctl = CtlMap::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
+    let ctl = SharedPage::<Ctl>::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
     let ctl = ctl.get();
 
     let client;
@@ -768,7 +706,7 @@ impl Bench {
     fn one(&self, transport: Transport, spin: bool, batch: usize, k: u32) -> Run {
         let (n_thr, n_lat) = self.sizes(transport, batch);
         let ctl_path = self.daemon.dir().join(format!("ctl.{}.{spin}.{batch}.{k}", transport.name()));
-        let ctl_map = CtlMap::open(&ctl_path, true);
+        let ctl_map = SharedPage::<Ctl>::open(&ctl_path, true);
         let ctl = ctl_map.get();
         let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
         cmd.env("XTCQ_BENCH_ROLE", "consumer")
@@ -1041,11 +979,7 @@ fn main() {
     let redis_n_lat = env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 });
     let wanted = |t: Transport| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == t.name()));
 
-    // XTCQ_BENCH_DAEMON: a daemon binary built elsewhere (the bench copied to another machine).
-    let daemon_exe = std::env::var_os("XTCQ_BENCH_DAEMON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_xtcq-test-daemon")));
-    let daemon = Daemon::start(&daemon_exe, SIZES);
+    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
     // Before pinning, so that the server is not pinned with us: it is a third process on
     // whichever CPU the scheduler gives it.
     let redis = wanted(Transport::Redis).then(RedisServer::start);

@@ -8,6 +8,8 @@
 //! Invariants: the daemon is killed when its guard drops (a failing test leaves no process
 //! behind), and waiting for it to be ready has a deadline that panics with its log.
 
+pub mod bench;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
