@@ -17,7 +17,7 @@ use crate::deque::{DequeOwner, DequeRef, Steal, MAX_BATCH};
 use crate::layout::WaitWord;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
-use crate::record::state::{JobHandle, State};
+use crate::record::state::{next_generation, JobHandle, State};
 use crate::segment::{coarse_monotonic_ns, monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
@@ -313,6 +313,18 @@ impl Owner {
 
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
+    publish_at(ctx, me, cursor, payload, None)
+}
+
+/// Fills a record and publishes it: `Queued` when `due_ns` is `None`, else `Delayed` until
+/// `due_ns` (CLOCK_MONOTONIC ns, kept in `enqueued_ns`: the time the job joins the line).
+fn publish_at(
+    ctx: &QueueCtx<'_>,
+    me: u32,
+    cursor: &Cell<u32>,
+    payload: &[u8],
+    due_ns: Option<u64>,
+) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
@@ -331,7 +343,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    hdr.enqueued_ns.store(coarse_monotonic_ns(), Ordering::Relaxed);
+    hdr.enqueued_ns.store(due_ns.unwrap_or_else(coarse_monotonic_ns), Ordering::Relaxed);
     // The birth generation (the job's stable id), no last error yet.
     hdr.flags.store(
         crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
@@ -339,10 +351,18 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     );
     let st =
         ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
-    st.publish(generation, me).map_err(|c| {
+    let published = match due_ns {
+        None => st.publish(generation, me),
+        Some(_) => st.publish_delayed(generation, me),
+    };
+    published.map_err(|c| {
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
-    crate::fail_point!("publish.before_index");
+    if due_ns.is_some() {
+        crate::fail_point!("delay.after_publish");
+    } else {
+        crate::fail_point!("publish.before_index");
+    }
     Ok(JobHandle { index, generation })
 }
 
@@ -405,6 +425,14 @@ impl Injector {
         index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
         crate::wait::notify(self.ctx.wait);
         Ok(h)
+    }
+
+    /// Writes a job that no steal sees before `due_ns` (CLOCK_MONOTONIC ns, see
+    /// [`monotonic_ns`]): the record is left `Delayed`, in no index. Tell the daemon its
+    /// handle (it makes the job `Queued` once due); a daemon that is not told finds it by its
+    /// record scan when it adopts the segment or recovers a dead process.
+    pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Some(due_ns.max(1)))
     }
 }
 
@@ -767,11 +795,37 @@ impl ClaimedJob<'_> {
         self.give_back_as(None, false)
     }
 
+    /// Failed: like [`fail`](Self::fail) (or [`nack`](Self::nack) without a reason), but the
+    /// job waits `delay` before it is in line again (a retry backoff): it is left `Delayed`,
+    /// in no index, and the caller must tell the daemon the returned handle (it re-queues
+    /// the job once due). `Ok(None)`: the job reached the attempt limit and is a dead letter
+    /// now, with nothing to tell.
+    pub fn fail_after(
+        mut self,
+        reason: Option<&str>,
+        delay: std::time::Duration,
+    ) -> Result<Option<JobHandle>, JobError> {
+        self.done = true;
+        let due = monotonic_ns().saturating_add(delay.as_nanos().min(u64::MAX as u128) as u64);
+        self.give_back_until(reason, true, Some(due))
+    }
+
     fn give_back(&self, reason: Option<&str>) -> Result<(), JobError> {
         self.give_back_as(reason, true)
     }
 
     fn give_back_as(&self, reason: Option<&str>, count_attempt: bool) -> Result<(), JobError> {
+        self.give_back_until(reason, count_attempt, None).map(|_| ())
+    }
+
+    /// Gives the job back: re-queued now (`due_ns` `None`) or `Delayed` until `due_ns`
+    /// (returns the delayed job's handle), or dead-lettered at the attempt limit.
+    fn give_back_until(
+        &self,
+        reason: Option<&str>,
+        count_attempt: bool,
+        due_ns: Option<u64>,
+    ) -> Result<Option<JobHandle>, JobError> {
         let idx = self.handle.get().index;
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
@@ -795,7 +849,15 @@ impl ClaimedJob<'_> {
         // job waited in line, and would expire the next claim at once).
         hdr.deadline_ns.store(0, Ordering::Relaxed);
         if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
-            return st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0));
+            return st.dead_letter_written(g, self.me).map(|_| None).map_err(|c| self.not_held(c.found.0));
+        }
+        if let Some(due) = due_ns {
+            // Relaxed: published by delay_written's Release. The due time is the time the
+            // job joins the line again (see `RecordHeader::enqueued_ns`).
+            hdr.enqueued_ns.store(due.max(1), Ordering::Relaxed);
+            st.delay_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+            crate::fail_point!("delay.after_publish");
+            return Ok(Some(JobHandle { index: idx, generation: next_generation(g) }));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,
         // which recovery re-indexes. The other order could leave an index whose claim fails
@@ -810,7 +872,7 @@ impl ClaimedJob<'_> {
             Err(RingError::Full) => {}
             Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
         }
-        Ok(())
+        Ok(None)
     }
 }
 
