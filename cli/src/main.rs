@@ -24,6 +24,7 @@ macro_rules! eprint {
 }
 
 mod cmd;
+mod delay;
 mod demo;
 mod docs;
 mod exit;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use xtcq_client::{Client, Job, ThiefHandle};
+use xtcq_client::{Client, Job, RetryBackoff, ThiefHandle};
 
 use crate::cmd::{connect, for_each_stdin_job};
 use crate::room::Room;
@@ -432,6 +432,30 @@ fn work_lease(a: &WorkArgs, queue_lease_ms: u32) -> Result<Option<Duration>> {
     Ok(lease)
 }
 
+/// Gives a failed job back: at once, or after the queue's retry backoff for the attempt it
+/// failed (its `attempts` counts the earlier failures).
+fn fail(job: Job<'_>, why: &str, backoff: Option<RetryBackoff>) -> Result<(), xtcq_client::Error> {
+    match backoff {
+        None => job.fail(why),
+        Some(b) => {
+            let failures = job.attempts().saturating_add(1);
+            let delay = b.delay(failures, jitter_bits(job.id()));
+            job.fail_after(Some(why), delay)
+        }
+    }
+}
+
+/// 64 bits for the jitter, different per job and per moment (splitmix64 of the clock, the
+/// pid and the job): spreading retries needs no cryptographic randomness.
+fn jitter_bits(id: xtcq_client::JobId) -> u64 {
+    let mut z = xtcq_client::monotonic_ns()
+        ^ (std::process::id() as u64) << 32
+        ^ ((id.index as u64) << 24 | id.birth as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
@@ -493,11 +517,12 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
             Ok(Ran::LeftRunning(..)) => unreachable!("handled above"),
             Err(e) => (format!("not run: {e:#}"), false, true),
         };
+        let backoff = thief.queue().retry_backoff;
         let settled = match outcome {
             Ok(Ran::Exited(_)) if succeeded => job.ack(),
             Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
-            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => job.fail(&what),
-            Err(_) => job.fail("cannot run"),
+            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => fail(job, &what, backoff),
+            Err(_) => fail(job, "cannot run", backoff),
         };
         // Counted once settled: a job whose command succeeded but whose ack came too late
         // (its lease ran out and it was re-queued) did not succeed here.
@@ -533,19 +558,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
     let stop = Arc::new(Stop::default());
-    let mut signals =
-        signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-            .context("cannot install the SIGINT / SIGTERM handlers")?;
-    {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            for _ in signals.forever() {
-                if stop.taking.swap(true, Ordering::Relaxed) {
-                    stop.now.store(true, Ordering::Relaxed);
-                }
-            }
-        });
-    }
+    stop_on_signals(&stop)?;
     let c = connect(socket)?;
     let thief = c.attach_thief(&a.queue)?;
     // Before any job is taken: a lease too short to keep would kill every command.
@@ -553,12 +566,45 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let n = Counters::default();
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
-    let result: Result<()> = std::thread::scope(|s| {
+    let result = run_workers(&a, &c, &thief, &stop, &n, progress.then_some(t0));
+    // On every way out, in a log as on a terminal (see work_summary).
+    let status = work_summary::finish(&n, &a.queue, t0.elapsed(), progress);
+    result?;
+    Ok(status)
+}
+
+/// SIGINT / SIGTERM once: take no more jobs; twice: stop the running ones too.
+fn stop_on_signals(stop: &Arc<Stop>) -> Result<()> {
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .context("cannot install the SIGINT / SIGTERM handlers")?;
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if stop.taking.swap(true, Ordering::Relaxed) {
+                stop.now.store(true, Ordering::Relaxed);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Runs `--jobs` workers until they all stop; the first error of any. With `progress` (the
+/// start time), prints a progress line on the terminal while they run.
+fn run_workers(
+    a: &WorkArgs,
+    c: &Client,
+    thief: &ThiefHandle,
+    stop: &Stop,
+    n: &Counters,
+    progress: Option<Instant>,
+) -> Result<()> {
+    std::thread::scope(|s| {
         let mut workers = Vec::with_capacity(a.jobs as usize);
         let mut first_err = None;
         for i in 0..a.jobs {
             let spawned = std::thread::Builder::new().spawn_scoped(s, || {
-                let r = worker(&a, &c, thief.clone(), &stop, &n);
+                let r = worker(a, c, thief.clone(), stop, n);
                 if r.is_err() {
                     // One worker's error stops them all, not only once it is joined.
                     stop.taking.store(true, Ordering::Relaxed);
@@ -584,34 +630,32 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
         for w in workers {
             while !w.is_finished() {
                 std::thread::sleep(Duration::from_millis(20));
-                if progress && last_print.elapsed() >= Duration::from_millis(500) {
+                if let Some(t0) = progress.filter(|_| last_print.elapsed() >= Duration::from_millis(500)) {
                     last_print = Instant::now();
-                    let done = n.ok.load(Ordering::Relaxed) + n.failed.load(Ordering::Relaxed);
-                    eprint!(
-                        "\rxtcq work {}: {} ok, {} failed, {} running, {:.0} jobs/s   ",
-                        a.queue,
-                        n.ok.load(Ordering::Relaxed),
-                        n.failed.load(Ordering::Relaxed),
-                        n.running.load(Ordering::Relaxed),
-                        done as f64 / t0.elapsed().as_secs_f64().max(1e-9)
-                    );
+                    print_progress(&a.queue, n, t0);
                 }
             }
-            match w.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    stop.taking.store(true, Ordering::Relaxed);
-                    first_err.get_or_insert(anyhow::anyhow!("a worker thread panicked"));
-                }
+            let joined = w.join().unwrap_or_else(|_| {
+                stop.taking.store(true, Ordering::Relaxed);
+                Err(anyhow::anyhow!("a worker thread panicked"))
+            });
+            if let Err(e) = joined {
+                first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
-    });
-    // On every way out, in a log as on a terminal (see work_summary).
-    let status = work_summary::finish(&n, &a.queue, t0.elapsed(), progress);
-    result?;
-    Ok(status)
+    })
+}
+
+/// The progress line on a terminal.
+fn print_progress(queue: &str, n: &Counters, t0: Instant) {
+    let done = n.ok.load(Ordering::Relaxed) + n.failed.load(Ordering::Relaxed);
+    eprint!(
+        "\rxtcq work {}: {} ok, {} failed, {} running, {:.0} jobs/s   ",
+        queue,
+        n.ok.load(Ordering::Relaxed),
+        n.failed.load(Ordering::Relaxed),
+        n.running.load(Ordering::Relaxed),
+        done as f64 / t0.elapsed().as_secs_f64().max(1e-9)
+    );
 }
