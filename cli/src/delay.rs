@@ -20,7 +20,9 @@ pub fn parse_at(s: &str) -> Result<SystemTime, String> {
             .parse::<u64>()
             .ok()
             .and_then(|n| UNIX_EPOCH.checked_add(Duration::from_secs(n)))
-            .ok_or_else(|| format!("{s:?} is not @ followed by whole seconds since 1970 (e.g. @1893456000)"));
+            .ok_or_else(|| {
+                format!("{s:?} is not @ followed by whole seconds since 1970 (e.g. @1893456000)")
+            });
     }
     humantime::parse_rfc3339(s).map_err(|e| {
         format!("{s:?} is not a time: {e}; give RFC 3339 in UTC (e.g. 2030-01-02T03:04:05Z) or @UNIX_SECONDS")
