@@ -190,3 +190,21 @@ fn a_delayed_job_the_daemon_was_not_told_of_is_found_when_a_process_exits() {
     let check = d.run(&["check"]);
     assert_eq!(code(&check), 0, "{} {}", stdout(&check), stderr(&check));
 }
+
+#[test]
+fn check_accepts_a_waiting_delayed_job_and_delete_force_drops_it() {
+    let d = Daemon::start();
+    create(&d, &["q"]);
+    ok(&d.run(&["push", "q", "--delay", "10m", "a", "b"]));
+    let o = d.run(&["check"]);
+    assert_eq!(code(&o), 0, "{} {}", stdout(&o), stderr(&o));
+    assert_eq!(d.stats()["queues"][0]["records"]["delayed"], 2);
+    // Waiting jobs are jobs: a plain delete refuses, --force drops them.
+    let o = d.run(&["delete", "q"]);
+    assert_ne!(code(&o), 0, "{}", stderr(&o));
+    let o = d.run(&["delete", "q", "--force"]);
+    ok(&o);
+    assert!(stderr(&o).contains("dropping 2 queued"), "{}", stderr(&o));
+    let o = d.run(&["check"]);
+    assert_eq!(code(&o), 0, "{} {}", stdout(&o), stderr(&o));
+}
