@@ -78,3 +78,25 @@ fn a_worker_killed_right_after_a_delayed_give_back_loses_nothing() {
     c.attach_injector(QUEUE).unwrap().push(b"job").unwrap();
     killed_then_found(&d, "retry", b"job", 1);
 }
+
+#[test]
+fn a_daemon_killed_after_releasing_a_due_job_before_indexing_it_loses_nothing() {
+    let mut d = Daemon::start_env(&[], &[("XTCQ_FAILPOINTS", "delay.after_release=kill")]);
+    let dir = d.dir.clone();
+    queue(&d.client());
+    let t0 = Instant::now();
+    d.client().attach_injector(QUEUE).unwrap().push_delayed(b"due", Due::In(DELAY)).unwrap();
+    let st = d.wait_exit(Duration::from_secs(20));
+    assert_eq!(st.signal(), Some(9), "the daemon should die at its fail point: {st:?}\n{}", d.log_text());
+    // The job is Queued now, in no index: the next daemon's stray recovery puts it in line.
+    let mut d2 = Daemon::start_in(&dir, SMALL, &[]);
+    d2.adopt_dir(&mut d);
+    let c = d2.client();
+    let thief = c.attach_thief(QUEUE).unwrap();
+    let j = thief.steal_wait(Some(Duration::from_secs(20))).unwrap().expect("lost");
+    assert!(t0.elapsed() >= DELAY);
+    assert_eq!(j.payload().unwrap(), b"due");
+    j.ack().unwrap();
+    let report = c.check(false).unwrap();
+    assert!(report.is_consistent(), "{:?}", report.problems);
+}
