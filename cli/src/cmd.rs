@@ -390,9 +390,12 @@ pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
             lease_or_dash(i.lease_ms)
         ));
         text.push_str(&format!(
-            "  jobs:     {} queued, {} running, {} dead, {} being pushed\n",
-            q.records.queued, q.records.claimed, q.records.dead, q.records.filling
+            "  jobs:     {} queued, {} running, {} dead, {} being pushed, {} delayed\n",
+            q.records.queued, q.records.claimed, q.records.dead, q.records.filling, q.records.delayed
         ));
+        if let Some(b) = &i.retry_backoff {
+            text.push_str(&format!("  retry backoff: {}\n", crate::delay::backoff_label(Some(b))));
+        }
         text.push_str(&format!("  overflow: {}\n", q.overflow_len));
         text.push_str("  DEQUE  LEN     OWNER\n");
         for d in &q.deques {

@@ -72,6 +72,8 @@ fn work_retries_a_failing_job_after_its_backoff_then_dead_letters_it() {
     create(&d, &["q", "--max-attempts", "3", "--retry-backoff", "400ms", "--retry-jitter", "none"]);
     let ls = ok(&d.run(&["ls"]));
     assert!(ls.contains("400ms..5m no jitter"), "{ls}");
+    let stats = ok(&d.run(&["stats", "q"]));
+    assert!(stats.contains("retry backoff: 400ms..5m no jitter"), "{stats}");
     ok(&d.run(&["push", "q", "job"]));
     let log = d.dir.path().join("runs");
     let script = format!("date +%s%N >> {}; exit 1", log.display());
