@@ -34,6 +34,7 @@ mod out;
 mod progress;
 mod room;
 mod work;
+mod work_pool;
 mod work_summary;
 
 use std::path::PathBuf;
