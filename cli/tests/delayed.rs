@@ -157,13 +157,15 @@ fn waiting_on_100000_delayed_jobs_costs_no_cpu() {
 }
 
 #[test]
-fn a_delayed_job_survives_a_daemon_kill_9() {
+fn a_delayed_job_and_the_retry_backoff_survive_a_daemon_kill_9() {
     let mut d = Daemon::start();
-    create(&d, &["q"]);
+    create(&d, &["q", "--retry-backoff", "2s", "--retry-jitter", "full"]);
     let t0 = Instant::now();
     ok(&d.run(&["push", "q", "--delay", "1500ms", "kept"]));
     d.kill();
     d.spawn(SIZES, |_| {});
+    let ls = ok(&d.run(&["ls"]));
+    assert!(ls.contains("2s..5m full jitter"), "the backoff was not kept: {ls}");
     let o = wait_bounded(waiting_steal(&d, "q", "30s"), Duration::from_secs(40), "steal");
     assert_eq!(ok(&o), "kept\n");
     assert!(t0.elapsed() >= Duration::from_millis(1500));

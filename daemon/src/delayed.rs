@@ -151,3 +151,27 @@ async fn sleep_or_never(d: Option<Duration>) {
 pub fn new_timers() -> Arc<Timers> {
     Arc::new(Timers::default())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(due_ns: u64, index: u32) -> DelayedJob {
+        DelayedJob { due_ns, handle: JobHandle { index, generation: 1 } }
+    }
+
+    #[test]
+    fn due_jobs_come_out_earliest_first_once_each() {
+        let t = Timers::default();
+        for (due, i) in [(30, 3), (10, 1), (20, 2), (10, 1)] {
+            t.add(job(due, i));
+        }
+        assert_eq!(t.len(), 3, "a duplicate is not added");
+        assert_eq!(t.next_due(), Some(10));
+        assert!(t.take_due(5, 10).is_empty(), "nothing is due before its time");
+        let got: Vec<u32> = t.take_due(25, 10).iter().map(|h| h.index).collect();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(t.take_due(u64::MAX, 1).len(), 1, "at most the batch");
+        assert!(t.is_empty() && t.next_due().is_none());
+    }
+}

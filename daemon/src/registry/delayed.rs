@@ -43,6 +43,11 @@ impl Registry {
     pub fn schedule(&self, h: JobHandle) -> Result<(), proto::ErrorReply> {
         match delayed::delayed_job(&self.seg, h) {
             Some(job) => {
+                // Entries of jobs freed meanwhile (a forced delete) linger until their due
+                // time: past twice the records, rebuild from the segment instead of growing.
+                if self.timers.len() > 2 * self.seg.config().job_records as usize {
+                    self.timers.scan(&self.seg);
+                }
                 self.timers.add(job);
                 Ok(())
             }
