@@ -222,8 +222,8 @@ pub struct PushArgs {
     /// Hold the jobs back this long: no consumer sees them before (e.g. 5s, 2m).
     #[arg(long, value_parser = parse_duration, conflicts_with = "at")]
     delay: Option<Duration>,
-    /// Hold the jobs back until this time: RFC 3339 in UTC (2030-01-02T03:04:05Z) or
-    /// @UNIX_SECONDS. A time past is due at once.
+    /// Hold the jobs back until this time: RFC 3339 (2030-01-02T03:04:05Z,
+    /// 2030-01-02T05:04:05+02:00) or @UNIX_SECONDS. A time past is due at once.
     #[arg(long, value_parser = crate::delay::parse_at)]
     at: Option<std::time::SystemTime>,
 }

@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use xtcq_client::{Jitter, RetryBackoff};
 
-/// Parses `--at`: RFC 3339 in UTC, or `@` and seconds since the Unix epoch.
+/// Parses `--at`: RFC 3339 (`Z` or an offset), or `@` and seconds since the Unix epoch.
 pub fn parse_at(s: &str) -> Result<SystemTime, String> {
     if let Some(secs) = s.strip_prefix('@') {
         return secs
@@ -24,9 +24,57 @@ pub fn parse_at(s: &str) -> Result<SystemTime, String> {
                 format!("{s:?} is not @ followed by whole seconds since 1970 (e.g. @1893456000)")
             });
     }
-    humantime::parse_rfc3339(s).map_err(|e| {
-        format!("{s:?} is not a time: {e}; give RFC 3339 in UTC (e.g. 2030-01-02T03:04:05Z) or @UNIX_SECONDS")
-    })
+    let bad = |e: &dyn std::fmt::Display| {
+        format!(
+            "{s:?} is not a time: {e}; give RFC 3339 (e.g. 2030-01-02T03:04:05Z or 2030-01-02T05:04:05+02:00) \
+             or @UNIX_SECONDS"
+        )
+    };
+    let (utc, offset) = split_offset(s).ok_or_else(|| bad(&"its offset is not Z or +HH:MM / -HH:MM"))?;
+    let t = humantime::parse_rfc3339(&utc).map_err(|e| bad(&e))?;
+    // Local time = UTC + offset, so UTC = local time - offset.
+    let shifted = if offset >= 0 {
+        t.checked_sub(Duration::from_secs(offset as u64))
+    } else {
+        t.checked_add(Duration::from_secs(offset.unsigned_abs()))
+    };
+    shifted.ok_or_else(|| bad(&"out of range"))
+}
+
+/// `s` with its RFC 3339 offset replaced by `Z`, and the offset in seconds; `None` for an
+/// offset that is not `Z`, `+HH:MM` or `-HH:MM`.
+fn split_offset(s: &str) -> Option<(String, i64)> {
+    if let Some(base) = s.strip_suffix('Z').or_else(|| s.strip_suffix('z')) {
+        return Some((format!("{base}Z"), 0));
+    }
+    let (base, off) = s.split_at(s.len().checked_sub(6)?);
+    let sign = match off.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let (h, m) = off[1..].split_once(':')?;
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    if !(0..24).contains(&h) || !(0..60).contains(&m) || !base.contains('T') {
+        return None;
+    }
+    Some((format!("{base}Z"), sign * (h * 3600 + m * 60)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_offsets_and_unix_seconds_name_the_same_instant() {
+        let z = parse_at("2030-01-02T03:04:05Z").unwrap();
+        assert_eq!(parse_at("2030-01-02T05:04:05+02:00").unwrap(), z);
+        assert_eq!(parse_at("2030-01-01T23:34:05-03:30").unwrap(), z);
+        assert_eq!(parse_at("@1893553445").unwrap(), z);
+        for bad in ["2030-01-02T03:04:05", "2030-01-02T03:04:05+25:00", "x+01:00", "", "@", "+01:00"] {
+            assert!(parse_at(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
