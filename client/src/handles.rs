@@ -129,7 +129,8 @@ impl<'a> Job<'a> {
     }
 
     /// When it was queued: CLOCK_MONOTONIC ns (the same clock in every process) at the kernel
-    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement.
+    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement. For a job that was
+    /// delayed (a delayed push, or a retry after a delay), when it was due.
     pub fn enqueued_ns(&self) -> u64 {
         self.inner.enqueued_ns()
     }
