@@ -325,6 +325,16 @@ int xtcq_job_nack(xtcq_job *job);
 int xtcq_job_fail(xtcq_job *job, const char *reason);
 
 /**
+ * Failed, retried after `delay_ms` at the earliest: like `xtcq_job_fail` (attempt + 1,
+ * dead-lettered at the queue's limit), but the job is held back that long (a retry
+ * backoff). `reason` may be NULL (no last error kept).
+ *
+ * # Safety
+ * `job` is a live job handle; `reason` NULL or a NUL-terminated string.
+ */
+int xtcq_job_fail_after(xtcq_job *job, const char *reason, uint64_t delay_ms);
+
+/**
  * Not run after all: re-queues the job without counting an attempt.
  *
  * # Safety
@@ -407,6 +417,18 @@ void xtcq_injector_free(xtcq_injector *injector);
  * `len` bytes.
  */
 int xtcq_injector_push(xtcq_injector *injector, const uint8_t *data, size_t len);
+
+/**
+ * Queues a job of `len` bytes that no consumer sees for `delay_ms`: the daemon puts it in
+ * line once due and wakes sleeping consumers then.
+ *
+ * # Safety
+ * As `xtcq_injector_push`.
+ */
+int xtcq_injector_push_delayed(xtcq_injector *injector,
+                               const uint8_t *data,
+                               size_t len,
+                               uint64_t delay_ms);
 
 /**
  * A short, static description of a status code.

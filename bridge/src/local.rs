@@ -62,7 +62,9 @@ impl Watch<'_> {
             return Fate::Held { attempts };
         }
         match w.state() {
-            Some(State::Queued | State::Claimed | State::Writing | State::Filling) if ours => {
+            Some(State::Queued | State::Claimed | State::Writing | State::Filling | State::Delayed)
+                if ours =>
+            {
                 Fate::Held { attempts }
             }
             Some(State::Dead) if ours => {

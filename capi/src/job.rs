@@ -276,6 +276,25 @@ pub unsafe extern "C" fn xtcq_job_fail(job: *mut xtcq_job, reason: *const c_char
     })
 }
 
+/// Failed, retried after `delay_ms` at the earliest: like `xtcq_job_fail` (attempt + 1,
+/// dead-lettered at the queue's limit), but the job is held back that long (a retry
+/// backoff). `reason` may be NULL (no last error kept).
+///
+/// # Safety
+/// `job` is a live job handle; `reason` NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_job_fail_after(
+    job: *mut xtcq_job,
+    reason: *const c_char,
+    delay_ms: u64,
+) -> c_int {
+    with_job(job, |j| {
+        // SAFETY: NULL, or non-null and NUL-terminated (the caller's contract).
+        let text = (!reason.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(reason) }.to_string_lossy());
+        j.settle(|h| h.fail_after(text.as_deref(), Duration::from_millis(delay_ms)))
+    })
+}
+
 /// Not run after all: re-queues the job without counting an attempt.
 ///
 /// # Safety

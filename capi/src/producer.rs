@@ -225,3 +225,32 @@ pub unsafe extern "C" fn xtcq_injector_push(
         }
     })
 }
+
+/// Queues a job of `len` bytes that no consumer sees for `delay_ms`: the daemon puts it in
+/// line once due and wakes sleeping consumers then.
+///
+/// # Safety
+/// As `xtcq_injector_push`.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_push_delayed(
+    injector: *mut xtcq_injector,
+    data: *const u8,
+    len: usize,
+    delay_ms: u64,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (i, bytes) = match unsafe { (arg(injector, "injector"), payload_arg(data, len)) } {
+            (Ok(i), Ok(b)) => (i, b),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(i.born) {
+            return code;
+        }
+        let due = ::xtcq_client::Due::In(std::time::Duration::from_millis(delay_ms));
+        match i.inner.push_delayed(bytes, due) {
+            Ok(_) => XTCQ_OK,
+            Err(e) => from_error(&e),
+        }
+    })
+}

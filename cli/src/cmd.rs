@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, DeadAction, Error, Flavor, JobHandle, QueueParams};
+use xtcq_client::{Client, DeadAction, Due, Error, Flavor, JobHandle, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
@@ -60,6 +60,8 @@ pub struct CreateArgs {
     /// Let the members of this group (name or gid) use the queue too (repeatable).
     #[arg(long, value_name = "GROUP")]
     allow_gid: Vec<String>,
+    #[command(flatten)]
+    backoff: crate::delay::BackoffArgs,
 }
 
 /// The segment's deques per queue and deque capacity: the most a queue may ask for.
@@ -79,6 +81,7 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         .iter()
         .map(|g| xtcq_proto::names::resolve_gid(g).context("--allow-gid"))
         .collect::<Result<Vec<_>>>()?;
+    let backoff = args.backoff.policy()?;
     let client = connect(socket)?;
     let lease_ms = xtcq_proto::lease::lease_ms(args.lease).context("--lease")?;
     let defaults = QueueParams::new(args.queue.clone());
@@ -109,10 +112,16 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         client.create_shared_queue(&p, &uids, &gids)
     };
     match created {
-        Ok(_) => Ok(exit::OK),
-        Err(Error::QueueExists(_)) if args.exist_ok => Ok(exit::OK),
-        Err(e) => Err(e.into()),
+        Ok(_) => {}
+        Err(Error::QueueExists(_)) if args.exist_ok => return Ok(exit::OK),
+        Err(e) => return Err(e.into()),
     }
+    if let Some(b) = backoff {
+        client.set_retry_backoff(&args.queue, Some(b)).with_context(|| {
+            format!("queue {} was created, but its retry backoff could not be set", escaped(&args.queue))
+        })?;
+    }
+    Ok(exit::OK)
 }
 
 #[derive(Debug, Args)]
@@ -172,12 +181,12 @@ pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
         return Ok(exit::OK);
     }
     let mut out = String::from(
-        "QUEUE                FLAVOR  DEQUES  CAPACITY  MAX-ATTEMPTS  LEASE   QUEUED  RUNNING  DEAD\n",
+        "QUEUE                FLAVOR  DEQUES  CAPACITY  MAX-ATTEMPTS  LEASE   QUEUED  RUNNING  DEAD  DELAYED  RETRY-BACKOFF\n",
     );
     for q in &stats.queues {
         let i = &q.info;
         out.push_str(&format!(
-            "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5}\n",
+            "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5} {:>8}  {}\n",
             escaped(&i.name),
             flavor(i.flavor),
             i.deques,
@@ -186,7 +195,9 @@ pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
             lease_or_dash(i.lease_ms),
             q.records.queued,
             q.records.claimed,
-            q.records.dead
+            q.records.dead,
+            q.records.delayed,
+            crate::delay::backoff_label(i.retry_backoff.as_ref())
         ));
     }
     out::print(&out)?;
@@ -208,6 +219,13 @@ pub struct PushArgs {
     /// Print each job's id (`record.generation`, the id `work` and `dead` name it by) on stdout.
     #[arg(long)]
     print_handle: bool,
+    /// Hold the jobs back this long: no consumer sees them before (e.g. 5s, 2m).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "at")]
+    delay: Option<Duration>,
+    /// Hold the jobs back until this time: RFC 3339 (2030-01-02T03:04:05Z,
+    /// 2030-01-02T05:04:05+02:00) or @UNIX_SECONDS. A time past is due at once.
+    #[arg(long, value_parser = crate::delay::parse_at)]
+    at: Option<std::time::SystemTime>,
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -236,8 +254,12 @@ pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
     let inj = client.attach_injector(&args.queue)?;
     let mut pushed = 0u64;
     let mut room = Room::new(&args.queue, args.timeout);
+    let due = args.delay.map(Due::In).or(args.at.map(Due::At));
     let mut one = |p: &[u8]| -> Result<()> {
-        let h = room.push(|p| inj.push(p), p)?;
+        let h = match due {
+            None => room.push(|p| inj.push(p), p)?,
+            Some(due) => room.push(|p| inj.push_delayed(p, due), p)?,
+        };
         pushed += 1;
         if args.print_handle {
             // Not the quiet stop of a listing: the jobs not yet pushed would be dropped
@@ -368,9 +390,12 @@ pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
             lease_or_dash(i.lease_ms)
         ));
         text.push_str(&format!(
-            "  jobs:     {} queued, {} running, {} dead, {} being pushed\n",
-            q.records.queued, q.records.claimed, q.records.dead, q.records.filling
+            "  jobs:     {} queued, {} running, {} dead, {} being pushed, {} delayed\n",
+            q.records.queued, q.records.claimed, q.records.dead, q.records.filling, q.records.delayed
         ));
+        if let Some(b) = &i.retry_backoff {
+            text.push_str(&format!("  retry backoff: {}\n", crate::delay::backoff_label(Some(b))));
+        }
         text.push_str(&format!("  overflow: {}\n", q.overflow_len));
         text.push_str("  DEQUE  LEN     OWNER\n");
         for d in &q.deques {

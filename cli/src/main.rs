@@ -24,6 +24,7 @@ macro_rules! eprint {
 }
 
 mod cmd;
+mod delay;
 mod demo;
 mod docs;
 mod exit;
@@ -33,6 +34,7 @@ mod out;
 mod progress;
 mod room;
 mod work;
+mod work_pool;
 mod work_summary;
 
 use std::path::PathBuf;

@@ -16,16 +16,17 @@
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use xtcq_client::{Client, Job, ThiefHandle};
+use xtcq_client::{Client, Job, QueueInfo, RetryBackoff, ThiefHandle};
 
 use crate::cmd::{connect, for_each_stdin_job};
 use crate::room::Room;
+use crate::work_pool::{self, Stop};
 use crate::work_summary::{self, Counters, Settled};
 use crate::{exit, parse_duration};
 
@@ -62,12 +63,12 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
 #[derive(Debug, Args)]
 pub struct WorkArgs {
     /// The queue.
-    queue: String,
+    pub(crate) queue: String,
     /// Commands to run at once (1 to 1024; also bounded by the process's thread and file
     /// limits).
     #[arg(long, short = 'j', default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_JOBS as i64))]
-    jobs: u32,
+    pub(crate) jobs: u32,
     /// Claim lease for each job, extended while its command runs (default: the queue's);
     /// whole milliseconds, at least 1ms.
     #[arg(long, value_parser = crate::parse_claim_lease)]
@@ -84,14 +85,6 @@ pub struct WorkArgs {
     /// The command and its arguments, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,
-}
-
-/// How `work` is told to stop: the first SIGINT / SIGTERM stops taking jobs (running commands
-/// finish), the second kills the running commands (their jobs are given back).
-#[derive(Default)]
-struct Stop {
-    taking: AtomicBool,
-    now: AtomicBool,
 }
 
 /// The most commands `work` runs at once: each is a thread, a child process and a few file
@@ -432,25 +425,104 @@ fn work_lease(a: &WorkArgs, queue_lease_ms: u32) -> Result<Option<Duration>> {
     Ok(lease)
 }
 
-fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
+/// Gives a failed job back: at once, or after the queue's retry backoff for the attempt it
+/// failed (its `attempts` counts the earlier failures).
+fn fail(job: Job<'_>, why: &str, backoff: Option<RetryBackoff>) -> Result<(), xtcq_client::Error> {
+    match backoff {
+        None => job.fail(why),
+        Some(b) => {
+            let failures = job.attempts().saturating_add(1);
+            let delay = b.delay(failures, jitter_bits(job.id()));
+            job.fail_after(Some(why), delay)
+        }
+    }
+}
+
+/// 64 bits for the jitter, different per job and per moment (splitmix64 of the clock, the
+/// pid and the job): spreading retries needs no cryptographic randomness.
+fn jitter_bits(id: xtcq_client::JobId) -> u64 {
+    let mut z = xtcq_client::monotonic_ns()
+        ^ (std::process::id() as u64) << 32
+        ^ ((id.index as u64) << 24 | id.birth as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Acks, gives back or fails (with the queue's retry backoff) a job by how its command
+/// ended, counts it, and says so; `Err` when the worker must stop (a refused fence).
+fn settle(a: &WorkArgs, queue: &QueueInfo, n: &Counters, job: Job<'_>, outcome: Result<Ran>) -> Result<()> {
+    let (id, attempt) = (job.id(), job.attempts());
+    // `unusual`: killed or not run, reported even without --verbose.
+    let (what, succeeded, unusual) = match &outcome {
+        Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
+        Ok(Ran::Killed(why)) => (why.clone(), false, true),
+        Ok(Ran::Interrupted) => ("interrupted; given back, not counted as an attempt".into(), false, true),
+        Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
+        Ok(Ran::LeftRunning(..)) => unreachable!("handled above"),
+        Err(e) => (format!("not run: {e:#}"), false, true),
+    };
+    let backoff = queue.retry_backoff;
+    let settled = match outcome {
+        Ok(Ran::Exited(_)) if succeeded => job.ack(),
+        Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
+        Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => fail(job, &what, backoff),
+        Err(_) => fail(job, "cannot run", backoff),
+    };
+    // Counted once settled: a job whose command succeeded but whose ack came too late
+    // (its lease ran out and it was re-queued) did not succeed here.
+    n.settled(
+        id,
+        match &outcome {
+            _ if succeeded && settled.is_ok() => Settled::Ok,
+            Ok(Ran::Interrupted | Ran::Unfenced(_)) => Settled::GivenBack,
+            _ => work_summary::failed_outcome(attempt, queue.max_attempts),
+        },
+    );
+    if a.verbose || unusual {
+        eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
+    }
+    let settled_ok = settled.is_ok();
+    if let Err(e) = settled {
+        eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
+    }
+    // A refusal stops this worker, unless the job was not ours any more (its lease ran out
+    // before the registration was answered; its command never started).
+    if let (Ok(Ran::Unfenced(why)), true) = (&outcome, settled_ok) {
+        bail!("job {id}: {why}");
+    }
+    Ok(())
+}
+
+/// The next job, waiting for one in steps (to see a stop), or `None` once told to stop or
+/// idle past `--idle-exit`.
+fn next_job<'t>(
+    a: &WorkArgs,
+    thief: &'t ThiefHandle,
+    stop: &Stop,
+    idle_since: Instant,
+) -> Result<Option<Job<'t>>> {
+    loop {
+        if stop.taking.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        if let Some(j) = thief.steal_wait(Some(Duration::from_millis(100)))? {
+            return Ok(Some(j));
+        }
+        if a.idle_exit.is_some_and(|t| idle_since.elapsed() >= t) {
+            return Ok(None);
+        }
+    }
+}
+
+pub(crate) fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
     while !stop.taking.load(Ordering::Relaxed) {
         if a.max_jobs != 0 && n.taken.fetch_add(1, Ordering::Relaxed) >= a.max_jobs {
             break;
         }
-        let job = loop {
-            if stop.taking.load(Ordering::Relaxed) {
-                break None;
-            }
-            if let Some(j) = thief.steal_wait(Some(Duration::from_millis(100)))? {
-                break Some(j);
-            }
-            if a.idle_exit.is_some_and(|t| idle_since.elapsed() >= t) {
-                break None;
-            }
-        };
-        let Some(job) = job else {
+        let Some(job) = next_job(a, &thief, stop, idle_since)? else {
             // Not taken after all.
             if a.max_jobs != 0 {
                 n.taken.fetch_sub(1, Ordering::Relaxed);
@@ -482,45 +554,7 @@ fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counter
             idle_since = Instant::now();
             continue;
         }
-        // `unusual`: killed or not run, reported even without --verbose.
-        let (what, succeeded, unusual) = match &outcome {
-            Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
-            Ok(Ran::Killed(why)) => (why.clone(), false, true),
-            Ok(Ran::Interrupted) => {
-                ("interrupted; given back, not counted as an attempt".into(), false, true)
-            }
-            Ok(Ran::Unfenced(why)) => (format!("not run: {why}; given back"), false, true),
-            Ok(Ran::LeftRunning(..)) => unreachable!("handled above"),
-            Err(e) => (format!("not run: {e:#}"), false, true),
-        };
-        let settled = match outcome {
-            Ok(Ran::Exited(_)) if succeeded => job.ack(),
-            Ok(Ran::Interrupted | Ran::Unfenced(_)) => job.release(),
-            Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => job.fail(&what),
-            Err(_) => job.fail("cannot run"),
-        };
-        // Counted once settled: a job whose command succeeded but whose ack came too late
-        // (its lease ran out and it was re-queued) did not succeed here.
-        n.settled(
-            id,
-            match &outcome {
-                _ if succeeded && settled.is_ok() => Settled::Ok,
-                Ok(Ran::Interrupted | Ran::Unfenced(_)) => Settled::GivenBack,
-                _ => work_summary::failed_outcome(attempt, thief.queue().max_attempts),
-            },
-        );
-        if a.verbose || unusual {
-            eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
-        }
-        let settled_ok = settled.is_ok();
-        if let Err(e) = settled {
-            eprintln!("xtcq: job {id} attempt {} of {}: {e}", attempt + 1, a.queue);
-        }
-        // A refusal stops this worker, unless the job was not ours any more (its lease ran out
-        // before the registration was answered; its command never started).
-        if let (Ok(Ran::Unfenced(why)), true) = (&outcome, settled_ok) {
-            bail!("job {id}: {why}");
-        }
+        settle(a, thief.queue(), n, job, outcome)?;
         idle_since = Instant::now();
     }
     Ok(())
@@ -533,19 +567,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
     let stop = Arc::new(Stop::default());
-    let mut signals =
-        signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-            .context("cannot install the SIGINT / SIGTERM handlers")?;
-    {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            for _ in signals.forever() {
-                if stop.taking.swap(true, Ordering::Relaxed) {
-                    stop.now.store(true, Ordering::Relaxed);
-                }
-            }
-        });
-    }
+    work_pool::stop_on_signals(&stop)?;
     let c = connect(socket)?;
     let thief = c.attach_thief(&a.queue)?;
     // Before any job is taken: a lease too short to keep would kill every command.
@@ -553,63 +575,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let n = Counters::default();
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
-    let result: Result<()> = std::thread::scope(|s| {
-        let mut workers = Vec::with_capacity(a.jobs as usize);
-        let mut first_err = None;
-        for i in 0..a.jobs {
-            let spawned = std::thread::Builder::new().spawn_scoped(s, || {
-                let r = worker(&a, &c, thief.clone(), &stop, &n);
-                if r.is_err() {
-                    // One worker's error stops them all, not only once it is joined.
-                    stop.taking.store(true, Ordering::Relaxed);
-                }
-                r
-            });
-            match spawned {
-                Ok(w) => workers.push(w),
-                Err(e) => {
-                    // The machine cannot serve this many: stop the ones started (they give
-                    // back nothing: they finish their command) and say so.
-                    stop.taking.store(true, Ordering::Relaxed);
-                    first_err = Some(anyhow::anyhow!(
-                        "cannot start worker thread {} of --jobs {}: {e}; lower --jobs",
-                        i + 1,
-                        a.jobs
-                    ));
-                    break;
-                }
-            }
-        }
-        let mut last_print = Instant::now();
-        for w in workers {
-            while !w.is_finished() {
-                std::thread::sleep(Duration::from_millis(20));
-                if progress && last_print.elapsed() >= Duration::from_millis(500) {
-                    last_print = Instant::now();
-                    let done = n.ok.load(Ordering::Relaxed) + n.failed.load(Ordering::Relaxed);
-                    eprint!(
-                        "\rxtcq work {}: {} ok, {} failed, {} running, {:.0} jobs/s   ",
-                        a.queue,
-                        n.ok.load(Ordering::Relaxed),
-                        n.failed.load(Ordering::Relaxed),
-                        n.running.load(Ordering::Relaxed),
-                        done as f64 / t0.elapsed().as_secs_f64().max(1e-9)
-                    );
-                }
-            }
-            match w.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    stop.taking.store(true, Ordering::Relaxed);
-                    first_err.get_or_insert(anyhow::anyhow!("a worker thread panicked"));
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    });
+    let result = work_pool::run_workers(&a, &c, &thief, &stop, &n, progress.then_some(t0));
     // On every way out, in a log as on a terminal (see work_summary).
     let status = work_summary::finish(&n, &a.queue, t0.elapsed(), progress);
     result?;

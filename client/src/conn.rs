@@ -564,6 +564,7 @@ mod tests {
                     capacity: 2,
                     max_attempts: 0,
                     lease_ms: 0,
+                    retry_backoff: None,
                 },
             };
             let r = ServerMessage::Reply { id: f.id, result: Ok(Response::ThiefAttached(att)) };

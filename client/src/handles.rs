@@ -48,7 +48,7 @@ fn resolve(seg: &Segment, conn: &Conn, q: &QueueInfo) -> Result<xtcq_shm::QueueI
 /// process that makes no requests (a pure producer or worker) still stops at once. Loads of
 /// lines written only at registration and recovery.
 #[inline]
-fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<(), Error> {
+pub(crate) fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64) -> Result<(), Error> {
     if seg.is_retired() {
         if seg.is_lost() {
             return Err(Error::SegmentLost { segment: seg.path().to_path_buf() });
@@ -85,10 +85,10 @@ const MAX_STEAL_ROUNDS: u32 = 1_000_000;
 /// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
 /// Dropped without either, it is nacked.
 pub struct Job<'a> {
-    inner: ClaimedJob<'a>,
+    pub(crate) inner: ClaimedJob<'a>,
     /// What [`into_owned`](Job::into_owned) needs to outlive the handle that claimed it.
     seg: &'a Arc<Segment>,
-    conn: &'a Arc<Conn>,
+    pub(crate) conn: &'a Arc<Conn>,
 }
 
 impl<'a> Job<'a> {
@@ -129,7 +129,8 @@ impl<'a> Job<'a> {
     }
 
     /// When it was queued: CLOCK_MONOTONIC ns (the same clock in every process) at the kernel
-    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement.
+    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement. For a job that was
+    /// delayed (a delayed push, or a retry after a delay), when it was due.
     pub fn enqueued_ns(&self) -> u64 {
         self.inner.enqueued_ns()
     }
@@ -175,8 +176,8 @@ impl<'a> Job<'a> {
 /// claim stays this process's after the thief or owner handle that took it is dropped. The
 /// same checks as [`Job`]: a stale job (lease expired, re-claimed) acks nothing.
 pub struct OwnedJob {
-    inner: xtcq_shm::OwnedJob,
-    _conn: Arc<Conn>,
+    pub(crate) inner: xtcq_shm::OwnedJob,
+    pub(crate) _conn: Arc<Conn>,
 }
 
 impl std::fmt::Debug for Job<'_> {
@@ -573,10 +574,10 @@ impl ThiefHandle {
 
 /// A producer without a deque: each push goes to the queue's overflow ring. `Send`.
 pub struct InjectorHandle {
-    inj: Injector,
-    att: Attachment,
-    conn: Arc<Conn>,
-    lost_at: u64,
+    pub(crate) inj: Injector,
+    pub(crate) att: Attachment,
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) lost_at: u64,
 }
 
 impl std::fmt::Debug for InjectorHandle {

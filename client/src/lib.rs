@@ -31,6 +31,7 @@
 
 mod conn;
 mod dead_bulk;
+mod delay;
 mod error;
 mod fdpass;
 mod handles;
@@ -41,12 +42,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use dead_bulk::{BulkDead, DeadAction};
+pub use delay::Due;
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use trust::TRUST_ENV;
 pub use xtcq_proto::{
-    self as proto, Flavor, HelloOk, QueueDeleted, QueueInfo, QueueParams, Request, Response, Stats,
-    PROTOCOL_VERSION,
+    self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,
+    RetryBackoff, Stats, PROTOCOL_VERSION,
 };
 pub use xtcq_shm::check::CheckReport;
 pub use xtcq_shm::dead_letter::DeadLetter;
@@ -173,7 +175,8 @@ impl Client {
             Request::AttachOwner { queue, .. }
             | Request::AttachThief { queue }
             | Request::AttachInjector { queue }
-            | Request::Detach { queue, .. } => Some(queue.clone()),
+            | Request::Detach { queue, .. }
+            | Request::SetRetryBackoff { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())
@@ -191,6 +194,16 @@ impl Client {
     pub fn fence_command(&self, id: JobId, generation: u32, pid: u32) -> Result<(), Error> {
         match self.call(Request::FenceCommand { index: id.index, birth: id.birth, generation, pid })? {
             Response::Fenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Sets queue `queue`'s retry backoff (`None` clears it): clients that attach learn it
+    /// ([`QueueInfo::retry_backoff`]) and `xtcq work` waits that long before a failed job
+    /// runs again. Only the queue's owner, root and the daemon's uid may.
+    pub fn set_retry_backoff(&self, queue: &str, backoff: Option<RetryBackoff>) -> Result<(), Error> {
+        match self.call(Request::SetRetryBackoff { queue: queue.to_string(), backoff })? {
+            Response::BackoffSet => Ok(()),
             r => Err(self.unexpected(r)),
         }
     }

@@ -31,6 +31,7 @@ pub fn queue_info(q: &QueueInfo) -> proto::QueueInfo {
         capacity: q.spec.capacity,
         max_attempts: q.spec.max_attempts,
         lease_ms: q.spec.lease_ms,
+        retry_backoff: None,
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod config;
 pub mod config_file;
 pub mod convert;
+pub mod delayed;
 pub mod entry;
 pub mod fdstore;
 pub mod fence;

@@ -54,6 +54,7 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
 
+mod delayed;
 mod delete;
 mod fencing;
 mod persist;
@@ -111,6 +112,8 @@ pub struct Registry {
     state: Option<Arc<StateFile>>,
     /// Most slots one uid may hold, and the uids without a limit (`None`: no limit).
     slot_limit: Option<(u32, [u32; 2])>,
+    /// The delayed jobs this daemon knows of (see `crate::delayed`).
+    timers: Arc<crate::delayed::Timers>,
 }
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
@@ -178,6 +181,7 @@ impl Registry {
             next_keeper: Arc::new(AtomicU64::new(1)),
             state: None,
             slot_limit: None,
+            timers: crate::delayed::new_timers(),
         }
     }
 
@@ -368,7 +372,13 @@ impl Registry {
             lease_ms: p.lease_ms,
         };
         let q = self.seg.create_queue(&spec).map_err(|e| queue_error(&e))?;
-        let acl = QueueAcl { name: q.spec.name.clone(), owner, uids: uids.to_vec(), gids: gids.to_vec() };
+        let acl = QueueAcl {
+            name: q.spec.name.clone(),
+            owner,
+            uids: uids.to_vec(),
+            gids: gids.to_vec(),
+            retry_backoff: None,
+        };
         self.record_acl(&mut t, q.index, acl);
         Ok(queue_info(&q))
     }

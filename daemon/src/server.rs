@@ -139,6 +139,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     let every = cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
     tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
     tasks.spawn(watch_segment(st.clone()));
+    tasks.spawn(crate::delayed::run(st.reg.clone(), st.shutdown.subscribe()));
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),

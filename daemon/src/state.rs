@@ -7,7 +7,9 @@
 //!
 //! - the process slots it registered: slot, epoch, and the process as the kernel identified
 //!   it (pid, uid, start time);
-//! - each queue's permissions: its owner uid and the uids and gids it was shared with.
+//! - each queue's permissions: its owner uid and the uids and gids it was shared with, and
+//!   its retry backoff (clients learn it at attach; the segment has no room of its own for
+//!   it, and a policy a hostile process could rewrite would be no policy);
 //! - the commands `xtcq work` registered for fencing (slot, job, pid, start time), so that
 //!   the next daemon kills them before their jobs run again.
 //!
@@ -103,6 +105,9 @@ pub struct QueueAcl {
     /// Gids whose members are allowed (`create --allow-gid`).
     #[serde(default)]
     pub gids: Vec<u32>,
+    /// The retry backoff `xtcq create --retry-backoff` set (`None`: retried at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<xtcq_proto::RetryBackoff>,
 }
 
 /// The file's content.
@@ -327,7 +332,10 @@ mod tests {
     fn sample() -> DaemonState {
         let mut s = DaemonState { segment: (1, 2), ..Default::default() };
         s.slots.insert(3, SlotRecord { epoch: 4, pid: 5, uid: 6, start_time: 7 });
-        s.queues.insert(0, QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9] });
+        s.queues.insert(
+            0,
+            QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9], retry_backoff: None },
+        );
         s.fences.push(FenceRecord { slot: 3, index: 10, birth: 11, pid: 12, start_time: 13 });
         s
     }

@@ -429,9 +429,12 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         "give_back.writing",
         "nack.after_requeue",
         "daemon.recovery.mid",
+        // Tested in delayed_crash.rs.
+        "delay.after_publish",
+        "delay.after_release",
     ];
     for (p, _) in xtcq_shm::failpoint::POINTS {
-        assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs");
+        assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs or delayed_crash.rs");
     }
 }
 

@@ -189,6 +189,7 @@ mod tests {
             capacity: 8,
             max_attempts: 0,
             lease_ms: 0,
+            retry_backoff: None,
         };
         let att =
             Attachment { process_slot: 3, slot_epoch: 9, segment_path: "/s".into(), queue: info.clone() };

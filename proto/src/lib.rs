@@ -6,6 +6,7 @@
 //! - [`msg`]: the typed messages — the [`msg::Hello`] handshake that opens every connection,
 //!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
 //!   [`msg::ErrorCode`] every error reply carries;
+//! - [`backoff`]: a queue's retry backoff policy (exponential, jittered, capped);
 //! - [`duration`]: the one duration syntax of both programs' flags (`500ms`, `5s`, `2m`);
 //! - [`lease`]: the lease durations the daemon can honour (1 ms resolution);
 //! - [`names`]: users and groups by name, through the system's name service (NSS);
@@ -23,6 +24,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod duration;
 pub mod frame;
 pub mod lease;
@@ -31,6 +33,7 @@ pub mod names;
 pub mod paths;
 pub mod queue_name;
 
+pub use backoff::{Jitter, RetryBackoff};
 pub use frame::{FrameError, MAX_FRAME_LEN};
 pub use msg::*;
 

@@ -271,6 +271,28 @@ pub enum Request {
         /// The command's pid, as registered.
         pid: u32,
     },
+    /// Job `index` at `generation` was left `Delayed` (a push with a due time, or a give-back
+    /// with a retry delay): put it in line once due; [`Response::Scheduled`]. A record that
+    /// is not `Delayed` at that generation is ignored (it was put in line already, or its
+    /// queue was deleted). A process that dies before it sends this loses nothing: the
+    /// daemon finds `Delayed` records by a scan when it recovers a dead process and when it
+    /// adopts a segment. Added without a version bump, as `Resume` was.
+    Schedule {
+        /// Record index.
+        index: u32,
+        /// Its generation while `Delayed`.
+        generation: u32,
+    },
+    /// Set (or with `None` clear) the retry backoff of queue `queue`, which clients learn at
+    /// attach ([`QueueInfo::retry_backoff`]) and `xtcq work` applies on failure; only the
+    /// queue's owner, root and the daemon's uid may; [`Response::BackoffSet`]. Added without
+    /// a version bump, as `Resume` was.
+    SetRetryBackoff {
+        /// Queue name.
+        queue: String,
+        /// The policy.
+        backoff: Option<crate::backoff::RetryBackoff>,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -290,6 +312,10 @@ pub struct QueueInfo {
     pub max_attempts: u32,
     /// Default claim lease in ms (0: none).
     pub lease_ms: u32,
+    /// The retry backoff set for the queue (`None`: a failed job is retried at once). Absent
+    /// from a daemon that predates it.
+    #[serde(default)]
+    pub retry_backoff: Option<crate::backoff::RetryBackoff>,
 }
 
 /// What an attached process needs to map the segment and act in it.
@@ -368,6 +394,10 @@ pub enum Response {
     Fenced,
     /// To [`Request::Unfence`].
     Unfenced,
+    /// To [`Request::Schedule`].
+    Scheduled,
+    /// To [`Request::SetRetryBackoff`].
+    BackoffSet,
 }
 
 /// The segment's fixed configuration.
@@ -408,6 +438,10 @@ pub struct RecordCounts {
     pub dead: u64,
     /// State bits no correct program writes.
     pub corrupt: u64,
+    /// Waiting for their due time (delayed pushes, retries after a backoff). Absent from a
+    /// daemon that predates them.
+    #[serde(default)]
+    pub delayed: u64,
 }
 
 /// One deque of a queue.

@@ -173,3 +173,23 @@ def test_an_interrupt_right_after_a_claim_gives_the_job_back_unrun(daemon):
     assert again is not None, "the interrupted claim was lost (dead-lettered at max_attempts=1)"
     assert (again.payload, again.attempts) == (b"once", 0)
     again.ack()
+
+
+def test_a_delayed_push_and_a_retry_after_a_delay_wait_their_time(daemon):
+    import time
+
+    client = xtcq.Client(daemon)
+    client.create_queue("later", deques=1)
+    thief = client.thief("later")
+    t0 = time.monotonic()
+    client.injector("later").push_delayed(b"x", 0.5)
+    assert thief.steal() is None, "seen before it was due"
+    job = thief.steal(timeout=20)
+    assert job.payload == b"x" and time.monotonic() - t0 >= 0.5
+    t1 = time.monotonic()
+    job.fail_after(0.3, "again")
+    job = thief.steal(timeout=20)
+    assert job.attempts == 1 and time.monotonic() - t1 >= 0.3
+    job.ack()
+    with pytest.raises(xtcq.InvalidArgument):
+        client.injector("later").push_delayed(b"y", -1)

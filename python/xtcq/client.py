@@ -47,6 +47,13 @@ def _bytes(payload):
     return bytes(payload)
 
 
+
+def _delay_ms(seconds):
+    """A delay in whole milliseconds, refused when negative or not a number."""
+    if not isinstance(seconds, (int, float)) or not 0 <= seconds * 1000 < 2**64:
+        raise InvalidArgument(-1, "a delay is seconds from 0 up, not %r" % (seconds,))
+    return int(seconds * 1000)
+
 class _Handle:
     _free = None
 
@@ -160,6 +167,11 @@ class Injector(_Handle):
         data = _bytes(payload)
         check(_c.xtcq_injector_push(self._live(), data, len(data)))
 
+    def push_delayed(self, payload, seconds):
+        """Queues a job that no consumer sees for `seconds` (the daemon puts it in line then)."""
+        data = _bytes(payload)
+        check(_c.xtcq_injector_push_delayed(self._live(), data, len(data), _delay_ms(seconds)))
+
 
 class Thief(_Handle):
     """A consumer of one queue. Thread-safe: several threads may steal through one Thief."""
@@ -251,6 +263,11 @@ class Job(_Handle):
         """Like nack(), keeping `reason` as the job's last error."""
         text = str(reason).replace("\0", " ")
         check(_c.xtcq_job_fail(self._live(), text.encode("utf-8", "replace")))
+
+    def fail_after(self, seconds, reason=None):
+        """Like fail() (or nack() without a reason), but retried after `seconds` at the earliest."""
+        text = None if reason is None else str(reason).replace("\0", " ").encode("utf-8", "replace")
+        check(_c.xtcq_job_fail_after(self._live(), text, _delay_ms(seconds)))
 
     def release(self):
         """Not run after all: re-queued without counting an attempt."""

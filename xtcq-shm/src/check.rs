@@ -12,8 +12,9 @@
 //! - per overflow ring: `head <= tail <= head + capacity`; every full cell in `[head, tail)`
 //!   names an existing record;
 //! - per record: the state decodes; `Filling` and `Claimed` name a registered (active or
-//!   recovering) process slot; `Free`, `Queued` and `Dead` name none; the payload length fits
-//!   the record; a `Queued`, `Claimed` or `Dead` record belongs to an active queue (a `Free`
+//!   recovering) process slot; `Free`, `Queued`, `Dead` and `Delayed` name none; the payload
+//!   length fits the record; a `Delayed` record has a due time; a `Queued`, `Claimed`, `Dead`
+//!   or `Delayed` record belongs to an active queue (a `Free`
 //!   or `Filling` record's queue field is left from an earlier job, and may name a free or
 //!   deleted entry);
 //! - with `quiescent` (no process is attached, e.g. after every client exited): no record is
@@ -40,7 +41,7 @@ pub struct CheckCounts {
     pub deque_handles: u64,
     /// Indices in overflow rings.
     pub ring_indices: u64,
-    /// Records per state: free, filling, queued, claimed, dead.
+    /// Records per state: free, filling, queued, claimed, dead, delayed.
     pub free: u32,
     /// See `free`.
     pub filling: u32,
@@ -50,6 +51,8 @@ pub struct CheckCounts {
     pub claimed: u32,
     /// See `free`.
     pub dead: u32,
+    /// See `free`.
+    pub delayed: u32,
     /// Active or recovering process slots.
     pub processes: u32,
 }
@@ -222,6 +225,7 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             // Writing is a claim whose holder is writing its header for a moment.
             State::Claimed | State::Writing => r.counts.claimed += 1,
             State::Dead => r.counts.dead += 1,
+            State::Delayed => r.counts.delayed += 1,
         }
         match state {
             State::Filling | State::Claimed | State::Writing => {
@@ -261,6 +265,11 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
         let q = hdr.queue.load(Ordering::Relaxed);
         if !active_queue.get(q as usize).copied().unwrap_or(false) {
             problem(&mut r, format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
+        }
+        // A delayed job's due time is its `enqueued_ns`, written before it became Delayed;
+        // 0 is never one (a push stores at least 1).
+        if state == State::Delayed && hdr.enqueued_ns.load(Ordering::Relaxed) == 0 {
+            problem(&mut r, format!("record {i}: Delayed with no due time"));
         }
         if quiescent && state == State::Queued && !referenced[i as usize] {
             problem(&mut r, format!("record {i}: Queued but no deque or overflow ring references it"));

@@ -21,6 +21,8 @@ pub const POINTS: &[(&str, &str)] = &[
     ("ack.before_cas", "a consumer finished a job and has not acked it"),
     ("give_back.writing", "a consumer giving a job back holds it in Writing and has not re-queued it"),
     ("nack.after_requeue", "a consumer re-queued a job (Queued) and has not indexed it"),
+    ("delay.after_publish", "a producer or nacker left a job Delayed and has not told the daemon"),
+    ("delay.after_release", "the daemon made a due job Queued and has not indexed it"),
     ("daemon.recovery.mid", "the daemon is half-way through recovering a dead process"),
 ];
 

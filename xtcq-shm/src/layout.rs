@@ -47,7 +47,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -424,7 +424,8 @@ pub struct RecordHeader {
     pub attempts: AtomicU32,
     /// Zero.
     pub flags: AtomicU32,
-    /// When it was published, CLOCK_MONOTONIC ns.
+    /// When it was published, CLOCK_MONOTONIC ns; for a `Delayed` record (and after it, the
+    /// `Queued` one it becomes) when it is due, which is when it joins the line.
     pub enqueued_ns: AtomicU64,
     /// Claim lease deadline, CLOCK_MONOTONIC ns (0: none).
     pub deadline_ns: AtomicU64,

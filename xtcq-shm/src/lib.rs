@@ -8,6 +8,7 @@
 //! - the overflow ring any process may push to ([`overflow`]);
 //! - job records, their state word and its one-CAS transitions ([`record`]);
 //! - recovery of what a dead process held ([`recovery`]) and an invariant walk ([`check`]);
+//! - delayed jobs, put in line by the daemon once due ([`delayed`]);
 //! - futex waiting on a queue's wait word ([`wait`]);
 //! - the typed API the client builds on ([`api`]: `Owner`, `Thief`, `Injector`,
 //!   `ClaimedJob`).
@@ -39,6 +40,8 @@ pub mod api;
 pub mod check;
 #[cfg(not(xtcq_loom))]
 pub mod dead_letter;
+#[cfg(not(xtcq_loom))]
+pub mod delayed;
 #[cfg(not(xtcq_loom))]
 pub mod layout;
 #[cfg(not(xtcq_loom))]

@@ -287,8 +287,15 @@ fn nack_after_requeue() {
 #[test]
 fn every_protocol_fail_point_has_a_test() {
     let src = include_str!("crash_points.rs");
+    // The delayed-job points have their own file (a job that waits, not a queue drained).
+    let delayed = include_str!("crash_delayed.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
+            continue;
+        }
+        if p.starts_with("delay.") {
+            let quoted = format!("\"{p}\"");
+            assert!(delayed.contains(&quoted), "no crash test for fail point {p} in crash_delayed.rs");
             continue;
         }
         assert!(src.contains(&format!("crash_at(\"{p}\"")), "no crash test for fail point {p}");

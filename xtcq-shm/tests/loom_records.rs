@@ -458,3 +458,36 @@ fn extend_lease_vs_revoke() {
     // it read before the extension, which the extension changed.
     assert_eq!(seen, BTreeSet::from([(true, false), (false, true)]), "{seen:?}");
 }
+
+/// A give-back with a delay (`delay_written`, publishing the attempt count) races the
+/// daemon's release of the due job (`release_due`, then a claim), and a forced queue delete
+/// (`withdraw` from `Delayed`) comes after the give-back. A release before the give-back
+/// fails; after it, exactly one of release and withdraw wins; a claim after the release
+/// reads the attempt count the give-back wrote.
+#[test]
+fn delayed_give_back_then_release_vs_withdraw() {
+    let seen = explore("delayed_give_back_then_release_vs_withdraw", PREEMPTIONS, |start| {
+        let r = Record::new(word(1, State::Writing, A));
+        let r2 = r.clone();
+        let daemon = thread::spawn(move || {
+            let released = r2.st().release_due(2).is_ok();
+            let attempts =
+                (released && r2.st().claim(2, B).is_ok()).then(|| r2.attempts.load(Ordering::Relaxed));
+            (released, attempts)
+        });
+        start.after_spawn();
+        r.attempts.store(1, Ordering::Relaxed);
+        r.st().delay_written(1, A).expect("nothing moves a Writing record but its holder");
+        let withdrawn = r.st().withdraw(2, State::Delayed).is_ok();
+        let (released, attempts) = daemon.join().unwrap();
+        assert!(released != withdrawn, "released {released}, withdrawn {withdrawn}");
+        if released {
+            assert_eq!(attempts, Some(1), "the claim read a stale attempt count");
+            assert_eq!(r.st().load(), StateWord::pack(2, State::Claimed, B));
+        } else {
+            assert_eq!(r.st().load(), StateWord::pack(3, State::Free, NO_HOLDER));
+        }
+        released
+    });
+    assert_eq!(seen, BTreeSet::from([false, true]));
+}

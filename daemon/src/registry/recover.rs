@@ -62,6 +62,11 @@ impl Registry {
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.
         let orphans = recovery::reindex_orphans(&self.seg);
+        // It may have left a job Delayed and died before it told us.
+        let delayed = self.timers.scan(&self.seg);
+        if delayed > 0 {
+            info!(slot = slot.slot, pid, delayed, "found delayed jobs an exited process had not announced");
+        }
         s.role.store(0, Ordering::Relaxed);
         s.pid.store(0, Ordering::Relaxed);
         s.start_time.store(0, Ordering::Relaxed);
@@ -124,6 +129,10 @@ impl Registry {
         self.recover_strays(&live_slots);
         self.fence_unheld(&live_slots);
         self.lock().fences.set_lost(false);
+        let delayed = self.timers.scan(&self.seg);
+        if delayed > 0 {
+            info!(delayed, "delayed jobs in the segment; each is put in line when due");
+        }
         live
     }
 

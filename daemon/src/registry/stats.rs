@@ -31,6 +31,7 @@ impl Registry {
                 // Writing: still claimed; its holder is writing the header for a moment.
                 Some(State::Claimed | State::Writing) => r.claimed += 1,
                 Some(State::Dead) => r.dead += 1,
+                Some(State::Delayed) => r.delayed += 1,
                 None => r.corrupt += 1,
             };
             bump(&mut all);

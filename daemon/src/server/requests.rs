@@ -36,7 +36,7 @@ impl Conn {
             process_slot: slot.slot,
             slot_epoch: slot.epoch,
             segment_path: self.st.hello.segment_path.clone(),
-            queue: queue_info(q),
+            queue: self.st.reg.with_backoff(queue_info(q)),
         }
     }
 
@@ -86,6 +86,15 @@ impl Conn {
                 self.fence_command(index, birth, generation, pid).await
             }
             Request::Unfence { index, birth, pid } => self.unfence(index, birth, pid),
+            Request::Schedule { index, generation } => {
+                self.st.reg.schedule(xtcq_shm::JobHandle { index, generation }).map(|()| Response::Scheduled)
+            }
+            Request::SetRetryBackoff { queue, backoff } => {
+                let who = self.access();
+                self.st.reg.set_retry_backoff(&queue, backoff, Some(&who))?;
+                info!(queue = %queue, ?backoff, pid = self.peer.pid, "retry backoff set");
+                Ok(Response::BackoffSet)
+            }
             Request::Shutdown => self.shutdown(),
         }
     }
@@ -96,7 +105,7 @@ impl Conn {
         let mut out = Vec::new();
         for q in reg.segment().queues() {
             match q {
-                Ok(q) => out.push(queue_info(&q)),
+                Ok(q) => out.push(reg.with_backoff(queue_info(&q))),
                 Err(e) => warn!(error = %e, "skipping a corrupt queue-table entry"),
             }
         }
@@ -109,7 +118,12 @@ impl Conn {
         let n = self.st.connections.load(Ordering::Relaxed);
         let r = tokio::task::spawn_blocking(move || reg.stats(queue.as_deref(), n)).await;
         match r {
-            Ok(s) => s.map(Response::Stats),
+            Ok(s) => s.map(|mut s| {
+                for q in &mut s.queues {
+                    q.info.retry_backoff = self.st.reg.retry_backoff(q.info.index, &q.info.name);
+                }
+                Response::Stats(s)
+            }),
             Err(e) => Err(ErrorReply::new(ErrorCode::Internal, format!("stats failed: {e}"))),
         }
     }

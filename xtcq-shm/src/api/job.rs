@@ -6,7 +6,7 @@
 
 use super::{JobError, QueueCtx};
 use crate::overflow::RingError;
-use crate::record::state::{JobHandle, State};
+use crate::record::state::{next_generation, JobHandle, State};
 use crate::segment::monotonic_ns;
 use crate::sync::Ordering;
 
@@ -165,11 +165,37 @@ impl ClaimedJob<'_> {
         self.give_back_as(None, false)
     }
 
+    /// Failed: like [`fail`](Self::fail) (or [`nack`](Self::nack) without a reason), but the
+    /// job waits `delay` before it is in line again (a retry backoff): it is left `Delayed`,
+    /// in no index, and the caller must tell the daemon the returned handle (it re-queues
+    /// the job once due). `Ok(None)`: the job reached the attempt limit and is a dead letter
+    /// now, with nothing to tell.
+    pub fn fail_after(
+        mut self,
+        reason: Option<&str>,
+        delay: std::time::Duration,
+    ) -> Result<Option<JobHandle>, JobError> {
+        self.done = true;
+        let due = monotonic_ns().saturating_add(delay.as_nanos().min(u64::MAX as u128) as u64);
+        self.give_back_until(reason, true, Some(due))
+    }
+
     pub(super) fn give_back(&self, reason: Option<&str>) -> Result<(), JobError> {
         self.give_back_as(reason, true)
     }
 
     pub(super) fn give_back_as(&self, reason: Option<&str>, count_attempt: bool) -> Result<(), JobError> {
+        self.give_back_until(reason, count_attempt, None).map(|_| ())
+    }
+
+    /// Gives the job back: re-queued now (`due_ns` `None`) or `Delayed` until `due_ns`
+    /// (returns the delayed job's handle), or dead-lettered at the attempt limit.
+    fn give_back_until(
+        &self,
+        reason: Option<&str>,
+        count_attempt: bool,
+        due_ns: Option<u64>,
+    ) -> Result<Option<JobHandle>, JobError> {
         let idx = self.handle.get().index;
         let (Some(hdr), Some(st)) = (self.ctx.records.header(idx), self.ctx.records.state(idx)) else {
             return Err(JobError::Corrupt("record out of range".into()));
@@ -193,7 +219,15 @@ impl ClaimedJob<'_> {
         // job waited in line, and would expire the next claim at once).
         hdr.deadline_ns.store(0, Ordering::Relaxed);
         if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
-            return st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0));
+            return st.dead_letter_written(g, self.me).map(|_| None).map_err(|c| self.not_held(c.found.0));
+        }
+        if let Some(due) = due_ns {
+            // Relaxed: published by delay_written's Release. The due time is the time the
+            // job joins the line again (see `RecordHeader::enqueued_ns`).
+            hdr.enqueued_ns.store(due.max(1), Ordering::Relaxed);
+            st.delay_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+            crate::fail_point!("delay.after_publish");
+            return Ok(Some(JobHandle { index: idx, generation: next_generation(g) }));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,
         // which recovery re-indexes. The other order could leave an index whose claim fails
@@ -208,7 +242,7 @@ impl ClaimedJob<'_> {
             Err(RingError::Full) => {}
             Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
         }
-        Ok(())
+        Ok(None)
     }
 }
 

@@ -75,10 +75,10 @@ impl OwnedJob {
     }
 
     /// Settles the job with `outcome`, once.
-    fn settle(
+    fn settle<T>(
         mut self,
-        outcome: impl FnOnce(ClaimedJob<'_>) -> Result<(), JobError>,
-    ) -> Result<(), JobError> {
+        outcome: impl FnOnce(ClaimedJob<'_>) -> Result<T, JobError>,
+    ) -> Result<T, JobError> {
         self.done = true;
         let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
         let claim = ClaimedJob {
@@ -159,6 +159,12 @@ impl OwnedJob {
     /// Not run after all: re-queued without counting an attempt.
     pub fn release(self) -> Result<(), JobError> {
         self.settle(|c| c.release())
+    }
+
+    /// Failed, to be retried after `delay` (see [`ClaimedJob::fail_after`]): the handle of
+    /// the `Delayed` job to tell the daemon, `None` when it became a dead letter.
+    pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<Option<JobHandle>, JobError> {
+        self.settle(|c| c.fail_after(reason, delay))
     }
 }
 

@@ -148,6 +148,18 @@ impl Owner {
 
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
+    publish_at(ctx, me, cursor, payload, None)
+}
+
+/// Fills a record and publishes it: `Queued` when `due_ns` is `None`, else `Delayed` until
+/// `due_ns` (CLOCK_MONOTONIC ns, kept in `enqueued_ns`: the time the job joins the line).
+fn publish_at(
+    ctx: &QueueCtx<'_>,
+    me: u32,
+    cursor: &Cell<u32>,
+    payload: &[u8],
+    due_ns: Option<u64>,
+) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
@@ -166,7 +178,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    hdr.enqueued_ns.store(coarse_monotonic_ns(), Ordering::Relaxed);
+    hdr.enqueued_ns.store(due_ns.unwrap_or_else(coarse_monotonic_ns), Ordering::Relaxed);
     // The birth generation (the job's stable id), no last error yet.
     hdr.flags.store(
         crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
@@ -174,10 +186,18 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
     );
     let st =
         ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
-    st.publish(generation, me).map_err(|c| {
+    let published = match due_ns {
+        None => st.publish(generation, me),
+        Some(_) => st.publish_delayed(generation, me),
+    };
+    published.map_err(|c| {
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
-    crate::fail_point!("publish.before_index");
+    if due_ns.is_some() {
+        crate::fail_point!("delay.after_publish");
+    } else {
+        crate::fail_point!("publish.before_index");
+    }
     Ok(JobHandle { index, generation })
 }
 
@@ -240,5 +260,14 @@ impl Injector {
         index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
         crate::wait::notify(self.ctx.wait);
         Ok(h)
+    }
+
+    /// Writes a job that no steal sees before `due_ns` (CLOCK_MONOTONIC ns, see
+    /// [`monotonic_ns`](crate::segment::monotonic_ns)): the record is left `Delayed`, in no
+    /// index. Tell the daemon its handle (it makes the job `Queued` once due); a daemon that
+    /// is not told finds it by its record scan when it adopts the segment or recovers a dead
+    /// process.
+    pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Some(due_ns.max(1)))
     }
 }

@@ -26,7 +26,17 @@
 //!   Claimed(g, me) --begin_write--> Writing(g, me) --end_write--> Claimed(g + 1, me)   (extend a lease)
 //!                                   Writing(g, me) --requeue_written / dead_letter_written--> Queued(g + 1) / Dead(g + 1)
 //!   Dead(g) --take_dead(me)--> Writing(g, me)   (requeue a dead letter: attempts reset)
+//!
+//!   Filling(g, me) --publish_delayed--> Delayed(g)      (a push with a due time)
+//!   Writing(g, me) --delay_written--> Delayed(g + 1)    (a nack with a delay)
+//!   Delayed(g) --release_due--> Queued(g)               (the daemon, once due; then indexed)
+//!   Delayed(g) --withdraw--> Free(g + 1)                (a queue deleted with --force)
 //! ```
+//!
+//! `Delayed(g)` has no holder and is in no index: its due time is in the header
+//! (`RecordHeader::due_ns`), and only the daemon's timer moves it on, so no steal can see it
+//! early. A process that dies after writing it leaves nothing to recover but the job itself,
+//! which the daemon finds by a record scan.
 //!
 //! `Writing(g, me)` is the holder's claim while it writes the record's header (attempt count,
 //! last error, lease deadline): lease expiry only revokes `Claimed`, so from `begin_write` to
@@ -73,6 +83,9 @@ pub enum State {
     /// Still held by its holder, which is writing the header (giving the job back, or
     /// extending its lease); lease expiry leaves it alone, recovery treats it as `Claimed`.
     Writing = 5,
+    /// Waiting for its due time (`RecordHeader::due_ns`); no holder, in no index. The
+    /// daemon makes it `Queued` once due.
+    Delayed = 6,
 }
 
 impl State {
@@ -84,6 +97,7 @@ impl State {
             3 => State::Claimed,
             4 => State::Dead,
             5 => State::Writing,
+            6 => State::Delayed,
             _ => return None,
         })
     }
@@ -345,12 +359,43 @@ impl<'a> RecordState<'a> {
 
     /// `Queued(g) -> Free(g + 1)`: a just-published job that could be indexed nowhere (deque
     /// and overflow full) is withdrawn, so the push fails cleanly instead of leaving it to
-    /// recovery. Also frees `Dead(g)` records (purge) when `from` is `State::Dead`.
+    /// recovery. Also frees `Dead(g)` records (purge) when `from` is `State::Dead`, and
+    /// `Delayed(g)` ones (a forced queue delete) when `from` is `State::Delayed`.
     pub fn withdraw(&self, generation: u32, from: State) -> Result<(), Conflict> {
         self.cas(
             StateWord::pack(generation, from, NO_HOLDER),
             StateWord::pack(next_generation(generation), State::Free, NO_HOLDER),
             Ordering::Release,
+        )
+    }
+
+    /// `Filling(g, me) -> Delayed(g)`: a push with a due time. Release publishes the payload
+    /// and the due time to the daemon's scan and to `release_due`.
+    pub fn publish_delayed(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Filling, me),
+            StateWord::pack(generation, State::Delayed, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Writing(g, me) -> Delayed(g + 1)`: a nack with a delay. Release publishes the attempt
+    /// count, last error and due time.
+    pub fn delay_written(&self, generation: u32, me: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Writing, me),
+            StateWord::pack(next_generation(generation), State::Delayed, NO_HOLDER),
+            Ordering::Release,
+        )
+    }
+
+    /// `Delayed(g) -> Queued(g)`: the job is due. AcqRel: Acquire pairs with the Release that
+    /// made it `Delayed`, Release with the next `claim`. The caller must then index it.
+    pub fn release_due(&self, generation: u32) -> Result<(), Conflict> {
+        self.cas(
+            StateWord::pack(generation, State::Delayed, NO_HOLDER),
+            StateWord::pack(generation, State::Queued, NO_HOLDER),
+            Ordering::AcqRel,
         )
     }
 

@@ -323,7 +323,8 @@ impl Segment {
                 continue;
             }
             match w.state() {
-                Some(State::Queued) => u.queued += 1,
+                // A delayed job is a queued one that waits for its time.
+                Some(State::Queued | State::Delayed) => u.queued += 1,
                 Some(State::Dead) => u.dead += 1,
                 Some(State::Claimed | State::Writing) => {
                     u.claimed += 1;
@@ -441,7 +442,7 @@ impl Segment {
         out
     }
 
-    /// Frees every `Queued` record and dead letter whose queue is `index` (one CAS each,
+    /// Frees every `Queued` or `Delayed` record and dead letter whose queue is `index` (one CAS each,
     /// from the exact word seen: a record that moved meanwhile is left to the next look).
     fn withdraw_jobs(&self, index: u32) -> DroppedJobs {
         let mut dropped = DroppedJobs::default();
@@ -450,7 +451,7 @@ impl Segment {
             let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
             let w = st.load();
             let state = match w.state() {
-                Some(s @ (State::Queued | State::Dead)) => s,
+                Some(s @ (State::Queued | State::Dead | State::Delayed)) => s,
                 _ => continue,
             };
             if hdr.queue.load(Ordering::Relaxed) != index {
