@@ -11,7 +11,8 @@
 //!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`), copies the payload out and acks. When a
 //!   look finds nothing it looks again at once (`XTCQ_BENCH_POLL=spin`, the default), after
 //!   an exponential backoff of pause instructions (`backoff`), or it calls `steal_wait`
-//!   instead of `steal` (`wait`).
+//!   instead of `steal` (`wait`). `XTCQ_BENCH_WORK_NS=N`: each job also costs N ns of the
+//!   consumer's time (a spin) before its ack, as real jobs do.
 //! - Rate = N / (time the last job was acked - time before the first push).
 //! - Exactly once: each consumer writes the sequence numbers it took to a file; the producer
 //!   merges them into a bitmap and fails the run on a job taken twice or never.
@@ -120,6 +121,7 @@ fn consumer() {
     let index: usize = env_u64("XTCQ_BENCH_INDEX").expect("index") as usize;
     pin(index + 1);
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1) as usize;
+    let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
     let ctl_map =
         SharedPage::<Ctl>::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
     let ctl = ctl_map.get();
@@ -151,6 +153,13 @@ fn consumer() {
             job.read_payload(&mut buf).expect("payload");
             assert_eq!(buf.len(), MSG, "payload length");
             seqs.push(u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")));
+            if work_ns > 0 {
+                // The job's own work, as a spin: a consumer busy with a job is not looking.
+                let until = now_ns() + work_ns;
+                while now_ns() < until {
+                    std::hint::spin_loop();
+                }
+            }
             job.ack().expect("ack");
         }
         // Own line, one writer: a plain store, not a shared counter every consumer bumps.
@@ -321,6 +330,8 @@ fn main() {
     let n = env_u64("XTCQ_BENCH_N").unwrap_or(1_000_000);
     let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(3).max(1) as u32;
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1);
+    let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
+    let work = if work_ns > 0 { format!("{work_ns} ns of work +") } else { String::new() };
     let counts: Vec<usize> = match std::env::var("XTCQ_BENCH_CONSUMERS") {
         Ok(s) => s.split(',').map(|x| x.trim().parse().expect("XTCQ_BENCH_CONSUMERS: numbers")).collect(),
         Err(_) => default_consumer_counts(cpus),
@@ -344,7 +355,7 @@ fn main() {
         (false, _) => format!("steal, {} when empty", poll.name()),
     };
     println!(
-        "fanout: {cpus} CPUs online, 1 producer (push) -> N consumers ({consumer_how} + payload + ack), \
+        "fanout: {cpus} CPUs online, 1 producer (push) -> N consumers ({consumer_how} + payload + {work} ack), \
          64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once"
     );
     println!();
