@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -50,7 +50,10 @@ use crate::registry::{Access, Keeper, ProcessId, Registry, SlotId};
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
+pub mod framing;
 mod requests;
+
+use framing::FrameReader;
 
 /// State shared by every task.
 struct Shared {
@@ -338,9 +341,9 @@ fn refuse_bounded(refusals: &Arc<Semaphore>, stream: UnixStream, reply: ErrorRep
 /// first (within `t`): closing a Unix socket with unread data resets it, and the client
 /// would see a reset instead of the reason.
 async fn refuse_early(mut stream: UnixStream, reply: ErrorReply, t: Duration) {
-    let _ = tokio::time::timeout(t, read_frame(&mut stream, t)).await;
+    let _ = tokio::time::timeout(t, FrameReader::default().next(&mut stream, t)).await;
     let reply = proto::HelloReply::Refused(reply);
-    if let Ok(bytes) = frame::encode(&reply) {
+    if let Ok(bytes) = framing::encode(&reply) {
         let _ = tokio::time::timeout(t, stream.write_all(&bytes)).await;
     }
 }
@@ -350,47 +353,6 @@ async fn sleep_or_never(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Reads one frame: waits as long as needed for its first byte, then at most `t` for the
-/// rest (a half-written frame cannot hold a task forever).
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, t: Duration) -> Result<Vec<u8>, FrameError> {
-    let mut hdr = [0u8; frame::HEADER_LEN];
-    let first = r.read(&mut hdr).await?;
-    if first == 0 {
-        return Err(FrameError::Closed);
-    }
-    let rest = async {
-        let mut got = first;
-        while got < hdr.len() {
-            match r.read(&mut hdr[got..]).await? {
-                0 => return Err(FrameError::Truncated { expected: frame::HEADER_LEN, got }),
-                n => got += n,
-            }
-        }
-        let len = frame::check_len(u32::from_be_bytes(hdr))?;
-        let mut body = vec![0u8; len];
-        let mut got = 0;
-        while got < len {
-            match r.read(&mut body[got..]).await? {
-                0 => {
-                    return Err(FrameError::Truncated {
-                        expected: frame::HEADER_LEN + len,
-                        got: frame::HEADER_LEN + got,
-                    })
-                }
-                n => got += n,
-            }
-        }
-        Ok(body)
-    };
-    match tokio::time::timeout(t, rest).await {
-        Ok(r) => r,
-        Err(_) => Err(FrameError::Io(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("frame not completed within {} s", t.as_secs()),
-        ))),
     }
 }
 
@@ -405,6 +367,8 @@ enum ConnectionEnd {
 struct Conn {
     st: Arc<Shared>,
     stream: UnixStream,
+    /// Frames read from `stream`, and the bytes of the next one already read.
+    reader: FrameReader,
     peer: Peer,
     name: String,
     /// This connection as the keeper of the slot it registers or resumes.
@@ -451,6 +415,7 @@ async fn connection(
     let mut c = Conn {
         st: st.clone(),
         stream,
+        reader: FrameReader::default(),
         peer,
         name: String::new(),
         keeper,
@@ -611,7 +576,7 @@ fn sanitize(name: &str) -> String {
 
 impl Conn {
     async fn send<T: serde::Serialize>(&mut self, msg: &T) -> bool {
-        let bytes = match frame::encode(msg) {
+        let bytes = match framing::encode(msg) {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "cannot encode a reply");
@@ -626,7 +591,7 @@ impl Conn {
 
     /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
     async fn send_with_segment<T: serde::Serialize>(&mut self, msg: &T) -> bool {
-        let bytes = match frame::encode(msg) {
+        let bytes = match framing::encode(msg) {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "cannot encode a reply");
@@ -702,7 +667,7 @@ impl Conn {
         let t = self.st.cfg.io_timeout;
         let mut stop = self.st.shutdown.subscribe();
         let body = tokio::select! {
-            r = tokio::time::timeout(t, read_frame(&mut self.stream, t)) => r,
+            r = tokio::time::timeout(t, self.reader.next(&mut self.stream, t)) => r,
             _ = shutdown_requested(&mut stop) => return ConnectionEnd::Shutdown,
         };
         let body = match body {
@@ -797,7 +762,7 @@ impl Conn {
                     info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
                     return ConnectionEnd::Closed;
                 }
-                r = read_frame(&mut self.stream, t) => r,
+                r = self.reader.next(&mut self.stream, t) => r,
                 _ = sleep_or_never(idle) => {
                     info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
                     return ConnectionEnd::Closed;
