@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, DeadAction, Due, Error, Flavor, JobHandle, QueueParams};
+use xtcq_client::{Client, DeadAction, Due, Error, Flavor, JobHandle, JobRef, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
@@ -455,73 +455,76 @@ fn parse_handle(s: &str) -> Result<JobHandle, String> {
 
 pub fn dead(socket: Option<&Path>, args: DeadArgs) -> Result<i32> {
     let client = connect(socket)?;
-    if !args.requeue && !args.purge {
-        if !args.jobs.is_empty() {
-            bail!("naming jobs needs --requeue or --purge");
-        }
-        let list = client.dead_letters(&args.queue)?;
-        if args.json {
-            let v: Vec<_> = list
-                .iter()
-                .map(|d| {
-                    serde_json::json!({
-                        "job": d.handle.to_string(),
-                        "id": d.id.to_string(),
-                        "attempts": d.attempts,
-                        "last_error": d.last_error,
-                        "payload": String::from_utf8_lossy(&d.payload),
-                    })
-                })
-                .collect();
-            outln!("{}", serde_json::to_string_pretty(&v)?);
-        } else {
-            let mut text = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
-            for d in &list {
-                let p = String::from_utf8_lossy(&d.payload);
-                let p: String = p.chars().take(60).map(|c| if c.is_control() { '.' } else { c }).collect();
-                text.push_str(&format!(
-                    "{:<13} {:>8}  {:<25} {}\n",
-                    d.id.to_string(),
-                    d.attempts,
-                    escaped(&d.last_error),
-                    p
-                ));
-            }
-            out::print(&text)?;
-        }
-        return Ok(if list.is_empty() { exit::EMPTY } else { exit::OK });
+    if args.requeue || args.purge {
+        return act_on_dead(&client, &args);
     }
-    let letters = client.dead_letters(&args.queue)?;
-    let jobs: Vec<JobHandle> = if args.jobs.is_empty() {
-        letters.iter().map(|d| d.handle).collect()
+    if !args.jobs.is_empty() {
+        bail!("naming jobs needs --requeue or --purge");
+    }
+    let list = client.dead_letters(&args.queue)?;
+    if args.json {
+        print_dead_json(&list)?;
     } else {
-        // Named by id (what every other command prints), or by the current handle.
-        args.jobs
-            .iter()
-            .map(|n| {
-                letters
-                    .iter()
-                    .find(|d| (d.id.index, d.id.birth) == (n.index, n.generation))
-                    .or_else(|| letters.iter().find(|d| d.handle == *n))
-                    .map(|d| d.handle)
-                    .ok_or_else(|| anyhow::anyhow!("job {n} is not a dead letter of {}", args.queue))
-            })
-            .collect::<Result<_>>()?
-    };
-    if jobs.is_empty() {
-        eprintln!("xtcq: queue {} has no dead letters", args.queue);
-        return Ok(exit::EMPTY);
+        print_dead_table(&list)?;
     }
+    Ok(if list.is_empty() { exit::EMPTY } else { exit::OK })
+}
+
+fn print_dead_json(list: &[xtcq_client::DeadLetter]) -> Result<()> {
+    let v: Vec<_> = list
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "job": d.handle.to_string(),
+                "id": d.id.to_string(),
+                "attempts": d.attempts,
+                "last_error": d.last_error,
+                "payload": String::from_utf8_lossy(&d.payload),
+            })
+        })
+        .collect();
+    outln!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
+fn print_dead_table(list: &[xtcq_client::DeadLetter]) -> Result<()> {
+    let mut text = String::from("JOB           ATTEMPTS  LAST-ERROR                PAYLOAD\n");
+    for d in list {
+        let p = String::from_utf8_lossy(&d.payload);
+        let p: String = p.chars().take(60).map(|c| if c.is_control() { '.' } else { c }).collect();
+        text.push_str(&format!(
+            "{:<13} {:>8}  {:<25} {}\n",
+            d.id.to_string(),
+            d.attempts,
+            escaped(&d.last_error),
+            p
+        ));
+    }
+    out::print(&text)
+}
+
+/// `dead --requeue` / `--purge`: requests to the daemon, which owns the dead letters (every
+/// one of the queue's in one request when none is named).
+fn act_on_dead(client: &Client, args: &DeadArgs) -> Result<i32> {
     let (action, verb) =
         if args.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
+    // Named by id (what every other command prints) or by the current handle: the daemon
+    // resolves either.
+    let named: Vec<JobRef> =
+        args.jobs.iter().map(|j| JobRef { index: j.index, number: j.generation }).collect();
     let mut shown = crate::progress::Progress::new();
-    let total = jobs.len();
-    // One attach and one scan for them all (see `Client::act_on_dead`), not one per job.
-    let done = client.act_on_dead(&args.queue, &jobs, action, |n| {
-        shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&args.queue)))
+    let total = named.len();
+    let done = client.act_on_dead(&args.queue, (!named.is_empty()).then_some(&named[..]), action, |n| {
+        if total > 0 {
+            shown.say(|| format!("xtcq: {verb} {n} of {total} dead letter(s) of {}", escaped(&args.queue)))
+        }
     });
     shown.clear();
     let done = done?;
+    if done.done == 0 && done.gone == 0 {
+        eprintln!("xtcq: queue {} has no dead letters", args.queue);
+        return Ok(exit::EMPTY);
+    }
     let gone = if done.gone > 0 {
         format!(" ({} were re-queued or purged by another process meanwhile)", done.gone)
     } else {

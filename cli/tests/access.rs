@@ -275,6 +275,40 @@ fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
     ok(&alice_do(&d, &["delete", "shared", "--force"]));
 }
 
+/// Dead letters are edited by the daemon, which refuses a user who may not use the queue
+/// (listing, re-queuing and purging alike) and leaves the dead letter where it was.
+#[test]
+fn a_user_not_allowed_on_a_queue_is_refused_its_dead_letters() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqd{tag}");
+    let alice = SystemUser::create(&format!("xtcqda{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqdb{tag}"), &group);
+    let d = shared_daemon(&group, &["--allow-uid", &alice.user, "--allow-uid", &bob.user]);
+    ok(&run_bounded(&mut as_user(&d, &alice, &["create", "private", "--max-attempts", "1"]), None));
+    ok(&d.run_in(&["push", "private"], b"x\n"));
+    // Root may use any queue: it runs the job, which fails into a dead letter.
+    let _ = d.run(&["work", "private", "--max-jobs", "1", "--", "false"]);
+    let listed = ok(&d.run(&["dead", "private"]));
+    let id =
+        listed.lines().nth(1).and_then(|l| l.split_whitespace().next()).expect("a dead letter").to_string();
+    let not_bob = format!("({}) may not use (attach to) queue private", bob.user);
+    for args in [
+        vec!["dead", "private", "--requeue"],
+        vec!["dead", "private", "--requeue", &id],
+        vec!["dead", "private", "--purge"],
+        vec!["dead", "private"],
+    ] {
+        refused(&run_bounded(&mut as_user(&d, &bob, &args), None), &[&not_bob]);
+    }
+    assert_eq!(ok(&d.run(&["dead", "private"])), listed, "bob changed nothing");
+    ok(&run_bounded(&mut as_user(&d, &alice, &["dead", "private", "--requeue"]), None));
+    assert_eq!(code(&d.run(&["dead", "private"])), 3, "its owner may");
+}
+
 #[test]
 fn one_users_flood_of_bare_connections_does_not_lock_others_out() {
     if !is_root() {

@@ -1,6 +1,8 @@
-//! `xtcq dead Q --requeue` / `--purge` of every dead letter is linear: one attach, one scan,
-//! then shared-memory operations; 65,536 dead letters are done well inside the harness's
-//! 60 s bound (before: an attach and a full scan per job, minutes for this many).
+//! `xtcq dead Q --requeue` / `--purge` of every dead letter is one request to xtcqd, which
+//! walks the records once and acts on each in shared memory; 65,536 dead letters are done
+//! well inside the harness's 60 s bound (before the bulk path: an attach and a full scan per
+//! job, minutes for this many). The daemon resolves named jobs against the queue's own dead
+//! letters.
 
 mod common;
 use common::*;
@@ -31,8 +33,13 @@ fn fail_all(d: &Daemon) {
 }
 
 fn fail_n(d: &Daemon, want: usize) {
+    fail_in(d, "q", want)
+}
+
+/// Steals every queued job of queue `q` and fails it; `want` of them.
+fn fail_in(d: &Daemon, q: &str, want: usize) {
     let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
-    let t = c.attach_thief("q").expect("attach");
+    let t = c.attach_thief(q).expect("attach");
     let mut n = 0;
     while let Some(j) = t.steal().expect("steal") {
         j.fail("boom").expect("fail");
@@ -68,6 +75,50 @@ fn requeue_and_purge_of_65536_dead_letters_are_one_pass() {
     assert_eq!(records(&d), (0, 0));
     let s = d.stats();
     assert_eq!(s["records"]["free"], N, "{s}");
+}
+
+/// The ids `xtcq dead Q` lists, in its order.
+fn dead_ids(d: &Daemon, q: &str) -> Vec<String> {
+    let o = d.run(&["dead", q]);
+    stdout(&o).lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect()
+}
+
+/// (queued, dead) of queue `q`, from `stats --json`.
+fn counts(d: &Daemon, q: &str) -> (u64, u64) {
+    let s = d.stats();
+    let row = s["queues"].as_array().expect("queues").iter().find(|r| r["info"]["name"] == q).cloned();
+    let r = &row.unwrap_or_default()["records"];
+    (r["queued"].as_u64().unwrap_or(0), r["dead"].as_u64().unwrap_or(0))
+}
+
+/// The daemon resolves the named jobs against the queue's own dead letters: a dead letter of
+/// another queue, or a queued job, named beside a real one, is refused and nothing moves.
+#[test]
+fn requeue_of_a_job_that_is_not_a_dead_letter_of_the_queue_changes_nothing() {
+    let d = Daemon::start();
+    for q in ["a", "b"] {
+        ok(&d.run(&["create", q, "--max-attempts", "1"]));
+        ok(&d.run_in(&["push", q], format!("{q}-dead\n").as_bytes()));
+        fail_in(&d, q, 1);
+    }
+    let queued = ok(&d.run_in(&["push", "a", "--print-handle"], b"a-queued\n"));
+    let (a_dead, b_dead) = (dead_ids(&d, "a"), dead_ids(&d, "b"));
+    assert_eq!((a_dead.len(), b_dead.len()), (1, 1), "{a_dead:?} {b_dead:?}");
+    let before = (counts(&d, "a"), counts(&d, "b"));
+    assert_eq!(before, ((1, 1), (0, 1)));
+    for stranger in [b_dead[0].as_str(), queued.trim()] {
+        for verb in ["--requeue", "--purge"] {
+            let o = d.run(&["dead", "a", verb, &a_dead[0], stranger]);
+            assert_eq!(code(&o), 1, "{verb} {stranger}: {}", stderr(&o));
+            assert!(
+                stderr(&o).contains(&format!("job {stranger} is not a dead letter of queue a")),
+                "{}",
+                stderr(&o)
+            );
+            assert_eq!((counts(&d, "a"), counts(&d, "b")), before, "{verb} {stranger} changed something");
+        }
+    }
+    assert_eq!((dead_ids(&d, "a"), dead_ids(&d, "b")), (a_dead, b_dead));
 }
 
 /// The figures of the README / report: `time xtcq dead q --requeue` of `XTCQ_MEASURE_N`

@@ -1,81 +1,126 @@
-//! Re-queueing or purging many dead letters at once, in time linear in their number.
+//! Dead letters through the daemon that owns them: listing, re-queuing and purging are
+//! requests (`DeadLetters`, `ActOnDead`), never edits of the segment by this process.
 //!
-//! [`Client::requeue_dead`] and [`Client::purge_dead`] each attach to the queue (a control
-//! round trip, a process slot, a detach) and scan every record to check that the job is a
-//! dead letter of that queue: done once per job, 65,535 dead letters took minutes. Here the
-//! process attaches once, the queue's dead letters are found in one scan, and each job is then
-//! one CAS (or two, and a ring push, for a re-queue) in shared memory.
+//! Rules kept:
+//! - a listing comes a page at a time (a reply frame is bounded); a payload longer than
+//!   [`proto::DEAD_PAYLOAD_SHOWN`] bytes is listed cut to that;
+//! - re-queuing or purging every dead letter of a queue is one request, however many there
+//!   are (65,536 take one walk of the records and one CAS or two each, in the daemon);
+//! - named jobs go [`NAMED_PER_REQUEST`] to a request (a request frame is bounded too); the
+//!   daemon refuses a request that names a job which is not a dead letter of that queue
+//!   before doing anything, so only the batches before it have been acted on.
 
-use std::collections::HashSet;
+use xtcq_proto::{self as proto, JobRef, Request, Response};
+use xtcq_shm::JobId;
 
-use xtcq_shm::dead_letter::{self, DeadLetterError};
+use crate::{Client, DeadLetter, Error, JobHandle};
 
-use crate::{Client, Error, JobHandle};
+pub use proto::{DeadActed as BulkDead, DeadAction};
 
-/// What a bulk re-queue or purge did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BulkDead {
-    /// Jobs re-queued (or purged).
-    pub done: u64,
-    /// Jobs no longer dead letters when their turn came (another process re-queued or
-    /// purged them meanwhile): left alone.
-    pub gone: u64,
-}
-
-/// Which bulk operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadAction {
-    /// Back on the queue, attempts reset.
-    Requeue,
-    /// Deleted.
-    Purge,
-}
+/// Named jobs per `ActOnDead` request: 1,024 references of at most 42 bytes of JSON each
+/// stay well inside a frame.
+pub const NAMED_PER_REQUEST: usize = 1024;
 
 impl Client {
-    /// Re-queues or purges `jobs`, dead letters of `queue`, attaching once and scanning the
-    /// records once; `progress(done_so_far)` is called after each job. A job that is not a
-    /// dead letter of `queue` when this starts is refused before anything is done; one that
-    /// stops being one meanwhile is counted in [`BulkDead::gone`]. A full overflow ring stops
-    /// a re-queue with an error that says how many were re-queued.
+    /// The dead letters of `queue`: jobs that reached its attempt limit, with their last
+    /// error and payload (cut to [`proto::DEAD_PAYLOAD_SHOWN`] bytes).
+    pub fn dead_letters(&self, queue: &str) -> Result<Vec<DeadLetter>, Error> {
+        let mut out = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = match self.call(Request::DeadLetters { queue: queue.to_string(), from })? {
+                Response::DeadLetters(page) => page,
+                r => return Err(self.unexpected(r)),
+            };
+            out.extend(page.letters.into_iter().map(|d| DeadLetter {
+                handle: JobHandle { index: d.index, generation: d.generation },
+                id: JobId { index: d.index, birth: d.birth },
+                attempts: d.attempts,
+                last_error: d.last_error,
+                payload: d.payload,
+            }));
+            match page.next {
+                // A daemon that does not advance would loop for ever: stop instead.
+                Some(next) if next > from => from = next,
+                Some(_) => {
+                    return Err(Error::Protocol {
+                        path: self.conn.path().to_path_buf(),
+                        message: format!("xtcqd listed dead letters from record {from} without moving on"),
+                    })
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Puts a dead letter of `queue` back on the queue (attempts reset), to run again. The
+    /// daemon attaches this process to the queue as an injector first, as any producer is.
+    pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        self.act_on_one(queue, job, DeadAction::Requeue)
+    }
+
+    /// Deletes a dead letter of `queue` for good.
+    pub fn purge_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
+        self.act_on_one(queue, job, DeadAction::Purge)
+    }
+
+    fn act_on_one(&self, queue: &str, job: JobHandle, action: DeadAction) -> Result<(), Error> {
+        let named = [JobRef { index: job.index, number: job.generation }];
+        let done = self.act_on_dead(queue, Some(&named), action, |_| {})?;
+        if done.done == 0 {
+            return Err(Error::DeadLetter(format!(
+                "job {job} is not a dead letter (it was re-queued or purged already, or never died)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Re-queues or purges the dead letters `jobs` of `queue` (each named by its id or its
+    /// handle), or every one of them when `jobs` is `None`; `progress(acted_so_far)` is
+    /// called after each request. A named job that is not a dead letter of `queue` is refused
+    /// with nothing of its batch done; one that stops being one meanwhile is counted in
+    /// [`BulkDead::gone`].
     pub fn act_on_dead(
         &self,
         queue: &str,
-        jobs: &[JobHandle],
+        jobs: Option<&[JobRef]>,
         action: DeadAction,
         mut progress: impl FnMut(u64),
     ) -> Result<BulkDead, Error> {
-        // Attached first, as for one job: the daemon checks that this user may use the queue,
-        // and a re-queue pushes onto its ring as this process's slot.
-        let attached = self.attach_injector(queue)?;
-        let (seg, index) = self.queue_index(queue)?;
-        let dead: HashSet<JobHandle> =
-            dead_letter::dead_letters(&seg, index).into_iter().map(|d| d.handle).collect();
-        if let Some(j) = jobs.iter().find(|j| !dead.contains(j)) {
-            return Err(Error::DeadLetter(format!(
-                "job {j} is not a dead letter of queue {queue} (see `xtcq dead {queue}`)"
-            )));
-        }
-        let me = attached.process_slot();
-        let verb = if action == DeadAction::Requeue { "re-queued" } else { "purged" };
+        let Some(jobs) = jobs else {
+            let out = self.act_request(queue, None, action)?;
+            progress(out.done + out.gone);
+            return Ok(out);
+        };
         let mut out = BulkDead::default();
-        for &j in jobs {
-            let r = match action {
-                DeadAction::Requeue => dead_letter::requeue_dead(&seg, j, me),
-                DeadAction::Purge => dead_letter::purge_dead(&seg, j),
-            };
-            match r {
-                Ok(()) => out.done += 1,
-                Err(DeadLetterError::NotDead(_)) => out.gone += 1,
-                Err(e) => {
-                    return Err(Error::DeadLetter(format!(
-                        "{e} ({} of {} {verb} before it)",
-                        out.done,
-                        jobs.len()
-                    )))
-                }
-            }
+        for batch in jobs.chunks(NAMED_PER_REQUEST) {
+            let got = self.act_request(queue, Some(batch.to_vec()), action).map_err(|e| match e {
+                Error::DeadLetter(m) if out.done + out.gone > 0 => Error::DeadLetter(format!(
+                    "{m} ({} of {} acted on in the requests before)",
+                    out.done + out.gone,
+                    jobs.len()
+                )),
+                e => e,
+            })?;
+            out.done += got.done;
+            out.gone += got.gone;
             progress(out.done + out.gone);
         }
         Ok(out)
+    }
+
+    fn act_request(
+        &self,
+        queue: &str,
+        jobs: Option<Vec<JobRef>>,
+        action: DeadAction,
+    ) -> Result<BulkDead, Error> {
+        match self.call(Request::ActOnDead { queue: queue.to_string(), action, jobs }) {
+            Ok(Response::DeadActedOn(d)) => Ok(d),
+            Ok(r) => Err(self.unexpected(r)),
+            // The daemon's refusals of a dead-letter request are about the dead letters.
+            Err(Error::BadRequest(m)) => Err(Error::DeadLetter(m)),
+            Err(e) => Err(e),
+        }
     }
 }

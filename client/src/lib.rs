@@ -41,11 +41,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use dead_bulk::{BulkDead, DeadAction};
+pub use dead_bulk::{BulkDead, DeadAction, NAMED_PER_REQUEST};
 pub use delay::Due;
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use trust::TRUST_ENV;
+pub use xtcq_proto::JobRef;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,
     RetryBackoff, Stats, PROTOCOL_VERSION,
@@ -176,7 +177,9 @@ impl Client {
             | Request::AttachThief { queue }
             | Request::AttachInjector { queue }
             | Request::Detach { queue, .. }
-            | Request::SetRetryBackoff { queue, .. } => Some(queue.clone()),
+            | Request::SetRetryBackoff { queue, .. }
+            | Request::DeadLetters { queue, .. }
+            | Request::ActOnDead { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())
@@ -359,55 +362,6 @@ impl Client {
         let mut r = xtcq_shm::check::check_segment(&seg, quiescent);
         r.problems.extend(xtcq_shm::strays::lasting_strays(&seg, window));
         Ok(r)
-    }
-
-    fn queue_index(&self, queue: &str) -> Result<(Arc<xtcq_shm::Segment>, u32), Error> {
-        let seg = self.segment()?;
-        let q = seg.queue_by_name(queue).map_err(|e| match e {
-            xtcq_shm::QueueError::NoSuchQueue(_) => Error::NoSuchQueue(queue.to_string()),
-            e => Error::Queue(e),
-        })?;
-        Ok((seg, q.index))
-    }
-
-    /// The dead letters of `queue`: jobs that reached its attempt limit, with their last
-    /// error and payload.
-    pub fn dead_letters(&self, queue: &str) -> Result<Vec<DeadLetter>, Error> {
-        let (seg, index) = self.queue_index(queue)?;
-        Ok(xtcq_shm::dead_letter::dead_letters(&seg, index))
-    }
-
-    /// Puts a dead letter of `queue` back on the queue (attempts reset), to run again.
-    ///
-    /// This pushes onto the queue's overflow ring, so the process first attaches to the queue
-    /// as an injector (one process slot, until it exits), as any producer does: the daemon
-    /// then knows it may write there, and refuses to delete (and reset) the queue meanwhile.
-    pub fn requeue_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
-        let attached = self.attach_injector(queue)?;
-        let seg = self.dead_letter_of(queue, job)?;
-        xtcq_shm::dead_letter::requeue_dead(&seg, job, attached.process_slot())
-            .map_err(|e| Error::DeadLetter(e.to_string()))
-    }
-
-    /// Deletes a dead letter of `queue` for good.
-    pub fn purge_dead(&self, queue: &str, job: JobHandle) -> Result<(), Error> {
-        // Attached first, as for a re-queue: the daemon checks that this user may use the
-        // queue (see `create_shared_queue`).
-        let _attached = self.attach_injector(queue)?;
-        let seg = self.dead_letter_of(queue, job)?;
-        xtcq_shm::dead_letter::purge_dead(&seg, job).map_err(|e| Error::DeadLetter(e.to_string()))
-    }
-
-    /// The segment, once `job` is known to be a dead letter of `queue` (so a handle of
-    /// another queue is refused, not acted on).
-    fn dead_letter_of(&self, queue: &str, job: JobHandle) -> Result<Arc<xtcq_shm::Segment>, Error> {
-        let (seg, index) = self.queue_index(queue)?;
-        if !xtcq_shm::dead_letter::dead_letters(&seg, index).iter().any(|d| d.handle == job) {
-            return Err(Error::DeadLetter(format!(
-                "job {job} is not a dead letter of queue {queue} (see `xtcq dead {queue}`)"
-            )));
-        }
-        Ok(seg)
     }
 
     /// Becomes the owner of a free deque of `queue`.

@@ -54,6 +54,7 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
 
+mod dead;
 mod delayed;
 mod delete;
 mod fencing;

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -50,7 +50,10 @@ use crate::registry::{Access, Keeper, ProcessId, Registry, SlotId};
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
+pub mod framing;
 mod requests;
+
+use framing::FrameReader;
 
 /// State shared by every task.
 struct Shared {
@@ -97,6 +100,50 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     let fds = peer::raise_fd_limit();
     let seg = prep.segment.clone();
     let max_connections = connections_for(&cfg, fds, seg.config().process_slots);
+    let st = shared_state(&cfg, &seg, prep.state, fds, max_connections)?;
+    let mut tasks = JoinSet::new();
+    if prep.created {
+        st.reg.reset_state();
+    } else {
+        watch_adopted(&st, &mut tasks);
+    }
+    spawn_background(&st, &mut tasks);
+
+    let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
+        what: "cannot register the socket".into(),
+        path: cfg.socket.clone(),
+        source: e,
+    })?;
+    // Installed here, before READY=1, so that no SIGTERM arrives before we handle it.
+    install_stop_signals(&st)?;
+    // A signal that came between binding the socket and installing the handlers above.
+    if let Some(reason) = crate::early_signal() {
+        info!("{reason} (before the daemon was ready): shutting down");
+        st.stop(reason.to_string());
+    }
+    announce_ready(&cfg, &seg);
+
+    let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
+
+    let _ = crate::notify::sd_notify("STOPPING=1");
+    drop(listener);
+    startup::remove_socket(&cfg.socket, prep.socket_id);
+    drain(&mut tasks).await;
+    let live = seg.header_live();
+    let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+    info!(%reason, "xtcqd stopped");
+    Ok(())
+}
+
+/// The state every task shares: the registry over `seg` (with its per-uid and fence
+/// limits, from what the `fds` descriptors allow), the Hello reply, the stop signal.
+fn shared_state(
+    cfg: &Config,
+    seg: &Arc<xtcq_shm::Segment>,
+    state: crate::state::StateFile,
+    fds: u64,
+    max_connections: usize,
+) -> Result<Arc<Shared>, DaemonError> {
     let live = seg.header_live();
     let hello = proto::HelloOk {
         protocol_version: proto::PROTOCOL_VERSION,
@@ -109,13 +156,13 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     // What the descriptors leave after the reserve, one pidfd per slot and two per
     // connection: one pidfd per fenced command.
     let fences = fds.saturating_sub(64 + u64::from(seg.config().process_slots) + 2 * max_connections as u64);
-    let reg = Registry::with_state(seg.clone(), prep.state)
+    let reg = Registry::with_state(seg.clone(), state)
         .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids())
         .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX));
     let (tx, _) = watch::channel(None);
-    let st = Arc::new(Shared {
+    Ok(Arc::new(Shared {
         cfg: cfg.clone(),
-        reg: reg.clone(),
+        reg,
         hello,
         shutdown: tx,
         connections: AtomicU64::new(0),
@@ -126,43 +173,20 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
             path: seg.path().to_path_buf(),
             source: e,
         })?,
-    });
-    let mut tasks = JoinSet::new();
+    }))
+}
 
-    if prep.created {
-        reg.reset_state();
-    } else {
-        watch_adopted(&st, &mut tasks);
-    }
-
-    // The scan also indexes strays, so it runs even with lease expiry off.
-    let every = cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
-    tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
+/// The daemon's own tasks: the lease and stray scan (which runs even with lease expiry
+/// off, to index strays), the segment file's watch, the delayed-job timers.
+fn spawn_background(st: &Arc<Shared>, tasks: &mut JoinSet<()>) {
+    let every = st.cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
+    tasks.spawn(scan(st.clone(), every, st.cfg.lease_scan_interval.is_some()));
     tasks.spawn(watch_segment(st.clone()));
     tasks.spawn(crate::delayed::run(st.reg.clone(), st.shutdown.subscribe()));
+}
 
-    let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
-        what: "cannot register the socket".into(),
-        path: cfg.socket.clone(),
-        source: e,
-    })?;
-
-    // Installed here, before READY=1, so that no SIGTERM arrives before we handle it.
-    install_stop_signals(&st)?;
-    // A signal that came between binding the socket and installing the handlers above.
-    if let Some(reason) = crate::early_signal() {
-        info!("{reason} (before the daemon was ready): shutting down");
-        st.stop(reason.to_string());
-    }
-
-    announce_ready(&cfg, &seg);
-
-    let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
-
-    let _ = crate::notify::sd_notify("STOPPING=1");
-    drop(listener);
-    startup::remove_socket(&cfg.socket, prep.socket_id);
-    // Connection tasks see the shutdown, tell their clients and close.
+/// Lets the connection tasks see the shutdown, tell their clients and close (3 s at most).
+async fn drain(tasks: &mut JoinSet<()>) {
     let drained =
         tokio::time::timeout(Duration::from_secs(3), async { while tasks.join_next().await.is_some() {} })
             .await;
@@ -170,9 +194,6 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         warn!("some connections did not close in time; dropping them");
         tasks.abort_all();
     }
-    let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
-    info!(%reason, "xtcqd stopped");
-    Ok(())
 }
 
 /// Watches each live process adopted from the previous daemon until it exits (or resumes
@@ -338,9 +359,9 @@ fn refuse_bounded(refusals: &Arc<Semaphore>, stream: UnixStream, reply: ErrorRep
 /// first (within `t`): closing a Unix socket with unread data resets it, and the client
 /// would see a reset instead of the reason.
 async fn refuse_early(mut stream: UnixStream, reply: ErrorReply, t: Duration) {
-    let _ = tokio::time::timeout(t, read_frame(&mut stream, t)).await;
+    let _ = tokio::time::timeout(t, FrameReader::default().next(&mut stream, t)).await;
     let reply = proto::HelloReply::Refused(reply);
-    if let Ok(bytes) = frame::encode(&reply) {
+    if let Ok(bytes) = framing::encode(&reply) {
         let _ = tokio::time::timeout(t, stream.write_all(&bytes)).await;
     }
 }
@@ -350,47 +371,6 @@ async fn sleep_or_never(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Reads one frame: waits as long as needed for its first byte, then at most `t` for the
-/// rest (a half-written frame cannot hold a task forever).
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, t: Duration) -> Result<Vec<u8>, FrameError> {
-    let mut hdr = [0u8; frame::HEADER_LEN];
-    let first = r.read(&mut hdr).await?;
-    if first == 0 {
-        return Err(FrameError::Closed);
-    }
-    let rest = async {
-        let mut got = first;
-        while got < hdr.len() {
-            match r.read(&mut hdr[got..]).await? {
-                0 => return Err(FrameError::Truncated { expected: frame::HEADER_LEN, got }),
-                n => got += n,
-            }
-        }
-        let len = frame::check_len(u32::from_be_bytes(hdr))?;
-        let mut body = vec![0u8; len];
-        let mut got = 0;
-        while got < len {
-            match r.read(&mut body[got..]).await? {
-                0 => {
-                    return Err(FrameError::Truncated {
-                        expected: frame::HEADER_LEN + len,
-                        got: frame::HEADER_LEN + got,
-                    })
-                }
-                n => got += n,
-            }
-        }
-        Ok(body)
-    };
-    match tokio::time::timeout(t, rest).await {
-        Ok(r) => r,
-        Err(_) => Err(FrameError::Io(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("frame not completed within {} s", t.as_secs()),
-        ))),
     }
 }
 
@@ -405,6 +385,8 @@ enum ConnectionEnd {
 struct Conn {
     st: Arc<Shared>,
     stream: UnixStream,
+    /// Frames read from `stream`, and the bytes of the next one already read.
+    reader: FrameReader,
     peer: Peer,
     name: String,
     /// This connection as the keeper of the slot it registers or resumes.
@@ -451,6 +433,7 @@ async fn connection(
     let mut c = Conn {
         st: st.clone(),
         stream,
+        reader: FrameReader::default(),
         peer,
         name: String::new(),
         keeper,
@@ -611,7 +594,7 @@ fn sanitize(name: &str) -> String {
 
 impl Conn {
     async fn send<T: serde::Serialize>(&mut self, msg: &T) -> bool {
-        let bytes = match frame::encode(msg) {
+        let bytes = match framing::encode(msg) {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "cannot encode a reply");
@@ -626,7 +609,7 @@ impl Conn {
 
     /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
     async fn send_with_segment<T: serde::Serialize>(&mut self, msg: &T) -> bool {
-        let bytes = match frame::encode(msg) {
+        let bytes = match framing::encode(msg) {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "cannot encode a reply");
@@ -699,43 +682,52 @@ impl Conn {
     }
 
     async fn run(&mut self) -> ConnectionEnd {
-        let t = self.st.cfg.io_timeout;
         let mut stop = self.st.shutdown.subscribe();
-        let body = tokio::select! {
-            r = tokio::time::timeout(t, read_frame(&mut self.stream, t)) => r,
-            _ = shutdown_requested(&mut stop) => return ConnectionEnd::Shutdown,
+        let hello = match self.read_hello(&mut stop).await {
+            Ok(h) => h,
+            Err(end) => return end,
         };
-        let body = match body {
-            Ok(Ok(b)) => b,
-            Ok(Err(FrameError::Closed)) => return ConnectionEnd::Closed,
+        if !self.admit(hello).await {
+            return ConnectionEnd::Closed;
+        }
+        info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
+        self.serve_requests(&mut stop).await
+    }
+
+    /// The Hello that opens the connection, within the io-timeout; a refusal is sent here.
+    async fn read_hello(
+        &mut self,
+        stop: &mut watch::Receiver<Option<String>>,
+    ) -> Result<proto::Hello, ConnectionEnd> {
+        let t = self.st.cfg.io_timeout;
+        let body = tokio::select! {
+            r = tokio::time::timeout(t, self.reader.next(&mut self.stream, t)) => r,
+            _ = shutdown_requested(stop) => return Err(ConnectionEnd::Shutdown),
+        };
+        let refusal = match body {
+            Ok(Ok(body)) => match frame::decode(&body) {
+                Ok(h) => return Ok(h),
+                Err(e) => {
+                    ErrorReply::new(ErrorCode::BadRequest, format!("the first message must be a Hello: {e}"))
+                }
+            },
+            Ok(Err(FrameError::Closed)) => return Err(ConnectionEnd::Closed),
             Ok(Err(e @ FrameError::TooLarge { .. })) => {
-                self.refuse(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())).await;
-                return ConnectionEnd::Closed;
+                ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())
             }
             Ok(Err(e)) => {
                 debug!(pid = self.peer.pid, error = %e, "connection broke before its Hello");
-                return ConnectionEnd::Closed;
+                return Err(ConnectionEnd::Closed);
             }
-            Err(_) => {
-                self.refuse(ErrorReply::new(
-                    ErrorCode::BadRequest,
-                    format!("no Hello within {} s", t.as_secs()),
-                ))
-                .await;
-                return ConnectionEnd::Closed;
-            }
+            Err(_) => ErrorReply::new(ErrorCode::BadRequest, format!("no Hello within {} s", t.as_secs())),
         };
-        let hello: proto::Hello = match frame::decode(&body) {
-            Ok(h) => h,
-            Err(e) => {
-                self.refuse(ErrorReply::new(
-                    ErrorCode::BadRequest,
-                    format!("the first message must be a Hello: {e}"),
-                ))
-                .await;
-                return ConnectionEnd::Closed;
-            }
-        };
+        self.refuse(refusal).await;
+        Err(ConnectionEnd::Closed)
+    }
+
+    /// Checks the Hello's version and the peer's right to connect, and answers it: `HelloOk`
+    /// (with the segment's fd) when both pass, else the reason.
+    async fn admit(&mut self, hello: proto::Hello) -> bool {
         self.name = sanitize(&hello.client_name);
         if hello.protocol_version != proto::PROTOCOL_VERSION {
             let message = format!(
@@ -750,102 +742,126 @@ impl Conn {
                 message,
             })
             .await;
-            return ConnectionEnd::Closed;
+            return false;
         }
         if !self.authorized() {
-            let cfg = &self.st.cfg;
-            self.refuse(ErrorReply::new(
-                ErrorCode::Unauthorized,
-                // A name-service lookup per refusal only (never per accepted connection): a
-                // slow LDAP server then delays only those who are turned away.
-                format!(
-                    "{}, {}, is not allowed by this xtcqd (allowed: users [{}], groups [{}])",
-                    names::uid_label(self.peer.uid),
-                    names::gid_label(self.peer.gid),
-                    names::uid_list_label(&cfg.allow_uids),
-                    names::gid_list_label(&cfg.allow_gids)
-                ),
-            ))
-            .await;
-            return ConnectionEnd::Closed;
+            let refusal = self.unauthorized();
+            self.refuse(refusal).await;
+            return false;
         }
         // The segment's fd rides on the reply (SCM_RIGHTS on its first byte): an authorised
         // client maps what the daemon serves, never what a path names now. A client that
         // reads with plain read(2) (an older build) simply does not get it.
         let ok = proto::HelloReply::Ok(self.st.hello.clone());
-        if !self.send_with_segment(&ok).await {
-            return ConnectionEnd::Closed;
-        }
-        info!(pid = self.peer.pid, uid = self.peer.uid, client = %self.name, "client connected");
+        self.send_with_segment(&ok).await
+    }
 
+    /// Why this peer may not connect. A name-service lookup per refusal only (never per
+    /// accepted connection): a slow LDAP server then delays only those who are turned away.
+    fn unauthorized(&self) -> ErrorReply {
+        let cfg = &self.st.cfg;
+        ErrorReply::new(
+            ErrorCode::Unauthorized,
+            format!(
+                "{}, {}, is not allowed by this xtcqd (allowed: users [{}], groups [{}])",
+                names::uid_label(self.peer.uid),
+                names::gid_label(self.peer.gid),
+                names::uid_list_label(&cfg.allow_uids),
+                names::gid_list_label(&cfg.allow_gids)
+            ),
+        )
+    }
+
+    /// Requests and their replies, until the peer closes, breaks the connection or exits,
+    /// idles past `--idle-timeout` holding no slot, or the daemon stops.
+    async fn serve_requests(&mut self, stop: &mut watch::Receiver<Option<String>>) -> ConnectionEnd {
         // A forked child (without exec) inherits the connection and may hold it open long
         // after this process died: its exit, not the connection's end, is what frees its
         // jobs. The child never speaks on it (libxtcq refuses inherited handles).
         let exit_watch =
             self.peer.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()).and_then(|fd| watch_pidfd(fd).ok());
         loop {
-            // A connection that holds no slot holds nothing a close would take away: it may
-            // not sit on a connection others need (its client reconnects when it next asks).
-            let idle = self.st.cfg.idle_timeout.filter(|_| self.slot.is_none());
-            let body = tokio::select! {
-                biased;
-                reason = shutdown_requested(&mut stop) => {
-                    self.send(&ServerMessage::Event(proto::Event::ShuttingDown { reason })).await;
-                    return ConnectionEnd::Shutdown;
-                }
-                _ = peer_exited(exit_watch.as_ref()) => {
-                    info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
-                    return ConnectionEnd::Closed;
-                }
-                r = read_frame(&mut self.stream, t) => r,
-                _ = sleep_or_never(idle) => {
-                    info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
-                    return ConnectionEnd::Closed;
-                }
+            let body = match self.next_request(stop, exit_watch.as_ref()).await {
+                Ok(body) => body,
+                Err(end) => return end,
             };
-            let body = match body {
-                Ok(b) => b,
-                Err(FrameError::Closed) => {
-                    debug!(pid = self.peer.pid, client = %self.name, "client closed the connection");
-                    return ConnectionEnd::Closed;
-                }
-                Err(e @ FrameError::TooLarge { .. }) => {
-                    warn!(pid = self.peer.pid, client = %self.name, "{e}; closing");
-                    self.send(&ServerMessage::Reply {
-                        id: proto::UNKNOWN_REQUEST_ID,
-                        result: Err(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())),
-                    })
-                    .await;
-                    return ConnectionEnd::Closed;
-                }
-                Err(e) => {
-                    warn!(pid = self.peer.pid, client = %self.name, error = %e, "connection broken");
-                    return ConnectionEnd::Closed;
-                }
-            };
-            let (id, result) = match frame::decode::<proto::RequestFrame>(&body) {
-                Ok(f) => {
-                    let is_shutdown = matches!(f.request, Request::Shutdown);
-                    let r = self.handle(f.request).await;
-                    if is_shutdown && r.is_ok() {
-                        self.send(&ServerMessage::Reply { id: f.id, result: r }).await;
-                        self.st.stop(format!("Shutdown request from pid {}", self.peer.pid));
-                        continue; // the next select sees the shutdown
-                    }
-                    (f.id, r)
-                }
-                Err(e) => {
-                    let id = serde_json::from_slice::<serde_json::Value>(&body)
-                        .ok()
-                        .and_then(|v| v.get("id")?.as_u64())
-                        .unwrap_or(proto::UNKNOWN_REQUEST_ID);
-                    debug!(pid = self.peer.pid, error = %e, "malformed request");
-                    (id, Err(ErrorReply::new(ErrorCode::BadRequest, e.to_string())))
-                }
-            };
-            if !self.send(&ServerMessage::Reply { id, result }).await {
+            if !self.answer(&body).await {
                 return ConnectionEnd::Closed;
             }
         }
+    }
+
+    /// The next request frame's body, or how the connection ends instead.
+    async fn next_request(
+        &mut self,
+        stop: &mut watch::Receiver<Option<String>>,
+        exit_watch: Option<&AsyncFd<OwnedFd>>,
+    ) -> Result<Vec<u8>, ConnectionEnd> {
+        // A connection that holds no slot holds nothing a close would take away: it may
+        // not sit on a connection others need (its client reconnects when it next asks).
+        let idle = self.st.cfg.idle_timeout.filter(|_| self.slot.is_none());
+        let t = self.st.cfg.io_timeout;
+        let body = tokio::select! {
+            biased;
+            reason = shutdown_requested(stop) => {
+                self.send(&ServerMessage::Event(proto::Event::ShuttingDown { reason })).await;
+                return Err(ConnectionEnd::Shutdown);
+            }
+            _ = peer_exited(exit_watch) => {
+                info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
+                return Err(ConnectionEnd::Closed);
+            }
+            r = self.reader.next(&mut self.stream, t) => r,
+            _ = sleep_or_never(idle) => {
+                info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
+                return Err(ConnectionEnd::Closed);
+            }
+        };
+        match body {
+            Ok(b) => Ok(b),
+            Err(FrameError::Closed) => {
+                debug!(pid = self.peer.pid, client = %self.name, "client closed the connection");
+                Err(ConnectionEnd::Closed)
+            }
+            Err(e @ FrameError::TooLarge { .. }) => {
+                warn!(pid = self.peer.pid, client = %self.name, "{e}; closing");
+                self.send(&ServerMessage::Reply {
+                    id: proto::UNKNOWN_REQUEST_ID,
+                    result: Err(ErrorReply::new(ErrorCode::FrameTooLarge, e.to_string())),
+                })
+                .await;
+                Err(ConnectionEnd::Closed)
+            }
+            Err(e) => {
+                warn!(pid = self.peer.pid, client = %self.name, error = %e, "connection broken");
+                Err(ConnectionEnd::Closed)
+            }
+        }
+    }
+
+    /// Handles one request frame and sends its reply; false when the reply could not be
+    /// sent. A granted Shutdown is answered, then stops the daemon (the next wait sees it).
+    async fn answer(&mut self, body: &[u8]) -> bool {
+        let (id, result) = match frame::decode::<proto::RequestFrame>(body) {
+            Ok(f) => {
+                let is_shutdown = matches!(f.request, Request::Shutdown);
+                let r = self.handle(f.request).await;
+                if is_shutdown && r.is_ok() {
+                    self.send(&ServerMessage::Reply { id: f.id, result: r }).await;
+                    self.st.stop(format!("Shutdown request from pid {}", self.peer.pid));
+                    return true;
+                }
+                (f.id, r)
+            }
+            Err(e) => {
+                let id = serde_json::from_slice::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("id")?.as_u64())
+                    .unwrap_or(proto::UNKNOWN_REQUEST_ID);
+                debug!(pid = self.peer.pid, error = %e, "malformed request");
+                (id, Err(ErrorReply::new(ErrorCode::BadRequest, e.to_string())))
+            }
+        };
+        self.send(&ServerMessage::Reply { id, result }).await
     }
 }

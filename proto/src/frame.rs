@@ -13,8 +13,10 @@
 //! - an end of stream exactly at a frame boundary is [`FrameError::Closed`]; inside a frame it
 //!   is [`FrameError::Truncated`], so a half-written frame is told from a clean close.
 //!
-//! The blocking helpers here serve clients (std sockets); the daemon reads the same format
-//! with tokio using [`check_len`] and [`decode`].
+//! The blocking helpers here serve clients (std sockets). The daemon reads and writes the same
+//! format with tokio-util's `LengthDelimitedCodec` configured to it (`xtcqd::server::framing`);
+//! `daemon/tests/framing.rs` runs the two against each other. [`decode`] is shared: the
+//! body is the same JSON either way.
 
 use std::io::{self, Read, Write};
 

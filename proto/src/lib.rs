@@ -6,6 +6,7 @@
 //! - [`msg`]: the typed messages — the [`msg::Hello`] handshake that opens every connection,
 //!   the [`msg::Request`] / [`msg::Response`] pairs, server [`msg::Event`]s and the typed
 //!   [`msg::ErrorCode`] every error reply carries;
+//! - [`dead`]: listing, re-queuing and purging dead letters through the daemon;
 //! - [`backoff`]: a queue's retry backoff policy (exponential, jittered, capped);
 //! - [`duration`]: the one duration syntax of both programs' flags (`500ms`, `5s`, `2m`);
 //! - [`lease`]: the lease durations the daemon can honour (1 ms resolution);
@@ -25,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod dead;
 pub mod duration;
 pub mod frame;
 pub mod lease;
@@ -39,4 +41,7 @@ pub use msg::*;
 
 /// The protocol version this build speaks. Bumped on any incompatible change to [`msg`]
 /// after the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// - 2: `DeadLetters` and `ActOnDead` (dead letters through the daemon), and the
+///   `FenceCommand` / `Unfence` shapes that had changed without a bump.
+pub const PROTOCOL_VERSION: u32 = 2;

@@ -51,6 +51,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
+
 use crate::PROTOCOL_VERSION;
 
 /// The id used in a reply to a request whose id could not be read.
@@ -293,6 +295,26 @@ pub enum Request {
         /// The policy.
         backoff: Option<crate::backoff::RetryBackoff>,
     },
+    /// A page of the dead letters of `queue`, from record `from` on;
+    /// [`Response::DeadLetters`]. Refused as an attach is to a user who may not use the queue.
+    DeadLetters {
+        /// Queue name.
+        queue: String,
+        /// The first record to look at (0, then the page's [`DeadLetterPage::next`]).
+        from: u32,
+    },
+    /// Re-queue or purge dead letters of `queue`: the named ones, or all of them when `jobs`
+    /// is `None`; [`Response::DeadActedOn`]. The daemon first attaches the caller to the queue
+    /// as an injector (refused as that attach would be), and refuses the whole request before
+    /// doing anything when a named job is not a dead letter of that queue.
+    ActOnDead {
+        /// Queue name.
+        queue: String,
+        /// Re-queue or purge.
+        action: DeadAction,
+        /// The jobs, or `None` for every dead letter of the queue.
+        jobs: Option<Vec<JobRef>>,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -398,6 +420,10 @@ pub enum Response {
     Scheduled,
     /// To [`Request::SetRetryBackoff`].
     BackoffSet,
+    /// To [`Request::DeadLetters`].
+    DeadLetters(DeadLetterPage),
+    /// To [`Request::ActOnDead`].
+    DeadActedOn(DeadActed),
 }
 
 /// The segment's fixed configuration.

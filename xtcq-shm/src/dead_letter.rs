@@ -85,35 +85,75 @@ pub enum DeadLetterError {
 
 /// The dead letters of queue-table entry `queue`.
 pub fn dead_letters(seg: &Segment, queue: u32) -> Vec<DeadLetter> {
+    dead_letters_from(seg, queue, 0, usize::MAX).0
+}
+
+/// At most `max` dead letters of queue-table entry `queue`, from record `from` on, in record
+/// order; and the record to go on from when more may follow (a page of a listing that a
+/// reply frame could not hold whole).
+pub fn dead_letters_from(seg: &Segment, queue: u32, from: u32, max: usize) -> (Vec<DeadLetter>, Option<u32>) {
+    let records = seg.records();
+    let mut out = Vec::new();
+    for i in from..records.len() {
+        if out.len() >= max {
+            return (out, Some(i));
+        }
+        let Some(d) = read_dead_letter(seg, queue, i) else { continue };
+        out.push(d);
+    }
+    (out, None)
+}
+
+/// The dead letter in record `i`, if it is one of queue `queue` (a racy copy, see the module
+/// doc: `None` when it changed meanwhile).
+fn read_dead_letter(seg: &Segment, queue: u32, i: u32) -> Option<DeadLetter> {
     let records = seg.records();
     let cap = records.payload_capacity();
-    let mut out = Vec::new();
-    for i in 0..records.len() {
-        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
-        let w = st.load();
-        if w.state() != Some(State::Dead) || hdr.queue.load(Ordering::Relaxed) != queue {
-            continue;
-        }
-        let len = hdr.payload_len.load(Ordering::Relaxed).min(cap) as usize;
-        let base = hdr as *const RecordHeader as *const u8;
-        let payload = (0..len)
-            // SAFETY: `len <= payload_capacity`, so every byte read is inside this record's
-            // payload area; volatile because no holder excludes other writers.
-            .map(|k| unsafe { core::ptr::read_volatile(base.add(crate::layout::RECORD_HEADER_SIZE + k)) })
-            .collect();
-        let d = DeadLetter {
-            handle: JobHandle { index: i, generation: w.generation() },
-            id: job_id(hdr, i),
-            attempts: hdr.attempts.load(Ordering::Relaxed),
-            last_error: load_last_error(hdr),
-            payload,
-        };
-        // Changed while we copied: re-queued or purged; not a dead letter any more.
-        if st.load() == w {
-            out.push(d);
-        }
+    let (st, hdr) = (records.state(i)?, records.header(i)?);
+    let w = st.load();
+    if w.state() != Some(State::Dead) || hdr.queue.load(Ordering::Relaxed) != queue {
+        return None;
     }
-    out
+    let len = hdr.payload_len.load(Ordering::Relaxed).min(cap) as usize;
+    let base = hdr as *const RecordHeader as *const u8;
+    let payload = (0..len)
+        // SAFETY: `len <= payload_capacity`, so every byte read is inside this record's
+        // payload area; volatile because no holder excludes other writers.
+        .map(|k| unsafe { core::ptr::read_volatile(base.add(crate::layout::RECORD_HEADER_SIZE + k)) })
+        .collect();
+    let d = DeadLetter {
+        handle: JobHandle { index: i, generation: w.generation() },
+        id: job_id(hdr, i),
+        attempts: hdr.attempts.load(Ordering::Relaxed),
+        last_error: load_last_error(hdr),
+        payload,
+    };
+    // Changed while we copied: re-queued or purged; not a dead letter any more.
+    (st.load() == w).then_some(d)
+}
+
+/// The handles of every dead letter of queue-table entry `queue`, without their payloads.
+pub fn dead_handles(seg: &Segment, queue: u32) -> Vec<JobHandle> {
+    let records = seg.records();
+    (0..records.len()).filter_map(|i| dead_handle(seg, queue, i)).collect()
+}
+
+/// The handle of the dead letter in record `index`, if it is one of queue `queue`.
+fn dead_handle(seg: &Segment, queue: u32, index: u32) -> Option<JobHandle> {
+    let records = seg.records();
+    let (st, hdr) = (records.state(index)?, records.header(index)?);
+    // The word first (Acquire), then the queue field written before the job died.
+    let w = st.load();
+    (w.state() == Some(State::Dead) && hdr.queue.load(Ordering::Relaxed) == queue)
+        .then_some(JobHandle { index, generation: w.generation() })
+}
+
+/// The dead letter of queue `queue` that `index.number` names, as people name jobs: by its
+/// stable id (`number` is its birth) or by its current handle (`number` is its generation).
+pub fn find_dead(seg: &Segment, queue: u32, index: u32, number: u32) -> Option<JobHandle> {
+    let h = dead_handle(seg, queue, index)?;
+    let hdr = seg.records().header(index)?;
+    (job_id(hdr, index).birth == number || h.generation == number).then_some(h)
 }
 
 /// Puts dead letter `handle` back in line with its attempts reset to 0, as process slot `me`

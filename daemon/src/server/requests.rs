@@ -95,6 +95,8 @@ impl Conn {
                 info!(queue = %queue, ?backoff, pid = self.peer.pid, "retry backoff set");
                 Ok(Response::BackoffSet)
             }
+            Request::DeadLetters { queue, from } => self.dead_letters(queue, from).await,
+            Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
             Request::Shutdown => self.shutdown(),
         }
     }
@@ -283,6 +285,42 @@ impl Conn {
             reg.unregister_fence(slot, index, birth, pid);
         }
         Ok(Response::Unfenced)
+    }
+
+    /// `DeadLetters`: a page of the queue's dead letters, for a peer that may use it.
+    async fn dead_letters(&mut self, queue: String, from: u32) -> Result<Response, ErrorReply> {
+        let reg = self.st.reg.clone();
+        let who = self.access();
+        let q = reg.check_use(&queue, &who)?;
+        let page = tokio::task::spawn_blocking(move || reg.dead_letter_page(&q, from))
+            .await
+            .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("listing dead letters failed: {e}")))?;
+        Ok(Response::DeadLetters(page))
+    }
+
+    /// `ActOnDead`: re-queue or purge many dead letters. The peer is attached to the queue as
+    /// an injector first, as a producer would be: that checks it may use the queue, and gives
+    /// the process slot a re-queue writes as (recovery finishes the job if that process dies).
+    async fn act_on_dead(
+        &mut self,
+        queue: String,
+        action: proto::DeadAction,
+        jobs: Option<Vec<proto::JobRef>>,
+    ) -> Result<Response, ErrorReply> {
+        let reg = self.st.reg.clone();
+        let who = self.access();
+        reg.check_use(&queue, &who)?;
+        let slot = self.ensure_slot(proto::ROLE_INJECTOR)?;
+        let q = reg.attach_as(&queue, slot, proto::ROLE_INJECTOR, Some(&who))?;
+        let named = jobs.as_ref().map(Vec::len);
+        let done =
+            tokio::task::spawn_blocking(move || reg.act_on_dead(&q, action, jobs.as_deref(), slot.slot))
+                .await
+                .map_err(|e| {
+                    ErrorReply::new(ErrorCode::Internal, format!("acting on dead letters failed: {e}"))
+                })??;
+        info!(queue = %queue, ?action, ?named, done = done.done, gone = done.gone, pid = self.peer.pid, "dead letters acted on");
+        Ok(Response::DeadActedOn(done))
     }
 
     /// `Shutdown`: only the daemon's own uid or root may ask.
