@@ -174,6 +174,33 @@ pub fn demo(a: DemoArgs) -> Result<i32> {
 }
 
 fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path) -> Result<i32> {
+    announce(a)?;
+    let (mut daemon, client) = start_daemon(socket, segment, log)?;
+    client.create_queue(&QueueParams {
+        deques: 2,
+        capacity: 1024,
+        flavor: Flavor::Fifo,
+        ..QueueParams::new(QUEUE)
+    })?;
+    let mut workers = run_producer_and_workers(a, dir, socket)?;
+    wait_drained(&client)?;
+    stop_workers(dir, &mut workers)?;
+    let tally = Tally::read(a, dir)?;
+    let report = client.check(true)?;
+    tally.print(a, &report)?;
+    // Stop the daemon cleanly.
+    client.shutdown_daemon()?;
+    drop(client);
+    let st = wait_exit(&mut daemon, Duration::from_secs(10))?;
+    if !st.success() {
+        bail!("xtcqd did not stop cleanly ({st})");
+    }
+    let ok = tally.missing == 0 && tally.twice == 0 && tally.out_of_range == 0 && report.is_consistent();
+    sayln!("  result       {}", if ok { "ok" } else { "FAILED" });
+    Ok(if ok { exit::OK } else { exit::FAILED })
+}
+
+fn announce(a: &DemoArgs) -> Result<()> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let processes = a.workers as usize + 1;
     sayln!(
@@ -183,8 +210,11 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
         cpus,
         if processes > cpus { " (more processes than CPUs: they take turns)" } else { "" }
     );
+    Ok(())
+}
 
-    // 1. A private daemon.
+/// A private daemon on `socket` and `segment`, logging to `log`, and a client of it.
+fn start_daemon(socket: &Path, segment: &Path, log: &Path) -> Result<(Reaped, Client)> {
     let logf = std::fs::File::create(log).context("cannot create the daemon log")?;
     let mut dcmd = daemon_command()?;
     dcmd.arg("--socket")
@@ -218,14 +248,12 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
         }
     };
     sayln!("  daemon      xtcqd pid {pid}, socket {}, segment {}", socket.display(), segment.display());
-    client.create_queue(&QueueParams {
-        deques: 2,
-        capacity: 1024,
-        flavor: Flavor::Fifo,
-        ..QueueParams::new(QUEUE)
-    })?;
+    Ok((daemon, client))
+}
 
-    // 2. Workers first (each says when it is attached), then the producer.
+/// Starts the workers (each says when it is attached), then the producer, and waits for the
+/// producer to push every job. Returns the running workers.
+fn run_producer_and_workers(a: &DemoArgs, dir: &Path, socket: &Path) -> Result<Vec<Reaped>> {
     let me = std::env::current_exe().context("cannot find the xtcq executable")?;
     let stop = dir.join("stop");
     let spawn = |role: &str, out: &Path| -> Result<Reaped> {
@@ -241,65 +269,98 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
             .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("cannot start a {role} process"))?;
-        Ok(Reaped(Some(c)))
-    };
-    let ready = |p: &mut Reaped| -> Result<()> {
+        let mut p = Reaped(Some(c));
         let out = p.0.as_mut().and_then(|c| c.stdout.take()).ok_or_else(|| anyhow!("no stdout"))?;
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line)?;
         if line.trim() != "ready" {
             bail!("a demo process failed to attach");
         }
-        Ok(())
+        Ok(p)
     };
     let mut workers = Vec::new();
     for w in 0..a.workers {
-        let mut p = spawn("worker", &dir.join(format!("worker{w}.out")))?;
-        ready(&mut p)?;
-        workers.push(p);
+        workers.push(spawn("worker", &dir.join(format!("worker{w}.out")))?);
     }
     let mut producer = spawn("producer", &dir.join("producer.out"))?;
-    ready(&mut producer)?;
     let st = wait_exit(&mut producer, Duration::from_secs(300))?;
     if !st.success() {
         bail!("the producer failed ({st})");
     }
+    Ok(workers)
+}
 
-    // 3. Drained: nothing queued, being pushed or running. Then the workers stop.
+/// Waits until nothing is queued, being pushed or running.
+fn wait_drained(client: &Client) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = client.stats(Some(QUEUE))?;
         let r = s.queues.first().map(|q| q.records.clone()).unwrap_or_default();
         if r.queued == 0 && r.claimed == 0 && r.filling == 0 {
-            break;
+            return Ok(());
         }
         if Instant::now() >= deadline {
             bail!("the queue did not drain in 120 s: {r:?}");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::fs::write(&stop, b"").context("cannot create the stop file")?;
-    for w in &mut workers {
+}
+
+/// Tells the workers to stop (the stop file) and waits for each.
+fn stop_workers(dir: &Path, workers: &mut [Reaped]) -> Result<()> {
+    std::fs::write(dir.join("stop"), b"").context("cannot create the stop file")?;
+    for w in workers {
         let st = wait_exit(w, Duration::from_secs(30))?;
         if !st.success() {
             bail!("a worker failed ({st})");
         }
     }
+    Ok(())
+}
 
-    // 4. Account for every id.
-    let producer_out = std::fs::read_to_string(dir.join("producer.out")).context("producer results")?;
-    let first_push: u64 = producer_out
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow!("the producer wrote no start time"))?;
-    let mut seen = vec![0u32; a.jobs as usize];
-    let mut lat = Vec::with_capacity(a.jobs as usize);
-    let mut last_ack = 0u64;
-    let mut per_worker = Vec::new();
-    let mut out_of_range = 0u64;
-    for w in 0..a.workers {
-        let text = std::fs::read_to_string(dir.join(format!("worker{w}.out"))).context("worker results")?;
+/// What the demo's processes wrote: every id's count, latencies, per-worker counts.
+struct Tally {
+    missing: usize,
+    twice: usize,
+    out_of_range: u64,
+    latencies: Vec<u64>,
+    per_worker: Vec<u64>,
+    first_push: u64,
+    last_ack: u64,
+}
+
+impl Tally {
+    fn read(a: &DemoArgs, dir: &Path) -> Result<Tally> {
+        let producer_out = std::fs::read_to_string(dir.join("producer.out")).context("producer results")?;
+        let first_push: u64 = producer_out
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow!("the producer wrote no start time"))?;
+        let mut seen = vec![0u32; a.jobs as usize];
+        let mut t = Tally {
+            missing: 0,
+            twice: 0,
+            out_of_range: 0,
+            latencies: Vec::with_capacity(a.jobs as usize),
+            per_worker: Vec::new(),
+            first_push,
+            last_ack: 0,
+        };
+        for w in 0..a.workers {
+            let text =
+                std::fs::read_to_string(dir.join(format!("worker{w}.out"))).context("worker results")?;
+            let n = t.add_worker(&text, &mut seen);
+            t.per_worker.push(n);
+        }
+        t.missing = seen.iter().filter(|&&c| c == 0).count();
+        t.twice = seen.iter().filter(|&&c| c > 1).count();
+        t.latencies.sort_unstable();
+        Ok(t)
+    }
+
+    /// Counts one worker's lines (`ID LATENCY`, and `last T`); returns how many jobs it ran.
+    fn add_worker(&mut self, text: &str, seen: &mut [u32]) -> u64 {
         let mut n = 0u64;
         for line in text.lines() {
             let mut f = line.split_whitespace().map(|v| v.parse::<u64>());
@@ -307,64 +368,54 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
                 (Some(Ok(id)), Some(Ok(l))) if line.starts_with(|c: char| c.is_ascii_digit()) => {
                     match seen.get_mut(id as usize) {
                         Some(c) => *c += 1,
-                        None => out_of_range += 1,
+                        None => self.out_of_range += 1,
                     }
-                    lat.push(l);
+                    self.latencies.push(l);
                     n += 1;
                 }
                 _ => {
                     if let Some(t) = line.strip_prefix("last ").and_then(|v| v.trim().parse().ok()) {
-                        last_ack = last_ack.max(t);
+                        self.last_ack = self.last_ack.max(t);
                     }
                 }
             }
         }
-        per_worker.push(n);
+        n
     }
-    let missing = seen.iter().filter(|&&c| c == 0).count();
-    let twice = seen.iter().filter(|&&c| c > 1).count();
-    let report = client.check(true)?;
 
-    let secs = (last_ack.saturating_sub(first_push)) as f64 / 1e9;
-    lat.sort_unstable();
-    sayln!(
-        "  exactly once {} of {} ids acked once; {missing} missing, {twice} more than once{}",
-        a.jobs as usize - missing - twice,
-        a.jobs,
-        if out_of_range > 0 { format!(", {out_of_range} unknown") } else { String::new() }
-    );
-    sayln!(
-        "  throughput   {:.2} M jobs/s ({} jobs in {:.1} ms, first push to last ack; push, claim, payload copy and ack each)",
-        a.jobs as f64 / secs.max(1e-9) / 1e6,
-        a.jobs,
-        secs * 1e3
-    );
-    sayln!(
-        "  latency      push -> claim, including time queued behind earlier jobs: p50 {}, p99 {}, max {}",
-        us(percentile(&lat, 0.5)),
-        us(percentile(&lat, 0.99)),
-        us(lat.last().copied().unwrap_or(0))
-    );
-    sayln!("  per worker   {}", per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
-    sayln!(
-        "  segment      {}",
-        if report.is_consistent() {
-            "consistent (xtcq check)".to_string()
-        } else {
-            format!("INCONSISTENT: {}", report.problems.join("; "))
-        }
-    );
-
-    // 5. Stop the daemon cleanly.
-    client.shutdown_daemon()?;
-    drop(client);
-    let st = wait_exit(&mut daemon, Duration::from_secs(10))?;
-    if !st.success() {
-        bail!("xtcqd did not stop cleanly ({st})");
+    fn print(&self, a: &DemoArgs, report: &xtcq_client::CheckReport) -> Result<()> {
+        let secs = (self.last_ack.saturating_sub(self.first_push)) as f64 / 1e9;
+        let (missing, twice, lat) = (self.missing, self.twice, &self.latencies);
+        sayln!(
+            "  exactly once {} of {} ids acked once; {missing} missing, {twice} more than once{}",
+            a.jobs as usize - missing - twice,
+            a.jobs,
+            if self.out_of_range > 0 { format!(", {} unknown", self.out_of_range) } else { String::new() }
+        );
+        sayln!(
+            "  throughput   {:.2} M jobs/s ({} jobs in {:.1} ms, first push to last ack; push, claim, payload copy and ack each)",
+            a.jobs as f64 / secs.max(1e-9) / 1e6,
+            a.jobs,
+            secs * 1e3
+        );
+        sayln!(
+            "  latency      push -> claim, including time queued behind earlier jobs: p50 {}, p99 {}, max {}",
+            us(percentile(lat, 0.5)),
+            us(percentile(lat, 0.99)),
+            us(lat.last().copied().unwrap_or(0))
+        );
+        let per_worker = self.per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ");
+        sayln!("  per worker   {per_worker}");
+        sayln!(
+            "  segment      {}",
+            if report.is_consistent() {
+                "consistent (xtcq check)".to_string()
+            } else {
+                format!("INCONSISTENT: {}", report.problems.join("; "))
+            }
+        );
+        Ok(())
     }
-    let ok = missing == 0 && twice == 0 && out_of_range == 0 && report.is_consistent();
-    sayln!("  result       {}", if ok { "ok" } else { "FAILED" });
-    Ok(if ok { exit::OK } else { exit::FAILED })
 }
 
 /// `xtcq __demo-role producer|worker`: one process of the demo.
