@@ -22,12 +22,14 @@
 //!
 //! The walk reads racy snapshots; on a live segment only `quiescent = false` is meaningful.
 
+use crate::deque::DequeRef;
 use crate::layout::lease_holder;
 use crate::layout::{
     PROCESS_ACTIVE, PROCESS_RECOVERING, QUEUE_ACTIVE, QUEUE_CREATING, QUEUE_DELETING, QUEUE_FREE,
 };
+use crate::overflow::OverflowRef;
 use crate::record::state::{JobHandle, State, NO_HOLDER};
-use crate::segment::Segment;
+use crate::segment::{QueueInfo, Segment};
 use crate::sync::Ordering;
 
 /// Counts of records by state, and how much was looked at.
@@ -75,208 +77,240 @@ impl CheckReport {
 
 /// Walks `seg`; see the module docs. At most `MAX_PROBLEMS` lines are kept.
 pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
-    const MAX_PROBLEMS: usize = 200;
-    let mut r = CheckReport::default();
-    let problem = |r: &mut CheckReport, m: String| {
-        if r.problems.len() < MAX_PROBLEMS {
-            r.problems.push(m);
-        } else if r.problems.len() == MAX_PROBLEMS {
-            r.problems.push("... more problems not listed".into());
-        }
-    };
-    let cfg = *seg.config();
-    let records = seg.records();
-    let mut referenced = vec![false; records.len() as usize];
-
-    let mut live_slot = vec![false; cfg.process_slots as usize];
-    for (s, live) in live_slot.iter_mut().enumerate() {
-        if let Some(p) = seg.process_slot(s as u32) {
-            let st = p.state.load(Ordering::Acquire);
-            *live = st == PROCESS_ACTIVE || st == PROCESS_RECOVERING;
-            r.counts.processes += *live as u32;
-        }
-    }
-
-    for index in 0..cfg.queues {
-        match seg.queue_state(index) {
-            // Transient while a daemon creates or deletes a queue; a `DELETING` left by a
-            // daemon that died is finished by the next one when it adopts the segment.
-            Some(QUEUE_ACTIVE | QUEUE_CREATING | QUEUE_DELETING) | None => {}
-            Some(QUEUE_FREE) => {
-                let mut found = Vec::new();
-                check_free_entry(seg, index, &mut |m| found.push(m));
-                // A create (and attach, push) racing this walk on a live segment is not a
-                // problem: report only what an entry that stayed free shows.
-                if seg.queue_state(index) == Some(QUEUE_FREE) {
-                    for m in found {
-                        problem(&mut r, m);
-                    }
-                }
-            }
-            Some(other) => problem(&mut r, format!("queue-table entry {index}: unknown state {other}")),
-        }
-    }
-
-    let mut active_queue = vec![false; cfg.queues as usize];
+    let mut c = Checker::new(seg, quiescent);
+    c.queue_table();
     for q in seg.queues() {
-        let q = match q {
-            Ok(q) => q,
-            Err(e) => {
-                problem(&mut r, format!("queue table: {e}"));
-                continue;
+        match q {
+            Ok(q) => c.queue(&q),
+            Err(e) => c.problem(format!("queue table: {e}")),
+        }
+    }
+    for i in 0..seg.records().len() {
+        c.record(i);
+    }
+    c.report
+}
+
+/// The walk's state: what it found so far, and what later steps need from earlier ones.
+struct Checker<'s> {
+    seg: &'s Segment,
+    cfg: crate::layout::SegmentConfig,
+    quiescent: bool,
+    report: CheckReport,
+    /// Records some deque or overflow ring names (current handles only).
+    referenced: Vec<bool>,
+    /// Process slots attached or being recovered.
+    live_slot: Vec<bool>,
+    /// Queue-table entries with a queue in use.
+    active_queue: Vec<bool>,
+}
+
+impl<'s> Checker<'s> {
+    fn new(seg: &'s Segment, quiescent: bool) -> Checker<'s> {
+        let cfg = *seg.config();
+        let mut report = CheckReport::default();
+        let mut live_slot = vec![false; cfg.process_slots as usize];
+        for (s, live) in live_slot.iter_mut().enumerate() {
+            if let Some(p) = seg.process_slot(s as u32) {
+                let st = p.state.load(Ordering::Acquire);
+                *live = st == PROCESS_ACTIVE || st == PROCESS_RECOVERING;
+                report.counts.processes += *live as u32;
             }
-        };
-        active_queue[q.index as usize] = true;
-        r.counts.queues += 1;
-        for d in 0..q.spec.deques {
-            let dq = match seg.deque(&q, d) {
-                Ok(dq) => dq,
-                Err(e) => {
-                    problem(&mut r, format!("queue {} deque {d}: {e}", q.spec.name));
-                    continue;
-                }
-            };
-            r.counts.deques += 1;
-            let (top, bottom) = dq.indices();
-            let cap = dq.capacity() as i64;
-            if top > bottom.saturating_add(1) {
-                problem(&mut r, format!("queue {} deque {d}: top {top} > bottom {bottom} + 1", q.spec.name));
-            }
-            if bottom.saturating_sub(top) > cap {
-                problem(
-                    &mut r,
-                    format!(
-                        "queue {} deque {d}: {} handles > capacity {cap}",
-                        q.spec.name,
-                        bottom.saturating_sub(top)
-                    ),
-                );
-            }
-            if let Some(h) = seg.deque_header(q.index, d) {
-                if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
-                    if s >= cfg.process_slots {
-                        problem(&mut r, format!("queue {} deque {d}: lease names slot {s}", q.spec.name));
-                    }
-                }
-            }
-            for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
-                let w = dq.slot_value(top.wrapping_add(k));
-                r.counts.deque_handles += 1;
-                match JobHandle::from_word(w) {
-                    Some(h) if h.index < records.len() => {
-                        // A stale handle (see `is_current`) must not make an unreachable job
-                        // look referenced.
-                        if records.is_current(h) {
-                            referenced[h.index as usize] = true;
+        }
+        Checker {
+            seg,
+            cfg,
+            quiescent,
+            report,
+            referenced: vec![false; seg.records().len() as usize],
+            live_slot,
+            active_queue: vec![false; cfg.queues as usize],
+        }
+    }
+
+    /// Records a problem; past [`MAX_PROBLEMS`] only says that there were more.
+    fn problem(&mut self, m: String) {
+        let problems = &mut self.report.problems;
+        if problems.len() < MAX_PROBLEMS {
+            problems.push(m);
+        } else if problems.len() == MAX_PROBLEMS {
+            problems.push("... more problems not listed".into());
+        }
+    }
+
+    /// Every entry's state word is known, and a free entry is as a new segment has it.
+    fn queue_table(&mut self) {
+        for index in 0..self.cfg.queues {
+            match self.seg.queue_state(index) {
+                // Transient while a daemon creates or deletes a queue; a `DELETING` left by a
+                // daemon that died is finished by the next one when it adopts the segment.
+                Some(QUEUE_ACTIVE | QUEUE_CREATING | QUEUE_DELETING) | None => {}
+                Some(QUEUE_FREE) => {
+                    let mut found = Vec::new();
+                    check_free_entry(self.seg, index, &mut |m| found.push(m));
+                    // A create (and attach, push) racing this walk on a live segment is not a
+                    // problem: report only what an entry that stayed free shows.
+                    if self.seg.queue_state(index) == Some(QUEUE_FREE) {
+                        for m in found {
+                            self.problem(m);
                         }
                     }
-                    _ => problem(
-                        &mut r,
-                        format!(
-                            "queue {} deque {d} index {}: bad handle {w:#x}",
-                            q.spec.name,
-                            top.wrapping_add(k)
-                        ),
-                    ),
+                }
+                Some(other) => self.problem(format!("queue-table entry {index}: unknown state {other}")),
+            }
+        }
+    }
+
+    /// An active queue: its deques' indices, leases and handles, and its overflow ring.
+    fn queue(&mut self, q: &QueueInfo) {
+        self.active_queue[q.index as usize] = true;
+        self.report.counts.queues += 1;
+        for d in 0..q.spec.deques {
+            match self.seg.deque(q, d) {
+                Ok(dq) => self.deque(q, d, &dq),
+                Err(e) => self.problem(format!("queue {} deque {d}: {e}", q.spec.name)),
+            }
+        }
+        if let Some(ring) = self.seg.overflow(q.index) {
+            self.overflow(q, &ring);
+        }
+    }
+
+    fn deque(&mut self, q: &QueueInfo, d: u32, dq: &DequeRef<'_>) {
+        let name = &q.spec.name;
+        self.report.counts.deques += 1;
+        let (top, bottom) = dq.indices();
+        let cap = dq.capacity() as i64;
+        if top > bottom.saturating_add(1) {
+            self.problem(format!("queue {name} deque {d}: top {top} > bottom {bottom} + 1"));
+        }
+        if bottom.saturating_sub(top) > cap {
+            self.problem(format!(
+                "queue {name} deque {d}: {} handles > capacity {cap}",
+                bottom.saturating_sub(top)
+            ));
+        }
+        if let Some(h) = self.seg.deque_header(q.index, d) {
+            if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
+                if s >= self.cfg.process_slots {
+                    self.problem(format!("queue {name} deque {d}: lease names slot {s}"));
                 }
             }
         }
-        if let Some(ring) = seg.overflow(q.index) {
-            let (head, tail) = ring.positions();
-            let cap = ring.capacity() as u64;
-            if tail < head || tail - head > cap {
-                problem(
-                    &mut r,
-                    format!("queue {} overflow ring: head {head} tail {tail} capacity {cap}", q.spec.name),
-                );
-            }
-            for k in 0..tail.saturating_sub(head).min(cap) {
-                // A cell not (yet) full for its lap is a push in flight; nothing to check.
-                if let Some(i) = ring.index_at(head + k) {
-                    r.counts.ring_indices += 1;
-                    match referenced.get_mut(i as usize) {
-                        Some(s) => *s = true,
-                        None => problem(
-                            &mut r,
-                            format!(
-                                "queue {} overflow position {}: record {i} out of range",
-                                q.spec.name,
-                                head + k
-                            ),
-                        ),
+        let records = self.seg.records();
+        for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
+            let w = dq.slot_value(top.wrapping_add(k));
+            self.report.counts.deque_handles += 1;
+            match JobHandle::from_word(w) {
+                Some(h) if h.index < records.len() => {
+                    // A stale handle (see `is_current`) must not make an unreachable job
+                    // look referenced.
+                    if records.is_current(h) {
+                        self.referenced[h.index as usize] = true;
                     }
+                }
+                _ => self.problem(format!(
+                    "queue {name} deque {d} index {}: bad handle {w:#x}",
+                    top.wrapping_add(k)
+                )),
+            }
+        }
+    }
+
+    fn overflow(&mut self, q: &QueueInfo, ring: &OverflowRef<'_>) {
+        let name = &q.spec.name;
+        let (head, tail) = ring.positions();
+        let cap = ring.capacity() as u64;
+        if tail < head || tail - head > cap {
+            self.problem(format!("queue {name} overflow ring: head {head} tail {tail} capacity {cap}"));
+        }
+        for k in 0..tail.saturating_sub(head).min(cap) {
+            // A cell not (yet) full for its lap is a push in flight; nothing to check.
+            if let Some(i) = ring.index_at(head + k) {
+                self.report.counts.ring_indices += 1;
+                match self.referenced.get_mut(i as usize) {
+                    Some(s) => *s = true,
+                    None => self.problem(format!(
+                        "queue {name} overflow position {}: record {i} out of range",
+                        head + k
+                    )),
                 }
             }
         }
     }
 
-    for i in 0..records.len() {
-        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
+    /// One record: a known state, a holder only where a state has one (and attached), a
+    /// generation, and for a job in a queue its length, its queue and (quiescent) an index.
+    fn record(&mut self, i: u32) {
+        let records = self.seg.records();
+        let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { return };
         let w = st.load();
-        let holder = w.holder();
         let Some(state) = w.state() else {
-            problem(&mut r, format!("record {i}: undecodable state word {:#x}", w.0));
-            continue;
+            self.problem(format!("record {i}: undecodable state word {:#x}", w.0));
+            return;
         };
-        match state {
-            State::Free => r.counts.free += 1,
-            State::Filling => r.counts.filling += 1,
-            State::Queued => r.counts.queued += 1,
-            // Writing is a claim whose holder is writing its header for a moment.
-            State::Claimed | State::Writing => r.counts.claimed += 1,
-            State::Dead => r.counts.dead += 1,
-            State::Delayed => r.counts.delayed += 1,
-        }
-        match state {
-            State::Filling | State::Claimed | State::Writing => {
-                if holder == NO_HOLDER || holder >= cfg.process_slots {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} with holder {holder}, not a process slot"),
-                    );
-                } else if !live_slot[holder as usize] {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} by process slot {holder}, which is not attached"),
-                    );
-                }
-                if quiescent {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} by slot {holder} with no process attached"),
-                    );
-                }
-            }
-            _ if holder != NO_HOLDER => {
-                problem(&mut r, format!("record {i}: {state:?} names holder {holder}"));
-            }
-            _ => {}
-        }
+        self.count(state);
+        self.holder(i, state, w.holder());
         if w.generation() == 0 {
-            problem(&mut r, format!("record {i}: generation 0"));
+            self.problem(format!("record {i}: generation 0"));
         }
         if state == State::Free || state == State::Filling {
-            continue;
+            return;
         }
         let len = hdr.payload_len.load(Ordering::Relaxed);
         if len > records.payload_capacity() {
-            problem(&mut r, format!("record {i}: payload length {len} > {}", records.payload_capacity()));
+            self.problem(format!("record {i}: payload length {len} > {}", records.payload_capacity()));
         }
         let q = hdr.queue.load(Ordering::Relaxed);
-        if !active_queue.get(q as usize).copied().unwrap_or(false) {
-            problem(&mut r, format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
+        if !self.active_queue.get(q as usize).copied().unwrap_or(false) {
+            self.problem(format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
         }
         // A delayed job's due time is its `enqueued_ns`, written before it became Delayed;
         // 0 is never one (a push stores at least 1).
         if state == State::Delayed && hdr.enqueued_ns.load(Ordering::Relaxed) == 0 {
-            problem(&mut r, format!("record {i}: Delayed with no due time"));
+            self.problem(format!("record {i}: Delayed with no due time"));
         }
-        if quiescent && state == State::Queued && !referenced[i as usize] {
-            problem(&mut r, format!("record {i}: Queued but no deque or overflow ring references it"));
+        if self.quiescent && state == State::Queued && !self.referenced[i as usize] {
+            self.problem(format!("record {i}: Queued but no deque or overflow ring references it"));
         }
     }
-    r
+
+    fn count(&mut self, state: State) {
+        let c = &mut self.report.counts;
+        match state {
+            State::Free => c.free += 1,
+            State::Filling => c.filling += 1,
+            State::Queued => c.queued += 1,
+            // Writing is a claim whose holder is writing its header for a moment.
+            State::Claimed | State::Writing => c.claimed += 1,
+            State::Dead => c.dead += 1,
+            State::Delayed => c.delayed += 1,
+        }
+    }
+
+    /// A held state names an attached process slot (and none when quiescent); others none.
+    fn holder(&mut self, i: u32, state: State, holder: u32) {
+        match state {
+            State::Filling | State::Claimed | State::Writing => {
+                if holder == NO_HOLDER || holder >= self.cfg.process_slots {
+                    self.problem(format!("record {i}: {state:?} with holder {holder}, not a process slot"));
+                } else if !self.live_slot[holder as usize] {
+                    self.problem(format!(
+                        "record {i}: {state:?} by process slot {holder}, which is not attached"
+                    ));
+                }
+                if self.quiescent {
+                    self.problem(format!("record {i}: {state:?} by slot {holder} with no process attached"));
+                }
+            }
+            _ if holder != NO_HOLDER => self.problem(format!("record {i}: {state:?} names holder {holder}")),
+            _ => {}
+        }
+    }
 }
+
+/// The most problems a report lists.
+const MAX_PROBLEMS: usize = 200;
 
 /// A free queue-table entry is as a new segment has it: no deque leased, every deque and the
 /// overflow ring at position 0 (slots and cells are not read: nothing reads them before a
