@@ -27,7 +27,7 @@ use crate::layout::{
     PROCESS_ACTIVE, PROCESS_RECOVERING, QUEUE_ACTIVE, QUEUE_CREATING, QUEUE_DELETING, QUEUE_FREE,
 };
 use crate::record::state::{JobHandle, State, NO_HOLDER};
-use crate::segment::Segment;
+use crate::segment::{QueueInfo, Segment};
 use crate::sync::Ordering;
 
 /// Counts of records by state, and how much was looked at.
@@ -73,22 +73,51 @@ impl CheckReport {
     }
 }
 
+/// At most this many problem lines are kept (a corrupt segment can have millions).
+const MAX_PROBLEMS: usize = 200;
+
+impl CheckReport {
+    /// Records one problem, up to [`MAX_PROBLEMS`], then one line saying more were cut.
+    fn problem(&mut self, m: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(m);
+        } else if self.problems.len() == MAX_PROBLEMS {
+            self.problems.push("... more problems not listed".into());
+        }
+    }
+}
+
 /// Walks `seg`; see the module docs. At most `MAX_PROBLEMS` lines are kept.
 pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
-    const MAX_PROBLEMS: usize = 200;
     let mut r = CheckReport::default();
-    let problem = |r: &mut CheckReport, m: String| {
-        if r.problems.len() < MAX_PROBLEMS {
-            r.problems.push(m);
-        } else if r.problems.len() == MAX_PROBLEMS {
-            r.problems.push("... more problems not listed".into());
+    let live_slot = live_slots(seg, &mut r);
+    check_queue_table(seg, &mut r);
+    let mut referenced = vec![false; seg.records().len() as usize];
+    let mut active_queue = vec![false; seg.config().queues as usize];
+    for q in seg.queues() {
+        let q = match q {
+            Ok(q) => q,
+            Err(e) => {
+                r.problem(format!("queue table: {e}"));
+                continue;
+            }
+        };
+        active_queue[q.index as usize] = true;
+        r.counts.queues += 1;
+        for d in 0..q.spec.deques {
+            check_deque(seg, &q, d, &mut referenced, &mut r);
         }
-    };
-    let cfg = *seg.config();
-    let records = seg.records();
-    let mut referenced = vec![false; records.len() as usize];
+        check_overflow(seg, &q, &mut referenced, &mut r);
+    }
+    let facts =
+        Facts { live_slot: &live_slot, active_queue: &active_queue, referenced: &referenced, quiescent };
+    check_records(seg, &facts, &mut r);
+    r
+}
 
-    let mut live_slot = vec![false; cfg.process_slots as usize];
+/// Which process slots are attached (active or being recovered), counted in `r`.
+fn live_slots(seg: &Segment, r: &mut CheckReport) -> Vec<bool> {
+    let mut live_slot = vec![false; seg.config().process_slots as usize];
     for (s, live) in live_slot.iter_mut().enumerate() {
         if let Some(p) = seg.process_slot(s as u32) {
             let st = p.state.load(Ordering::Acquire);
@@ -96,8 +125,12 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
             r.counts.processes += *live as u32;
         }
     }
+    live_slot
+}
 
-    for index in 0..cfg.queues {
+/// Every queue-table entry's state is known, and a free entry is as a new segment has it.
+fn check_queue_table(seg: &Segment, r: &mut CheckReport) {
+    for index in 0..seg.config().queues {
         match seg.queue_state(index) {
             // Transient while a daemon creates or deletes a queue; a `DELETING` left by a
             // daemon that died is finished by the next one when it adopts the segment.
@@ -109,173 +142,160 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
                 // problem: report only what an entry that stayed free shows.
                 if seg.queue_state(index) == Some(QUEUE_FREE) {
                     for m in found {
-                        problem(&mut r, m);
+                        r.problem(m);
                     }
                 }
             }
-            Some(other) => problem(&mut r, format!("queue-table entry {index}: unknown state {other}")),
+            Some(other) => r.problem(format!("queue-table entry {index}: unknown state {other}")),
         }
     }
+}
 
-    let mut active_queue = vec![false; cfg.queues as usize];
-    for q in seg.queues() {
-        let q = match q {
-            Ok(q) => q,
-            Err(e) => {
-                problem(&mut r, format!("queue table: {e}"));
-                continue;
-            }
-        };
-        active_queue[q.index as usize] = true;
-        r.counts.queues += 1;
-        for d in 0..q.spec.deques {
-            let dq = match seg.deque(&q, d) {
-                Ok(dq) => dq,
-                Err(e) => {
-                    problem(&mut r, format!("queue {} deque {d}: {e}", q.spec.name));
-                    continue;
-                }
-            };
-            r.counts.deques += 1;
-            let (top, bottom) = dq.indices();
-            let cap = dq.capacity() as i64;
-            if top > bottom.saturating_add(1) {
-                problem(&mut r, format!("queue {} deque {d}: top {top} > bottom {bottom} + 1", q.spec.name));
-            }
-            if bottom.saturating_sub(top) > cap {
-                problem(
-                    &mut r,
-                    format!(
-                        "queue {} deque {d}: {} handles > capacity {cap}",
-                        q.spec.name,
-                        bottom.saturating_sub(top)
-                    ),
-                );
-            }
-            if let Some(h) = seg.deque_header(q.index, d) {
-                if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
-                    if s >= cfg.process_slots {
-                        problem(&mut r, format!("queue {} deque {d}: lease names slot {s}", q.spec.name));
-                    }
-                }
-            }
-            for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
-                let w = dq.slot_value(top.wrapping_add(k));
-                r.counts.deque_handles += 1;
-                match JobHandle::from_word(w) {
-                    Some(h) if h.index < records.len() => {
-                        // A stale handle (see `is_current`) must not make an unreachable job
-                        // look referenced.
-                        if records.is_current(h) {
-                            referenced[h.index as usize] = true;
-                        }
-                    }
-                    _ => problem(
-                        &mut r,
-                        format!(
-                            "queue {} deque {d} index {}: bad handle {w:#x}",
-                            q.spec.name,
-                            top.wrapping_add(k)
-                        ),
-                    ),
-                }
+/// Deque `d` of `q`: indices in order, no more handles than it holds, a lease naming a real
+/// slot, every handle in range; marks the current records it references.
+fn check_deque(seg: &Segment, q: &QueueInfo, d: u32, referenced: &mut [bool], r: &mut CheckReport) {
+    let name = &q.spec.name;
+    let dq = match seg.deque(q, d) {
+        Ok(dq) => dq,
+        Err(e) => {
+            r.problem(format!("queue {name} deque {d}: {e}"));
+            return;
+        }
+    };
+    r.counts.deques += 1;
+    let (top, bottom) = dq.indices();
+    let cap = dq.capacity() as i64;
+    if top > bottom.saturating_add(1) {
+        r.problem(format!("queue {name} deque {d}: top {top} > bottom {bottom} + 1"));
+    }
+    if bottom.saturating_sub(top) > cap {
+        r.problem(format!("queue {name} deque {d}: {} handles > capacity {cap}", bottom.saturating_sub(top)));
+    }
+    if let Some(h) = seg.deque_header(q.index, d) {
+        if let Some(s) = lease_holder(h.lease.load(Ordering::Acquire)) {
+            if s >= seg.config().process_slots {
+                r.problem(format!("queue {name} deque {d}: lease names slot {s}"));
             }
         }
-        if let Some(ring) = seg.overflow(q.index) {
-            let (head, tail) = ring.positions();
-            let cap = ring.capacity() as u64;
-            if tail < head || tail - head > cap {
-                problem(
-                    &mut r,
-                    format!("queue {} overflow ring: head {head} tail {tail} capacity {cap}", q.spec.name),
-                );
+    }
+    let records = seg.records();
+    for k in 0..bottom.saturating_sub(top).clamp(0, cap) {
+        let w = dq.slot_value(top.wrapping_add(k));
+        r.counts.deque_handles += 1;
+        match JobHandle::from_word(w) {
+            Some(h) if h.index < records.len() => {
+                // A stale handle (see `is_current`) must not make an unreachable job
+                // look referenced.
+                if records.is_current(h) {
+                    referenced[h.index as usize] = true;
+                }
             }
-            for k in 0..tail.saturating_sub(head).min(cap) {
-                // A cell not (yet) full for its lap is a push in flight; nothing to check.
-                if let Some(i) = ring.index_at(head + k) {
-                    r.counts.ring_indices += 1;
-                    match referenced.get_mut(i as usize) {
-                        Some(s) => *s = true,
-                        None => problem(
-                            &mut r,
-                            format!(
-                                "queue {} overflow position {}: record {i} out of range",
-                                q.spec.name,
-                                head + k
-                            ),
-                        ),
-                    }
+            _ => {
+                r.problem(format!("queue {name} deque {d} index {}: bad handle {w:#x}", top.wrapping_add(k)))
+            }
+        }
+    }
+}
+
+/// The overflow ring of `q`: positions in order and within capacity, every full cell a
+/// record in range; marks the records it references.
+fn check_overflow(seg: &Segment, q: &QueueInfo, referenced: &mut [bool], r: &mut CheckReport) {
+    let name = &q.spec.name;
+    let Some(ring) = seg.overflow(q.index) else { return };
+    let (head, tail) = ring.positions();
+    let cap = ring.capacity() as u64;
+    if tail < head || tail - head > cap {
+        r.problem(format!("queue {name} overflow ring: head {head} tail {tail} capacity {cap}"));
+    }
+    for k in 0..tail.saturating_sub(head).min(cap) {
+        // A cell not (yet) full for its lap is a push in flight; nothing to check.
+        if let Some(i) = ring.index_at(head + k) {
+            r.counts.ring_indices += 1;
+            match referenced.get_mut(i as usize) {
+                Some(s) => *s = true,
+                None => {
+                    r.problem(format!("queue {name} overflow position {}: record {i} out of range", head + k))
                 }
             }
         }
     }
+}
 
+/// What the walk of the queues learnt, for the walk of the records.
+struct Facts<'a> {
+    live_slot: &'a [bool],
+    active_queue: &'a [bool],
+    referenced: &'a [bool],
+    quiescent: bool,
+}
+
+/// Every record: a decodable state word, counted; a holder exactly where its state has one,
+/// and an attached one; a nonzero generation; and past `Filling`, a payload length within
+/// the record, an active queue, a due time if delayed, and (quiescent) a reference if queued.
+fn check_records(seg: &Segment, f: &Facts<'_>, r: &mut CheckReport) {
+    let records = seg.records();
+    let slots = seg.config().process_slots;
     for i in 0..records.len() {
         let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
         let w = st.load();
         let holder = w.holder();
         let Some(state) = w.state() else {
-            problem(&mut r, format!("record {i}: undecodable state word {:#x}", w.0));
+            r.problem(format!("record {i}: undecodable state word {:#x}", w.0));
             continue;
         };
-        match state {
-            State::Free => r.counts.free += 1,
-            State::Filling => r.counts.filling += 1,
-            State::Queued => r.counts.queued += 1,
-            // Writing is a claim whose holder is writing its header for a moment.
-            State::Claimed | State::Writing => r.counts.claimed += 1,
-            State::Dead => r.counts.dead += 1,
-            State::Delayed => r.counts.delayed += 1,
-        }
+        count_state(&mut r.counts, state);
         match state {
             State::Filling | State::Claimed | State::Writing => {
-                if holder == NO_HOLDER || holder >= cfg.process_slots {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} with holder {holder}, not a process slot"),
-                    );
-                } else if !live_slot[holder as usize] {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} by process slot {holder}, which is not attached"),
-                    );
+                if holder == NO_HOLDER || holder >= slots {
+                    r.problem(format!("record {i}: {state:?} with holder {holder}, not a process slot"));
+                } else if !f.live_slot[holder as usize] {
+                    r.problem(format!(
+                        "record {i}: {state:?} by process slot {holder}, which is not attached"
+                    ));
                 }
-                if quiescent {
-                    problem(
-                        &mut r,
-                        format!("record {i}: {state:?} by slot {holder} with no process attached"),
-                    );
+                if f.quiescent {
+                    r.problem(format!("record {i}: {state:?} by slot {holder} with no process attached"));
                 }
             }
-            _ if holder != NO_HOLDER => {
-                problem(&mut r, format!("record {i}: {state:?} names holder {holder}"));
-            }
+            _ if holder != NO_HOLDER => r.problem(format!("record {i}: {state:?} names holder {holder}")),
             _ => {}
         }
         if w.generation() == 0 {
-            problem(&mut r, format!("record {i}: generation 0"));
+            r.problem(format!("record {i}: generation 0"));
         }
         if state == State::Free || state == State::Filling {
             continue;
         }
         let len = hdr.payload_len.load(Ordering::Relaxed);
         if len > records.payload_capacity() {
-            problem(&mut r, format!("record {i}: payload length {len} > {}", records.payload_capacity()));
+            r.problem(format!("record {i}: payload length {len} > {}", records.payload_capacity()));
         }
         let q = hdr.queue.load(Ordering::Relaxed);
-        if !active_queue.get(q as usize).copied().unwrap_or(false) {
-            problem(&mut r, format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
+        if !f.active_queue.get(q as usize).copied().unwrap_or(false) {
+            r.problem(format!("record {i}: {state:?} in queue {q}, which is not an active queue"));
         }
         // A delayed job's due time is its `enqueued_ns`, written before it became Delayed;
         // 0 is never one (a push stores at least 1).
         if state == State::Delayed && hdr.enqueued_ns.load(Ordering::Relaxed) == 0 {
-            problem(&mut r, format!("record {i}: Delayed with no due time"));
+            r.problem(format!("record {i}: Delayed with no due time"));
         }
-        if quiescent && state == State::Queued && !referenced[i as usize] {
-            problem(&mut r, format!("record {i}: Queued but no deque or overflow ring references it"));
+        if f.quiescent && state == State::Queued && !f.referenced[i as usize] {
+            r.problem(format!("record {i}: Queued but no deque or overflow ring references it"));
         }
     }
-    r
+}
+
+/// Adds a record in `state` to its count.
+fn count_state(c: &mut CheckCounts, state: State) {
+    match state {
+        State::Free => c.free += 1,
+        State::Filling => c.filling += 1,
+        State::Queued => c.queued += 1,
+        // Writing is a claim whose holder is writing its header for a moment.
+        State::Claimed | State::Writing => c.claimed += 1,
+        State::Dead => c.dead += 1,
+        State::Delayed => c.delayed += 1,
+    }
 }
 
 /// A free queue-table entry is as a new segment has it: no deque leased, every deque and the
