@@ -173,6 +173,7 @@ pub fn demo(a: DemoArgs) -> Result<i32> {
     result
 }
 
+/// The demo's steps: a private daemon, workers then the producer, drain, tally, stop.
 fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path) -> Result<i32> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let processes = a.workers as usize + 1;
@@ -183,8 +184,40 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
         cpus,
         if processes > cpus { " (more processes than CPUs: they take turns)" } else { "" }
     );
+    let (mut daemon, client) = start_daemon(socket, segment, log)?;
+    let mut workers = farm(a, dir, socket)?;
+    wait_drained(&client)?;
+    std::fs::write(dir.join("stop"), b"").context("cannot create the stop file")?;
+    for w in &mut workers {
+        let st = wait_exit(w, Duration::from_secs(30))?;
+        if !st.success() {
+            bail!("a worker failed ({st})");
+        }
+    }
+    let tally = tally(a, dir)?;
+    let report = client.check(true)?;
+    let ok = tally.print(a.jobs)? && report.is_consistent();
+    sayln!(
+        "  segment      {}",
+        if report.is_consistent() {
+            "consistent (xtcq check)".to_string()
+        } else {
+            format!("INCONSISTENT: {}", report.problems.join("; "))
+        }
+    );
+    // Stop the daemon cleanly.
+    client.shutdown_daemon()?;
+    drop(client);
+    let st = wait_exit(&mut daemon, Duration::from_secs(10))?;
+    if !st.success() {
+        bail!("xtcqd did not stop cleanly ({st})");
+    }
+    sayln!("  result       {}", if ok { "ok" } else { "FAILED" });
+    Ok(if ok { exit::OK } else { exit::FAILED })
+}
 
-    // 1. A private daemon.
+/// Starts the private daemon, waits until it answers, and creates the demo's queue.
+fn start_daemon(socket: &Path, segment: &Path, log: &Path) -> Result<(Reaped, Client)> {
     let logf = std::fs::File::create(log).context("cannot create the daemon log")?;
     let mut dcmd = daemon_command()?;
     dcmd.arg("--socket")
@@ -224,8 +257,12 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
         flavor: Flavor::Fifo,
         ..QueueParams::new(QUEUE)
     })?;
+    Ok((daemon, client))
+}
 
-    // 2. Workers first (each says when it is attached), then the producer.
+/// Starts the workers (each says when it is attached), then the producer, and waits for the
+/// producer to finish; returns the workers, still running until the stop file appears.
+fn farm(a: &DemoArgs, dir: &Path, socket: &Path) -> Result<Vec<Reaped>> {
     let me = std::env::current_exe().context("cannot find the xtcq executable")?;
     let stop = dir.join("stop");
     let spawn = |role: &str, out: &Path| -> Result<Reaped> {
@@ -264,40 +301,54 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
     if !st.success() {
         bail!("the producer failed ({st})");
     }
+    Ok(workers)
+}
 
-    // 3. Drained: nothing queued, being pushed or running. Then the workers stop.
+/// Waits until nothing of the demo's queue is queued, being pushed or running.
+fn wait_drained(client: &Client) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = client.stats(Some(QUEUE))?;
         let r = s.queues.first().map(|q| q.records.clone()).unwrap_or_default();
         if r.queued == 0 && r.claimed == 0 && r.filling == 0 {
-            break;
+            return Ok(());
         }
         if Instant::now() >= deadline {
             bail!("the queue did not drain in 120 s: {r:?}");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::fs::write(&stop, b"").context("cannot create the stop file")?;
-    for w in &mut workers {
-        let st = wait_exit(w, Duration::from_secs(30))?;
-        if !st.success() {
-            bail!("a worker failed ({st})");
-        }
-    }
+}
 
-    // 4. Account for every id.
+/// What the producer's and workers' result files say.
+struct Tally {
+    /// Acks per job id.
+    seen: Vec<u32>,
+    /// Push -> claim latencies (ns), sorted.
+    lat: Vec<u64>,
+    first_push: u64,
+    last_ack: u64,
+    per_worker: Vec<u64>,
+    /// Acked ids no job had.
+    out_of_range: u64,
+}
+
+/// Reads every result file and accounts for every id.
+fn tally(a: &DemoArgs, dir: &Path) -> Result<Tally> {
     let producer_out = std::fs::read_to_string(dir.join("producer.out")).context("producer results")?;
     let first_push: u64 = producer_out
         .split_whitespace()
         .next()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| anyhow!("the producer wrote no start time"))?;
-    let mut seen = vec![0u32; a.jobs as usize];
-    let mut lat = Vec::with_capacity(a.jobs as usize);
-    let mut last_ack = 0u64;
-    let mut per_worker = Vec::new();
-    let mut out_of_range = 0u64;
+    let mut t = Tally {
+        seen: vec![0u32; a.jobs as usize],
+        lat: Vec::with_capacity(a.jobs as usize),
+        first_push,
+        last_ack: 0,
+        per_worker: Vec::new(),
+        out_of_range: 0,
+    };
     for w in 0..a.workers {
         let text = std::fs::read_to_string(dir.join(format!("worker{w}.out"))).context("worker results")?;
         let mut n = 0u64;
@@ -305,66 +356,58 @@ fn run_demo(a: &DemoArgs, dir: &Path, socket: &Path, segment: &Path, log: &Path)
             let mut f = line.split_whitespace().map(|v| v.parse::<u64>());
             match (f.next(), f.next()) {
                 (Some(Ok(id)), Some(Ok(l))) if line.starts_with(|c: char| c.is_ascii_digit()) => {
-                    match seen.get_mut(id as usize) {
+                    match t.seen.get_mut(id as usize) {
                         Some(c) => *c += 1,
-                        None => out_of_range += 1,
+                        None => t.out_of_range += 1,
                     }
-                    lat.push(l);
+                    t.lat.push(l);
                     n += 1;
                 }
                 _ => {
-                    if let Some(t) = line.strip_prefix("last ").and_then(|v| v.trim().parse().ok()) {
-                        last_ack = last_ack.max(t);
+                    if let Some(v) = line.strip_prefix("last ").and_then(|v| v.trim().parse().ok()) {
+                        t.last_ack = t.last_ack.max(v);
                     }
                 }
             }
         }
-        per_worker.push(n);
+        t.per_worker.push(n);
     }
-    let missing = seen.iter().filter(|&&c| c == 0).count();
-    let twice = seen.iter().filter(|&&c| c > 1).count();
-    let report = client.check(true)?;
+    t.lat.sort_unstable();
+    Ok(t)
+}
 
-    let secs = (last_ack.saturating_sub(first_push)) as f64 / 1e9;
-    lat.sort_unstable();
-    sayln!(
-        "  exactly once {} of {} ids acked once; {missing} missing, {twice} more than once{}",
-        a.jobs as usize - missing - twice,
-        a.jobs,
-        if out_of_range > 0 { format!(", {out_of_range} unknown") } else { String::new() }
-    );
-    sayln!(
-        "  throughput   {:.2} M jobs/s ({} jobs in {:.1} ms, first push to last ack; push, claim, payload copy and ack each)",
-        a.jobs as f64 / secs.max(1e-9) / 1e6,
-        a.jobs,
-        secs * 1e3
-    );
-    sayln!(
-        "  latency      push -> claim, including time queued behind earlier jobs: p50 {}, p99 {}, max {}",
-        us(percentile(&lat, 0.5)),
-        us(percentile(&lat, 0.99)),
-        us(lat.last().copied().unwrap_or(0))
-    );
-    sayln!("  per worker   {}", per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
-    sayln!(
-        "  segment      {}",
-        if report.is_consistent() {
-            "consistent (xtcq check)".to_string()
-        } else {
-            format!("INCONSISTENT: {}", report.problems.join("; "))
-        }
-    );
-
-    // 5. Stop the daemon cleanly.
-    client.shutdown_daemon()?;
-    drop(client);
-    let st = wait_exit(&mut daemon, Duration::from_secs(10))?;
-    if !st.success() {
-        bail!("xtcqd did not stop cleanly ({st})");
+impl Tally {
+    /// Prints exactly-once, throughput, latency and per-worker lines; whether every id was
+    /// acked exactly once.
+    fn print(&self, jobs: u64) -> Result<bool> {
+        let missing = self.seen.iter().filter(|&&c| c == 0).count();
+        let twice = self.seen.iter().filter(|&&c| c > 1).count();
+        let secs = (self.last_ack.saturating_sub(self.first_push)) as f64 / 1e9;
+        let out_of_range = self.out_of_range;
+        sayln!(
+            "  exactly once {} of {} ids acked once; {missing} missing, {twice} more than once{}",
+            jobs as usize - missing - twice,
+            jobs,
+            if out_of_range > 0 { format!(", {out_of_range} unknown") } else { String::new() }
+        );
+        sayln!(
+            "  throughput   {:.2} M jobs/s ({} jobs in {:.1} ms, first push to last ack; push, claim, payload copy and ack each)",
+            jobs as f64 / secs.max(1e-9) / 1e6,
+            jobs,
+            secs * 1e3
+        );
+        sayln!(
+            "  latency      push -> claim, including time queued behind earlier jobs: p50 {}, p99 {}, max {}",
+            us(percentile(&self.lat, 0.5)),
+            us(percentile(&self.lat, 0.99)),
+            us(self.lat.last().copied().unwrap_or(0))
+        );
+        sayln!(
+            "  per worker   {}",
+            self.per_worker.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+        );
+        Ok(missing == 0 && twice == 0 && out_of_range == 0)
     }
-    let ok = missing == 0 && twice == 0 && out_of_range == 0 && report.is_consistent();
-    sayln!("  result       {}", if ok { "ok" } else { "FAILED" });
-    Ok(if ok { exit::OK } else { exit::FAILED })
 }
 
 /// `xtcq __demo-role producer|worker`: one process of the demo.
