@@ -227,71 +227,17 @@ impl Config {
     pub fn from_args(args: &Args) -> Result<Config, ConfigError> {
         let socket = xtcq_proto::paths::resolve_socket(args.socket.as_deref());
         let segment = args.segment.clone().unwrap_or_else(xtcq_proto::paths::default_segment_path);
-        let mut c = SegmentConfig::default();
-        let mut explicit = Vec::new();
-        let fields: [(&'static str, Option<u32>, &mut u32); 7] = [
-            ("queues", args.queues, &mut c.queues),
-            ("deques_per_queue", args.deques_per_queue, &mut c.deques_per_queue),
-            ("deque_capacity", args.deque_capacity, &mut c.deque_capacity),
-            ("job_records", args.records, &mut c.job_records),
-            ("payload_bytes", args.payload_bytes, &mut c.payload_bytes),
-            ("process_slots", args.process_slots, &mut c.process_slots),
-            ("overflow_capacity", args.overflow_capacity, &mut c.overflow_capacity),
-        ];
-        for (name, v, field) in fields {
-            if let Some(v) = v {
-                *field = v;
-                explicit.push((name, v));
-            }
-        }
-        c.validate().map_err(|e| ConfigError::Invalid(format!("segment size flags: {e}")))?;
-        let group = args
-            .group
-            .as_deref()
-            .map(|g| names::resolve_gid(g).map_err(|source| ConfigError::Name { flag: "--group", source }))
-            .transpose()?;
-        let me = rustix::process::getuid().as_raw();
-        let mut allow_uids = resolve_ids("--allow-uid", &args.allow_uid, names::resolve_uid)?;
-        if !args.no_allow_self {
-            allow_uids.push(me);
-        }
-        allow_uids.sort_unstable();
-        allow_uids.dedup();
-        let mut allow_gids = resolve_ids("--allow-gid", &args.allow_gid, names::resolve_gid)?;
-        allow_gids.extend(group);
-        allow_gids.sort_unstable();
-        allow_gids.dedup();
-        if group.is_none() && !(args.allow_uid.is_empty() && args.allow_gid.is_empty()) {
-            // The socket and segment stay 0600 without --group, so the kernel lets no other
-            // user open them: the allow lists would be a promise nothing keeps.
-            return Err(ConfigError::Invalid(
-                "--allow-uid / --allow-gid have no effect without --group: the socket and segment stay \
-                 0600, so no other user can open them. Add --group GROUP (a group the allowed users are \
-                 in), which makes them 0660 owned by that group"
-                    .into(),
-            ));
-        }
-        if allow_uids.is_empty() && allow_gids.is_empty() {
-            return Err(ConfigError::Invalid(
-                "--no-allow-self with no --allow-uid, --allow-gid or --group would allow nobody".into(),
-            ));
-        }
+        let (segment_config, explicit) = segment_config_from(args)?;
+        let Access { allow_uids, allow_gids, group } = access_from(args)?;
         check_socket_len(&socket)?;
-        if args.max_connections == 0 {
-            return Err(ConfigError::Invalid("--max-connections must be at least 1".into()));
-        }
-        if args.max_connections_per_uid == Some(0) || args.process_slots_per_uid == Some(0) {
-            return Err(ConfigError::Invalid(
-                "--max-connections-per-uid and --process-slots-per-uid must be at least 1".into(),
-            ));
-        }
+        check_connection_limits(args)?;
         let state = args.state.clone().unwrap_or_else(|| crate::state::default_path(&socket));
         Ok(Config {
             socket,
             segment,
             state,
             recreate: args.recreate,
-            segment_config: c,
+            segment_config,
             explicit,
             allow_uids,
             allow_gids,
@@ -315,6 +261,90 @@ impl Config {
             0o600
         }
     }
+}
+
+/// A size flag given on the command line: the `SegmentConfig` field it sets, and its value.
+type SizeFlag = (&'static str, u32);
+
+/// The segment's sizes: the defaults with each size flag given laid over them, validated,
+/// and the flags that were given (name, value), which a reused segment must match.
+fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), ConfigError> {
+    let mut c = SegmentConfig::default();
+    let mut explicit = Vec::new();
+    let fields: [(&'static str, Option<u32>, &mut u32); 7] = [
+        ("queues", args.queues, &mut c.queues),
+        ("deques_per_queue", args.deques_per_queue, &mut c.deques_per_queue),
+        ("deque_capacity", args.deque_capacity, &mut c.deque_capacity),
+        ("job_records", args.records, &mut c.job_records),
+        ("payload_bytes", args.payload_bytes, &mut c.payload_bytes),
+        ("process_slots", args.process_slots, &mut c.process_slots),
+        ("overflow_capacity", args.overflow_capacity, &mut c.overflow_capacity),
+    ];
+    for (name, v, field) in fields {
+        if let Some(v) = v {
+            *field = v;
+            explicit.push((name, v));
+        }
+    }
+    c.validate().map_err(|e| ConfigError::Invalid(format!("segment size flags: {e}")))?;
+    Ok((c, explicit))
+}
+
+/// Who may connect: the allow lists (sorted, deduplicated) and the group of the files.
+struct Access {
+    allow_uids: Vec<u32>,
+    allow_gids: Vec<u32>,
+    group: Option<u32>,
+}
+
+/// Resolves the allow flags and `--group`, refusing lists that nothing would enforce or
+/// that would allow nobody.
+fn access_from(args: &Args) -> Result<Access, ConfigError> {
+    let group = args
+        .group
+        .as_deref()
+        .map(|g| names::resolve_gid(g).map_err(|source| ConfigError::Name { flag: "--group", source }))
+        .transpose()?;
+    let me = rustix::process::getuid().as_raw();
+    let mut allow_uids = resolve_ids("--allow-uid", &args.allow_uid, names::resolve_uid)?;
+    if !args.no_allow_self {
+        allow_uids.push(me);
+    }
+    allow_uids.sort_unstable();
+    allow_uids.dedup();
+    let mut allow_gids = resolve_ids("--allow-gid", &args.allow_gid, names::resolve_gid)?;
+    allow_gids.extend(group);
+    allow_gids.sort_unstable();
+    allow_gids.dedup();
+    if group.is_none() && !(args.allow_uid.is_empty() && args.allow_gid.is_empty()) {
+        // The socket and segment stay 0600 without --group, so the kernel lets no other
+        // user open them: the allow lists would be a promise nothing keeps.
+        return Err(ConfigError::Invalid(
+            "--allow-uid / --allow-gid have no effect without --group: the socket and segment stay \
+             0600, so no other user can open them. Add --group GROUP (a group the allowed users are \
+             in), which makes them 0660 owned by that group"
+                .into(),
+        ));
+    }
+    if allow_uids.is_empty() && allow_gids.is_empty() {
+        return Err(ConfigError::Invalid(
+            "--no-allow-self with no --allow-uid, --allow-gid or --group would allow nobody".into(),
+        ));
+    }
+    Ok(Access { allow_uids, allow_gids, group })
+}
+
+/// The connection and process-slot limits must each leave room for one.
+fn check_connection_limits(args: &Args) -> Result<(), ConfigError> {
+    if args.max_connections == 0 {
+        return Err(ConfigError::Invalid("--max-connections must be at least 1".into()));
+    }
+    if args.max_connections_per_uid == Some(0) || args.process_slots_per_uid == Some(0) {
+        return Err(ConfigError::Invalid(
+            "--max-connections-per-uid and --process-slots-per-uid must be at least 1".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest socket path `bind` takes (`sun_path` holds 108 bytes with the final NUL).

@@ -2,6 +2,7 @@
 //! jobs (see the registry's invariants).
 
 use super::*;
+use xtcq_shm::segment::QueueUsage;
 
 /// Why [`Registry::delete_queue`] refused.
 #[derive(Debug)]
@@ -43,36 +44,60 @@ impl Registry {
         let q = self.queue(name).map_err(refused)?;
         self.check_access(&t, q.index, &q.spec.name, who, Op::Delete).map_err(refused)?;
         let usage = self.seg.queue_usage(q.index);
-
-        // Every process slot in the way, with why.
-        let mut in_way: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for &(d, slot) in &usage.leases {
-            in_way.entry(slot).or_default().push(format!("owner of deque {d}"));
-        }
-        for (&slot, k) in &t.slots {
-            match &k.uses {
-                QueuesUsed::Unknown => in_way.entry(slot).or_default().push(
-                    "attached before xtcqd restarted, so xtcqd cannot tell which queues it uses".into(),
+        let in_way = slots_in_way(&t, q.index, &usage);
+        let (who, all_exited) = self.describe_in_way(&t, &in_way, &usage, alive);
+        if !who.is_empty() {
+            let reply = proto::ErrorReply::new(
+                proto::ErrorCode::QueueInUse,
+                format!(
+                    "queue {name} is in use, so it was not deleted: {}. A process stays attached until it \
+                     exits (an owner also until it detaches), and a job is being run until it is acked or \
+                     given back: stop those processes, or wait for them, then delete again",
+                    who.join("; ")
                 ),
-                QueuesUsed::Known(m) => {
-                    if let Some(&roles) = m.get(&q.index) {
-                        let r = in_way.entry(slot).or_default();
-                        if roles & proto::ROLE_THIEF != 0 {
-                            r.push("thief".into());
-                        }
-                        if roles & proto::ROLE_INJECTOR != 0 {
-                            r.push("injector".into());
-                        }
-                    }
-                }
-            }
+            );
+            return Err(DeleteRefused { reply, only_exited: all_exited });
         }
-        for &(slot, jobs) in &usage.holders {
-            in_way.entry(slot).or_default().push(format!("running {jobs} of its jobs"));
+        if !force && (usage.queued > 0 || usage.dead > 0) {
+            return Err(refused(proto::ErrorReply::new(
+                proto::ErrorCode::QueueNotEmpty,
+                format!(
+                    "queue {name} still holds {} queued job(s) and {} dead letter(s), so it was not \
+                     deleted: consume them (and purge the dead letters), or delete with --force to drop them",
+                    usage.queued, usage.dead
+                ),
+            )));
         }
+        let d = self.seg.delete_queue_at(q.index, force).map_err(|e| refused(delete_error_reply(&e)))?;
+        self.forget_acl(&mut t, q.index);
+        drop(t);
+        info!(
+            queue = %name,
+            index = q.index,
+            force,
+            dropped_queued = d.dropped.queued,
+            dropped_dead = d.dropped.dead,
+            "queue deleted"
+        );
+        Ok(proto::QueueDeleted {
+            queue: queue_info(&d.info),
+            dropped_queued: d.dropped.queued as u64,
+            dropped_dead: d.dropped.dead as u64,
+        })
+    }
+
+    /// One line per process slot in `in_way` (who, why, and whether it exited) plus one for
+    /// claims no holder accounts for; and whether everyone in the way has exited.
+    fn describe_in_way(
+        &self,
+        t: &Bookkeeping,
+        in_way: &BTreeMap<u32, Vec<String>>,
+        usage: &QueueUsage,
+        alive: impl Fn(u32, u64) -> bool,
+    ) -> (Vec<String>, bool) {
         let mut who = Vec::new();
         let mut all_exited = true;
-        for (slot, why) in &in_way {
+        for (slot, why) in in_way {
             // The process as this daemon identified it; the segment's copy for a slot it does
             // not track (a stray lease or claim, which only corruption leaves).
             let p = t.slots.get(slot).map(|k| k.process).or_else(|| {
@@ -99,54 +124,52 @@ impl Registry {
             who.push(format!("{unheld} job(s) of it taken back from their consumer and not re-queued yet"));
             all_exited = false;
         }
-        if !who.is_empty() {
-            let reply = proto::ErrorReply::new(
-                proto::ErrorCode::QueueInUse,
-                format!(
-                    "queue {name} is in use, so it was not deleted: {}. A process stays attached until it \
-                     exits (an owner also until it detaches), and a job is being run until it is acked or \
-                     given back: stop those processes, or wait for them, then delete again",
-                    who.join("; ")
-                ),
-            );
-            return Err(DeleteRefused { reply, only_exited: all_exited });
-        }
-        if !force && (usage.queued > 0 || usage.dead > 0) {
-            return Err(refused(proto::ErrorReply::new(
-                proto::ErrorCode::QueueNotEmpty,
-                format!(
-                    "queue {name} still holds {} queued job(s) and {} dead letter(s), so it was not \
-                     deleted: consume them (and purge the dead letters), or delete with --force to drop them",
-                    usage.queued, usage.dead
-                ),
-            )));
-        }
-        let d = self.seg.delete_queue_at(q.index, force).map_err(|e| {
-            // Only what the checks above missed: a lease or claim that came between them and
-            // the delete's own look (nothing under this lock grants one), or a lookup that failed.
-            let code = match &e {
-                DeleteError::Queue(qe) => return refused(queue_error(qe)),
-                DeleteError::Leased { .. }
-                | DeleteError::JobsHeld { .. }
-                | DeleteError::StillInUse { .. } => proto::ErrorCode::QueueInUse,
-                DeleteError::NotEmpty { .. } => proto::ErrorCode::QueueNotEmpty,
-            };
-            refused(proto::ErrorReply::new(code, format!("{e}; it was not deleted")))
-        })?;
-        self.forget_acl(&mut t, q.index);
-        drop(t);
-        info!(
-            queue = %name,
-            index = q.index,
-            force,
-            dropped_queued = d.dropped.queued,
-            dropped_dead = d.dropped.dead,
-            "queue deleted"
-        );
-        Ok(proto::QueueDeleted {
-            queue: queue_info(&d.info),
-            dropped_queued: d.dropped.queued as u64,
-            dropped_dead: d.dropped.dead as u64,
-        })
+        (who, all_exited)
     }
+}
+
+/// Every process slot in the way of deleting queue `index`, with why: deque owners,
+/// attached thieves and injectors (or anyone whose queues are unknown), and job holders.
+fn slots_in_way(t: &Bookkeeping, index: u32, usage: &QueueUsage) -> BTreeMap<u32, Vec<String>> {
+    let mut in_way: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for &(d, slot) in &usage.leases {
+        in_way.entry(slot).or_default().push(format!("owner of deque {d}"));
+    }
+    for (&slot, k) in &t.slots {
+        match &k.uses {
+            QueuesUsed::Unknown => in_way
+                .entry(slot)
+                .or_default()
+                .push("attached before xtcqd restarted, so xtcqd cannot tell which queues it uses".into()),
+            QueuesUsed::Known(m) => {
+                if let Some(&roles) = m.get(&index) {
+                    let r = in_way.entry(slot).or_default();
+                    if roles & proto::ROLE_THIEF != 0 {
+                        r.push("thief".into());
+                    }
+                    if roles & proto::ROLE_INJECTOR != 0 {
+                        r.push("injector".into());
+                    }
+                }
+            }
+        }
+    }
+    for &(slot, jobs) in &usage.holders {
+        in_way.entry(slot).or_default().push(format!("running {jobs} of its jobs"));
+    }
+    in_way
+}
+
+/// The reply for a delete the segment refused. Only what the registry's checks missed
+/// reaches it: a lease or claim that came between them and the delete's own look (nothing
+/// under the registry's lock grants one), or a lookup that failed.
+fn delete_error_reply(e: &DeleteError) -> proto::ErrorReply {
+    let code = match e {
+        DeleteError::Queue(qe) => return queue_error(qe),
+        DeleteError::Leased { .. } | DeleteError::JobsHeld { .. } | DeleteError::StillInUse { .. } => {
+            proto::ErrorCode::QueueInUse
+        }
+        DeleteError::NotEmpty { .. } => proto::ErrorCode::QueueNotEmpty,
+    };
+    proto::ErrorReply::new(code, format!("{e}; it was not deleted"))
 }
