@@ -22,3 +22,16 @@ fn push_at_with_a_multibyte_character_near_its_end_is_refused_not_a_panic() {
     ok(&d.run(&["push", "q", "after"]));
     assert_eq!(ok(&d.run(&["steal", "q"])), "after\n");
 }
+
+/// `check` and `stats` account for every record: a delayed job is counted as delayed (the
+/// operator checking after a push --delay must not see records gone from the totals).
+#[test]
+fn check_and_stats_count_delayed_records() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "--delay", "1h", "later"]));
+    let check = ok(&d.run(&["check"]));
+    assert!(check.contains("1 delayed"), "check does not count the delayed job:\n{check}");
+    let stats = ok(&d.run(&["stats"]));
+    assert!(stats.contains("1 delayed"), "stats does not count the delayed job:\n{stats}");
+}
