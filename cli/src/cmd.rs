@@ -365,13 +365,14 @@ pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
         s.connections
     ));
     text.push_str(&format!(
-        "records: {} total, {} free, {} filling, {} queued, {} running, {} dead{}\n",
+        "records: {} total, {} free, {} filling, {} queued, {} running, {} dead, {} delayed{}\n",
         g.job_records,
         r.free,
         r.filling,
         r.queued,
         r.claimed,
         r.dead,
+        r.delayed,
         if r.corrupt > 0 { format!(", {} CORRUPT", r.corrupt) } else { String::new() }
     ));
     text.push_str(&format!(
@@ -567,12 +568,13 @@ pub fn check(socket: Option<&Path>, args: CheckArgs) -> Result<i32> {
         n.processes
     );
     sayln!(
-        "records: {} free, {} filling, {} queued, {} running, {} dead",
+        "records: {} free, {} filling, {} queued, {} running, {} dead, {} delayed",
         n.free,
         n.filling,
         n.queued,
         n.claimed,
-        n.dead
+        n.dead,
+        n.delayed
     );
     if report.is_consistent() {
         sayln!("consistent");

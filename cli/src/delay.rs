@@ -47,7 +47,9 @@ fn split_offset(s: &str) -> Option<(String, i64)> {
     if let Some(base) = s.strip_suffix('Z').or_else(|| s.strip_suffix('z')) {
         return Some((format!("{base}Z"), 0));
     }
-    let (base, off) = s.split_at(s.len().checked_sub(6)?);
+    // `split_at_checked`: the sixth byte from the end may fall inside a multi-byte
+    // character (any text can be typed after --at), which is "not an offset", not a panic.
+    let (base, off) = s.split_at_checked(s.len().checked_sub(6)?)?;
     let sign = match off.as_bytes().first()? {
         b'+' => 1,
         b'-' => -1,
@@ -71,7 +73,9 @@ mod tests {
         assert_eq!(parse_at("2030-01-02T05:04:05+02:00").unwrap(), z);
         assert_eq!(parse_at("2030-01-01T23:34:05-03:30").unwrap(), z);
         assert_eq!(parse_at("@1893553445").unwrap(), z);
-        for bad in ["2030-01-02T03:04:05", "2030-01-02T03:04:05+25:00", "x+01:00", "", "@", "+01:00"] {
+        for bad in
+            ["2030-01-02T03:04:05", "2030-01-02T03:04:05+25:00", "x+01:00", "", "@", "+01:00", "é12345"]
+        {
             assert!(parse_at(bad).is_err(), "{bad:?} accepted");
         }
     }
