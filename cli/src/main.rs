@@ -32,6 +32,7 @@ mod fence;
 mod hold;
 mod out;
 mod progress;
+mod quota;
 mod room;
 mod work;
 mod work_pool;

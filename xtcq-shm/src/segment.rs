@@ -33,11 +33,13 @@ use crate::sync::{AtomicI64, AtomicU64, Ordering};
 mod clock;
 mod errors;
 mod queue_table;
+mod quota;
 
 use clock::now_unix_ns;
 pub use clock::{coarse_monotonic_ns, monotonic_ns};
 pub use errors::{DeleteError, QueueError, SegmentError};
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
+pub use quota::{QueueQuota, QueueRecordCount, QuotaState};
 
 /// A mapped segment.
 #[derive(Debug)]

@@ -95,6 +95,18 @@ impl Conn {
                 info!(queue = %queue, ?backoff, pid = self.peer.pid, "retry backoff set");
                 Ok(Response::BackoffSet)
             }
+            Request::SetQueueLimits { queue, max_records, max_dead } => {
+                let who = self.access();
+                let q = self.st.reg.set_queue_limits(&queue, max_records, max_dead, Some(&who))?;
+                info!(
+                    queue = %queue,
+                    max_records = q.max_records,
+                    max_dead = q.max_dead,
+                    pid = self.peer.pid,
+                    "queue limits set"
+                );
+                Ok(Response::LimitsSet)
+            }
             Request::Shutdown => self.shutdown(),
         }
     }

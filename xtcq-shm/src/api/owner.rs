@@ -164,6 +164,7 @@ fn publish_at(
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
+    check_quota(ctx)?;
     let mut c = cursor.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.set(c);
@@ -199,6 +200,23 @@ fn publish_at(
         crate::fail_point!("publish.before_index");
     }
     Ok(JobHandle { index, generation })
+}
+
+/// Refuses a push while the queue's jobs hold its record quota, as the daemon's scan last
+/// counted them (`segment::quota`). Two plain loads of a line only the daemon writes, and
+/// only the first when the queue has no quota: no shared write on the hot path. The price:
+/// the count is one scan old, so a queue can overshoot its quota by what is pushed between
+/// two scans, and a queue just drained below it takes pushes again at the next scan.
+#[inline]
+fn check_quota(ctx: &QueueCtx<'_>) -> Result<(), PushError> {
+    let max = ctx.limits.max_records.load(Ordering::Relaxed);
+    if max != 0 {
+        let used = ctx.limits.records_used.load(Ordering::Relaxed);
+        if used >= max {
+            return Err(PushError::QuotaFull { used, max });
+        }
+    }
+    Ok(())
 }
 
 /// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
