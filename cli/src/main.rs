@@ -28,6 +28,7 @@ mod delay;
 mod demo;
 mod docs;
 mod exit;
+mod export;
 mod fence;
 mod hold;
 mod out;
@@ -99,6 +100,10 @@ enum Command {
     Dead(cmd::DeadArgs),
     /// Verify every invariant of the daemon's segment (or of --segment PATH).
     Check(cmd::CheckArgs),
+    /// Write every queue, queued job and dead letter of the segment (the daemon's, or
+    /// --segment PATH of this or an older layout version) to a dump file, for
+    /// `xtcqd --import-on-start FILE` after a reboot or an upgrade.
+    Export(export::ExportArgs),
     /// Long-running producer: owns a deque and pushes each line of stdin as a job.
     Produce(work::ProduceArgs),
     /// Long-running worker: runs CMD once per job (payload on stdin and in $XTCQ_PAYLOAD);
@@ -137,6 +142,7 @@ fn main() {
         Command::Stats(a) => cmd::stats(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
+        Command::Export(a) => export::export(socket, a),
         Command::Shutdown => cmd::shutdown(socket),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),

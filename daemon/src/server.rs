@@ -155,6 +155,13 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         st.stop(reason.to_string());
     }
 
+    if let Some(path) = &cfg.import_on_start {
+        let reg = st.reg.clone();
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || crate::dump_import::import_on_start(&reg, &path))
+            .await
+            .map_err(|e| DaemonError::Dump(crate::dump::DumpError::Import(e.to_string())))??;
+    }
     announce_ready(&cfg, &seg);
 
     let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
@@ -171,6 +178,10 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         tasks.abort_all();
     }
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+    if let Some(path) = &cfg.export_on_stop {
+        let (queues, jobs, skipped) = crate::dump::export(&seg, path)?;
+        info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
+    }
     info!(%reason, "xtcqd stopped");
     Ok(())
 }

@@ -288,4 +288,41 @@ impl Injector {
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
         publish_at(&self.ctx, self.me, &self.cursor, payload, Some(due_ns.max(1)))
     }
+
+    /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
+    /// and last error: queued in the overflow ring, or a dead letter when `dead`. A push,
+    /// then a claim and a give-back of our own unindexed record, so every step is one the
+    /// recovery of a dead process knows.
+    pub fn import(
+        &self,
+        payload: &[u8],
+        attempts: u32,
+        last_error: &str,
+        dead: bool,
+    ) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        let corrupt = |what: &str| PushError::Corrupt(format!("record {} {what} while imported", h.index));
+        let (Some(st), Some(hdr)) = (self.ctx.records.state(h.index), self.ctx.records.header(h.index))
+        else {
+            return Err(corrupt("out of range"));
+        };
+        // Unindexed, so no consumer can claim it first.
+        st.claim(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        st.begin_write(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        // Relaxed: published by the Release of the CAS that leaves Writing.
+        hdr.attempts.store(attempts, Ordering::Relaxed);
+        if !last_error.is_empty() {
+            crate::dead_letter::store_last_error(hdr, last_error);
+        }
+        let next =
+            JobHandle { index: h.index, generation: crate::record::state::next_generation(h.generation) };
+        if dead {
+            st.dead_letter_written(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+            return Ok(next);
+        }
+        st.requeue_written(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        index_in_overflow(&self.ctx, next, &self.info.spec.name)?;
+        crate::wait::notify(self.ctx.wait);
+        Ok(next)
+    }
 }
