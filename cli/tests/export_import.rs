@@ -124,15 +124,15 @@ fn a_layout_4_segment_imports_into_this_build() {
     std::fs::write(&old, &o.stdout).expect("write the fixture");
     let old_s = old.to_str().expect("utf-8").to_string();
 
-    // This build refuses to adopt it, and reads it for an export.
     let out = dir.path().join("v4.dump");
     let d = Daemon::start_with(dir, &flags(&["--import-on-start", &old_s]));
+    // Answered once the import is over (the daemon accepts only after it).
+    let err = |s: &str| (s.to_string(), 1, "exit 3".to_string());
+    assert_eq!(dead(&d, "alpha"), vec![err("ad1"), err("ad2")]);
+    // The file, renamed once imported, reads for an export too (read-only, layout 4).
     let o = d.run(&["export", "--segment", &format!("{old_s}.imported"), out.to_str().expect("utf-8")]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).expect("dump").lines().count(), 1 + 2 + 8);
-
-    let err = |s: &str| (s.to_string(), 1, "exit 3".to_string());
-    assert_eq!(dead(&d, "alpha"), vec![err("ad1"), err("ad2")]);
     assert_eq!(dead(&d, "beta"), vec![err("bd1")]);
     assert_eq!(drain(&d, "alpha"), vec!["a1", "a2", "a3"]);
     assert_eq!(drain(&d, "beta"), vec!["b1", "b2"]);

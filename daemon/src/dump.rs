@@ -135,7 +135,7 @@ pub enum DumpError {
         what: String,
     },
     /// A segment file that could not be read.
-    #[error("cannot read the jobs of segment {0}")]
+    #[error(transparent)]
     Segment(#[from] xtcq_shm::SegmentError),
     /// A job or queue the daemon refused.
     #[error("import into the segment failed: {0}")]
