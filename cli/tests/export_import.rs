@@ -138,3 +138,31 @@ fn a_layout_4_segment_imports_into_this_build() {
     assert_eq!(drain(&d, "beta"), vec!["b1", "b2"]);
     ok(&d.run(&["check"]));
 }
+
+/// `xtcq export` -> `kill -9` of the daemon -> a new segment -> `xtcq import`: every queued
+/// job and dead letter once; a second import of the file is refused, saying why.
+#[test]
+fn export_kill_recreate_import_by_hand() {
+    let mut d = Daemon::start();
+    ok(&d.run(&["create", "farm", "--max-attempts", "1"]));
+    let jobs: Vec<String> = (0..50).map(|i| format!("j{i}")).collect();
+    ok(&d.run_in(&["push", "farm"], (jobs.join("\n") + "\n").as_bytes()));
+    fail_n(&d, "farm", 5);
+    let dump = d.dir.path().join("by-hand.dump");
+    let dump_s = dump.to_str().expect("utf-8").to_string();
+    ok(&d.run(&["export", &dump_s]));
+    d.kill();
+    std::fs::remove_file(&d.segment).expect("remove the segment");
+    d.spawn(SIZES, |_| {});
+    ok(&d.run(&["import", &dump_s]));
+    let again = d.run(&["import", &dump_s]);
+    assert_ne!(code(&again), 0);
+    assert!(stderr(&again).contains("was imported already"), "{}", stderr(&again));
+    let mut want_dead: Vec<_> = jobs[..5].iter().map(|p| (p.clone(), 1, "it broke".to_string())).collect();
+    want_dead.sort();
+    assert_eq!(dead(&d, "farm"), want_dead);
+    let mut want = jobs[5..].to_vec();
+    want.sort();
+    assert_eq!(drain(&d, "farm"), want);
+    ok(&d.run(&["check"]));
+}

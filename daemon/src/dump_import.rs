@@ -66,30 +66,49 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
-/// readable layout) once. A missing file is nothing to import.
-pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
+/// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
+/// renames `FILE` to it and returns it; `None` when `FILE` does not exist.
+pub fn claim_file(path: &Path) -> Result<Option<PathBuf>, DumpError> {
     let importing = with_suffix(path, ".importing");
     if importing.exists() {
         return Err(DumpError::Import(format!(
             "{} exists: an earlier import of it was interrupted, and some of its jobs may be in the segment \
-             already; check them (`xtcq stats`, `xtcq dead`), then remove or rename that file and start again",
+             already; check them (`xtcq stats`, `xtcq dead`), then remove or rename that file and try again",
             importing.display()
         )));
     }
     if !path.exists() {
+        return Ok(None);
+    }
+    std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
+        what: "cannot rename",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Some(importing))
+}
+
+/// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
+pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
+    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, ".imported"));
+    std::fs::rename(&importing, &done).map_err(|source| DumpError::Io {
+        what: "cannot rename",
+        path: importing.clone(),
+        source,
+    })?;
+    Ok(done)
+}
+
+/// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
+/// readable layout) once. A missing file is nothing to import.
+pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
+    let Some(importing) = claim_file(path)? else {
         info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
         return Ok(());
-    }
-    let io = |what, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| DumpError::Io { what, path: p, source }
     };
-    std::fs::rename(path, &importing).map_err(io("cannot rename", path))?;
     let d = dump::read(&importing)?;
     let (created, jobs) = import(reg, &d)?;
-    let done = with_suffix(path, ".imported");
-    std::fs::rename(&importing, &done).map_err(io("cannot rename", &importing))?;
+    let done = finish_file(path)?;
     info!(file = %path.display(), queues_created = created, jobs, renamed_to = %done.display(), "imported");
     Ok(())
 }
