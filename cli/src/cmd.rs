@@ -62,6 +62,8 @@ pub struct CreateArgs {
     allow_gid: Vec<String>,
     #[command(flatten)]
     backoff: crate::delay::BackoffArgs,
+    #[command(flatten)]
+    quota: crate::quota::QuotaArgs,
 }
 
 /// The segment's deques per queue and deque capacity: the most a queue may ask for.
@@ -116,6 +118,7 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         Err(Error::QueueExists(_)) if args.exist_ok => return Ok(exit::OK),
         Err(e) => return Err(e.into()),
     }
+    args.quota.apply(&client, &args.queue)?;
     if let Some(b) = backoff {
         client.set_retry_backoff(&args.queue, Some(b)).with_context(|| {
             format!("queue {} was created, but its retry backoff could not be set", escaped(&args.queue))
@@ -397,6 +400,7 @@ pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
         if let Some(b) = &i.retry_backoff {
             text.push_str(&format!("  retry backoff: {}\n", crate::delay::backoff_label(Some(b))));
         }
+        text.push_str(&crate::quota::stats_line(&q.quota));
         text.push_str(&format!("  overflow: {}\n", q.overflow_len));
         text.push_str("  DEQUE  LEN     OWNER\n");
         for d in &q.deques {

@@ -28,10 +28,12 @@ mod delay;
 mod demo;
 mod docs;
 mod exit;
+mod export;
 mod fence;
 mod hold;
 mod out;
 mod progress;
+mod quota;
 mod room;
 mod work;
 mod work_pool;
@@ -98,6 +100,13 @@ enum Command {
     Dead(cmd::DeadArgs),
     /// Verify every invariant of the daemon's segment (or of --segment PATH).
     Check(cmd::CheckArgs),
+    /// Write every queue, queued job and dead letter of the segment (the daemon's, or
+    /// --segment PATH of this or an older layout version) to a dump file, for
+    /// `xtcqd --import-on-start FILE` after a reboot or an upgrade.
+    Export(export::ExportArgs),
+    /// Import a dump (or a segment file of this or an older layout version) into the
+    /// daemon's segment: its missing queues, queued jobs and dead letters; once.
+    Import(export::ImportArgs),
     /// Long-running producer: owns a deque and pushes each line of stdin as a job.
     Produce(work::ProduceArgs),
     /// Long-running worker: runs CMD once per job (payload on stdin and in $XTCQ_PAYLOAD);
@@ -136,6 +145,8 @@ fn main() {
         Command::Stats(a) => cmd::stats(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
+        Command::Export(a) => export::export(socket, a),
+        Command::Import(a) => export::import(socket, a),
         Command::Shutdown => cmd::shutdown(socket),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),

@@ -57,7 +57,7 @@ fn records(d: &Daemon) -> (u64, u64) {
 #[test]
 fn requeue_and_purge_of_65536_dead_letters_are_one_pass() {
     let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), BIG);
-    ok(&d.run(&["create", "q", "--max-attempts", "1"]));
+    ok(&d.run(&["create", "q", "--max-attempts", "1", "--max-dead", "0"]));
     let jobs: String = (0..N).map(|i| format!("{i}\n")).collect();
     ok(&d.run_in(&["push", "q"], jobs.as_bytes()));
     fail_all(&d);
@@ -131,7 +131,7 @@ fn measure_requeue() {
     let n: usize = std::env::var("XTCQ_MEASURE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(N);
     let bin = std::env::var("XTCQ_MEASURE_BIN").unwrap_or_else(|_| XTCQ.to_string());
     let d = Daemon::start_with(tempfile::tempdir().expect("tempdir"), BIG);
-    ok(&d.run(&["create", "q", "--max-attempts", "1"]));
+    ok(&d.run(&["create", "q", "--max-attempts", "1", "--max-dead", "0"]));
     let jobs: String = (0..n).map(|i| format!("{i}\n")).collect();
     ok(&d.run_in(&["push", "q"], jobs.as_bytes()));
     fail_n(&d, n);

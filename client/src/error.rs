@@ -133,7 +133,8 @@ pub enum Error {
         /// Overflow ring capacity.
         overflow: usize,
     },
-    /// Every job record of the segment is in use.
+    /// Every job record of the segment is in use, or the queue's jobs hold its record quota
+    /// (`xtcq create --max-records`); the message says which. Both pass once consumers drain.
     #[error("queue full: {0}")]
     RecordsFull(String),
     /// The payload does not fit a record.
@@ -301,6 +302,7 @@ impl Error {
             PushError::PayloadTooLarge { len, max } => Error::PayloadTooLarge { len, max },
             PushError::QueueFull { queue, overflow } => Error::QueueFull { queue, overflow },
             PushError::RecordsFull(full) => Error::RecordsFull(full.to_string()),
+            e @ PushError::QuotaFull { .. } => Error::RecordsFull(e.to_string()),
             PushError::Corrupt(m) => Error::Corrupt(m),
         }
     }

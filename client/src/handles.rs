@@ -610,4 +610,17 @@ impl InjectorHandle {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
         self.inj.push(payload).map_err(Error::from_push)
     }
+
+    /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
+    /// attempts and last error: queued, or a dead letter when `dead`.
+    pub fn import(
+        &self,
+        payload: &[u8],
+        attempts: u32,
+        last_error: &str,
+        dead: bool,
+    ) -> Result<JobHandle, Error> {
+        usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
+        self.inj.import(payload, attempts, last_error, dead).map_err(Error::from_push)
+    }
 }

@@ -179,7 +179,8 @@ impl Client {
             | Request::Detach { queue, .. }
             | Request::SetRetryBackoff { queue, .. }
             | Request::DeadLetters { queue, .. }
-            | Request::ActOnDead { queue, .. } => Some(queue.clone()),
+            | Request::ActOnDead { queue, .. }
+            | Request::SetQueueLimits { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())
@@ -207,6 +208,21 @@ impl Client {
     pub fn set_retry_backoff(&self, queue: &str, backoff: Option<RetryBackoff>) -> Result<(), Error> {
         match self.call(Request::SetRetryBackoff { queue: queue.to_string(), backoff })? {
             Response::BackoffSet => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Sets queue `queue`'s record quota (the most records its jobs may hold at once) and
+    /// dead-letter cap (past it the daemon drops the oldest dead letters); `None` leaves one
+    /// as it is, 0 removes it. Only the queue's owner, root and the daemon's uid may.
+    pub fn set_queue_limits(
+        &self,
+        queue: &str,
+        max_records: Option<u32>,
+        max_dead: Option<u32>,
+    ) -> Result<(), Error> {
+        match self.call(Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead })? {
+            Response::LimitsSet => Ok(()),
             r => Err(self.unexpected(r)),
         }
     }

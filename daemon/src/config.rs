@@ -141,6 +141,18 @@ pub struct Args {
     /// fields at the top level).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
     pub log_format: crate::LogFormat,
+
+    /// On a clean stop (SIGTERM, SIGINT, `xtcq shutdown`), write every queue, queued job and
+    /// dead letter to this dump file (JSON lines), for `--import-on-start` after a reboot or
+    /// an upgrade. Jobs still running are written as queued: they run again.
+    #[arg(long, value_name = "FILE")]
+    pub export_on_stop: Option<PathBuf>,
+
+    /// On start, import this dump file (or a segment file of this or an older layout
+    /// version) into the segment, then rename it FILE.imported so it is never imported
+    /// twice. A missing file is nothing to import.
+    #[arg(long, value_name = "FILE")]
+    pub import_on_start: Option<PathBuf>,
 }
 
 /// `--io-timeout`: a duration above zero (a zero one would drop every connection at once).
@@ -198,6 +210,10 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Period of the lease-expiry scan (`None`: disabled).
     pub lease_scan_interval: Option<Duration>,
+    /// Dump file written on a clean stop.
+    pub export_on_stop: Option<PathBuf>,
+    /// Dump (or older segment) imported on start.
+    pub import_on_start: Option<PathBuf>,
 }
 
 /// Bad arguments.
@@ -250,6 +266,8 @@ impl Config {
             idle_timeout: Some(args.idle_timeout).filter(|d| !d.is_zero()),
             io_timeout: args.io_timeout,
             lease_scan_interval: Some(args.lease_scan_interval).filter(|d| !d.is_zero()),
+            export_on_stop: args.export_on_stop.clone(),
+            import_on_start: args.import_on_start.clone(),
         })
     }
 

@@ -23,6 +23,8 @@ pub mod config;
 pub mod config_file;
 pub mod convert;
 pub mod delayed;
+pub mod dump;
+pub mod dump_import;
 pub mod entry;
 pub mod fdstore;
 pub mod fence;
@@ -50,6 +52,9 @@ pub enum DaemonError {
     /// Bad arguments.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// `--import-on-start` or `--export-on-stop` failed.
+    #[error(transparent)]
+    Dump(#[from] dump::DumpError),
     /// Another daemon serves the socket.
     #[error("another xtcqd is already serving {socket} ({detail}); stop it first, or use another --socket")]
     AlreadyRunning {

@@ -59,6 +59,7 @@ mod delayed;
 mod delete;
 mod fencing;
 mod persist;
+mod quota;
 mod recover;
 mod scan;
 mod stats;
@@ -372,7 +373,7 @@ impl Registry {
             max_attempts: p.max_attempts,
             lease_ms: p.lease_ms,
         };
-        let q = self.seg.create_queue(&spec).map_err(|e| queue_error(&e))?;
+        let q = self.seg.create_queue_limited(&spec, self.default_quota()).map_err(|e| queue_error(&e))?;
         let acl = QueueAcl {
             name: q.spec.name.clone(),
             owner,

@@ -121,6 +121,13 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         info!("{reason} (before the daemon was ready): shutting down");
         st.stop(reason.to_string());
     }
+    if let Some(path) = &cfg.import_on_start {
+        let reg = st.reg.clone();
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || crate::dump_import::import_on_start(&reg, &path))
+            .await
+            .map_err(|e| DaemonError::Dump(crate::dump::DumpError::Import(e.to_string())))??;
+    }
     announce_ready(&cfg, &seg);
 
     let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
@@ -131,6 +138,10 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     drain(&mut tasks).await;
     let live = seg.header_live();
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+    if let Some(path) = &cfg.export_on_stop {
+        let (queues, jobs, skipped) = crate::dump::export(&seg, path)?;
+        info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
+    }
     info!(%reason, "xtcqd stopped");
     Ok(())
 }

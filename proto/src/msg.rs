@@ -315,6 +315,18 @@ pub enum Request {
         /// The jobs, or `None` for every dead letter of the queue.
         jobs: Option<Vec<JobRef>>,
     },
+    /// Set queue `queue`'s record quota and dead-letter cap (each `None`: left as it is; 0:
+    /// none); only the queue's owner, root and the daemon's uid may; [`Response::LimitsSet`].
+    /// A queue is created with no quota and the daemon's default dead-letter cap. Added
+    /// without a version bump, as `SetRetryBackoff` was.
+    SetQueueLimits {
+        /// Queue name.
+        queue: String,
+        /// Most records its jobs may hold at once.
+        max_records: Option<u32>,
+        /// Most dead letters kept; past it the oldest are dropped.
+        max_dead: Option<u32>,
+    },
 }
 
 /// A queue as the daemon describes it.
@@ -424,6 +436,8 @@ pub enum Response {
     DeadLetters(DeadLetterPage),
     /// To [`Request::ActOnDead`].
     DeadActedOn(DeadActed),
+    /// To [`Request::SetQueueLimits`].
+    LimitsSet,
 }
 
 /// The segment's fixed configuration.
@@ -493,6 +507,23 @@ pub struct QueueStats {
     /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
     /// queue).
     pub records: RecordCounts,
+    /// Its record quota and dead-letter cap, and what the daemon's last scan counted. Absent
+    /// from a daemon that predates them.
+    #[serde(default)]
+    pub quota: QuotaStats,
+}
+
+/// A queue's record quota and dead-letter cap (0: none), and the daemon's last count.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaStats {
+    /// Most records its jobs may hold at once (0: no quota).
+    pub max_records: u32,
+    /// Records its jobs held (queued, running, delayed, dead) at the last scan.
+    pub records_used: u32,
+    /// Most dead letters kept (0: no cap).
+    pub max_dead: u32,
+    /// Dead letters dropped by the cap (the oldest first) since the queue was created.
+    pub dead_dropped: u64,
 }
 
 /// State of a process slot.

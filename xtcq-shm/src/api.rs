@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::layout::WaitWord;
+use crate::layout::{QueueLimits, WaitWord};
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::state::{JobHandle, State};
@@ -47,6 +47,19 @@ pub enum PushError {
         queue: String,
         /// Overflow ring capacity.
         overflow: usize,
+    },
+    /// The queue's jobs hold its record quota (as the daemon last counted): the queue must
+    /// drain, or its dead letters be purged, before it takes more.
+    #[error(
+        "the queue is at its record quota: its jobs hold {used} of the {max} records it may use \
+         (queued, running and dead letters); let consumers drain it or purge its dead letters \
+         (`xtcq dead QUEUE --purge`), or create it with a larger --max-records"
+    )]
+    QuotaFull {
+        /// Records its jobs held at the daemon's last count.
+        used: u32,
+        /// Its quota.
+        max: u32,
     },
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
@@ -99,6 +112,8 @@ struct QueueCtx<'a> {
     records: RecordArena<'a>,
     overflow: OverflowRef<'a>,
     wait: &'a WaitWord,
+    /// The queue's record quota and the daemon's last count of its records.
+    limits: &'a QueueLimits,
 }
 
 impl<'a> QueueCtx<'a> {
@@ -120,6 +135,7 @@ impl<'a> QueueCtx<'a> {
             records: seg.records(),
             overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
             wait: seg.wait_word(queue).ok_or_else(|| corrupt("no wait word"))?,
+            limits: seg.queue_limits(queue).ok_or_else(|| corrupt("no limit words"))?,
         })
     }
 

@@ -348,12 +348,38 @@ pub struct QueueEntry {
     pub wait: CacheLine<WaitWord>,
 }
 
-/// [`QueueDescriptor`] on its own line.
+/// [`QueueDescriptor`] on its own line, then the queue's limits in the line's spare bytes.
 #[repr(C, align(128))]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct QueueDescBlock {
     /// The descriptor.
     pub desc: QueueDescriptor,
+    /// Record quota and dead-letter cap (layout version 5). Offset 96.
+    pub limits: QueueLimits,
+}
+
+/// A queue's record quota and dead-letter cap, and what the daemon's scan last counted.
+///
+/// Written only by the daemon: the limits when it creates the queue (reset to zero by every
+/// create, before the entry becomes active), the counts by its periodic scan and only when
+/// they change, so the line stays shared in every producer's cache. A push reads
+/// `max_records` and, when it is not zero, `records_used`: no write on the hot path. Zero in
+/// a segment of a build before version 5, which means "no limit".
+#[repr(C)]
+#[derive(Debug)]
+pub struct QueueLimits {
+    /// Most records the queue's jobs may hold at once (0: no quota).
+    pub max_records: AtomicU32,
+    /// Most dead letters kept; past it the daemon drops the oldest (0: no cap).
+    pub max_dead: AtomicU32,
+    /// Records the queue's jobs held (any state but free) at the daemon's last scan.
+    pub records_used: AtomicU32,
+    /// Dead letters at the daemon's last scan.
+    pub dead: AtomicU32,
+    /// Dead letters dropped by the cap since the queue was created.
+    pub dead_dropped: AtomicU64,
+    /// Zero.
+    pub reserved: AtomicU64,
 }
 
 /// A deque's indices, together on one line, then its lease on its own line; slots follow on
@@ -476,6 +502,9 @@ const _: () = {
     assert!(size_of::<RegionOffsets>() == 72);
     assert!(size_of::<QueueDescriptor>() == 96);
     assert!(size_of::<QueueEntry>() == 384);
+    assert!(size_of::<QueueDescBlock>() == 128);
+    assert!(offset_of!(QueueDescBlock, limits) == 96);
+    assert!(size_of::<QueueLimits>() == 32);
     assert!(offset_of!(QueueEntry, control) == 128);
     assert!(offset_of!(QueueEntry, wait) == 256);
     // `top` and `bottom` on the first line, `lease` on the second; slots start on the third.

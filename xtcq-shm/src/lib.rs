@@ -55,6 +55,8 @@ pub mod sigbus;
 #[cfg(not(xtcq_loom))]
 pub mod strays;
 #[cfg(not(xtcq_loom))]
+pub mod transfer;
+#[cfg(not(xtcq_loom))]
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};

@@ -33,11 +33,13 @@ use crate::sync::{AtomicI64, AtomicU64, Ordering};
 mod clock;
 mod errors;
 mod queue_table;
+mod quota;
 
 use clock::now_unix_ns;
 pub use clock::{coarse_monotonic_ns, monotonic_ns};
 pub use errors::{DeleteError, QueueError, SegmentError};
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
+pub use quota::{QueueQuota, QueueRecordCount, QuotaState};
 
 /// A mapped segment.
 #[derive(Debug)]
@@ -182,6 +184,19 @@ impl Segment {
     /// Attaches to an already open segment file (e.g. one received over the control socket);
     /// `path` is only used in messages.
     pub fn attach_file(file: File, path: &Path) -> Result<Segment, SegmentError> {
+        Self::attach_mode(file, path, false)
+    }
+
+    /// Maps the segment file at `path` read-only, to copy its jobs out ([`crate::transfer`]):
+    /// this layout version or an older one whose regions are laid out as this build's are
+    /// ([`READABLE_LAYOUT_VERSIONS`]). Nothing may be written through it (a store faults),
+    /// and it is not guarded against truncation: read a file no one else is using.
+    pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
+        let file = OpenOptions::new().read(true).open(path).map_err(io_err(path, "cannot open"))?;
+        Self::attach_mode(file, path, true)
+    }
+
+    fn attach_mode(file: File, path: &Path, read_only: bool) -> Result<Segment, SegmentError> {
         let header_len = core::mem::size_of::<SegmentHeader>() as u64;
         let actual = file.metadata().map_err(io_err(path, "cannot stat"))?.len();
         if actual < header_len {
@@ -193,11 +208,12 @@ impl Segment {
                 what: format!("file length {actual} is larger than the address space"),
             });
         }
-        let map =
-            MmapOptions::new().len(actual as usize).map_raw(&file).map_err(io_err(path, "cannot map"))?;
+        let opts = MmapOptions::new().len(actual as usize).clone();
+        let map = if read_only { opts.map_raw_read_only(&file) } else { opts.map_raw(&file) }
+            .map_err(io_err(path, "cannot map"))?;
         // Guarded from here: the file may be truncated between the fstat above and the reads
-        // below.
-        let guard = guard(&map);
+        // below. (Not a read-only map: the guard's recovery writes the ready word.)
+        let guard = if read_only { None } else { guard(&map) };
         let base = map.as_mut_ptr();
         // SAFETY: `actual >= size_of::<SegmentHeader>()` and the mapping is page aligned, so
         // the header's live line is inside the mapping and aligned for `HeaderLive`; it is
@@ -222,7 +238,7 @@ impl Segment {
         if ready != READY {
             return Err(SegmentError::NotReady { path: path.to_path_buf() });
         }
-        validate_descriptor(&desc, actual).map_err(|e| match e {
+        validate_descriptor(&desc, actual, read_only).map_err(|e| match e {
             Invalid::Version(found) => {
                 SegmentError::Version { path: path.to_path_buf(), found, expected: LAYOUT_VERSION }
             }
@@ -434,8 +450,14 @@ enum Invalid {
     What(String),
 }
 
-fn validate_descriptor(d: &SegmentDescriptor, file_len: u64) -> Result<(), Invalid> {
-    if d.layout_version != LAYOUT_VERSION {
+/// The layout versions [`Segment::open_read_only`] reads: version 4 differs from this one
+/// only in words a reader of jobs does not need (v5 added a record state and queue limits in
+/// spare bytes), so its regions are computed the same way.
+pub const READABLE_LAYOUT_VERSIONS: [u32; 2] = [4, LAYOUT_VERSION];
+
+fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
+    let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);
+    if d.layout_version != LAYOUT_VERSION && !readable {
         return Err(Invalid::Version(d.layout_version));
     }
     if d.flags != 0 {

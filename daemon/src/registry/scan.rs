@@ -12,6 +12,9 @@
 //!   a process stopped between re-queuing and indexing); `xtcq_shm::strays` indexes each
 //!   one seen on two scans in a row.
 //!
+//! - **Quotas**: each queue's records are counted for its record quota, and dead letters
+//!   past its cap dropped (`quota`).
+//!
 //! All under the registry lock, so a scan never races a recovery.
 
 use std::collections::HashMap;
@@ -69,7 +72,8 @@ impl Registry {
                  put back on their queue's overflow ring"
             );
         }
-        taken.len() + swept.indexed.len()
+        let dropped = self.enforce_quotas();
+        taken.len() + swept.indexed.len() + dropped as usize
     }
 
     /// Claims without a deadline in a queue with a lease, first seen at least one lease

@@ -58,6 +58,15 @@ impl Registry {
                     deques,
                     overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
                     records: per_queue.get(q.index as usize).cloned().unwrap_or_default(),
+                    quota: {
+                        let s = seg.quota_state(q.index);
+                        proto::QuotaStats {
+                            max_records: s.quota.max_records,
+                            records_used: s.records_used,
+                            max_dead: s.quota.max_dead,
+                            dead_dropped: s.dead_dropped,
+                        }
+                    },
                 }
             })
             .collect();

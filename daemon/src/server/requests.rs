@@ -97,6 +97,18 @@ impl Conn {
             }
             Request::DeadLetters { queue, from } => self.dead_letters(queue, from).await,
             Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
+            Request::SetQueueLimits { queue, max_records, max_dead } => {
+                let who = self.access();
+                let q = self.st.reg.set_queue_limits(&queue, max_records, max_dead, Some(&who))?;
+                info!(
+                    queue = %queue,
+                    max_records = q.max_records,
+                    max_dead = q.max_dead,
+                    pid = self.peer.pid,
+                    "queue limits set"
+                );
+                Ok(Response::LimitsSet)
+            }
             Request::Shutdown => self.shutdown(),
         }
     }

@@ -164,6 +164,7 @@ fn publish_at(
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
+    check_quota(ctx)?;
     let mut c = cursor.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.set(c);
@@ -199,6 +200,23 @@ fn publish_at(
         crate::fail_point!("publish.before_index");
     }
     Ok(JobHandle { index, generation })
+}
+
+/// Refuses a push while the queue's jobs hold its record quota, as the daemon's scan last
+/// counted them (`segment::quota`). Two plain loads of a line only the daemon writes, and
+/// only the first when the queue has no quota: no shared write on the hot path. The price:
+/// the count is one scan old, so a queue can overshoot its quota by what is pushed between
+/// two scans, and a queue just drained below it takes pushes again at the next scan.
+#[inline]
+fn check_quota(ctx: &QueueCtx<'_>) -> Result<(), PushError> {
+    let max = ctx.limits.max_records.load(Ordering::Relaxed);
+    if max != 0 {
+        let used = ctx.limits.records_used.load(Ordering::Relaxed);
+        if used >= max {
+            return Err(PushError::QuotaFull { used, max });
+        }
+    }
+    Ok(())
 }
 
 /// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
@@ -269,5 +287,42 @@ impl Injector {
     /// process.
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
         publish_at(&self.ctx, self.me, &self.cursor, payload, Some(due_ns.max(1)))
+    }
+
+    /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
+    /// and last error: queued in the overflow ring, or a dead letter when `dead`. A push,
+    /// then a claim and a give-back of our own unindexed record, so every step is one the
+    /// recovery of a dead process knows.
+    pub fn import(
+        &self,
+        payload: &[u8],
+        attempts: u32,
+        last_error: &str,
+        dead: bool,
+    ) -> Result<JobHandle, PushError> {
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        let corrupt = |what: &str| PushError::Corrupt(format!("record {} {what} while imported", h.index));
+        let (Some(st), Some(hdr)) = (self.ctx.records.state(h.index), self.ctx.records.header(h.index))
+        else {
+            return Err(corrupt("out of range"));
+        };
+        // Unindexed, so no consumer can claim it first.
+        st.claim(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        st.begin_write(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        // Relaxed: published by the Release of the CAS that leaves Writing.
+        hdr.attempts.store(attempts, Ordering::Relaxed);
+        if !last_error.is_empty() {
+            crate::dead_letter::store_last_error(hdr, last_error);
+        }
+        let next =
+            JobHandle { index: h.index, generation: crate::record::state::next_generation(h.generation) };
+        if dead {
+            st.dead_letter_written(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+            return Ok(next);
+        }
+        st.requeue_written(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
+        index_in_overflow(&self.ctx, next, &self.info.spec.name)?;
+        crate::wait::notify(self.ctx.wait);
+        Ok(next)
     }
 }

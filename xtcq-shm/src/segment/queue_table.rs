@@ -150,6 +150,17 @@ impl Segment {
     /// Writes a queue into table entry `index`, which must be free. Used by the daemon (the
     /// only writer of the queue table) and by tests that run without one.
     pub fn create_queue_at(&self, index: u32, spec: &QueueSpec) -> Result<QueueInfo, QueueError> {
+        self.create_queue_at_limited(index, spec, super::QueueQuota::default())
+    }
+
+    /// [`create_queue_at`](Self::create_queue_at) with limits `quota`, written (and the
+    /// last create's counts cleared) before the entry becomes active.
+    pub fn create_queue_at_limited(
+        &self,
+        index: u32,
+        spec: &QueueSpec,
+        quota: super::QueueQuota,
+    ) -> Result<QueueInfo, QueueError> {
         self.check_spec(spec)?;
         let not_active = QueueError::NotActive { index, queues: self.desc.config.queues };
         let control = self.queue_control(index).ok_or(not_active.clone())?;
@@ -176,6 +187,7 @@ impl Segment {
         // SAFETY: the entry is in the mapping (above) and ours alone while CREATING; the
         // descriptor is plain data that nothing borrows.
         unsafe { core::ptr::write_volatile(desc_ptr, desc) };
+        self.reset_queue_limits(index, quota);
         // Release: readers that see ACTIVE (Acquire) see the descriptor.
         control.state.store(QUEUE_ACTIVE, Ordering::Release);
         Ok(QueueInfo { index, spec: spec.clone() })
@@ -183,21 +195,10 @@ impl Segment {
 
     /// Creates a queue in the first free table entry; refuses a duplicate name.
     pub fn create_queue(&self, spec: &QueueSpec) -> Result<QueueInfo, QueueError> {
-        self.check_spec(spec)?;
-        if self.queue_by_name(&spec.name).is_ok() {
-            return Err(QueueError::Exists(spec.name.clone()));
-        }
-        for i in 0..self.desc.config.queues {
-            match self.create_queue_at(i, spec) {
-                Ok(q) => return Ok(q),
-                Err(QueueError::BadSpec(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(QueueError::TableFull(self.desc.config.queues))
+        self.create_queue_limited(spec, super::QueueQuota::default())
     }
 
-    fn check_spec(&self, spec: &QueueSpec) -> Result<(), QueueError> {
+    pub(super) fn check_spec(&self, spec: &QueueSpec) -> Result<(), QueueError> {
         let c = &self.desc.config;
         if spec.name.is_empty() || spec.name.len() > MAX_QUEUE_NAME {
             return Err(QueueError::BadSpec(format!(

@@ -1,0 +1,96 @@
+//! `xtcq export` and `xtcq import`: every queue, queued job and dead letter of a segment into a dump file
+//! (JSON lines, `xtcqd::dump`), for `xtcqd --import-on-start` after a reboot or upgrade.
+//!
+//! Rules kept:
+//! - the segment is mapped read-only: an export changes nothing, and reads a segment of
+//!   this or an older readable layout version (one a newer build refuses to adopt);
+//! - with a daemon running, the copy is racy (jobs move while it is taken): stop producers
+//!   and consumers first, or use `xtcqd --export-on-stop`;
+//! - an import renames FILE to FILE.importing, then FILE.imported (`xtcqd::dump_import`):
+//!   a file is imported once, and an interrupted import is refused, not guessed at.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::exit;
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The dump file to write (replaced if it exists).
+    output: PathBuf,
+    /// Read this segment file instead of the running daemon's (e.g. one an older xtcqd left).
+    #[arg(long, value_name = "PATH")]
+    segment: Option<PathBuf>,
+}
+
+pub fn export(socket: Option<&std::path::Path>, args: ExportArgs) -> Result<i32> {
+    let path = match args.segment {
+        Some(p) => p,
+        None => crate::cmd::connect(socket)?.stats(None)?.segment.path,
+    };
+    let (queues, jobs, skipped) = xtcqd::dump::export_file(&path, &args.output)
+        .with_context(|| format!("cannot export the segment {}", path.display()))?;
+    eprintln!("xtcq export: {queues} queue(s), {jobs} job(s) written to {}", args.output.display());
+    if skipped > 0 {
+        eprintln!("xtcq export: {skipped} job(s) kept changing while copied and were left out; stop producers and consumers first");
+    }
+    Ok(exit::OK)
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A dump (`xtcq export`, `xtcqd --export-on-stop`) or a segment file of this or an
+    /// older layout version; renamed FILE.imported once every job is in.
+    file: PathBuf,
+}
+
+/// Creates the dump's missing queues (with its limits), then writes each job with its
+/// attempts and last error through an injector of its queue.
+pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
+    let client = crate::cmd::connect(socket)?;
+    let Some(importing) = xtcqd::dump_import::claim_file(&args.file)? else {
+        let mut done = args.file.clone().into_os_string();
+        done.push(".imported");
+        if std::path::Path::new(&done).exists() {
+            anyhow::bail!(
+                "{} was imported already (it is now {}); a file is imported once",
+                args.file.display(),
+                std::path::Path::new(&done).display()
+            );
+        }
+        anyhow::bail!("{}: no such file", args.file.display());
+    };
+    let d = xtcqd::dump::read(&importing)?;
+    for q in &d.queues {
+        match client.create_queue(&xtcqd::dump::params(q)) {
+            Ok(_) => client
+                .set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead))
+                .with_context(|| format!("queue {} was created, but its limits could not be set", q.name))?,
+            Err(xtcq_client::Error::QueueExists(_)) => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create queue {}", q.name)),
+        }
+    }
+    let mut injectors: Vec<(String, xtcq_client::InjectorHandle)> = Vec::new();
+    for (n, j) in d.jobs.iter().enumerate() {
+        if !injectors.iter().any(|(name, _)| *name == j.queue) {
+            let inj = client.attach_injector(&j.queue).with_context(|| format!("queue {}", j.queue))?;
+            injectors.push((j.queue.clone(), inj));
+        }
+        let Some((_, inj)) = injectors.iter().find(|(name, _)| *name == j.queue) else { continue };
+        let payload = j
+            .payload_bytes()
+            .with_context(|| format!("job {} of the dump has no payload, or bad hex", n + 1))?;
+        inj.import(&payload, j.attempts, &j.last_error, j.state == xtcqd::dump::JobState::Dead)
+            .with_context(|| format!("job {} of the dump (queue {})", n + 1, j.queue))?;
+    }
+    let done = xtcqd::dump_import::finish_file(&args.file)?;
+    eprintln!(
+        "xtcq import: {} job(s) imported; {} renamed {}",
+        d.jobs.len(),
+        args.file.display(),
+        done.display()
+    );
+    Ok(exit::OK)
+}

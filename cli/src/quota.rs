@@ -1,0 +1,102 @@
+//! `xtcq create --max-records / --max-dead` and the quota line of `xtcq stats`.
+//!
+//! Rules kept:
+//! - a quota is a count of records or a percentage of the segment's records, resolved here
+//!   against the segment's size (from `stats`) and sent as a count;
+//! - without the flags nothing is sent: the queue keeps the daemon's defaults (no record
+//!   quota, a dead-letter cap of a quarter of the records).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use xtcq_client::Client;
+
+/// The queue-limit flags of `xtcq create`.
+#[derive(Debug, Args)]
+pub struct QuotaArgs {
+    /// The most job records the queue's jobs (queued, running and dead) may hold at once: a
+    /// count, or a percentage of the segment's records (`25%`); 0: no quota. A push past it
+    /// waits or fails like a push into a full queue. [default: no quota]
+    #[arg(long, value_name = "N|PCT%", value_parser = parse_quota)]
+    max_records: Option<Quota>,
+    /// The most dead letters the queue keeps; past it the daemon drops the oldest (by the
+    /// time they were queued), logs it and counts it in `stats`. 0: no cap. [default: a
+    /// quarter of the segment's records]
+    #[arg(long, value_name = "N")]
+    max_dead: Option<u32>,
+}
+
+/// A record quota as given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quota {
+    /// A count of records.
+    Records(u32),
+    /// A percentage (1 to 100) of the segment's records.
+    Percent(u32),
+}
+
+/// Parses `N` or `PCT%`.
+pub fn parse_quota(s: &str) -> std::result::Result<Quota, String> {
+    if let Some(p) = s.strip_suffix('%') {
+        return match p.trim().parse::<u32>() {
+            Ok(n) if (1..=100).contains(&n) => Ok(Quota::Percent(n)),
+            _ => Err(format!("{s:?}: a percentage is a whole number from 1% to 100%")),
+        };
+    }
+    s.trim()
+        .parse::<u32>()
+        .map(Quota::Records)
+        .map_err(|_| format!("{s:?}: give a count of records (e.g. 10000) or a percentage (e.g. 25%)"))
+}
+
+/// The count `q` means in a segment of `job_records` records (a percentage rounds up, so
+/// that it is never 0, which would mean no quota).
+pub fn resolve(q: Quota, job_records: u32) -> u32 {
+    match q {
+        Quota::Records(n) => n,
+        Quota::Percent(p) => ((u64::from(job_records) * u64::from(p)).div_ceil(100)) as u32,
+    }
+}
+
+impl QuotaArgs {
+    /// Sends the limits given, if any, for the queue just created.
+    pub fn apply(&self, client: &Client, queue: &str) -> Result<()> {
+        if self.max_records.is_none() && self.max_dead.is_none() {
+            return Ok(());
+        }
+        let max_records = match self.max_records {
+            Some(q @ Quota::Percent(_)) => Some(resolve(q, client.stats(None)?.segment.job_records)),
+            Some(q) => Some(resolve(q, 0)),
+            None => None,
+        };
+        client.set_queue_limits(queue, max_records, self.max_dead).with_context(|| {
+            format!("queue {queue} was created, but its --max-records / --max-dead could not be set")
+        })
+    }
+}
+
+/// The quota line of a queue in `xtcq stats`.
+pub fn stats_line(q: &xtcq_proto::QuotaStats) -> String {
+    let dash = |n: u32| if n == 0 { "-".to_string() } else { n.to_string() };
+    format!(
+        "  quota:    {} of {} records in use, dead letters capped at {}, {} dropped by the cap\n",
+        q.records_used,
+        dash(q.max_records),
+        dash(q.max_dead),
+        q.dead_dropped
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_parse_and_resolve() {
+        assert_eq!(parse_quota("100"), Ok(Quota::Records(100)));
+        assert_eq!(parse_quota("25%"), Ok(Quota::Percent(25)));
+        assert!(parse_quota("0%").is_err() && parse_quota("101%").is_err() && parse_quota("x").is_err());
+        assert_eq!(resolve(Quota::Percent(25), 65536), 16384);
+        assert_eq!(resolve(Quota::Percent(1), 10), 1);
+        assert_eq!(resolve(Quota::Records(7), 10), 7);
+    }
+}

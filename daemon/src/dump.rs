@@ -1,0 +1,291 @@
+//! The dump file of `xtcq export`, `xtcqd --export-on-stop` and `--import-on-start`: the
+//! queues and jobs of a segment, for a reboot (`/dev/shm` is emptied) or an upgrade to a
+//! build with another layout version.
+//!
+//! Rules kept:
+//! - JSON lines: a header first (`{"kind":"header","format":"xtcq-dump","version":1,...}`),
+//!   then one line per queue and one per job; a reader refuses another format and a newer
+//!   version, and names the line of any error;
+//! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
+//!   (`payload_hex`);
+//! - a dump is written to `FILE.tmp`, synced, then renamed: a crash never leaves half a dump
+//!   under the name;
+//! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
+//!   every job is in: a restart never imports a file twice, and a start that finds
+//!   `FILE.importing` (a daemon killed during the import) refuses to guess which of its jobs
+//!   are in and says what to do;
+//! - `--import-on-start` also takes a segment file of this or an older readable layout
+//!   (`xtcq_shm::segment::READABLE_LAYOUT_VERSIONS`), mapped read-only.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xtcq_proto as proto;
+use xtcq_shm::transfer::{copy_segment, SegmentCopy};
+use xtcq_shm::{Flavor, Segment};
+
+/// The `format` of a dump's header.
+pub const FORMAT: &str = "xtcq-dump";
+/// The dump version this build writes and the newest it reads.
+pub const VERSION: u32 = 1;
+
+/// One line of a dump.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Line {
+    /// First line.
+    Header {
+        /// [`FORMAT`].
+        format: String,
+        /// [`VERSION`].
+        version: u32,
+        /// Layout version of the segment the jobs came from.
+        layout_version: u32,
+    },
+    /// A queue.
+    Queue(QueueLine),
+    /// A job.
+    Job(JobLine),
+}
+
+/// A queue definition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueLine {
+    /// Name.
+    pub name: String,
+    /// `lifo` or `fifo`.
+    pub flavor: String,
+    /// Deques.
+    pub deques: u32,
+    /// Slots per deque.
+    pub capacity: u32,
+    /// Attempts before dead-lettering (0: no limit).
+    pub max_attempts: u32,
+    /// Claim lease, ms (0: none).
+    pub lease_ms: u32,
+    /// Record quota (0: none).
+    #[serde(default)]
+    pub max_records: u32,
+    /// Dead-letter cap (0: none).
+    #[serde(default)]
+    pub max_dead: u32,
+}
+
+/// A job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLine {
+    /// Its queue's name.
+    pub queue: String,
+    /// Its payload, when UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// Its payload in hex, when not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_hex: Option<String>,
+    /// Times it was run and given back.
+    pub attempts: u32,
+    /// `queued` or `dead`.
+    pub state: JobState,
+    /// Why it last failed.
+    #[serde(default)]
+    pub last_error: String,
+}
+
+/// Where a job was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting to run (or running, or delayed, when copied).
+    Queued,
+    /// A dead letter.
+    Dead,
+}
+
+/// A dump read back: its queues and jobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dump {
+    /// Queue definitions.
+    pub queues: Vec<QueueLine>,
+    /// Jobs.
+    pub jobs: Vec<JobLine>,
+}
+
+/// What went wrong with a dump.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    /// Reading or writing the file.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Not a dump this build reads.
+    #[error("{path} line {line}: {what}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A segment file that could not be read.
+    #[error(transparent)]
+    Segment(#[from] xtcq_shm::SegmentError),
+    /// A job or queue the daemon refused.
+    #[error("import into the segment failed: {0}")]
+    Import(String),
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+}
+
+impl JobLine {
+    /// The payload bytes (`None`: neither field, or bad hex).
+    pub fn payload_bytes(&self) -> Option<Vec<u8>> {
+        match (&self.payload, &self.payload_hex) {
+            (Some(s), None) => Some(s.clone().into_bytes()),
+            (None, Some(h)) => unhex(h),
+            _ => None,
+        }
+    }
+}
+
+/// The dump of a copied segment.
+pub fn dump_of(copy: &SegmentCopy) -> Dump {
+    let name = |i: u32| copy.queues.iter().find(|(q, _)| q.index == i).map(|(q, _)| q.spec.name.clone());
+    let queues = copy
+        .queues
+        .iter()
+        .map(|(q, l)| QueueLine {
+            name: q.spec.name.clone(),
+            flavor: if q.spec.flavor == Flavor::Fifo { "fifo" } else { "lifo" }.into(),
+            deques: q.spec.deques,
+            capacity: q.spec.capacity,
+            max_attempts: q.spec.max_attempts,
+            lease_ms: q.spec.lease_ms,
+            max_records: l.quota.max_records,
+            max_dead: l.quota.max_dead,
+        })
+        .collect();
+    let jobs = copy
+        .jobs
+        .iter()
+        .filter_map(|j| {
+            let (payload, payload_hex) = match std::str::from_utf8(&j.payload) {
+                Ok(s) => (Some(s.to_string()), None),
+                Err(_) => (None, Some(hex(&j.payload))),
+            };
+            Some(JobLine {
+                queue: name(j.queue)?,
+                payload,
+                payload_hex,
+                attempts: j.attempts,
+                state: if j.dead { JobState::Dead } else { JobState::Queued },
+                last_error: j.last_error.clone(),
+            })
+        })
+        .collect();
+    Dump { queues, jobs }
+}
+
+/// Writes `dump` to `path` (through `path.tmp`, synced, then renamed).
+pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpError> {
+    let tmp = path.with_extension("tmp");
+    let io = |what, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| DumpError::Io { what, path: p, source }
+    };
+    let f = std::fs::File::create(&tmp).map_err(io("cannot create", &tmp))?;
+    let mut w = BufWriter::new(f);
+    let header = Line::Header { format: FORMAT.into(), version: VERSION, layout_version };
+    let lines = std::iter::once(header)
+        .chain(dump.queues.iter().cloned().map(Line::Queue))
+        .chain(dump.jobs.iter().cloned().map(Line::Job));
+    for l in lines {
+        let s = serde_json::to_string(&l).map_err(|e| DumpError::Import(e.to_string()))?;
+        writeln!(w, "{s}").map_err(io("cannot write", &tmp))?;
+    }
+    let f = w.into_inner().map_err(|e| DumpError::Io {
+        what: "cannot write",
+        path: tmp.clone(),
+        source: e.into_error(),
+    })?;
+    f.sync_all().map_err(io("cannot sync", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path))
+}
+
+/// Copies the jobs of `seg` into a dump at `path`; returns the copy's (queues, jobs, skipped).
+pub fn export(seg: &Segment, path: &Path) -> Result<(usize, usize, u32), DumpError> {
+    let copy = copy_segment(seg);
+    let dump = dump_of(&copy);
+    write(&dump, seg.descriptor().layout_version, path)?;
+    Ok((dump.queues.len(), dump.jobs.len(), copy.skipped))
+}
+
+/// Copies the jobs of the segment file at `segment` (mapped read-only; this or an older
+/// readable layout version) into a dump at `path`; as [`export`].
+pub fn export_file(segment: &Path, path: &Path) -> Result<(usize, usize, u32), DumpError> {
+    export(&Segment::open_read_only(segment)?, path)
+}
+
+/// Reads the dump at `path`, or the jobs of the segment file at `path` (by its magic).
+pub fn read(path: &Path) -> Result<Dump, DumpError> {
+    let io = |what| move |source| DumpError::Io { what, path: path.to_path_buf(), source };
+    let mut f = std::fs::File::open(path).map_err(io("cannot open"))?;
+    let mut magic = [0u8; 8];
+    let n = std::io::Read::read(&mut f, &mut magic).map_err(io("cannot read"))?;
+    if n == 8 && magic == xtcq_shm::layout::MAGIC {
+        let seg = Segment::open_read_only(path)?;
+        return Ok(dump_of(&copy_segment(&seg)));
+    }
+    let f = std::fs::File::open(path).map_err(io("cannot open"))?;
+    let bad = |line: usize, what: String| DumpError::Format { path: path.to_path_buf(), line, what };
+    let mut dump = Dump::default();
+    for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
+        let l = l.map_err(io("cannot read"))?;
+        if l.trim().is_empty() {
+            continue;
+        }
+        let line: Line = serde_json::from_str(&l).map_err(|e| bad(i + 1, e.to_string()))?;
+        match (i, line) {
+            (0, Line::Header { format, version, .. }) => {
+                if format != FORMAT || version > VERSION {
+                    return Err(bad(1, format!(
+                        "a {format:?} dump of version {version}; this xtcq reads {FORMAT:?} dumps up to version {VERSION}"
+                    )));
+                }
+            }
+            (0, _) => return Err(bad(1, format!("no header: not an {FORMAT} file"))),
+            (_, Line::Header { .. }) => return Err(bad(i + 1, "a second header".into())),
+            (_, Line::Queue(q)) => dump.queues.push(q),
+            (_, Line::Job(j)) => dump.jobs.push(j),
+        }
+    }
+    Ok(dump)
+}
+
+/// The params to create a dumped queue with.
+pub fn params(q: &QueueLine) -> proto::QueueParams {
+    proto::QueueParams {
+        name: q.name.clone(),
+        deques: q.deques,
+        capacity: q.capacity,
+        flavor: if q.flavor == "fifo" { proto::Flavor::Fifo } else { proto::Flavor::Lifo },
+        max_attempts: q.max_attempts,
+        lease_ms: q.lease_ms,
+    }
+}

@@ -1,0 +1,114 @@
+//! Importing a dump ([`crate::dump`]) into the daemon's segment, and `--import-on-start`.
+//!
+//! Rules kept:
+//! - a queue the segment already has is used as it is; a missing one is created with the
+//!   dump's definition and limits, owned by the daemon's uid;
+//! - the jobs are written as a process slot the daemon registers for itself and releases
+//!   after (recovered like any dead process's if the daemon dies meanwhile), each with its
+//!   attempts and last error, queued or dead as in the dump;
+//! - `FILE` becomes `FILE.importing` before the first job and `FILE.imported` after the
+//!   last: never imported twice; an interrupted import is refused, not guessed at.
+
+use std::path::{Path, PathBuf};
+
+use tracing::info;
+use xtcq_proto as proto;
+use xtcq_shm::Injector;
+
+use crate::dump::{self, Dump, DumpError, JobState};
+use crate::registry::{ProcessId, Registry};
+
+/// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
+pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
+    let refused = |e: proto::ErrorReply| DumpError::Import(e.message);
+    let mut created = 0;
+    for q in &d.queues {
+        if reg.queue(&q.name).is_err() {
+            reg.create_queue(&dump::params(q)).map_err(refused)?;
+            reg.set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead), None).map_err(refused)?;
+            created += 1;
+        }
+    }
+    let pid = std::process::id();
+    let me = ProcessId {
+        pid,
+        uid: rustix::process::getuid().as_raw(),
+        start_time: crate::peer::start_time(pid).unwrap_or(0),
+    };
+    let slot = reg.register(me, proto::ROLE_INJECTOR, reg.keeper()).map_err(refused)?;
+    let result = write_jobs(reg, d, slot.slot);
+    reg.recover_process(slot);
+    Ok((created, result?))
+}
+
+fn write_jobs(reg: &Registry, d: &Dump, slot: u32) -> Result<usize, DumpError> {
+    let mut injectors: Vec<(String, Injector)> = Vec::new();
+    for (n, j) in d.jobs.iter().enumerate() {
+        let bad = |what: String| {
+            DumpError::Import(format!("job {} of the dump (queue {}): {what}", n + 1, j.queue))
+        };
+        if !injectors.iter().any(|(name, _)| *name == j.queue) {
+            let q = reg.queue(&j.queue).map_err(|e| bad(e.message))?;
+            let inj = Injector::new(reg.segment().clone(), &q, slot).map_err(|e| bad(e.to_string()))?;
+            injectors.push((j.queue.clone(), inj));
+        }
+        let Some((_, inj)) = injectors.iter().find(|(name, _)| *name == j.queue) else { continue };
+        let payload = j.payload_bytes().ok_or_else(|| bad("no payload, or bad hex".into()))?;
+        inj.import(&payload, j.attempts, &j.last_error, j.state == JobState::Dead)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(d.jobs.len())
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
+/// renames `FILE` to it and returns it; `None` when `FILE` does not exist.
+pub fn claim_file(path: &Path) -> Result<Option<PathBuf>, DumpError> {
+    let importing = with_suffix(path, ".importing");
+    if importing.exists() {
+        return Err(DumpError::Import(format!(
+            "{} exists: an earlier import of it was interrupted, and some of its jobs may be in the segment \
+             already; check them (`xtcq stats`, `xtcq dead`), then remove or rename that file and try again",
+            importing.display()
+        )));
+    }
+    if !path.exists() {
+        return Ok(None);
+    }
+    std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
+        what: "cannot rename",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Some(importing))
+}
+
+/// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
+pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
+    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, ".imported"));
+    std::fs::rename(&importing, &done).map_err(|source| DumpError::Io {
+        what: "cannot rename",
+        path: importing.clone(),
+        source,
+    })?;
+    Ok(done)
+}
+
+/// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
+/// readable layout) once. A missing file is nothing to import.
+pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
+    let Some(importing) = claim_file(path)? else {
+        info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
+        return Ok(());
+    };
+    let d = dump::read(&importing)?;
+    let (created, jobs) = import(reg, &d)?;
+    let done = finish_file(path)?;
+    info!(file = %path.display(), queues_created = created, jobs, renamed_to = %done.display(), "imported");
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The registry's side of per-queue record quotas and dead-letter caps.
+//!
+//! Rules kept:
+//! - a queue is created with no record quota and the default dead-letter cap (a quarter of
+//!   the segment's records), written before the queue becomes active; `SetQueueLimits`
+//!   changes them, and only those who may delete the queue may;
+//! - the scan (every `--lease-scan-interval`) counts each queue's records in one pass and
+//!   publishes the counts the pushes compare with their quota; past its cap, a queue's
+//!   oldest dead letters (by the time they were queued) are dropped, counted and logged;
+//! - a drop is one CAS from `Dead` to `Free`: a dead letter re-queued or purged meanwhile
+//!   is left alone, and a daemon killed at any point loses no other job.
+
+use tracing::warn;
+use xtcq_shm::segment::QueueQuota;
+
+use super::*;
+
+/// Default dead-letter cap of a new queue: a quarter of the segment's records, so that the
+/// dead letters of one queue whose jobs all fail cannot take every record from the others.
+pub fn default_max_dead(job_records: u32) -> u32 {
+    (job_records / 4).max(1)
+}
+
+impl Registry {
+    /// The limits a new queue gets.
+    pub(super) fn default_quota(&self) -> QueueQuota {
+        QueueQuota { max_records: 0, max_dead: default_max_dead(self.seg.config().job_records) }
+    }
+
+    /// Sets queue `name`'s record quota and dead-letter cap (`None`: unchanged; 0: none), if
+    /// `who` may delete it.
+    pub fn set_queue_limits(
+        &self,
+        name: &str,
+        max_records: Option<u32>,
+        max_dead: Option<u32>,
+        who: Option<&Access>,
+    ) -> Result<QueueQuota, proto::ErrorReply> {
+        let records = self.seg.config().job_records;
+        if let Some(n) = max_records.filter(|&n| n > records) {
+            return Err(proto::ErrorReply::new(
+                proto::ErrorCode::BadRequest,
+                format!(
+                    "a record quota of {n} is more than the segment's {records} records; give at most \
+                     {records} (or 0 for no quota)"
+                ),
+            ));
+        }
+        let t = self.lock();
+        let q = self.queue(name)?;
+        self.check_access(&t, q.index, &q.spec.name, who, Op::Delete)?;
+        let limits = self
+            .seg
+            .queue_limits(q.index)
+            .ok_or_else(|| queue_error(&xtcq_shm::QueueError::NoSuchQueue(name.to_string())))?;
+        if let Some(n) = max_records {
+            limits.max_records.store(n, Ordering::Relaxed);
+        }
+        if let Some(n) = max_dead {
+            limits.max_dead.store(n, Ordering::Relaxed);
+        }
+        Ok(self.seg.quota_state(q.index).quota)
+    }
+
+    /// The scan's quota pass: counts every queue's records, drops the oldest dead letters
+    /// past each cap, and publishes the counts. Returns the dead letters dropped.
+    pub(super) fn enforce_quotas(&self) -> u64 {
+        let counts = self.seg.count_queue_records();
+        let mut total = 0;
+        for (index, mut c) in (0u32..).zip(counts) {
+            let Ok(q) = self.seg.queue(index) else { continue };
+            let cap = self.seg.quota_state(index).quota.max_dead;
+            let mut dropped = 0u32;
+            if cap != 0 && c.dead.len() > cap as usize {
+                let over = c.dead.len() - cap as usize;
+                c.dead.sort_unstable_by_key(|&(at, h)| (at, h.index));
+                for &(_, h) in &c.dead[..over] {
+                    if xtcq_shm::dead_letter::purge_dead(&self.seg, h).is_ok() {
+                        dropped += 1;
+                    }
+                }
+                warn!(
+                    queue = %q.spec.name,
+                    dropped,
+                    max_dead = cap,
+                    "dead-letter cap reached: the oldest dead letters were dropped (raise it with \
+                     `xtcq create --max-dead`, or requeue or purge them sooner)"
+                );
+            }
+            let dead = (c.dead.len() as u32).saturating_sub(dropped);
+            self.seg.store_queue_counts(index, c.used.saturating_sub(dropped), dead, u64::from(dropped));
+            total += u64::from(dropped);
+        }
+        total
+    }
+}

@@ -1,0 +1,110 @@
+//! Copying jobs out of a segment and into another: the engine side of `xtcq export`,
+//! `xtcqd --export-on-stop` and `--import-on-start` (the dump format is the daemon's).
+//!
+//! Rules kept:
+//! - a copy only reads: it works on a segment mapped read-only
+//!   ([`Segment::open_read_only`]), of this layout version or an older readable one;
+//! - everything read is bounds-checked, and a record whose state word changed during its
+//!   copy is copied again (a few times, then skipped and counted), so a live segment gives a
+//!   racy but never torn copy;
+//! - a job claimed or being given back when copied is copied as queued: it runs again
+//!   after an import (at least once, as after a crash); a delayed job is copied as queued;
+//! - an import writes each job through the same transitions as a push and a give-back
+//!   ([`crate::Injector::import`]), so a process killed half-way leaves records that
+//!   recovery knows.
+
+use crate::dead_letter::LAST_ERROR_BYTES;
+use crate::layout::{RecordHeader, RECORD_HEADER_SIZE};
+use crate::record::state::State;
+use crate::segment::{QueueInfo, QuotaState, Segment};
+use crate::sync::Ordering;
+
+/// One job copied out of a segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobCopy {
+    /// Queue-table index of its queue.
+    pub queue: u32,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// Times it was run and given back.
+    pub attempts: u32,
+    /// Whether it is a dead letter (else queued).
+    pub dead: bool,
+    /// Why it last failed (may be empty).
+    pub last_error: String,
+}
+
+/// Everything an import needs of a segment.
+#[derive(Clone, Debug, Default)]
+pub struct SegmentCopy {
+    /// Its active queues, with their limits.
+    pub queues: Vec<(QueueInfo, QuotaState)>,
+    /// Its queued (or running, or delayed) jobs and dead letters, by record index.
+    pub jobs: Vec<JobCopy>,
+    /// Records that kept changing while copied (a live segment) and were left out.
+    pub skipped: u32,
+}
+
+/// Copies every queue and job of `seg`.
+pub fn copy_segment(seg: &Segment) -> SegmentCopy {
+    let queues: Vec<(QueueInfo, QuotaState)> =
+        seg.queues().into_iter().flatten().map(|q| (q.clone(), seg.quota_state(q.index))).collect();
+    let mut out = SegmentCopy { queues, ..SegmentCopy::default() };
+    let records = seg.records();
+    for i in 0..records.len() {
+        let mut copied = None;
+        for _ in 0..4 {
+            match copy_record(seg, i) {
+                Some(c) => {
+                    copied = Some(c);
+                    break;
+                }
+                None => continue,
+            }
+        }
+        match copied {
+            Some(Some(job)) if out.queues.iter().any(|(q, _)| q.index == job.queue) => out.jobs.push(job),
+            Some(_) => {}
+            None => out.skipped += 1,
+        }
+    }
+    out
+}
+
+/// Record `i`'s job: `Some(None)` when it holds none, `None` when it changed during the copy.
+fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
+    let records = seg.records();
+    let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { return Some(None) };
+    let w = st.load();
+    let dead = match w.state() {
+        Some(State::Dead) => true,
+        Some(State::Queued | State::Delayed | State::Claimed | State::Writing) => false,
+        _ => return Some(None),
+    };
+    let len = hdr.payload_len.load(Ordering::Relaxed).min(records.payload_capacity()) as usize;
+    let base = hdr as *const RecordHeader as *const u8;
+    let payload = (0..len)
+        // SAFETY: `len <= payload_capacity`, so every byte is inside this record's payload
+        // area; volatile because no holder excludes other writers.
+        .map(|k| unsafe { core::ptr::read_volatile(base.add(RECORD_HEADER_SIZE + k)) })
+        .collect();
+    let job = JobCopy {
+        queue: hdr.queue.load(Ordering::Relaxed),
+        payload,
+        attempts: hdr.attempts.load(Ordering::Relaxed),
+        dead,
+        last_error: if dead { last_error(hdr) } else { String::new() },
+    };
+    (st.load() == w).then_some(Some(job))
+}
+
+fn last_error(hdr: &RecordHeader) -> String {
+    let n = ((hdr.flags.load(Ordering::Relaxed) & ((1 << crate::record::state::BIRTH_SHIFT) - 1)) as usize)
+        .min(LAST_ERROR_BYTES);
+    let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
+    for w in &hdr.reserved {
+        b.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    b.truncate(n);
+    String::from_utf8_lossy(&b).into_owned()
+}
