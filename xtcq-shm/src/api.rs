@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use crate::layout::WaitWord;
+use crate::layout::{MetricsBlock, WaitWord};
+use crate::metrics::Counter;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::state::{JobHandle, State};
@@ -99,6 +100,8 @@ struct QueueCtx<'a> {
     records: RecordArena<'a>,
     overflow: OverflowRef<'a>,
     wait: &'a WaitWord,
+    /// This queue's per-process-slot counter blocks (see `metrics`).
+    slots: &'a [MetricsBlock],
 }
 
 impl<'a> QueueCtx<'a> {
@@ -120,7 +123,17 @@ impl<'a> QueueCtx<'a> {
             records: seg.records(),
             overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
             wait: seg.wait_word(queue).ok_or_else(|| corrupt("no wait word"))?,
+            slots: seg
+                .metrics_blocks(queue)
+                .and_then(|b| b.get(..seg.config().process_slots as usize))
+                .ok_or_else(|| corrupt("no metrics blocks"))?,
         })
+    }
+
+    /// Counts one `c` for process slot `me` (on its own block: no other process writes it).
+    #[inline]
+    fn count(&self, me: u32, c: Counter) {
+        crate::metrics::bump(self.slots.get(me as usize), c);
     }
 
     /// Claims the job a deque slot word names. `None`: stale, duplicate or garbage handle.
@@ -147,6 +160,7 @@ impl<'a> QueueCtx<'a> {
             return None;
         }
         st.claim(w.generation(), me).ok()?;
+        self.count(me, Counter::Claimed);
         crate::fail_point!("claim.after_cas");
         // Relaxed: every give-back (nack, fail, recovery, lease expiry, requeue of a dead
         // letter) clears the deadline before its Release CAS, and our claim CAS continues that

@@ -279,6 +279,17 @@ impl Segment {
         unsafe { &*(self.map.as_mut_ptr().add(offset as usize) as *const T) }
     }
 
+    /// `n` values of `T` from `offset`, as a slice.
+    ///
+    /// # Safety
+    /// As [`at`](Self::at), for `offset + n * size_of::<T>()`.
+    #[inline]
+    pub(crate) unsafe fn slice_at<T>(&self, offset: u64, n: usize) -> &[T] {
+        debug_assert!(offset + (n * core::mem::size_of::<T>()) as u64 <= self.desc.regions.total_len);
+        // SAFETY: per the contract.
+        unsafe { core::slice::from_raw_parts(self.map.as_mut_ptr().add(offset as usize) as *const T, n) }
+    }
+
     /// The header's live words.
     pub fn header_live(&self) -> &HeaderLive {
         // SAFETY: the header is inside every validated mapping; HeaderLive is atomics only.
@@ -467,6 +478,7 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64) -> Result<(), Inval
         ("record region offset", r.records, want.records),
         ("record stride", r.record_stride, want.record_stride),
         ("process table offset", r.processes, want.processes),
+        ("metrics region offset", r.metrics, want.metrics),
         ("total length", r.total_len, want.total_len),
     ];
     for (name, found, w) in fields {
