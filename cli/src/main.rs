@@ -33,6 +33,7 @@ mod hold;
 mod out;
 mod progress;
 mod room;
+mod stats;
 mod work;
 mod work_pool;
 mod work_summary;
@@ -93,7 +94,7 @@ enum Command {
     /// Steal jobs and print their payloads, one per line; each is acked once written.
     Steal(cmd::StealArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
-    Stats(cmd::StatsArgs),
+    Stats(stats::StatsArgs),
     /// List, re-queue or purge a queue's dead letters (jobs past their attempt limit).
     Dead(cmd::DeadArgs),
     /// Verify every invariant of the daemon's segment (or of --segment PATH).
@@ -133,7 +134,7 @@ fn main() {
         Command::Ls(a) => cmd::ls(socket, a),
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
-        Command::Stats(a) => cmd::stats(socket, a),
+        Command::Stats(a) => stats::stats(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
         Command::Shutdown => cmd::shutdown(socket),

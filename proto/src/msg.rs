@@ -467,6 +467,44 @@ pub struct QueueStats {
     /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
     /// queue).
     pub records: RecordCounts,
+    /// Running totals and gauges. Zeros from a daemon that predates them.
+    #[serde(default)]
+    pub metrics: QueueMetrics,
+}
+
+/// A queue's running totals (since the queue was created, across daemon restarts) and
+/// gauges (now), as `xtcqd --metrics` exports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueMetrics {
+    /// Jobs pushed (delayed ones included).
+    pub pushed: u64,
+    /// Claims won (a job claimed twice counts twice).
+    pub claimed: u64,
+    /// Jobs acked.
+    pub acked: u64,
+    /// Give-backs by `nack` (no reason).
+    pub nacked: u64,
+    /// Give-backs by `fail` (with a reason).
+    pub failed: u64,
+    /// Jobs that became dead letters.
+    pub dead_total: u64,
+    /// Claims revoked because their lease ran out.
+    pub lease_expiries: u64,
+    /// Claims of dead processes given back.
+    pub recovered: u64,
+    /// Jobs queued now (`records.queued`).
+    pub queued: u64,
+    /// Jobs claimed now (`records.claimed`).
+    pub running: u64,
+    /// Dead letters now (`records.dead`).
+    pub dead: u64,
+    /// Records this queue holds now, whatever their state.
+    pub records_in_use: u64,
+    /// Age of the oldest queued job, ns (0 when none is queued).
+    pub oldest_queued_ns: u64,
+    /// Consumers asleep waiting for a job.
+    pub sleepers: u64,
 }
 
 /// State of a process slot.
