@@ -137,6 +137,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_scan_interval)]
     pub lease_scan_interval: Duration,
 
+    /// Serve the queues' metrics in the Prometheus text format at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9187 (off by default; anyone who can reach ADDR can read them).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// How log lines on stderr are written: text, or json (one object per line, the event's
     /// fields at the top level).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
@@ -198,6 +203,8 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Period of the lease-expiry scan (`None`: disabled).
     pub lease_scan_interval: Option<Duration>,
+    /// Where to serve `/metrics` (`--metrics`), if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Bad arguments.
@@ -304,6 +311,7 @@ impl Config {
             idle_timeout: Some(args.idle_timeout).filter(|d| !d.is_zero()),
             io_timeout: args.io_timeout,
             lease_scan_interval: Some(args.lease_scan_interval).filter(|d| !d.is_zero()),
+            metrics: args.metrics,
         })
     }
 

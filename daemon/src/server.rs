@@ -140,6 +140,14 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     tasks.spawn(scan(st.clone(), every, cfg.lease_scan_interval.is_some()));
     tasks.spawn(watch_segment(st.clone()));
     tasks.spawn(crate::delayed::run(st.reg.clone(), st.shutdown.subscribe()));
+    if let Some(addr) = cfg.metrics {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| DaemonError::Io {
+            what: "cannot listen for --metrics on".into(),
+            path: addr.to_string().into(),
+            source: e,
+        })?;
+        tasks.spawn(crate::metrics_http::run(st.reg.clone(), listener, st.shutdown.subscribe()));
+    }
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
