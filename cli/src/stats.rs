@@ -181,7 +181,7 @@ fn watch(socket: Option<&Path>, queue: Option<&str>, interval: Duration) -> Resu
     let client = connect(socket)?;
     let mut before: HashMap<String, QueueMetrics> = HashMap::new();
     let mut last = Instant::now();
-    out::print(&format!(
+    out::print(format!(
         "{:<8} {:<20} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>9} {:>7}\n",
         "TIME", "QUEUE", "PUSH/s", "ACK/s", "FAIL/s", "QUEUED", "RUNNING", "DEAD", "OLDEST", "ASLEEP"
     ))?;

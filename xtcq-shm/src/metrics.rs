@@ -142,8 +142,8 @@ impl Segment {
                 *s = s.saturating_add(v);
             }
         }
-        for i in 0..METRIC_COUNTERS {
-            blocks[slots + 1].counters[i].store(sum[i], Ordering::Relaxed);
+        for (i, s) in sum.into_iter().enumerate() {
+            blocks[slots + 1].counters[i].store(s, Ordering::Relaxed);
             blocks[slots].counters[i].store(0, Ordering::Relaxed);
         }
     }
