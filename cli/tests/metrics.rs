@@ -189,3 +189,20 @@ fn garbage_and_stalled_http_clients_block_no_one() {
     drop(silent);
     drop(stalled);
 }
+
+#[test]
+fn stats_watch_prints_a_line_per_queue_and_ends_when_its_reader_does() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "a", "b", "c"]));
+    let script =
+        format!("{} --socket {} stats --watch --interval 100ms | head -n 3", XTCQ, d.socket.display());
+    let o = run_bounded(std::process::Command::new("sh").args(["-c", &script]), None);
+    let out = ok(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].contains("PUSH/s") && lines[0].contains("OLDEST"), "{out}");
+    let cols: Vec<&str> = lines[2].split_whitespace().collect();
+    // TIME QUEUE PUSH/s ACK/s FAIL/s QUEUED RUNNING DEAD OLDEST ASLEEP
+    assert_eq!((cols[1], cols[5], cols[6]), ("q", "3", "0"), "{out}");
+}
