@@ -34,6 +34,7 @@ mod out;
 mod progress;
 mod room;
 mod stats;
+mod top;
 mod work;
 mod work_pool;
 mod work_summary;
@@ -95,6 +96,8 @@ enum Command {
     Steal(cmd::StealArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
+    /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
+    Top(top::TopArgs),
     /// List, re-queue or purge a queue's dead letters (jobs past their attempt limit).
     Dead(cmd::DeadArgs),
     /// Verify every invariant of the daemon's segment (or of --segment PATH).
@@ -135,6 +138,7 @@ fn main() {
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
+        Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
         Command::Shutdown => cmd::shutdown(socket),
