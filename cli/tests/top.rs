@@ -41,8 +41,9 @@ fn have_tmux() -> bool {
 }
 
 /// Starts `xtcq top` for `d` in a fresh tmux session; the shell says how it exited.
-fn start_top(d: &Daemon) -> Tmux {
-    let t = Tmux { socket: d.dir.path().join("tmux.sock") };
+/// Each start gets its own server socket: a server just killed may not be gone yet.
+fn start_top(d: &Daemon, n: usize) -> Tmux {
+    let t = Tmux { socket: d.dir.path().join(format!("tmux{n}.sock")) };
     let script =
         format!("{XTCQ} --socket {} top --interval 200ms; echo TOP-EXITED $?; sleep 60", d.socket.display());
     let o = run_bounded(
@@ -65,8 +66,8 @@ fn top_shows_the_queues_and_quits_on_q_or_ctrl_c_restoring_the_terminal() {
     let d = Daemon::start();
     ok(&d.run(&["create", "farm"]));
     ok(&d.run(&["push", "farm", "a", "b", "c"]));
-    for quit in [&["q"][..], &["C-c"][..]] {
-        let t = start_top(&d);
+    for (n, quit) in [&["q"][..], &["C-c"][..]].into_iter().enumerate() {
+        let t = start_top(&d, n);
         let mut screen = String::new();
         wait_until(Duration::from_secs(30), "top to draw the queue", || {
             screen = t.capture();
