@@ -1,4 +1,4 @@
-//! The one-shot subcommands: `create`, `delete`, `ls`, `push`, `steal`, `stats`, `dead`,
+//! The one-shot subcommands: `create`, `delete`, `ls`, `push`, `steal`, `dead`,
 //! `check`, `shutdown`. Each connects, does its work, and returns an exit status (see `exit`).
 
 use std::io::{BufRead, Write};
@@ -158,14 +158,14 @@ pub struct LsArgs {
     json: bool,
 }
 
-fn flavor(f: Flavor) -> &'static str {
+pub(crate) fn flavor(f: Flavor) -> &'static str {
     match f {
         Flavor::Lifo => "lifo",
         Flavor::Fifo => "fifo",
     }
 }
 
-fn lease_or_dash(v: u32) -> String {
+pub(crate) fn lease_or_dash(v: u32) -> String {
     if v == 0 {
         "-".into()
     } else {
@@ -339,98 +339,6 @@ pub fn steal(socket: Option<&Path>, args: StealArgs) -> Result<i32> {
         taken += 1;
     }
     Ok(if taken == 0 { exit::EMPTY } else { exit::OK })
-}
-
-#[derive(Debug, Args)]
-pub struct StatsArgs {
-    /// Only this queue.
-    queue: Option<String>,
-    /// JSON (the daemon's whole answer) instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
-    let client = connect(socket)?;
-    let s = client.stats(args.queue.as_deref())?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(exit::OK);
-    }
-    let r = &s.records;
-    let g = &s.segment;
-    let mut text = String::new();
-    text.push_str(&format!(
-        "xtcqd pid {}, segment {} ({} MiB), {} connection(s)\n",
-        s.daemon_pid,
-        g.path.display(),
-        g.total_len >> 20,
-        s.connections
-    ));
-    text.push_str(&format!(
-        "records: {} total, {} free, {} filling, {} queued, {} running, {} dead, {} delayed{}\n",
-        g.job_records,
-        r.free,
-        r.filling,
-        r.queued,
-        r.claimed,
-        r.dead,
-        r.delayed,
-        if r.corrupt > 0 { format!(", {} CORRUPT", r.corrupt) } else { String::new() }
-    ));
-    text.push_str(&format!(
-        "limits:  {} queues, {} deques per queue, deque capacity {}, payload {} bytes, {} process slots, overflow ring {}\n",
-        g.queues, g.deques_per_queue, g.deque_capacity, g.payload_bytes, g.process_slots, g.overflow_capacity
-    ));
-    for q in &s.queues {
-        let i = &q.info;
-        text.push_str(&format!(
-            "\nqueue {} ({}, {} deques x {}, max attempts {}, lease {})\n",
-            escaped(&i.name),
-            flavor(i.flavor),
-            i.deques,
-            i.capacity,
-            if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },
-            lease_or_dash(i.lease_ms)
-        ));
-        text.push_str(&format!(
-            "  jobs:     {} queued, {} running, {} dead, {} being pushed, {} delayed\n",
-            q.records.queued, q.records.claimed, q.records.dead, q.records.filling, q.records.delayed
-        ));
-        if let Some(b) = &i.retry_backoff {
-            text.push_str(&format!("  retry backoff: {}\n", crate::delay::backoff_label(Some(b))));
-        }
-        text.push_str(&crate::quota::stats_line(&q.quota));
-        text.push_str(&format!("  overflow: {}\n", q.overflow_len));
-        text.push_str("  DEQUE  LEN     OWNER\n");
-        for d in &q.deques {
-            text.push_str(&format!(
-                "  {:<6} {:<7} {}\n",
-                d.index,
-                d.len,
-                d.owner_slot.map(|s| format!("slot {s}")).unwrap_or_else(|| "-".into())
-            ));
-        }
-    }
-    if !s.processes.is_empty() {
-        text.push_str("\nSLOT  PID      USER              STATE       CONNECTED\n");
-        for p in &s.processes {
-            let user = match xtcq_proto::names::user_name(p.uid) {
-                Some(name) => format!("{} ({name})", p.uid),
-                None => p.uid.to_string(),
-            };
-            text.push_str(&format!(
-                "{:<5} {:<8} {:<17} {:<11} {}\n",
-                p.slot,
-                p.pid,
-                user,
-                format!("{:?}", p.state).to_lowercase(),
-                if p.connected { "yes" } else { "no" }
-            ));
-        }
-    }
-    out::print(&text)?;
-    Ok(exit::OK)
 }
 
 #[derive(Debug, Args)]

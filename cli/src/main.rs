@@ -35,6 +35,8 @@ mod out;
 mod progress;
 mod quota;
 mod room;
+mod stats;
+mod top;
 mod work;
 mod work_pool;
 mod work_summary;
@@ -95,7 +97,9 @@ enum Command {
     /// Steal jobs and print their payloads, one per line; each is acked once written.
     Steal(cmd::StealArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
-    Stats(cmd::StatsArgs),
+    Stats(stats::StatsArgs),
+    /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
+    Top(top::TopArgs),
     /// List, re-queue or purge a queue's dead letters (jobs past their attempt limit).
     Dead(cmd::DeadArgs),
     /// Verify every invariant of the daemon's segment (or of --segment PATH).
@@ -142,7 +146,8 @@ fn main() {
         Command::Ls(a) => cmd::ls(socket, a),
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
-        Command::Stats(a) => cmd::stats(socket, a),
+        Command::Stats(a) => stats::stats(socket, a),
+        Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),
         Command::Check(a) => cmd::check(socket, a),
         Command::Export(a) => export::export(socket, a),

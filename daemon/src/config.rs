@@ -137,6 +137,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_scan_interval)]
     pub lease_scan_interval: Duration,
 
+    /// Serve the queues' metrics in the Prometheus text format at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9187 (off by default; anyone who can reach ADDR can read them).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// How log lines on stderr are written: text, or json (one object per line, the event's
     /// fields at the top level).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
@@ -214,6 +219,8 @@ pub struct Config {
     pub export_on_stop: Option<PathBuf>,
     /// Dump (or older segment) imported on start.
     pub import_on_start: Option<PathBuf>,
+    /// Where to serve `/metrics` (`--metrics`), if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Bad arguments.
@@ -268,6 +275,7 @@ impl Config {
             lease_scan_interval: Some(args.lease_scan_interval).filter(|d| !d.is_zero()),
             export_on_stop: args.export_on_stop.clone(),
             import_on_start: args.import_on_start.clone(),
+            metrics: args.metrics,
         })
     }
 

@@ -203,6 +203,17 @@ mod tests {
     }
 
     #[test]
+    fn the_metrics_listener_comes_from_the_file_too() {
+        use clap::Parser;
+        let a = args("metrics = \"127.0.0.1:9187\"\n", &[]).unwrap();
+        assert!(a.windows(2).any(|w| w == ["--metrics", "127.0.0.1:9187"]), "{a:?}");
+        let parsed = crate::Args::parse_from(["xtcqd", "--metrics", "127.0.0.1:9187"]);
+        let c = crate::config::Config::from_args(&parsed).unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9187".parse().unwrap()));
+        assert!(crate::Args::try_parse_from(["xtcqd", "--metrics", "nowhere"]).is_err());
+    }
+
+    #[test]
     fn bad_files_say_what_is_wrong() {
         let e = args("recordz = 1\n", &[]).unwrap_err().to_string();
         assert!(e.contains("unknown option \"recordz\"") && e.contains("records"), "{e}");

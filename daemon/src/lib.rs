@@ -31,6 +31,7 @@ pub mod fence;
 pub mod guard;
 pub mod limits;
 pub mod logging;
+pub mod metrics_http;
 pub mod notify;
 pub mod paths_secure;
 pub mod peer;

@@ -511,6 +511,9 @@ pub struct QueueStats {
     /// from a daemon that predates them.
     #[serde(default)]
     pub quota: QuotaStats,
+    /// Running totals and gauges. Zeros from a daemon that predates them.
+    #[serde(default)]
+    pub metrics: QueueMetrics,
 }
 
 /// A queue's record quota and dead-letter cap (0: none), and the daemon's last count.
@@ -524,6 +527,41 @@ pub struct QuotaStats {
     pub max_dead: u32,
     /// Dead letters dropped by the cap (the oldest first) since the queue was created.
     pub dead_dropped: u64,
+}
+
+/// A queue's running totals (since the queue was created, across daemon restarts) and
+/// gauges (now), as `xtcqd --metrics` exports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueMetrics {
+    /// Jobs pushed (delayed ones included).
+    pub pushed: u64,
+    /// Claims won (a job claimed twice counts twice).
+    pub claimed: u64,
+    /// Jobs acked.
+    pub acked: u64,
+    /// Give-backs by `nack` (no reason).
+    pub nacked: u64,
+    /// Give-backs by `fail` (with a reason).
+    pub failed: u64,
+    /// Jobs that became dead letters.
+    pub dead_total: u64,
+    /// Claims revoked because their lease ran out.
+    pub lease_expiries: u64,
+    /// Claims of dead processes given back.
+    pub recovered: u64,
+    /// Jobs queued now (`records.queued`).
+    pub queued: u64,
+    /// Jobs claimed now (`records.claimed`).
+    pub running: u64,
+    /// Dead letters now (`records.dead`).
+    pub dead: u64,
+    /// Records this queue holds now, whatever their state.
+    pub records_in_use: u64,
+    /// Age of the oldest queued job, ns (0 when none is queued).
+    pub oldest_queued_ns: u64,
+    /// Consumers asleep waiting for a job.
+    pub sleepers: u64,
 }
 
 /// State of a process slot.

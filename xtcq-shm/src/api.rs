@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use crate::layout::{QueueLimits, WaitWord};
+use crate::layout::{MetricsBlock, QueueLimits, WaitWord};
+use crate::metrics::Counter;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::state::{JobHandle, State};
@@ -114,6 +115,8 @@ struct QueueCtx<'a> {
     wait: &'a WaitWord,
     /// The queue's record quota and the daemon's last count of its records.
     limits: &'a QueueLimits,
+    /// This queue's per-process-slot counter blocks (see `metrics`).
+    slots: &'a [MetricsBlock],
 }
 
 impl<'a> QueueCtx<'a> {
@@ -136,7 +139,17 @@ impl<'a> QueueCtx<'a> {
             overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
             wait: seg.wait_word(queue).ok_or_else(|| corrupt("no wait word"))?,
             limits: seg.queue_limits(queue).ok_or_else(|| corrupt("no limit words"))?,
+            slots: seg
+                .metrics_blocks(queue)
+                .and_then(|b| b.get(..seg.config().process_slots as usize))
+                .ok_or_else(|| corrupt("no metrics blocks"))?,
         })
+    }
+
+    /// Counts one `c` for process slot `me` (on its own block: no other process writes it).
+    #[inline]
+    fn count(&self, me: u32, c: Counter) {
+        crate::metrics::bump(self.slots.get(me as usize), c);
     }
 
     /// Claims the job a deque slot word names. `None`: stale, duplicate or garbage handle.
@@ -163,6 +176,7 @@ impl<'a> QueueCtx<'a> {
             return None;
         }
         st.claim(w.generation(), me).ok()?;
+        self.count(me, Counter::Claimed);
         crate::fail_point!("claim.after_cas");
         // Relaxed: every give-back (nack, fail, recovery, lease expiry, requeue of a dead
         // letter) clears the deadline before its Release CAS, and our claim CAS continues that

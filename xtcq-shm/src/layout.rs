@@ -30,6 +30,10 @@
 //!  +------------------------------------------------------------------+
 //!  | process table: `process_slots` x ProcessSlot             128 B ea |
 //!  +------------------------------------------------------------------+
+//!  | metrics: `queues` x (`process_slots` + 2) x MetricsBlock 128 B ea |
+//!  |   per queue: one block per process slot (written only by the      |
+//!  |   slot's holder), the daemon's own block, the reset baseline      |
+//!  +------------------------------------------------------------------+
 //!  total_len (a multiple of 4096)
 //! ```
 //!
@@ -219,6 +223,8 @@ pub struct RegionOffsets {
     pub record_stride: u64,
     /// Process table.
     pub processes: u64,
+    /// Metrics region (counter blocks, see [`MetricsBlock`]).
+    pub metrics: u64,
     /// Length of the whole segment.
     pub total_len: u64,
 }
@@ -487,6 +493,18 @@ pub struct ProcessSlot {
     pub attached_unix_ns: AtomicU64,
 }
 
+/// Counters in a [`MetricsBlock`]: the index of each running total.
+pub const METRIC_COUNTERS: usize = 8;
+
+/// A block of running totals for one (process slot, queue), or the daemon's own totals of a
+/// queue, or a queue's reset baseline (see `metrics`). Its own line: only one writer.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct MetricsBlock {
+    /// Indexed by `metrics::Counter`.
+    pub counters: [AtomicU64; METRIC_COUNTERS],
+}
+
 // The layout is a file format: pin it.
 const _: () = {
     assert!(size_of::<SegmentDescriptor>() <= 256);
@@ -499,7 +517,7 @@ const _: () = {
     assert!(offset_of!(SegmentDescriptor, config) == 40);
     assert!(offset_of!(SegmentDescriptor, regions) == 72);
     assert!(size_of::<SegmentConfig>() == 32);
-    assert!(size_of::<RegionOffsets>() == 72);
+    assert!(size_of::<RegionOffsets>() == 80);
     assert!(size_of::<QueueDescriptor>() == 96);
     assert!(size_of::<QueueEntry>() == 384);
     assert!(size_of::<QueueDescBlock>() == 128);
@@ -520,6 +538,7 @@ const _: () = {
     assert!(offset_of!(RecordHeader, payload_len) == 8);
     assert!(offset_of!(RecordHeader, queue) == 12);
     assert!(size_of::<ProcessSlot>() == 128);
+    assert!(size_of::<MetricsBlock>() == 128);
     assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
     assert!(size_of::<AtomicI64>() == 8 && align_of::<AtomicI64>() == 8);
 };
@@ -557,7 +576,9 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
         add(RECORD_HEADER_SIZE as u64, round_up(c.payload_bytes as u64, 64).ok_or(too_large.clone())?)?;
     let processes =
         round_up(add(records, mul(c.job_records as u64, record_stride)?)?, line).ok_or(too_large.clone())?;
-    let end = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
+    let metrics = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
+    let blocks = mul(c.queues as u64, c.process_slots as u64 + 2)?;
+    let end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
     let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
     if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
         return Err(too_large);
@@ -571,6 +592,7 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
         records,
         record_stride,
         processes,
+        metrics,
         total_len,
     })
 }

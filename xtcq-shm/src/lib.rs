@@ -45,6 +45,8 @@ pub mod delayed;
 #[cfg(not(xtcq_loom))]
 pub mod layout;
 #[cfg(not(xtcq_loom))]
+pub mod metrics;
+#[cfg(not(xtcq_loom))]
 mod prefetch;
 #[cfg(not(xtcq_loom))]
 pub mod recovery;

@@ -24,6 +24,7 @@
 //! deque `bottom` only for deques whose owner is dead (see [`release_deque_leases`]).
 
 use crate::layout::DequeHeader;
+use crate::metrics::Counter;
 use crate::overflow::RingError;
 use crate::record::state::{next_generation, JobHandle, State, StateWord, NO_HOLDER};
 use crate::segment::Segment;
@@ -130,6 +131,34 @@ fn give_back(
     why: &str,
     fence: Fence<'_>,
 ) -> Result<GiveBack, ()> {
+    let queue = seg.records().header(index).map(|h| h.queue.load(Ordering::Relaxed));
+    let r = give_back_uncounted(seg, index, w, holder, why, fence);
+    if let (Some(q), Ok(done @ (GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered))) =
+        (queue, &r)
+    {
+        // The daemon's own block: only the daemon gives claims back.
+        let block = seg.daemon_metrics(q);
+        let event = if why == LEASE_EXPIRED { Counter::LeaseExpiries } else { Counter::Recovered };
+        crate::metrics::bump(block, event);
+        if matches!(done, GiveBack::DeadLettered) {
+            crate::metrics::bump(block, Counter::Dead);
+        }
+    }
+    r
+}
+
+/// The reason a lease-expiry give-back records (and how `give_back` tells it from recovery).
+const LEASE_EXPIRED: &str = "lease expired";
+
+/// [`give_back`] without its counting.
+fn give_back_uncounted(
+    seg: &Segment,
+    index: u32,
+    w: StateWord,
+    holder: u32,
+    why: &str,
+    fence: Fence<'_>,
+) -> Result<GiveBack, ()> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else { return Err(()) };
     let g = w.generation();
@@ -225,7 +254,7 @@ pub fn expire_leases_fenced(seg: &Segment, now_ns: u64, fence: Fence<'_>) -> Vec
             continue;
         }
         if let Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) =
-            give_back(seg, i, w, w.holder(), "lease expired", &mut *fence)
+            give_back(seg, i, w, w.holder(), LEASE_EXPIRED, &mut *fence)
         {
             out.push(JobHandle { index: i, generation: next_generation(w.generation()) });
         }
@@ -240,7 +269,7 @@ pub fn expire_claim(seg: &Segment, index: u32, w: StateWord, fence: Fence<'_>) -
     if w.state() != Some(State::Claimed) || seg.records().state(index)?.load() != w {
         return None;
     }
-    match give_back(seg, index, w, w.holder(), "lease expired", fence) {
+    match give_back(seg, index, w, w.holder(), LEASE_EXPIRED, fence) {
         Ok(GiveBack::Requeued | GiveBack::Unindexed | GiveBack::DeadLettered) => {
             Some(JobHandle { index, generation: next_generation(w.generation()) })
         }

@@ -225,6 +225,7 @@ impl Segment {
         // bits. Copied out once, so later writes to the header cannot change what we
         // validated (no TOCTOU).
         let desc = unsafe { core::ptr::read_volatile(base as *const SegmentDescriptor) };
+        let desc = if read_only && desc.layout_version == 4 { descriptor_of_v4(desc) } else { desc };
         if desc.magic != MAGIC {
             return Err(SegmentError::BadMagic {
                 path: path.to_path_buf(),
@@ -293,6 +294,17 @@ impl Segment {
         debug_assert!(offset.is_multiple_of(core::mem::align_of::<T>() as u64));
         // SAFETY: per the contract, in bounds and aligned; the mapping lives as long as self.
         unsafe { &*(self.map.as_mut_ptr().add(offset as usize) as *const T) }
+    }
+
+    /// `n` values of `T` from `offset`, as a slice.
+    ///
+    /// # Safety
+    /// As [`at`](Self::at), for `offset + n * size_of::<T>()`.
+    #[inline]
+    pub(crate) unsafe fn slice_at<T>(&self, offset: u64, n: usize) -> &[T] {
+        debug_assert!(offset + (n * core::mem::size_of::<T>()) as u64 <= self.desc.regions.total_len);
+        // SAFETY: per the contract.
+        unsafe { core::slice::from_raw_parts(self.map.as_mut_ptr().add(offset as usize) as *const T, n) }
     }
 
     /// The header's live words.
@@ -450,9 +462,26 @@ enum Invalid {
     What(String),
 }
 
+/// A version-4 descriptor, read as this version's type, put back in its fields: version 5
+/// inserted `RegionOffsets::metrics` before `total_len`, so in a version-4 header that word
+/// holds the total length, `total_len` holds the creator's pid and uid, and those two hold
+/// the creation time. A version-4 segment has no metrics region: `metrics` is set to its
+/// end (an empty region), and [`Segment::metrics_blocks`](crate::segment::Segment) refuses
+/// any segment of another version.
+fn descriptor_of_v4(d: SegmentDescriptor) -> SegmentDescriptor {
+    let mut v4 = d;
+    let total_len = d.regions.metrics;
+    v4.regions.metrics = total_len;
+    v4.regions.total_len = total_len;
+    v4.creator_pid = d.regions.total_len as u32;
+    v4.creator_uid = (d.regions.total_len >> 32) as u32;
+    v4.created_unix_ns = u64::from(d.creator_pid) | u64::from(d.creator_uid) << 32;
+    v4
+}
+
 /// The layout versions [`Segment::open_read_only`] reads: version 4 differs from this one
-/// only in words a reader of jobs does not need (v5 added a record state and queue limits in
-/// spare bytes), so its regions are computed the same way.
+/// only in words a reader of jobs does not need (v5 added a record state, queue limits in
+/// spare bytes, and the metrics region at the end, see `descriptor_of_v4`).
 pub const READABLE_LAYOUT_VERSIONS: [u32; 2] = [4, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
@@ -478,7 +507,12 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> 
         }
     }
     d.config.validate().map_err(|e| Invalid::What(format!("configuration: {e}")))?;
-    let want = compute_regions(&d.config).map_err(|e| Invalid::What(format!("configuration: {e}")))?;
+    let mut want = compute_regions(&d.config).map_err(|e| Invalid::What(format!("configuration: {e}")))?;
+    if d.layout_version == 4 {
+        // No metrics region: the segment ends with the process table (see `descriptor_of_v4`).
+        want.total_len = want.metrics.next_multiple_of(4096);
+        want.metrics = want.total_len;
+    }
     let r = &d.regions;
     let fields = [
         ("queue table offset", r.queue_table, want.queue_table),
@@ -489,6 +523,7 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> 
         ("record region offset", r.records, want.records),
         ("record stride", r.record_stride, want.record_stride),
         ("process table offset", r.processes, want.processes),
+        ("metrics region offset", r.metrics, want.metrics),
         ("total length", r.total_len, want.total_len),
     ];
     for (name, found, w) in fields {

@@ -117,6 +117,7 @@ fn truncated_files_are_refused_with_lengths() {
         (fx.regions.deques + 5, total),
         (fx.regions.records + 64 * 3 + 1, total),
         (fx.regions.processes, total),
+        (fx.regions.metrics, total),
         (total - 1, total),
     ];
     for (len, needed) in cases {
@@ -161,6 +162,7 @@ fn consistent_header_claiming_more_than_the_file_is_truncated() {
         r.records,
         r.record_stride,
         r.processes,
+        r.metrics,
         r.total_len,
     ];
     for (i, w) in words.iter().enumerate() {
@@ -332,8 +334,9 @@ fn bad_region_offsets_are_inconsistent() {
         // Beyond the length of the file.
         (7, r.total_len + 4096, "process table offset"),
         (1, u64::MAX, "deque region offset"),
-        (8, 1 << 40, "total length"),
-        (8, r.total_len - 4096, "total length"),
+        (8, r.metrics + 128, "metrics region offset"),
+        (9, 1 << 40, "total length"),
+        (9, r.total_len - 4096, "total length"),
     ];
     for (word, value, name) in cases {
         let want = format!("{name} is {value}, but the configuration puts it at");

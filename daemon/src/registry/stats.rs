@@ -2,6 +2,39 @@
 //! stopping anyone (a racy snapshot).
 
 use super::*;
+use xtcq_shm::metrics::Counter;
+
+/// A queue's totals (from the metrics region) and gauges (from `records`, the scan's counts
+/// for it, and `oldest`, the smallest `enqueued_ns` of its queued jobs or `u64::MAX`).
+fn queue_metrics(
+    seg: &Segment,
+    queue: u32,
+    records: &proto::RecordCounts,
+    oldest: u64,
+) -> proto::QueueMetrics {
+    let t = seg.queue_totals(queue);
+    let now = xtcq_shm::segment::monotonic_ns();
+    let in_use =
+        [records.filling, records.queued, records.claimed, records.dead, records.delayed, records.corrupt]
+            .into_iter()
+            .fold(0u64, u64::saturating_add);
+    proto::QueueMetrics {
+        pushed: t.get(Counter::Pushed),
+        claimed: t.get(Counter::Claimed),
+        acked: t.get(Counter::Acked),
+        nacked: t.get(Counter::Nacked),
+        failed: t.get(Counter::Failed),
+        dead_total: t.get(Counter::Dead),
+        lease_expiries: t.get(Counter::LeaseExpiries),
+        recovered: t.get(Counter::Recovered),
+        queued: records.queued,
+        running: records.claimed,
+        dead: records.dead,
+        records_in_use: in_use,
+        oldest_queued_ns: if oldest == u64::MAX { 0 } else { now.saturating_sub(oldest) },
+        sleepers: seg.wait_word(queue).map_or(0, |w| w.sleepers.load(Ordering::Relaxed) as u64),
+    }
+}
 
 impl Registry {
     /// Whether `slot`'s connection is open.
@@ -19,6 +52,8 @@ impl Registry {
         };
         let mut all = proto::RecordCounts::default();
         let mut per_queue = vec![proto::RecordCounts::default(); c.queues as usize];
+        // Per queue, the smallest `enqueued_ns` of a queued job (u64::MAX: none).
+        let mut oldest = vec![u64::MAX; c.queues as usize];
         let records = seg.records();
         for i in 0..records.len() {
             let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
@@ -40,6 +75,11 @@ impl Registry {
                     bump(r);
                 }
             }
+            if w.state() == Some(State::Queued) {
+                if let Some(o) = oldest.get_mut(q) {
+                    *o = (*o).min(h.enqueued_ns.load(Ordering::Relaxed));
+                }
+            }
         }
         let queues = qs
             .iter()
@@ -53,11 +93,12 @@ impl Registry {
                             .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
                     })
                     .collect();
+                let records = per_queue.get(q.index as usize).cloned().unwrap_or_default();
+                let oldest = oldest.get(q.index as usize).copied().unwrap_or(u64::MAX);
                 proto::QueueStats {
                     info: queue_info(q),
                     deques,
                     overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
-                    records: per_queue.get(q.index as usize).cloned().unwrap_or_default(),
                     quota: {
                         let s = seg.quota_state(q.index);
                         proto::QuotaStats {
@@ -67,6 +108,8 @@ impl Registry {
                             dead_dropped: s.dead_dropped,
                         }
                     },
+                    metrics: queue_metrics(seg, q.index, &records, oldest),
+                    records,
                 }
             })
             .collect();

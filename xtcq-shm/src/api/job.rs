@@ -5,6 +5,7 @@
 //! - Dropping an unsettled job nacks it, so a panic in the job's code re-queues the job.
 
 use super::{JobError, QueueCtx};
+use crate::metrics::Counter;
 use crate::overflow::RingError;
 use crate::record::state::{next_generation, JobHandle, State};
 use crate::segment::monotonic_ns;
@@ -139,7 +140,9 @@ impl ClaimedJob<'_> {
             .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
         crate::fail_point!("ack.before_cas");
-        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))
+        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        self.ctx.count(self.me, Counter::Acked);
+        Ok(())
     }
 
     /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when
@@ -218,8 +221,14 @@ impl ClaimedJob<'_> {
         // reads 0 or the next claim's deadline, never ours (which may have passed while the
         // job waited in line, and would expire the next claim at once).
         hdr.deadline_ns.store(0, Ordering::Relaxed);
+        if count_attempt {
+            // Counted once the give-back is ours to finish (we hold Writing).
+            self.ctx.count(self.me, if reason.is_some() { Counter::Failed } else { Counter::Nacked });
+        }
         if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
-            return st.dead_letter_written(g, self.me).map(|_| None).map_err(|c| self.not_held(c.found.0));
+            st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
+            self.ctx.count(self.me, Counter::Dead);
+            return Ok(None);
         }
         if let Some(due) = due_ns {
             // Relaxed: published by delay_written's Release. The due time is the time the

@@ -194,6 +194,7 @@ fn publish_at(
     published.map_err(|c| {
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
+    ctx.count(me, crate::metrics::Counter::Pushed);
     if due_ns.is_some() {
         crate::fail_point!("delay.after_publish");
     } else {

@@ -473,6 +473,8 @@ impl Segment {
     /// Resets queue-table entry `index`'s deques, overflow ring and sleepers, for an entry
     /// this caller holds in `DELETING` (nobody else reads or writes them).
     fn reset_queue_entry(&self, index: u32) {
+        // A queue created anew in this entry starts its totals from zero.
+        self.reset_queue_metrics(index);
         // Relaxed throughout: published by the Release store of FREE that follows.
         for d in 0..self.desc.config.deques_per_queue {
             if let Some((h, slots)) = self.deque_words(index, d) {
