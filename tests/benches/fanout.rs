@@ -29,30 +29,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use xtcq_client::{Client, Flavor, QueueParams};
-use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage};
+use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage, BENCH_SEGMENT};
 use xtcq_tests::{now_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "fanout";
 /// Consumers we can track: one line each in the shared control page.
 const MAX_CONSUMERS: usize = 30;
-
-const SIZES: &[&str] = &[
-    "--queues",
-    "2",
-    "--deques-per-queue",
-    "2",
-    "--deque-capacity",
-    "65536",
-    "--records",
-    "131072",
-    "--payload-bytes",
-    "64",
-    "--process-slots",
-    "64",
-    "--overflow-capacity",
-    "65536",
-];
 
 /// The page producer and consumers share: a line per word so that no two writers share one.
 #[repr(C, align(128))]
@@ -337,7 +320,7 @@ fn main() {
         Err(_) => default_consumer_counts(cpus),
     };
     assert!(counts.iter().all(|&c| (1..=MAX_CONSUMERS).contains(&c)), "1 to {MAX_CONSUMERS} consumers");
-    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
+    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), BENCH_SEGMENT);
     pin(0);
     let client = daemon.client();
     let mut params = QueueParams::new(QUEUE);

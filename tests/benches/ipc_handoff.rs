@@ -46,28 +46,11 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use xtcq_client::{Client, Flavor, Job, OwnerHandle, QueueParams};
-use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage};
+use xtcq_tests::bench::{daemon_exe, env_u64, ncpus, pin, SharedPage, BENCH_SEGMENT};
 use xtcq_tests::{now_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "bench";
-
-const SIZES: &[&str] = &[
-    "--queues",
-    "2",
-    "--deques-per-queue",
-    "2",
-    "--deque-capacity",
-    "65536",
-    "--records",
-    "131072",
-    "--payload-bytes",
-    "64",
-    "--process-slots",
-    "16",
-    "--overflow-capacity",
-    "65536",
-];
 
 /// Depth asked of the POSIX queue: the 64 KiB a pipe holds, in 64-byte messages.
 const MQ_DEPTH: i64 = 1024;
@@ -979,7 +962,7 @@ fn main() {
     let redis_n_lat = env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 });
     let wanted = |t: Transport| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == t.name()));
 
-    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), SIZES);
+    let daemon = Daemon::start(&daemon_exe(env!("CARGO_BIN_EXE_xtcq-test-daemon")), BENCH_SEGMENT);
     // Before pinning, so that the server is not pinned with us: it is a third process on
     // whichever CPU the scheduler gives it.
     let redis = wanted(Transport::Redis).then(RedisServer::start);

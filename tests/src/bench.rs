@@ -10,6 +10,26 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// The segment every cross-process bench runs over (flags as `xtcqd` takes them): deques
+/// deep enough that a producer running ahead never spills to the overflow ring, records for
+/// twice that, 64-byte payloads, process slots for up to 30 consumers.
+pub const BENCH_SEGMENT: &[&str] = &[
+    "--queues",
+    "2",
+    "--deques-per-queue",
+    "2",
+    "--deque-capacity",
+    "65536",
+    "--records",
+    "131072",
+    "--payload-bytes",
+    "64",
+    "--process-slots",
+    "64",
+    "--overflow-capacity",
+    "65536",
+];
+
 /// Pins the calling thread to `cpu` (modulo the CPUs online); `XTCQ_BENCH_NO_PIN=1` skips it.
 pub fn pin(cpu: usize) {
     if std::env::var_os("XTCQ_BENCH_NO_PIN").is_some() {
