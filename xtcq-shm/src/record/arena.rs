@@ -112,11 +112,6 @@ impl<'a> RecordArena<'a> {
             let Some(st) = self.state(i) else { break };
             if let Ok(g) = st.begin_fill(me) {
                 *cursor = (i + 1) % n;
-                // The next push most likely takes the next record: start its header's and
-                // payload's transfers now, while this one is filled.
-                let next = self.base.wrapping_add(*cursor as usize * self.stride);
-                crate::prefetch::for_write(next);
-                crate::prefetch::for_write(next.wrapping_add(RECORD_HEADER_SIZE));
                 return Ok((i, g));
             }
         }
