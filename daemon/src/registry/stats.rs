@@ -45,76 +45,30 @@ impl Registry {
     /// Stats of one queue (`Some`) or all.
     pub fn stats(&self, queue: Option<&str>, connections: u64) -> Result<proto::Stats, proto::ErrorReply> {
         let seg = &self.seg;
-        let c = *seg.config();
         let qs: Vec<QueueInfo> = match queue {
             Some(name) => vec![self.queue(name)?],
             None => seg.queues().into_iter().filter_map(Result::ok).collect(),
         };
-        let mut all = proto::RecordCounts::default();
-        let mut per_queue = vec![proto::RecordCounts::default(); c.queues as usize];
-        // Per queue, the smallest `enqueued_ns` of a queued job (u64::MAX: none).
-        let mut oldest = vec![u64::MAX; c.queues as usize];
-        let records = seg.records();
-        for i in 0..records.len() {
-            let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
-            let w = st.load();
-            let q = h.queue.load(Ordering::Relaxed) as usize;
-            let bump = |r: &mut proto::RecordCounts| match w.state() {
-                Some(State::Free) => r.free += 1,
-                Some(State::Filling) => r.filling += 1,
-                Some(State::Queued) => r.queued += 1,
-                // Writing: still claimed; its holder is writing the header for a moment.
-                Some(State::Claimed | State::Writing) => r.claimed += 1,
-                Some(State::Dead) => r.dead += 1,
-                Some(State::Delayed) => r.delayed += 1,
-                None => r.corrupt += 1,
-            };
-            bump(&mut all);
-            if w.state() != Some(State::Free) {
-                if let Some(r) = per_queue.get_mut(q) {
-                    bump(r);
-                }
-            }
-            if w.state() == Some(State::Queued) {
-                if let Some(o) = oldest.get_mut(q) {
-                    *o = (*o).min(h.enqueued_ns.load(Ordering::Relaxed));
-                }
-            }
-        }
-        let queues = qs
-            .iter()
-            .map(|q| {
-                let deques = (0..q.spec.deques)
-                    .map(|d| proto::DequeStats {
-                        index: d,
-                        len: seg.deque(q, d).map(|dq| dq.len() as u64).unwrap_or(0),
-                        owner_slot: seg
-                            .deque_header(q.index, d)
-                            .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
-                    })
-                    .collect();
-                let records = per_queue.get(q.index as usize).cloned().unwrap_or_default();
-                let oldest = oldest.get(q.index as usize).copied().unwrap_or(u64::MAX);
-                proto::QueueStats {
-                    info: queue_info(q),
-                    deques,
-                    overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
-                    quota: {
-                        let s = seg.quota_state(q.index);
-                        proto::QuotaStats {
-                            max_records: s.quota.max_records,
-                            records_used: s.records_used,
-                            max_dead: s.quota.max_dead,
-                            dead_dropped: s.dead_dropped,
-                        }
-                    },
-                    metrics: queue_metrics(seg, q.index, &records, oldest),
-                    records,
-                }
-            })
-            .collect();
+        let tally = RecordTally::count(seg);
+        let queues = qs.iter().map(|q| queue_stats(seg, q, &tally)).collect();
+        let processes = self.process_infos();
+        let live = seg.header_live();
+        Ok(proto::Stats {
+            daemon_pid: live.daemon_pid.load(Ordering::Relaxed),
+            daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
+            segment: segment_summary(seg),
+            records: tally.all,
+            queues,
+            processes,
+            connections,
+        })
+    }
+
+    /// The process slots in use, as this daemon knows them.
+    fn process_infos(&self) -> Vec<proto::ProcessInfo> {
+        let seg = &self.seg;
         let t = self.lock();
-        let processes = (0..c.process_slots)
+        (0..seg.config().process_slots)
             .filter_map(|i| {
                 let s = seg.process_slot(i)?;
                 let state = match s.state.load(Ordering::Acquire) {
@@ -136,27 +90,103 @@ impl Registry {
                     attached_unix_ns: s.attached_unix_ns.load(Ordering::Relaxed),
                 })
             })
-            .collect();
-        drop(t);
-        let live = seg.header_live();
-        Ok(proto::Stats {
-            daemon_pid: live.daemon_pid.load(Ordering::Relaxed),
-            daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
-            segment: proto::SegmentSummary {
-                path: seg.path().to_path_buf(),
-                total_len: seg.descriptor().regions.total_len,
-                queues: c.queues,
-                deques_per_queue: c.deques_per_queue,
-                deque_capacity: c.deque_capacity,
-                job_records: c.job_records,
-                payload_bytes: c.payload_bytes,
-                process_slots: c.process_slots,
-                overflow_capacity: c.overflow_capacity,
-            },
-            records: all,
-            queues,
-            processes,
-            connections,
+            .collect()
+    }
+}
+
+/// One pass over the records: counts by state, for the whole segment and per queue, and
+/// each queue's oldest queued job.
+struct RecordTally {
+    all: proto::RecordCounts,
+    per_queue: Vec<proto::RecordCounts>,
+    /// Per queue, the smallest `enqueued_ns` of a queued job (u64::MAX: none).
+    oldest: Vec<u64>,
+}
+
+impl RecordTally {
+    fn count(seg: &Segment) -> RecordTally {
+        let queues = seg.config().queues as usize;
+        let mut t = RecordTally {
+            all: proto::RecordCounts::default(),
+            per_queue: vec![proto::RecordCounts::default(); queues],
+            oldest: vec![u64::MAX; queues],
+        };
+        let records = seg.records();
+        for i in 0..records.len() {
+            let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
+            let state = st.load().state();
+            let q = h.queue.load(Ordering::Relaxed) as usize;
+            bump(&mut t.all, state);
+            if state != Some(State::Free) {
+                if let Some(r) = t.per_queue.get_mut(q) {
+                    bump(r, state);
+                }
+            }
+            if state == Some(State::Queued) {
+                if let Some(o) = t.oldest.get_mut(q) {
+                    *o = (*o).min(h.enqueued_ns.load(Ordering::Relaxed));
+                }
+            }
+        }
+        t
+    }
+}
+
+/// Counts one record of state `state` (`None`: undecodable) in `r`.
+fn bump(r: &mut proto::RecordCounts, state: Option<State>) {
+    match state {
+        Some(State::Free) => r.free += 1,
+        Some(State::Filling) => r.filling += 1,
+        Some(State::Queued) => r.queued += 1,
+        // Writing: still claimed; its holder is writing the header for a moment.
+        Some(State::Claimed | State::Writing) => r.claimed += 1,
+        Some(State::Dead) => r.dead += 1,
+        Some(State::Delayed) => r.delayed += 1,
+        None => r.corrupt += 1,
+    }
+}
+
+/// One queue's figures: its deques, ring, records by state, quota and metrics.
+fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::QueueStats {
+    let deques = (0..q.spec.deques)
+        .map(|d| proto::DequeStats {
+            index: d,
+            len: seg.deque(q, d).map(|dq| dq.len() as u64).unwrap_or(0),
+            owner_slot: seg
+                .deque_header(q.index, d)
+                .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
         })
+        .collect();
+    let records = tally.per_queue.get(q.index as usize).cloned().unwrap_or_default();
+    let oldest = tally.oldest.get(q.index as usize).copied().unwrap_or(u64::MAX);
+    let s = seg.quota_state(q.index);
+    proto::QueueStats {
+        info: queue_info(q),
+        deques,
+        overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
+        quota: proto::QuotaStats {
+            max_records: s.quota.max_records,
+            records_used: s.records_used,
+            max_dead: s.quota.max_dead,
+            dead_dropped: s.dead_dropped,
+        },
+        metrics: queue_metrics(seg, q.index, &records, oldest),
+        records,
+    }
+}
+
+/// The segment's fixed configuration, as `stats` reports it.
+fn segment_summary(seg: &Segment) -> proto::SegmentSummary {
+    let c = seg.config();
+    proto::SegmentSummary {
+        path: seg.path().to_path_buf(),
+        total_len: seg.descriptor().regions.total_len,
+        queues: c.queues,
+        deques_per_queue: c.deques_per_queue,
+        deque_capacity: c.deque_capacity,
+        job_records: c.job_records,
+        payload_bytes: c.payload_bytes,
+        process_slots: c.process_slots,
+        overflow_capacity: c.overflow_capacity,
     }
 }
