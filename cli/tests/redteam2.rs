@@ -32,7 +32,6 @@ fn queued(d: &Daemon) -> u64 {
 /// An empty file has no header: it is not a dump, and importing it must fail, not report
 /// "0 job(s) imported" and mark the file imported.
 #[test]
-#[ignore = "red-team break: an empty file imports as a dump of nothing, exit 0"]
 fn import_of_an_empty_file_is_refused() {
     let d = Daemon::start();
     let f = d.dir.path().join("empty.dump");

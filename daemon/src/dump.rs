@@ -255,25 +255,32 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
     let bad = |line: usize, what: String| DumpError::Format { path: path.to_path_buf(), line, what };
     let mut dump = Dump::default();
+    // Blank lines are skipped, so "first" is the first line with text, not line 1; a file
+    // with no such line (an empty file) has no header and is no dump.
+    let mut header = false;
     for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
         let l = l.map_err(io("cannot read"))?;
         if l.trim().is_empty() {
             continue;
         }
         let line: Line = serde_json::from_str(&l).map_err(|e| bad(i + 1, e.to_string()))?;
-        match (i, line) {
-            (0, Line::Header { format, version, .. }) => {
+        let first = !std::mem::replace(&mut header, true);
+        match (first, line) {
+            (true, Line::Header { format, version, .. }) => {
                 if format != FORMAT || version > VERSION {
                     return Err(bad(1, format!(
                         "a {format:?} dump of version {version}; this xtcq reads {FORMAT:?} dumps up to version {VERSION}"
                     )));
                 }
             }
-            (0, _) => return Err(bad(1, format!("no header: not an {FORMAT} file"))),
+            (true, _) => return Err(bad(i + 1, format!("no header: not an {FORMAT} file"))),
             (_, Line::Header { .. }) => return Err(bad(i + 1, "a second header".into())),
             (_, Line::Queue(q)) => dump.queues.push(q),
             (_, Line::Job(j)) => dump.jobs.push(j),
         }
+    }
+    if !header {
+        return Err(bad(1, format!("empty: no header, not an {FORMAT} file")));
     }
     Ok(dump)
 }
