@@ -44,7 +44,6 @@ fn import_of_an_empty_file_is_refused() {
 /// A queue line with a flavor this build does not know must be refused, not silently
 /// created as a LIFO queue (a FIFO dump hand-edited to "FIFO" would change the order).
 #[test]
-#[ignore = "red-team break: an unknown flavor in a dump creates a LIFO queue"]
 fn import_of_an_unknown_flavor_is_refused() {
     let d = Daemon::start();
     let f = d.dir.path().join("flavor.dump");
