@@ -58,7 +58,6 @@ fn import_of_an_unknown_flavor_is_refused() {
 /// A dump that does not parse imported nothing: the file must keep its name, so that the
 /// user can fix it and import it again (not be told an import was interrupted).
 #[test]
-#[ignore = "red-team break: a dump that does not parse is left renamed FILE.importing"]
 fn a_dump_that_does_not_parse_keeps_its_name() {
     let d = Daemon::start();
     let f = d.dir.path().join("bad.dump");
