@@ -107,7 +107,6 @@ fn import_of_a_dump_cut_at_a_line_boundary_is_refused() {
 /// `stats --watch --interval 0` must be refused as a bad argument, not spin printing as
 /// fast as the daemon answers.
 #[test]
-#[ignore = "red-team break: stats --watch --interval 0 spins printing"]
 fn stats_watch_interval_zero_is_refused() {
     let d = Daemon::start();
     ok(&d.run(&["create", "qw"]));
