@@ -124,7 +124,6 @@ fn stats_watch_interval_zero_is_refused() {
 /// `create --max-records N` with N over the segment's records must fail without leaving a
 /// queue behind that has no quota at all.
 #[test]
-#[ignore = "red-team break: create with a refused quota leaves the queue without one"]
 fn create_with_a_quota_over_the_records_leaves_no_queue() {
     let d = Daemon::start();
     let o = d.run(&["create", "qq", "--max-records", "4294967295"]);
