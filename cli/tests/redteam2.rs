@@ -131,3 +131,28 @@ fn create_with_a_quota_over_the_records_leaves_no_queue() {
     let ls = ok(&d.run(&["ls"]));
     assert!(!ls.contains("qq"), "a queue without its quota was left: {ls}");
 }
+
+/// `--import-on-start` at a FIFO must fail the start with a clear error, not block the
+/// daemon in `open` forever (deaf to SIGTERM, which it catches).
+#[test]
+#[ignore = "red-team break: --import-on-start at a FIFO hangs the daemon's start"]
+fn import_on_start_at_a_fifo_fails_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let mut cmd = daemon_command();
+    cmd.arg("--socket")
+        .arg(dir.path().join("s"))
+        .arg("--segment")
+        .arg(dir.path().join("seg"))
+        .args(SIZES)
+        .arg("--import-on-start")
+        .arg(&fifo)
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let o = wait_bounded(cmd.spawn().expect("xtcqd"), Duration::from_secs(20), "xtcqd --import-on-start FIFO");
+    assert_eq!(code(&o), 1, "stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains("not a regular file"), "stderr: {}", stderr(&o));
+}
