@@ -135,7 +135,6 @@ fn create_with_a_quota_over_the_records_leaves_no_queue() {
 /// `--import-on-start` at a FIFO must fail the start with a clear error, not block the
 /// daemon in `open` forever (deaf to SIGTERM, which it catches).
 #[test]
-#[ignore = "red-team break: --import-on-start at a FIFO hangs the daemon's start"]
 fn import_on_start_at_a_fifo_fails_the_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("fifo");

@@ -82,6 +82,14 @@ pub fn claim_file(path: &Path) -> Result<Option<(PathBuf, Dump)>, DumpError> {
     if !path.exists() {
         return Ok(None);
     }
+    // A FIFO or a device would block the open (the daemon's start, deaf to SIGTERM, which
+    // it catches) or read without end; a directory is no dump either.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(DumpError::Import(format!(
+            "{} is not a regular file; give the dump file `xtcq export` or --export-on-stop wrote",
+            path.display()
+        )));
+    }
     let d = dump::read(path)?;
     std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
         what: "cannot rename",
