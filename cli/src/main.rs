@@ -74,7 +74,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(10) {
-        return Err(format!("{s:?} is under 10ms; give a refresh interval of at least 10ms (e.g. 500ms, 2s)"));
+        return Err(format!(
+            "{s:?} is under 10ms; give a refresh interval of at least 10ms (e.g. 500ms, 2s)"
+        ));
     }
     Ok(d)
 }

@@ -16,7 +16,9 @@ fn queue_line(name: &str, flavor: &str) -> String {
 }
 
 fn job_line(queue: &str, payload: &str) -> String {
-    format!(r#"{{"kind":"job","queue":"{queue}","payload":"{payload}","attempts":0,"state":"queued","last_error":""}}"#)
+    format!(
+        r#"{{"kind":"job","queue":"{queue}","payload":"{payload}","attempts":0,"state":"queued","last_error":""}}"#
+    )
 }
 
 fn write(path: &Path, lines: &[String]) {
@@ -151,7 +153,8 @@ fn import_on_start_at_a_fifo_fails_the_start() {
         .env_remove("NOTIFY_SOCKET")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let o = wait_bounded(cmd.spawn().expect("xtcqd"), Duration::from_secs(20), "xtcqd --import-on-start FIFO");
+    let o =
+        wait_bounded(cmd.spawn().expect("xtcqd"), Duration::from_secs(20), "xtcqd --import-on-start FIFO");
     assert_eq!(code(&o), 1, "stderr: {}", stderr(&o));
     assert!(stderr(&o).contains("not a regular file"), "stderr: {}", stderr(&o));
 }

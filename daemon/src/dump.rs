@@ -276,7 +276,10 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
             (true, _) => return Err(bad(i + 1, format!("no header: not an {FORMAT} file"))),
             (_, Line::Header { .. }) => return Err(bad(i + 1, "a second header".into())),
             (_, Line::Queue(q)) if q.flavor != "lifo" && q.flavor != "fifo" => {
-                return Err(bad(i + 1, format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor)))
+                return Err(bad(
+                    i + 1,
+                    format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor),
+                ))
             }
             (_, Line::Queue(q)) => dump.queues.push(q),
             (_, Line::Job(j)) => dump.jobs.push(j),
