@@ -8,7 +8,7 @@
 //!   version, and names the line of any error;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
-//! - a dump is written to `FILE.tmp`, synced, then renamed: a crash never leaves half a dump
+//! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
 //!   under the name;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
@@ -202,9 +202,13 @@ pub fn dump_of(copy: &SegmentCopy) -> Dump {
     Dump { queues, jobs }
 }
 
-/// Writes `dump` to `path` (through `path.tmp`, synced, then renamed).
+/// Writes `dump` to `path` (through `path.tmp.PID`, synced, then renamed).
 pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpError> {
-    let tmp = path.with_extension("tmp");
+    // FILE.tmp.PID: a suffix, not `with_extension` (which made a.dump's temporary a.tmp,
+    // clobbering an unrelated file), and the pid keeps two exports apart.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     let io = |what, p: &Path| {
         let p = p.to_path_buf();
         move |source| DumpError::Io { what, path: p, source }
