@@ -108,6 +108,7 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         max_attempts: args.max_attempts,
         lease_ms,
     };
+    args.quota.check(&client)?;
     let created = if uids.is_empty() && gids.is_empty() {
         client.create_queue(&p)
     } else {

@@ -50,7 +50,7 @@ pub struct ImportArgs {
 /// attempts and last error through an injector of its queue.
 pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
     let client = crate::cmd::connect(socket)?;
-    let Some(importing) = xtcqd::dump_import::claim_file(&args.file)? else {
+    let Some((_, d)) = xtcqd::dump_import::claim_file(&args.file)? else {
         let mut done = args.file.clone().into_os_string();
         done.push(".imported");
         if std::path::Path::new(&done).exists() {
@@ -62,7 +62,6 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
         }
         anyhow::bail!("{}: no such file", args.file.display());
     };
-    let d = xtcqd::dump::read(&importing)?;
     for q in &d.queues {
         match client.create_queue(&xtcqd::dump::params(q)) {
             Ok(_) => client

@@ -69,6 +69,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     xtcq_proto::duration::parse(s)
 }
 
+/// A refresh interval of `stats --watch` and `top`: as [`parse_duration`], but at least
+/// 10ms, so that a zero does not spin asking the daemon and printing as fast as it can.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!(
+            "{s:?} is under 10ms; give a refresh interval of at least 10ms (e.g. 500ms, 2s)"
+        ));
+    }
+    Ok(d)
+}
+
 /// A queue's lease: a duration the daemon can honour (0: none; else whole ms, >= 1ms).
 pub fn parse_lease(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;

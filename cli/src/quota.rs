@@ -58,6 +58,19 @@ pub fn resolve(q: Quota, job_records: u32) -> u32 {
 }
 
 impl QuotaArgs {
+    /// Refuses a `--max-records` count over the segment's records before the queue is
+    /// created: the daemon would refuse it after, leaving a queue without its quota.
+    pub fn check(&self, client: &Client) -> Result<()> {
+        let Some(Quota::Records(n)) = self.max_records else { return Ok(()) };
+        let records = client.stats(None)?.segment.job_records;
+        if n > records {
+            anyhow::bail!(
+                "--max-records {n} is more than the segment's {records} records; give at most {records} (or 0 for no quota)"
+            );
+        }
+        Ok(())
+    }
+
     /// Sends the limits given, if any, for the queue just created.
     pub fn apply(&self, client: &Client, queue: &str) -> Result<()> {
         if self.max_records.is_none() && self.max_dead.is_none() {

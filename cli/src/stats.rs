@@ -20,7 +20,7 @@ use xtcq_proto::queue_name::escaped;
 use crate::cmd::{connect, flavor, lease_or_dash};
 use crate::exit;
 use crate::out::{self, outln};
-use crate::parse_duration;
+use crate::parse_interval;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
@@ -33,7 +33,7 @@ pub struct StatsArgs {
     #[arg(long)]
     watch: bool,
     /// Time between two --watch lines (e.g. 500ms, 2s).
-    #[arg(long, default_value = "1s", value_parser = parse_duration, requires = "watch")]
+    #[arg(long, default_value = "1s", value_parser = parse_interval, requires = "watch")]
     interval: Duration,
 }
 

@@ -24,13 +24,13 @@ use xtcq_proto::queue_name::escaped;
 
 use crate::cmd::connect;
 use crate::exit;
-use crate::parse_duration;
+use crate::parse_interval;
 use crate::stats::{age, Rates};
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Time between refreshes (e.g. 500ms, 2s).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     interval: Duration,
 }
 

@@ -8,7 +8,7 @@
 //!   version, and names the line of any error;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
-//! - a dump is written to `FILE.tmp`, synced, then renamed: a crash never leaves half a dump
+//! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
 //!   under the name;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
@@ -202,9 +202,13 @@ pub fn dump_of(copy: &SegmentCopy) -> Dump {
     Dump { queues, jobs }
 }
 
-/// Writes `dump` to `path` (through `path.tmp`, synced, then renamed).
+/// Writes `dump` to `path` (through `path.tmp.PID`, synced, then renamed).
 pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpError> {
-    let tmp = path.with_extension("tmp");
+    // FILE.tmp.PID: a suffix, not `with_extension` (which made a.dump's temporary a.tmp,
+    // clobbering an unrelated file), and the pid keeps two exports apart.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     let io = |what, p: &Path| {
         let p = p.to_path_buf();
         move |source| DumpError::Io { what, path: p, source }
@@ -255,25 +259,38 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
     let bad = |line: usize, what: String| DumpError::Format { path: path.to_path_buf(), line, what };
     let mut dump = Dump::default();
+    // Blank lines are skipped, so "first" is the first line with text, not line 1; a file
+    // with no such line (an empty file) has no header and is no dump.
+    let mut header = false;
     for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
         let l = l.map_err(io("cannot read"))?;
         if l.trim().is_empty() {
             continue;
         }
         let line: Line = serde_json::from_str(&l).map_err(|e| bad(i + 1, e.to_string()))?;
-        match (i, line) {
-            (0, Line::Header { format, version, .. }) => {
+        let first = !std::mem::replace(&mut header, true);
+        match (first, line) {
+            (true, Line::Header { format, version, .. }) => {
                 if format != FORMAT || version > VERSION {
                     return Err(bad(1, format!(
                         "a {format:?} dump of version {version}; this xtcq reads {FORMAT:?} dumps up to version {VERSION}"
                     )));
                 }
             }
-            (0, _) => return Err(bad(1, format!("no header: not an {FORMAT} file"))),
+            (true, _) => return Err(bad(i + 1, format!("no header: not an {FORMAT} file"))),
             (_, Line::Header { .. }) => return Err(bad(i + 1, "a second header".into())),
+            (_, Line::Queue(q)) if q.flavor != "lifo" && q.flavor != "fifo" => {
+                return Err(bad(
+                    i + 1,
+                    format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor),
+                ))
+            }
             (_, Line::Queue(q)) => dump.queues.push(q),
             (_, Line::Job(j)) => dump.jobs.push(j),
         }
+    }
+    if !header {
+        return Err(bad(1, format!("empty: no header, not an {FORMAT} file")));
     }
     Ok(dump)
 }

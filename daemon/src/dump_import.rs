@@ -67,8 +67,10 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
-/// renames `FILE` to it and returns it; `None` when `FILE` does not exist.
-pub fn claim_file(path: &Path) -> Result<Option<PathBuf>, DumpError> {
+/// reads the dump, renames `FILE` to `FILE.importing` and returns that name and the dump;
+/// `None` when `FILE` does not exist. A file that does not read as a dump keeps its name
+/// (nothing of it was imported), so it can be fixed and imported again.
+pub fn claim_file(path: &Path) -> Result<Option<(PathBuf, Dump)>, DumpError> {
     let importing = with_suffix(path, ".importing");
     if importing.exists() {
         return Err(DumpError::Import(format!(
@@ -80,12 +82,21 @@ pub fn claim_file(path: &Path) -> Result<Option<PathBuf>, DumpError> {
     if !path.exists() {
         return Ok(None);
     }
+    // A FIFO or a device would block the open (the daemon's start, deaf to SIGTERM, which
+    // it catches) or read without end; a directory is no dump either.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(DumpError::Import(format!(
+            "{} is not a regular file; give the dump file `xtcq export` or --export-on-stop wrote",
+            path.display()
+        )));
+    }
+    let d = dump::read(path)?;
     std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
         what: "cannot rename",
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(Some(importing))
+    Ok(Some((importing, d)))
 }
 
 /// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
@@ -102,11 +113,10 @@ pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
 /// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
 /// readable layout) once. A missing file is nothing to import.
 pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
-    let Some(importing) = claim_file(path)? else {
+    let Some((_, d)) = claim_file(path)? else {
         info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
         return Ok(());
     };
-    let d = dump::read(&importing)?;
     let (created, jobs) = import(reg, &d)?;
     let done = finish_file(path)?;
     info!(file = %path.display(), queues_created = created, jobs, renamed_to = %done.display(), "imported");
