@@ -210,20 +210,8 @@ pub unsafe extern "C" fn xtcq_injector_push(
     data: *const u8,
     len: usize,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let (i, bytes) = match unsafe { (arg(injector, "injector"), payload_arg(data, len)) } {
-            (Ok(i), Ok(b)) => (i, b),
-            (Err(code), _) | (_, Err(code)) => return code,
-        };
-        if let Err(code) = not_forked(i.born) {
-            return code;
-        }
-        match i.inner.push(bytes) {
-            Ok(_) => XTCQ_OK,
-            Err(e) => from_error(&e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { injector_push_with(injector, data, len, |i, bytes| i.push(bytes).map(drop)) }
 }
 
 /// Queues a job of `len` bytes that no consumer sees for `delay_ms`: the daemon puts it in
@@ -238,6 +226,21 @@ pub unsafe extern "C" fn xtcq_injector_push_delayed(
     len: usize,
     delay_ms: u64,
 ) -> c_int {
+    let due = ::xtcq_client::Due::In(std::time::Duration::from_millis(delay_ms));
+    // SAFETY: the caller's contract.
+    unsafe { injector_push_with(injector, data, len, |i, bytes| i.push_delayed(bytes, due).map(drop)) }
+}
+
+/// The argument and fork checks of every injector push, then `push` with the payload.
+///
+/// # Safety
+/// As `xtcq_injector_push`.
+unsafe fn injector_push_with(
+    injector: *mut xtcq_injector,
+    data: *const u8,
+    len: usize,
+    push: impl FnOnce(&InjectorHandle, &[u8]) -> Result<(), ::xtcq_client::Error>,
+) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
         let (i, bytes) = match unsafe { (arg(injector, "injector"), payload_arg(data, len)) } {
@@ -247,9 +250,8 @@ pub unsafe extern "C" fn xtcq_injector_push_delayed(
         if let Err(code) = not_forked(i.born) {
             return code;
         }
-        let due = ::xtcq_client::Due::In(std::time::Duration::from_millis(delay_ms));
-        match i.inner.push_delayed(bytes, due) {
-            Ok(_) => XTCQ_OK,
+        match push(&i.inner, bytes) {
+            Ok(()) => XTCQ_OK,
             Err(e) => from_error(&e),
         }
     })
