@@ -33,7 +33,7 @@ use xtcq_shm::SegmentConfig;
 /// Exit status: 0 after a clean stop, 1 on a startup or runtime error (including "another
 /// xtcqd is already running"), 2 on bad arguments.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "xtcqd", version, args_override_self = true)]
+#[command(name = "xtcqd", bin_name = "xtcqd", version, args_override_self = true)]
 pub struct Args {
     /// Read options from this TOML file: each key a flag's long name (`records = 65536`,
     /// `lease-scan-interval = "100ms"`, `allow-uid = ["alice"]`, `recreate = true`). Flags on

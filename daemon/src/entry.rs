@@ -29,3 +29,23 @@ pub fn run_with_args(argv: impl IntoIterator<Item = OsString>) -> Result<(), Ent
     crate::run(cfg)?;
     Ok(())
 }
+
+/// The `xtcqd` process: runs the daemon with this process's arguments and exits with the
+/// status documented in `--help`: 2 for bad flags or configuration, 1 for a daemon that
+/// failed. Every binary that is the daemon (`xtcqd`, the tests' and benches' copies) is this
+/// one call.
+pub fn main() -> ! {
+    match run_with_args(std::env::args_os()) {
+        Ok(()) => std::process::exit(0),
+        // clap prints help, version and its own errors, with its exit status.
+        Err(EntryError::Args(e)) => e.exit(),
+        Err(e @ EntryError::ConfigFile(_)) => {
+            eprintln!("xtcqd: error: {e}");
+            std::process::exit(2);
+        }
+        Err(e) => {
+            eprintln!("xtcqd: error: {:#}", anyhow::Error::from(e));
+            std::process::exit(1);
+        }
+    }
+}

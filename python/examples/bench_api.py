@@ -1,6 +1,6 @@
 """The Python package's cost per job, in one process and one thread: push N 64-byte jobs,
 then steal, read and ack them, REPS times; prints the median ns per job of each phase as
-"push_ns=P steal_ack_ns=S" (tests/benches/api_cost.rs runs it).
+"push_ns=P steal_ack_ns=S" (benches/benches/api_cost.rs runs it).
 
     python3 python/examples/bench_api.py SOCKET QUEUE N REPS
 """

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use xtcq_tests::{artifact_dir, run_bounded, Daemon};
-
-const DAEMON: &str = env!("CARGO_BIN_EXE_xtcq-test-daemon");
+use xtcq_testkit::{artifact_dir, run_within, Daemon};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
@@ -27,7 +25,7 @@ fn compile_c(source: &str, dir: &Path) -> PathBuf {
         lib.display()
     );
     let exe = dir.join(Path::new(source).file_stem().expect("file name"));
-    let out = run_bounded(
+    let out = run_within(
         Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
             .arg(root().join("include"))
@@ -52,10 +50,10 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn a_forked_pool_of_backends_acks_every_job_once_when_one_is_killed() {
-    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let daemon = Daemon::builder().daemon_defaults().start();
     let pool = compile_c("examples/c/pool.c", daemon.dir());
     let out =
-        run_bounded(Command::new(&pool).arg(&daemon.socket).args(["10000", "3"]), Duration::from_secs(180));
+        run_within(Command::new(&pool).arg(&daemon.socket).args(["10000", "3"]), Duration::from_secs(180));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),
@@ -78,7 +76,7 @@ fn a_killed_backends_job_comes_back_while_its_forked_child_lives() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
-    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let daemon = Daemon::builder().daemon_defaults().start();
     let exe = compile_c("tests/c/fork_holder.c", daemon.dir());
     let client = daemon.client();
     let mut q = xtcq_client::QueueParams::new("held");
@@ -118,13 +116,18 @@ const NOT_PRODUCED: &[&str] = &["XTCQ_E_PANIC", "XTCQ_E_SEGMENT", "XTCQ_E_OTHER"
 
 #[test]
 fn every_status_code_a_c_caller_can_meet_is_produced() {
-    let daemon = Daemon::start(Path::new(DAEMON), &["--records", "4096", "--overflow-capacity", "256"]);
+    let daemon = Daemon::builder()
+        .daemon_defaults()
+        .flags(["--records", "4096", "--overflow-capacity", "256"])
+        .start();
     // Admits only uid 65534 and group 65534, so this process is refused whoever runs it.
-    let refusing =
-        Daemon::start(Path::new(DAEMON), &["--no-allow-self", "--allow-uid", "65534", "--group", "65534"]);
+    let refusing = Daemon::builder()
+        .daemon_defaults()
+        .flags(["--no-allow-self", "--allow-uid", "65534", "--group", "65534"])
+        .start();
     let exe = compile_c("tests/c/status_codes.c", daemon.dir());
     let out =
-        run_bounded(Command::new(&exe).arg(&daemon.socket).arg(&refusing.socket), Duration::from_secs(120));
+        run_within(Command::new(&exe).arg(&daemon.socket).arg(&refusing.socket), Duration::from_secs(120));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),

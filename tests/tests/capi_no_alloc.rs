@@ -5,11 +5,10 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::CString;
-use std::path::Path;
 use std::ptr;
 
 use xtcq::*;
-use xtcq_tests::Daemon;
+use xtcq_testkit::Daemon;
 
 struct Counting;
 
@@ -44,7 +43,7 @@ fn ok(rc: i32, what: &str) {
 
 #[test]
 fn push_steal_read_and_ack_allocate_nothing_in_steady_state() {
-    let daemon = Daemon::start(Path::new(env!("CARGO_BIN_EXE_xtcq-test-daemon")), &[]);
+    let daemon = Daemon::builder().daemon_defaults().start();
     let socket = CString::new(daemon.socket.to_str().expect("utf-8 path")).expect("no NUL");
     let queue = CString::new("q").expect("no NUL");
     let (mut client, mut owner, mut thief, mut job) =

@@ -18,7 +18,11 @@ fn readme_lists() -> Vec<(String, BTreeSet<String>)> {
         .collect()
 }
 
-/// The packages of the workspace's members, except this test package.
+/// The packages that test and measure the others: they link whatever they test, and nothing
+/// shipped may link them.
+const TEST_PACKAGES: [&str; 3] = ["xtcq-tests", "xtcq-testkit", "xtcq-benches"];
+
+/// The packages of the workspace's members that ship (all but [`TEST_PACKAGES`]).
 fn workspace_crates() -> BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
@@ -32,7 +36,7 @@ fn workspace_crates() -> BTreeSet<String> {
             let name = toml.lines().find_map(|l| l.strip_prefix("name = ")).expect("package name");
             name.trim_matches('"').to_string()
         })
-        .filter(|name| name != env!("CARGO_PKG_NAME"))
+        .filter(|name| !TEST_PACKAGES.contains(&name.as_str()))
         .collect()
 }
 
@@ -63,6 +67,9 @@ fn the_readme_lists_what_each_crate_links() {
     );
     for (krate, listed) in lists {
         let have = linked(&krate);
+        for test_package in TEST_PACKAGES {
+            assert!(!have.contains(test_package), "{krate} links the test package {test_package}");
+        }
         assert_eq!(
             listed, have,
             "README 'Dependencies and why' is out of date for {krate}: listed (left) vs cargo tree (right)"

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use xtcq_tests::Daemon;
+use xtcq_testkit::Daemon;
 
 const JOBS: usize = 10_000;
 
@@ -33,10 +33,6 @@ const SIZES: &[&str] = &[
     "--overflow-capacity",
     "1024",
 ];
-
-fn daemon_exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_xtcq-test-daemon"))
-}
 
 fn probe_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xtcq-push-probe"))
@@ -67,7 +63,7 @@ struct Trace {
 /// Starts a daemon with a one-deque queue, runs the probe under strace in `mode`, and
 /// returns the pushing thread's lines between the markers.
 fn trace_probe(mode: &str, jobs: usize) -> Trace {
-    let d = Daemon::start(&daemon_exe(), SIZES);
+    let d = Daemon::builder().daemon_defaults().flags(SIZES).start();
     let mut params = xtcq_client::QueueParams::new("probe");
     params.deques = 1;
     params.capacity = 16384;

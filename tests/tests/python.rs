@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use xtcq_tests::{artifact_dir, run_bounded};
+use xtcq_testkit::{artifact_dir, run_within, xtcqd_exe};
 
 #[test]
 fn the_python_package_passes_its_pytest_suite() {
@@ -21,12 +21,12 @@ fn the_python_package_passes_its_pytest_suite() {
     // Built as a dependency of this package, cargo leaves the shared library in deps/.
     let lib = artifact_dir().join("deps/libxtcq.so");
     assert!(lib.is_file(), "{} not found (cargo build -p xtcq-capi)", lib.display());
-    let out = run_bounded(
+    let out = run_within(
         Command::new("python3")
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests"])
             .current_dir(root)
             .env("XTCQ_LIB", &lib)
-            .env("XTCQ_DAEMON", env!("CARGO_BIN_EXE_xtcq-test-daemon"))
+            .env("XTCQ_DAEMON", xtcqd_exe())
             .env_remove("XTCQ_SOCKET"),
         Duration::from_secs(300),
     );

@@ -4,7 +4,7 @@
 //! Rules kept:
 //! - the codec is configured to exactly proto's wire format and its limit
 //!   ([`proto::MAX_FRAME_LEN`]): a longer announced body is refused from its 4 length bytes,
-//!   before anything is allocated; `daemon/tests/framing.rs` runs it against proto's blocking
+//!   before anything is allocated; `tests/tests/daemon_framing.rs` runs it against proto's blocking
 //!   side both ways;
 //! - two deadlines: a connection may wait as long as it likes before a frame's first byte,
 //!   but once that byte arrived the frame must be whole within the io-timeout (a half-written

@@ -14,8 +14,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use xtcq_tests::gettid;
-
 const FIRST_BEGIN: &[u8] = b"XTCQ-FIRST-BEGIN\n";
 const FIRST_END: &[u8] = b"XTCQ-FIRST-END\n";
 const BEGIN: &[u8] = b"XTCQ-PUSH-BEGIN\n";
@@ -91,4 +89,10 @@ fn main() {
         t.join().expect("thief thread");
     }
     println!("tid {} pushed {n}", gettid());
+}
+
+/// The calling thread's kernel id (strace names threads by it).
+fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
 }

@@ -1,0 +1,363 @@
+//! One producer process to N consumer processes: how the job path scales with thieves.
+//!
+//! ```sh
+//! cargo bench -p xtcq-benches --bench fanout                         # N = 1, 2, 4, ... up to the cores
+//! XTCQ_BENCH_CONSUMERS=1,2,3 XTCQ_BENCH_N=200000 cargo bench -p xtcq-benches --bench fanout
+//! ```
+//!
+//! - The producer (this process, pinned to CPU 0) owns the queue's one deque and pushes N
+//!   64-byte jobs as fast as the deque takes them (a full deque is retried).
+//! - Each consumer (this binary again, pinned to CPU k, k = 1..) loops on `steal` (or on
+//!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`), copies the payload out and acks. When a
+//!   look finds nothing it looks again at once (`XTCQ_BENCH_POLL=spin`, the default), after
+//!   an exponential backoff of pause instructions (`backoff`), or it calls `steal_wait`
+//!   instead of `steal` (`wait`). `XTCQ_BENCH_WORK_NS=N`: each job also costs N ns of the
+//!   consumer's time (a spin) before its ack, as real jobs do.
+//! - Rate = N / (time the last job was acked - time before the first push).
+//! - Exactly once: each consumer writes the sequence numbers it took to a file; the producer
+//!   merges them into a bitmap and fails the run on a job taken twice or never.
+//! - Every row says whether it was oversubscribed (more processes than CPUs online): with
+//!   two cores here, 1 producer + 2 consumers already take turns, so only the device machine's
+//!   rows say how the job path scales (BENCHMARKS.md, "Scaling").
+//! - Every figure is the median over `XTCQ_BENCH_RUNS` runs (default 3).
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
+use xtcq_client::{Client, Flavor, QueueParams};
+use xtcq_testkit::{now_ns, Daemon};
+
+const MSG: usize = 64;
+const QUEUE: &str = "fanout";
+/// Consumers we can track: one line each in the shared control page.
+const MAX_CONSUMERS: usize = 30;
+
+/// The page producer and consumers share: a line per word so that no two writers share one.
+#[repr(C, align(128))]
+struct Line(AtomicU64, [u64; 15]);
+
+#[repr(C)]
+struct Ctl {
+    /// Consumers that are attached and spinning.
+    ready: Line,
+    /// Set by the producer once every job was taken: consumers write their files and exit.
+    stop: Line,
+    /// Jobs taken by consumer k, stored (not added) by k alone.
+    taken: [Line; MAX_CONSUMERS],
+}
+
+/// What a consumer does when a look found no job (`XTCQ_BENCH_POLL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Poll {
+    /// Look again at once: every look reads the line the producer's next push writes.
+    Spin,
+    /// Look again after 2^k pause instructions, k = 0, 1, ... up to 7, back to 0 on a job.
+    Backoff(u32),
+    /// `steal_wait`: the library's own wait (yields for a while, then a futex sleep).
+    Wait,
+}
+
+impl Poll {
+    fn from_env() -> Poll {
+        match std::env::var("XTCQ_BENCH_POLL").as_deref() {
+            Ok("backoff") => Poll::Backoff(0),
+            Ok("wait") => Poll::Wait,
+            Ok("spin") | Err(_) => Poll::Spin,
+            Ok(other) => panic!("XTCQ_BENCH_POLL={other}: spin, backoff or wait"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Poll::Spin => "spin",
+            Poll::Backoff(_) => "backoff",
+            Poll::Wait => "wait",
+        }
+    }
+
+    fn idle(&mut self) {
+        match self {
+            Poll::Backoff(k) => {
+                for _ in 0..1u32 << *k {
+                    std::hint::spin_loop();
+                }
+                *k = (*k + 1).min(7);
+            }
+            Poll::Spin | Poll::Wait => std::hint::spin_loop(),
+        }
+    }
+
+    fn reset(&mut self) {
+        if let Poll::Backoff(k) = self {
+            *k = 0;
+        }
+    }
+}
+
+/// Consumer role: steal until told to stop, then write the sequence numbers taken.
+fn consumer() {
+    let index: usize = env_u64("XTCQ_BENCH_INDEX").expect("index") as usize;
+    pin(index + 1);
+    let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1) as usize;
+    let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
+    let ctl_map =
+        SharedPage::<Ctl>::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
+    let ctl = ctl_map.get();
+    let socket = PathBuf::from(std::env::var_os("XTCQ_SOCKET").expect("socket"));
+    let client = Client::connect(Some(&socket)).expect("connect");
+    let thief = client.attach_thief(QUEUE).expect("attach_thief");
+    let mut poll = Poll::from_env();
+    let mut seqs: Vec<u64> = Vec::with_capacity(1 << 20);
+    let mut buf = Vec::with_capacity(MSG);
+    ctl.ready.0.fetch_add(1, Ordering::AcqRel);
+    loop {
+        let jobs = if batch > 1 {
+            thief.steal_batch(batch).expect("steal_batch")
+        } else if poll == Poll::Wait {
+            thief.steal_wait(Some(Duration::from_millis(1))).expect("steal_wait").into_iter().collect()
+        } else {
+            thief.steal().expect("steal").into_iter().collect()
+        };
+        if jobs.is_empty() {
+            if ctl.stop.0.load(Ordering::Acquire) == 1 {
+                break;
+            }
+            poll.idle();
+            continue;
+        }
+        poll.reset();
+        for job in jobs {
+            buf.clear();
+            job.read_payload(&mut buf).expect("payload");
+            assert_eq!(buf.len(), MSG, "payload length");
+            seqs.push(u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")));
+            if work_ns > 0 {
+                // The job's own work, as a spin: a consumer busy with a job is not looking.
+                let until = now_ns() + work_ns;
+                while now_ns() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            job.ack().expect("ack");
+        }
+        // Own line, one writer: a plain store, not a shared counter every consumer bumps.
+        ctl.taken[index].0.store(seqs.len() as u64, Ordering::Release);
+    }
+    let path = std::env::var_os("XTCQ_BENCH_SEQS").expect("seqs path");
+    let mut out = BufWriter::new(File::create(path).expect("seqs file"));
+    for s in &seqs {
+        out.write_all(&s.to_le_bytes()).expect("write seqs");
+    }
+    out.flush().expect("flush seqs");
+}
+
+/// One run's figures.
+struct Run {
+    mjobs_per_s: f64,
+    /// Smallest and largest share of the jobs one consumer took.
+    share: (f64, f64),
+}
+
+struct Bench {
+    daemon: Daemon,
+    owner: xtcq_client::OwnerHandle,
+    _client: Client,
+    n: u64,
+    batch: u64,
+}
+
+impl Bench {
+    fn spawn_consumers(&self, consumers: usize, ctl_path: &Path, tag: &str) -> Vec<(Child, PathBuf)> {
+        (0..consumers)
+            .map(|k| {
+                let seqs = self.daemon.dir().join(format!("seqs.{tag}.{k}"));
+                let child = Command::new(std::env::current_exe().expect("current exe"))
+                    .env("XTCQ_BENCH_ROLE", "consumer")
+                    .env("XTCQ_BENCH_INDEX", k.to_string())
+                    .env("XTCQ_BENCH_BATCH", self.batch.to_string())
+                    .env("XTCQ_BENCH_CTL", ctl_path)
+                    .env("XTCQ_BENCH_SEQS", &seqs)
+                    .env("XTCQ_SOCKET", &self.daemon.socket)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::inherit())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn consumer");
+                (child, seqs)
+            })
+            .collect()
+    }
+
+    fn push_all(&self) {
+        let mut m = [0xabu8; MSG];
+        for seq in 0..self.n {
+            m[..8].copy_from_slice(&seq.to_le_bytes());
+            let mut tries = 0u64;
+            while let Err(e) = self.owner.push(&m) {
+                match e {
+                    xtcq_client::Error::QueueFull { .. } | xtcq_client::Error::RecordsFull(_) => {
+                        std::hint::spin_loop();
+                        tries += 1;
+                        assert!(tries < 1 << 30, "the queue stayed full: are the consumers alive?");
+                    }
+                    e => panic!("push: {e}"),
+                }
+            }
+        }
+    }
+
+    fn one(&self, consumers: usize, k: u32) -> Run {
+        let tag = format!("{consumers}.{k}");
+        let ctl_path = self.daemon.dir().join(format!("ctl.{tag}"));
+        let ctl_map = SharedPage::<Ctl>::open(&ctl_path, true);
+        let ctl = ctl_map.get();
+        let mut children = self.spawn_consumers(consumers, &ctl_path, &tag);
+        let limit = Duration::from_secs(120);
+        wait_for(&mut children, "the consumers to attach", limit, || {
+            ctl.ready.0.load(Ordering::Acquire) == consumers as u64
+        });
+        let t0 = now_ns();
+        self.push_all();
+        let taken = || ctl.taken[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum::<u64>();
+        wait_for(&mut children, "every job to be taken", limit, || taken() >= self.n);
+        let t_end = now_ns();
+        ctl.stop.0.store(1, Ordering::Release);
+        let counts = self.check_exactly_once(children);
+        let (lo, hi) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+        Run {
+            mjobs_per_s: self.n as f64 * 1e3 / (t_end - t0) as f64,
+            share: (lo as f64 / self.n as f64, hi as f64 / self.n as f64),
+        }
+    }
+
+    /// Waits for each consumer, merges what they took, and fails on a job taken twice or
+    /// never. Returns each consumer's count.
+    fn check_exactly_once(&self, children: Vec<(Child, PathBuf)>) -> Vec<u64> {
+        let mut seen = vec![0u64; (self.n as usize).div_ceil(64)];
+        let mut counts = Vec::new();
+        for (mut child, path) in children {
+            let st = child.wait().expect("wait consumer");
+            assert!(st.success(), "consumer failed: {st}");
+            let mut bytes = Vec::new();
+            File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes)).expect("read seqs");
+            let _ = std::fs::remove_file(&path);
+            for chunk in bytes.chunks_exact(8) {
+                let s = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+                assert!(s < self.n, "a job that was never pushed: {s}");
+                let (w, b) = ((s / 64) as usize, s % 64);
+                assert_eq!(seen[w] & (1 << b), 0, "job {s} taken twice");
+                seen[w] |= 1 << b;
+            }
+            counts.push(bytes.len() as u64 / 8);
+        }
+        assert_eq!(counts.iter().sum::<u64>(), self.n, "jobs lost");
+        counts
+    }
+}
+
+/// Spins until `f` holds; fails the run if a consumer exits or `limit` passes.
+fn wait_for(children: &mut [(Child, PathBuf)], what: &str, limit: Duration, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    let mut k = 0u32;
+    while !f() {
+        std::hint::spin_loop();
+        k = k.wrapping_add(1);
+        if k & 0xffff == 0 {
+            for (c, _) in children.iter_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("a consumer exited ({st}) while waiting for {what}");
+                }
+            }
+            if Instant::now() > deadline {
+                for (c, _) in children.iter_mut() {
+                    let _ = c.kill();
+                }
+                panic!("timed out waiting for {what}");
+            }
+        }
+    }
+}
+
+/// N = 1, 2, 4, ... while N + 1 fits the CPUs, then the first oversubscribed N.
+fn default_consumer_counts(cpus: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut n = 1;
+    while n < MAX_CONSUMERS && n < cpus {
+        v.push(n);
+        n *= 2;
+    }
+    if cpus >= 3 && !v.contains(&(cpus - 1)) && cpus - 1 < MAX_CONSUMERS {
+        v.push(cpus - 1);
+    }
+    v.push(cpus.min(MAX_CONSUMERS));
+    v.dedup();
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::var("XTCQ_BENCH_ROLE").as_deref() == Ok("consumer") {
+        consumer();
+        return;
+    }
+    let cpus = ncpus();
+    let n = env_u64("XTCQ_BENCH_N").unwrap_or(1_000_000);
+    let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(3).max(1) as u32;
+    let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1);
+    let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
+    let work = if work_ns > 0 { format!("{work_ns} ns of work +") } else { String::new() };
+    let counts: Vec<usize> = match std::env::var("XTCQ_BENCH_CONSUMERS") {
+        Ok(s) => s.split(',').map(|x| x.trim().parse().expect("XTCQ_BENCH_CONSUMERS: numbers")).collect(),
+        Err(_) => default_consumer_counts(cpus),
+    };
+    assert!(counts.iter().all(|&c| (1..=MAX_CONSUMERS).contains(&c)), "1 to {MAX_CONSUMERS} consumers");
+    let daemon = start_daemon(BENCH_SEGMENT);
+    pin(0);
+    let client = daemon.client();
+    let mut params = QueueParams::new(QUEUE);
+    params.deques = 1;
+    params.capacity = 65536;
+    params.flavor = Flavor::Fifo;
+    client.create_queue(&params).expect("create queue");
+    let owner = client.attach_owner(QUEUE).expect("attach_owner");
+    let bench = Bench { daemon, owner, _client: client, n, batch };
+
+    let poll = Poll::from_env();
+    let consumer_how = match (batch > 1, poll) {
+        (true, _) => format!("steal_batch({batch}), {} when empty", poll.name()),
+        (false, Poll::Wait) => "steal_wait".to_string(),
+        (false, _) => format!("steal, {} when empty", poll.name()),
+    };
+    println!(
+        "fanout: {cpus} CPUs online, 1 producer (push) -> N consumers ({consumer_how} + payload + {work} ack), \
+         64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once"
+    );
+    println!();
+    println!("| consumers | M jobs/s | x 1 consumer | smallest-largest share | processes / CPUs |");
+    println!("|---:|---:|---:|---|---|");
+    let mut base = None;
+    for &c in &counts {
+        let rs: Vec<Run> = (0..runs).map(|k| bench.one(c, k)).collect();
+        let rate = median(rs.iter().map(|r| r.mjobs_per_s).collect());
+        let lo = median(rs.iter().map(|r| r.share.0).collect());
+        let hi = median(rs.iter().map(|r| r.share.1).collect());
+        let base_rate = *base.get_or_insert(rate);
+        let load = if c + 1 > cpus { "oversubscribed" } else { "fits" };
+        println!(
+            "| {c} | {rate:.2} | {:.2} | {:.0}%-{:.0}% | {}/{cpus} {load} |",
+            rate / base_rate,
+            lo * 100.0,
+            hi * 100.0,
+            c + 1
+        );
+    }
+}

@@ -1,0 +1,33 @@
+//! The one harness of xtcq's cross-process tests and benchmarks (as iceoryx2 keeps
+//! `tests-common`): real daemons on temporary sockets and segments, real child processes,
+//! and the one way to wait for them.
+//!
+//! Rules every test that uses it keeps:
+//! - Every daemon and child is a guard that kills it when dropped: a failing test leaves no
+//!   process behind.
+//! - Every wait has a deadline that fails the test with what the child printed, instead of
+//!   hanging the run; no deadline is a timing claim.
+//! - The binaries under test are the ones cargo built for the running package
+//!   ([`exe`]): `xtcq-test-daemon`, `xtcq-test-cli`, `xtcq-test-bridge` are the real
+//!   `main`s of `xtcqd`, `xtcq` and `xtcq-bridge`, compiled as binaries of `xtcq-tests`.
+//! - Segment sizes are named ([`sizes`]), never spelled out in a test.
+
+pub mod bridge;
+pub mod child;
+pub mod clock;
+pub mod daemon;
+pub mod exe;
+pub mod role;
+pub mod runs;
+pub mod sizes;
+pub mod users;
+
+pub use child::{
+    code, eventually, ok, run_bounded, run_within, stderr, stdout, wait_bounded, wait_timeout, wait_until,
+};
+pub use clock::{gettid, now_ns};
+pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
+pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
+pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
+pub use sizes::{MEDIUM_SEGMENT, SMALL_SEGMENT, TINY_SEGMENT};
+pub use users::{is_root, SystemUser};

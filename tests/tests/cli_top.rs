@@ -1,0 +1,107 @@
+//! `xtcq top` under a real terminal (tmux): it shows the queues, refreshes, quits on `q` and
+//! on Ctrl-C with status 0, and leaves the terminal as it found it. Skipped, with a message,
+//! when tmux is not installed (`.ci/run` installs it).
+
+use xtcq_testkit::*;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A private tmux server, killed when dropped.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.arg("-S").arg(&self.socket);
+        c
+    }
+
+    fn capture(&self) -> String {
+        stdout(&run_bounded(self.cmd().args(["capture-pane", "-p", "-t", "s"]), None))
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        ok(&run_bounded(self.cmd().args(["send-keys", "-t", "s"]).args(keys), None));
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").output();
+    }
+}
+
+fn have_tmux() -> bool {
+    Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
+/// Starts `xtcq top` for `d` in a fresh tmux session; the shell says how it exited.
+/// Each start gets its own server socket: a server just killed may not be gone yet.
+fn start_top(d: &Daemon, n: usize) -> Tmux {
+    let t = Tmux { socket: d.dir().join(format!("tmux{n}.sock")) };
+    let script = format!(
+        "{} --socket {} top --interval 200ms; echo TOP-EXITED $?; sleep 60",
+        xtcq_exe().display(),
+        d.socket.display()
+    );
+    let o = run_bounded(
+        t.cmd()
+            .args(["new-session", "-d", "-s", "s", "-x", "120", "-y", "30"])
+            .arg(script)
+            .env("TERM", "xterm-256color"),
+        None,
+    );
+    ok(&o);
+    t
+}
+
+#[test]
+fn top_shows_the_queues_and_quits_on_q_or_ctrl_c_restoring_the_terminal() {
+    if !have_tmux() {
+        println!("SKIPPED: tmux is not installed (apt-get install -y tmux)");
+        return;
+    }
+    let d = Daemon::start();
+    ok(&d.run(&["create", "farm"]));
+    ok(&d.run(&["push", "farm", "a", "b", "c"]));
+    for (n, quit) in [&["q"][..], &["C-c"][..]].into_iter().enumerate() {
+        let t = start_top(&d, n);
+        let mut screen = String::new();
+        wait_until(Duration::from_secs(30), "top to draw the queue", || {
+            screen = t.capture();
+            screen.lines().any(|l| l.contains("farm") && l.split_whitespace().any(|w| w == "3"))
+        });
+        assert!(screen.contains("PUSH/s") && screen.contains("OLDEST"), "{screen}");
+        // A push shows up on a later refresh.
+        ok(&d.run(&["push", "farm", "d"]));
+        wait_until(Duration::from_secs(30), "top to refresh", || {
+            screen = t.capture();
+            screen.lines().any(|l| l.contains("farm") && l.split_whitespace().any(|w| w == "4"))
+        });
+        t.keys(quit);
+        wait_until(Duration::from_secs(30), "top to quit", || {
+            screen = t.capture();
+            screen.contains("TOP-EXITED")
+        });
+        assert!(screen.contains("TOP-EXITED 0"), "{screen}");
+        // Back on the main screen: the table is gone.
+        assert!(!screen.contains("PUSH/s"), "{screen}");
+        ok(&d.run(&["steal", "farm", "-n", "1"]));
+        ok(&d.run(&["push", "farm", "e"]));
+        ok(&d.run(&["steal", "farm", "-n", "1"]));
+        ok(&d.run(&["push", "farm", "f"]));
+        ok(&d.run(&["steal", "farm", "-n", "1"]));
+    }
+}
+
+#[test]
+fn top_without_a_terminal_points_at_stats_watch() {
+    let d = Daemon::start();
+    let o = d.run(&["top"]);
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("stats --watch"), "{}", stderr(&o));
+}
