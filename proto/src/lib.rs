@@ -33,7 +33,9 @@ pub mod lease;
 pub mod msg;
 pub mod names;
 pub mod paths;
+mod queue_msg;
 pub mod queue_name;
+mod stats_msg;
 
 pub use backoff::{Jitter, RetryBackoff};
 pub use frame::{FrameError, MAX_FRAME_LEN};

@@ -52,6 +52,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
+pub use crate::queue_msg::{Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams};
+pub use crate::stats_msg::{
+    DequeStats, ProcessInfo, ProcessState, QueueMetrics, QueueStats, QuotaStats, RecordCounts,
+    SegmentSummary, Stats,
+};
 
 use crate::PROTOCOL_VERSION;
 
@@ -123,47 +128,6 @@ pub struct RequestFrame {
     pub id: u64,
     /// The request.
     pub request: Request,
-}
-
-/// Order in which a queue's owners pop their own deque.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Flavor {
-    /// Newest first (the Chase-Lev default; best cache locality).
-    Lifo,
-    /// Oldest first.
-    Fifo,
-}
-
-/// Properties of a queue to create.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueParams {
-    /// Name: 1 to 64 bytes of UTF-8, no whitespace or control characters.
-    pub name: String,
-    /// Deques (that is, owners) the queue can have; at most the segment's deques per queue.
-    pub deques: u32,
-    /// Slots per deque: a power of two, at most the segment's deque capacity.
-    pub capacity: u32,
-    /// The owners' pop order.
-    pub flavor: Flavor,
-    /// Attempts before a job is dead-lettered (0: no limit).
-    pub max_attempts: u32,
-    /// Default claim lease in ms (0: none).
-    pub lease_ms: u32,
-}
-
-impl QueueParams {
-    /// A queue called `name` with the defaults: 4 deques of 1024 slots, LIFO owners, no
-    /// attempt limit, no claim lease. The segment must allow that many deques and slots.
-    pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            deques: 4,
-            capacity: 1024,
-            flavor: Flavor::Lifo,
-            max_attempts: 0,
-            lease_ms: 0,
-        }
-    }
 }
 
 /// A request from client to daemon.
@@ -329,71 +293,6 @@ pub enum Request {
     },
 }
 
-/// A queue as the daemon describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueInfo {
-    /// Queue-table index.
-    pub index: u32,
-    /// Name.
-    pub name: String,
-    /// The owners' pop order.
-    pub flavor: Flavor,
-    /// Deques.
-    pub deques: u32,
-    /// Slots per deque.
-    pub capacity: u32,
-    /// Attempts before dead-lettering (0: no limit).
-    pub max_attempts: u32,
-    /// Default claim lease in ms (0: none).
-    pub lease_ms: u32,
-    /// The retry backoff set for the queue (`None`: a failed job is retried at once). Absent
-    /// from a daemon that predates it.
-    #[serde(default)]
-    pub retry_backoff: Option<crate::backoff::RetryBackoff>,
-}
-
-/// What an attached process needs to map the segment and act in it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// The process slot registered for this connection: the `me` passed to the segment API.
-    pub process_slot: u32,
-    /// The slot's incarnation number.
-    pub slot_epoch: u64,
-    /// The segment file.
-    pub segment_path: PathBuf,
-    /// The queue attached to.
-    pub queue: QueueInfo,
-}
-
-/// A deque lease.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OwnerLease {
-    /// Slot and segment.
-    pub attachment: Attachment,
-    /// The deque now owned.
-    pub deque: u32,
-    /// The lease word stored in the deque header: `epoch << 32 | (slot + 1)`.
-    pub lease: u64,
-}
-
-impl OwnerLease {
-    /// The epoch half of the lease word.
-    pub fn lease_epoch(&self) -> u32 {
-        (self.lease >> 32) as u32
-    }
-}
-
-/// What a [`Request::DeleteQueue`] did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueDeleted {
-    /// The queue as it was.
-    pub queue: QueueInfo,
-    /// Queued jobs dropped (only with `force`).
-    pub dropped_queued: u64,
-    /// Dead letters dropped (only with `force`).
-    pub dropped_dead: u64,
-}
-
 /// A successful reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
@@ -438,181 +337,6 @@ pub enum Response {
     DeadActedOn(DeadActed),
     /// To [`Request::SetQueueLimits`].
     LimitsSet,
-}
-
-/// The segment's fixed configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentSummary {
-    /// The segment file.
-    pub path: PathBuf,
-    /// Bytes mapped.
-    pub total_len: u64,
-    /// Queue-table entries.
-    pub queues: u32,
-    /// Deques each queue may have.
-    pub deques_per_queue: u32,
-    /// Largest deque capacity.
-    pub deque_capacity: u32,
-    /// Job records.
-    pub job_records: u32,
-    /// Payload bytes per record.
-    pub payload_bytes: u32,
-    /// Process slots.
-    pub process_slots: u32,
-    /// Cells per overflow ring.
-    pub overflow_capacity: u32,
-}
-
-/// Job records by state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordCounts {
-    /// Unused.
-    pub free: u64,
-    /// Being written by a producer.
-    pub filling: u64,
-    /// Waiting to be claimed.
-    pub queued: u64,
-    /// Being run.
-    pub claimed: u64,
-    /// Dead-lettered.
-    pub dead: u64,
-    /// State bits no correct program writes.
-    pub corrupt: u64,
-    /// Waiting for their due time (delayed pushes, retries after a backoff). Absent from a
-    /// daemon that predates them.
-    #[serde(default)]
-    pub delayed: u64,
-}
-
-/// One deque of a queue.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DequeStats {
-    /// Deque index.
-    pub index: u32,
-    /// Handles in it (approximate).
-    pub len: u64,
-    /// The owner's process slot, if leased.
-    pub owner_slot: Option<u32>,
-}
-
-/// Counters of one queue.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueStats {
-    /// The queue.
-    pub info: QueueInfo,
-    /// Its deques.
-    pub deques: Vec<DequeStats>,
-    /// Indices in its overflow ring (approximate).
-    pub overflow_len: u64,
-    /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
-    /// queue).
-    pub records: RecordCounts,
-    /// Its record quota and dead-letter cap, and what the daemon's last scan counted. Absent
-    /// from a daemon that predates them.
-    #[serde(default)]
-    pub quota: QuotaStats,
-    /// Running totals and gauges. Zeros from a daemon that predates them.
-    #[serde(default)]
-    pub metrics: QueueMetrics,
-}
-
-/// A queue's record quota and dead-letter cap (0: none), and the daemon's last count.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuotaStats {
-    /// Most records its jobs may hold at once (0: no quota).
-    pub max_records: u32,
-    /// Records its jobs held (queued, running, delayed, dead) at the last scan.
-    pub records_used: u32,
-    /// Most dead letters kept (0: no cap).
-    pub max_dead: u32,
-    /// Dead letters dropped by the cap (the oldest first) since the queue was created.
-    pub dead_dropped: u64,
-}
-
-/// A queue's running totals (since the queue was created, across daemon restarts) and
-/// gauges (now), as `xtcqd --metrics` exports them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct QueueMetrics {
-    /// Jobs pushed (delayed ones included).
-    pub pushed: u64,
-    /// Claims won (a job claimed twice counts twice).
-    pub claimed: u64,
-    /// Jobs acked.
-    pub acked: u64,
-    /// Give-backs by `nack` (no reason).
-    pub nacked: u64,
-    /// Give-backs by `fail` (with a reason).
-    pub failed: u64,
-    /// Jobs that became dead letters.
-    pub dead_total: u64,
-    /// Claims revoked because their lease ran out.
-    pub lease_expiries: u64,
-    /// Claims of dead processes given back.
-    pub recovered: u64,
-    /// Jobs queued now (`records.queued`).
-    pub queued: u64,
-    /// Jobs claimed now (`records.claimed`).
-    pub running: u64,
-    /// Dead letters now (`records.dead`).
-    pub dead: u64,
-    /// Records this queue holds now, whatever their state.
-    pub records_in_use: u64,
-    /// Age of the oldest queued job, ns (0 when none is queued).
-    pub oldest_queued_ns: u64,
-    /// Consumers asleep waiting for a job.
-    pub sleepers: u64,
-}
-
-/// State of a process slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ProcessState {
-    /// Attached.
-    Active,
-    /// Died; recovery in progress.
-    Recovering,
-    /// Bits no correct program writes.
-    Unknown,
-}
-
-/// A registered process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessInfo {
-    /// Slot index (`me`).
-    pub slot: u32,
-    /// State.
-    pub state: ProcessState,
-    /// Pid in the daemon's pid namespace (0 if unknown).
-    pub pid: u32,
-    /// Uid.
-    pub uid: u32,
-    /// `ROLE_*` bits.
-    pub roles: u32,
-    /// Slot incarnation.
-    pub epoch: u64,
-    /// Whether its control connection is open.
-    pub connected: bool,
-    /// When it attached, ns since the Unix epoch.
-    pub attached_unix_ns: u64,
-}
-
-/// The answer to [`Request::Stats`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    /// The daemon's pid.
-    pub daemon_pid: u32,
-    /// The segment's daemon epoch.
-    pub daemon_epoch: u64,
-    /// The segment.
-    pub segment: SegmentSummary,
-    /// All records by state (all queues; `free` counted here).
-    pub records: RecordCounts,
-    /// The queues asked for.
-    pub queues: Vec<QueueStats>,
-    /// Registered processes.
-    pub processes: Vec<ProcessInfo>,
-    /// Open control connections.
-    pub connections: u64,
 }
 
 /// Something the daemon tells a client without being asked.

@@ -1,0 +1,188 @@
+//! What `Request::Stats` answers: the segment's sizes, each queue's records, deques,
+//! quota and counters, and each process slot.
+//!
+//! - Every figure is read from the segment by the daemon at the time of the request; none is
+//!   kept between requests.
+//! - Fields may be added (with `#[serde(default)]`), never removed or retyped, so that an
+//!   older client still reads a newer daemon's answer.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::msg::QueueInfo;
+
+/// The segment's fixed configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSummary {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Bytes mapped.
+    pub total_len: u64,
+    /// Queue-table entries.
+    pub queues: u32,
+    /// Deques each queue may have.
+    pub deques_per_queue: u32,
+    /// Largest deque capacity.
+    pub deque_capacity: u32,
+    /// Job records.
+    pub job_records: u32,
+    /// Payload bytes per record.
+    pub payload_bytes: u32,
+    /// Process slots.
+    pub process_slots: u32,
+    /// Cells per overflow ring.
+    pub overflow_capacity: u32,
+}
+
+/// Job records by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCounts {
+    /// Unused.
+    pub free: u64,
+    /// Being written by a producer.
+    pub filling: u64,
+    /// Waiting to be claimed.
+    pub queued: u64,
+    /// Being run.
+    pub claimed: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+    /// State bits no correct program writes.
+    pub corrupt: u64,
+    /// Waiting for their due time (delayed pushes, retries after a backoff). Absent from a
+    /// daemon that predates them.
+    #[serde(default)]
+    pub delayed: u64,
+}
+
+/// One deque of a queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DequeStats {
+    /// Deque index.
+    pub index: u32,
+    /// Handles in it (approximate).
+    pub len: u64,
+    /// The owner's process slot, if leased.
+    pub owner_slot: Option<u32>,
+}
+
+/// Counters of one queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue.
+    pub info: QueueInfo,
+    /// Its deques.
+    pub deques: Vec<DequeStats>,
+    /// Indices in its overflow ring (approximate).
+    pub overflow_len: u64,
+    /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
+    /// queue).
+    pub records: RecordCounts,
+    /// Its record quota and dead-letter cap, and what the daemon's last scan counted. Absent
+    /// from a daemon that predates them.
+    #[serde(default)]
+    pub quota: QuotaStats,
+    /// Running totals and gauges. Zeros from a daemon that predates them.
+    #[serde(default)]
+    pub metrics: QueueMetrics,
+}
+
+/// A queue's record quota and dead-letter cap (0: none), and the daemon's last count.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaStats {
+    /// Most records its jobs may hold at once (0: no quota).
+    pub max_records: u32,
+    /// Records its jobs held (queued, running, delayed, dead) at the last scan.
+    pub records_used: u32,
+    /// Most dead letters kept (0: no cap).
+    pub max_dead: u32,
+    /// Dead letters dropped by the cap (the oldest first) since the queue was created.
+    pub dead_dropped: u64,
+}
+
+/// A queue's running totals (since the queue was created, across daemon restarts) and
+/// gauges (now), as `xtcqd --metrics` exports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueMetrics {
+    /// Jobs pushed (delayed ones included).
+    pub pushed: u64,
+    /// Claims won (a job claimed twice counts twice).
+    pub claimed: u64,
+    /// Jobs acked.
+    pub acked: u64,
+    /// Give-backs by `nack` (no reason).
+    pub nacked: u64,
+    /// Give-backs by `fail` (with a reason).
+    pub failed: u64,
+    /// Jobs that became dead letters.
+    pub dead_total: u64,
+    /// Claims revoked because their lease ran out.
+    pub lease_expiries: u64,
+    /// Claims of dead processes given back.
+    pub recovered: u64,
+    /// Jobs queued now (`records.queued`).
+    pub queued: u64,
+    /// Jobs claimed now (`records.claimed`).
+    pub running: u64,
+    /// Dead letters now (`records.dead`).
+    pub dead: u64,
+    /// Records this queue holds now, whatever their state.
+    pub records_in_use: u64,
+    /// Age of the oldest queued job, ns (0 when none is queued).
+    pub oldest_queued_ns: u64,
+    /// Consumers asleep waiting for a job.
+    pub sleepers: u64,
+}
+
+/// State of a process slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcessState {
+    /// Attached.
+    Active,
+    /// Died; recovery in progress.
+    Recovering,
+    /// Bits no correct program writes.
+    Unknown,
+}
+
+/// A registered process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Slot index (`me`).
+    pub slot: u32,
+    /// State.
+    pub state: ProcessState,
+    /// Pid in the daemon's pid namespace (0 if unknown).
+    pub pid: u32,
+    /// Uid.
+    pub uid: u32,
+    /// `ROLE_*` bits.
+    pub roles: u32,
+    /// Slot incarnation.
+    pub epoch: u64,
+    /// Whether its control connection is open.
+    pub connected: bool,
+    /// When it attached, ns since the Unix epoch.
+    pub attached_unix_ns: u64,
+}
+
+/// The answer to [`Request::Stats`](crate::Request::Stats).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// The daemon's pid.
+    pub daemon_pid: u32,
+    /// The segment's daemon epoch.
+    pub daemon_epoch: u64,
+    /// The segment.
+    pub segment: SegmentSummary,
+    /// All records by state (all queues; `free` counted here).
+    pub records: RecordCounts,
+    /// The queues asked for.
+    pub queues: Vec<QueueStats>,
+    /// Registered processes.
+    pub processes: Vec<ProcessInfo>,
+    /// Open control connections.
+    pub connections: u64,
+}
