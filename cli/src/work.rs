@@ -321,57 +321,8 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
         Started::Running(child, fence) => (child, fence),
         Started::Refused(why) => return Ok(Ran::Unfenced(why)),
     };
-    // Written from its own thread: a command that does not read a payload larger than a pipe
-    // holds would otherwise block us here, with no heartbeat, until it exits.
-    let writer = child.stdin.take().map(|mut stdin| {
-        std::thread::spawn(move || {
-            // A command that does not read its stdin closes the pipe: that is not an error.
-            let _ = stdin.write_all(&payload);
-        })
-    });
-    // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
-    // steps keep up).
-    let beat = lease.map(|l| l / 3);
-    let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
-    let ran = loop {
-        if has_exited(&child)? {
-            let keep_lease = || {
-                if let Some(l) = lease {
-                    let _ = job.extend_lease(l);
-                }
-            };
-            let pgid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-            break match stop_leftovers(&mut child, keep_lease) {
-                Ok(st) => Ran::Exited(st),
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), pgid),
-            };
-        }
-        if stop.now.load(Ordering::Relaxed) {
-            kill_group(&mut child);
-            let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-            let keep_lease = || {
-                if let Some(l) = lease {
-                    let _ = job.extend_lease(l);
-                }
-            };
-            break match wait_group_empty(pid, keep_lease) {
-                Ok(()) => Ran::Interrupted,
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), pid),
-            };
-        }
-        if let (Some(l), Some(nb)) = (lease, next_beat) {
-            if Instant::now() >= nb {
-                if let Err(e) = job.extend_lease(l) {
-                    // The daemon re-queued the job (we stalled past the lease): another
-                    // worker may run it now, so this run must not go on beside it.
-                    kill_group(&mut child);
-                    break Ran::Killed(format!("killed: {e}"));
-                }
-                next_beat = beat.and_then(|b| Instant::now().checked_add(b));
-            }
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let writer = feed_stdin(&mut child, payload);
+    let ran = supervise(&mut child, job, lease, stop)?;
     // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
     // on, which the daemon's fence must then stop.
     if matches!(ran, Ran::LeftRunning(..)) {
@@ -384,6 +335,66 @@ fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, sto
         let _ = w.join();
     }
     Ok(ran)
+}
+
+/// Writes the payload to the command's stdin from its own thread: a command that does not
+/// read a payload larger than a pipe holds would otherwise block us, with no heartbeat,
+/// until it exits.
+fn feed_stdin(child: &mut std::process::Child, payload: Vec<u8>) -> Option<std::thread::JoinHandle<()>> {
+    child.stdin.take().map(|mut stdin| {
+        std::thread::spawn(move || {
+            // A command that does not read its stdin closes the pipe: that is not an error.
+            let _ = stdin.write_all(&payload);
+        })
+    })
+}
+
+/// Waits for the command (and its process group) to end, extending the lease three times a
+/// lease and stopping the command on a second interrupt or a lost lease.
+fn supervise(
+    child: &mut std::process::Child,
+    job: &Job<'_>,
+    lease: Option<Duration>,
+    stop: &Stop,
+) -> Result<Ran> {
+    // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
+    // steps keep up).
+    let beat = lease.map(|l| l / 3);
+    let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
+    let keep_lease = || {
+        if let Some(l) = lease {
+            let _ = job.extend_lease(l);
+        }
+    };
+    loop {
+        if has_exited(child)? {
+            let pgid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
+            return Ok(match stop_leftovers(child, keep_lease) {
+                Ok(st) => Ran::Exited(st),
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), pgid),
+            });
+        }
+        if stop.now.load(Ordering::Relaxed) {
+            kill_group(child);
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
+            return Ok(match wait_group_empty(pid, keep_lease) {
+                Ok(()) => Ran::Interrupted,
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), pid),
+            });
+        }
+        if let (Some(l), Some(nb)) = (lease, next_beat) {
+            if Instant::now() >= nb {
+                if let Err(e) = job.extend_lease(l) {
+                    // The daemon re-queued the job (we stalled past the lease): another
+                    // worker may run it now, so this run must not go on beside it.
+                    kill_group(child);
+                    return Ok(Ran::Killed(format!("killed: {e}")));
+                }
+                next_beat = beat.and_then(|b| Instant::now().checked_add(b));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// A job whose command left processes this worker cannot stop: neither settled nor given

@@ -71,30 +71,7 @@ impl Registry {
         s.pid.store(0, Ordering::Relaxed);
         s.start_time.store(0, Ordering::Relaxed);
         s.state.store(PROCESS_FREE, Ordering::Release);
-        let touched = r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans.len();
-        if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
-            warn!(
-                slot = slot.slot,
-                pid,
-                freed_filling = r.freed_filling,
-                requeued = r.requeued.len(),
-                dead_lettered = r.dead_lettered.len(),
-                unindexed = r.unindexed,
-                corrupt = r.corrupt,
-                orphans_reindexed = orphans.len(),
-                leases_released = leases.len(),
-                done_mono_ns = xtcq_shm::segment::monotonic_ns(),
-                "recovered jobs of an exited process"
-            );
-        } else {
-            info!(
-                slot = slot.slot,
-                pid,
-                leases_released = leases.len(),
-                done_mono_ns = xtcq_shm::segment::monotonic_ns(),
-                "process exited; slot freed"
-            );
-        }
+        log_recovered(slot, pid, &r, orphans.len(), leases.len());
     }
 
     /// On adopting a segment: recovers every registered process that is no longer alive (and
@@ -246,5 +223,34 @@ impl Registry {
         if t.fences.take_changed() {
             self.persist(&t);
         }
+    }
+}
+
+/// Says what recovering `slot` did: a warning when it touched jobs (or found corruption), else
+/// one line that the slot was freed.
+fn log_recovered(slot: SlotId, pid: u32, r: &recovery::HolderRecovery, orphans: usize, leases: usize) {
+    let touched = r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans;
+    if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
+        warn!(
+            slot = slot.slot,
+            pid,
+            freed_filling = r.freed_filling,
+            requeued = r.requeued.len(),
+            dead_lettered = r.dead_lettered.len(),
+            unindexed = r.unindexed,
+            corrupt = r.corrupt,
+            orphans_reindexed = orphans,
+            leases_released = leases,
+            done_mono_ns = xtcq_shm::segment::monotonic_ns(),
+            "recovered jobs of an exited process"
+        );
+    } else {
+        info!(
+            slot = slot.slot,
+            pid,
+            leases_released = leases,
+            done_mono_ns = xtcq_shm::segment::monotonic_ns(),
+            "process exited; slot freed"
+        );
     }
 }
