@@ -282,6 +282,20 @@ impl Daemon {
         run_bounded(self.xtcq().args(args), Some(stdin))
     }
 
+    /// Waits (at most 20 s) until process `pid` is registered with the daemon (it attached).
+    #[track_caller]
+    pub fn wait_attached(&self, pid: u32) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.stats();
+            if s["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "pid {pid} never attached: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `xtcq stats --json`.
     pub fn stats(&self) -> serde_json::Value {
         serde_json::from_str(&ok(&self.run(&["stats", "--json"]))).expect("stats --json prints JSON")

@@ -521,20 +521,6 @@ fn queues(d: &Daemon) -> Vec<String> {
         .collect()
 }
 
-/// Waits (at most 20 s) until `pid` is registered with the daemon (it has attached).
-#[track_caller]
-fn wait_attached(d: &Daemon, pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
-        if s["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pid {pid} never attached: {s}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Spawns `xtcq ARGS` in the background; stdin piped (held open by the returned child).
 fn spawn_xtcq(d: &Daemon, args: &[&str]) -> Child {
     d.xtcq()
@@ -653,7 +639,7 @@ fn delete_is_refused_while_a_thief_or_an_owner_process_is_attached() {
 
     // A thief waiting for jobs: attached until it exits.
     let mut thief = spawn_xtcq(&d, &["steal", "t", "--wait", "--timeout", "60s"]);
-    wait_attached(&d, thief.id());
+    d.wait_attached(thief.id());
     for force in [&["delete", "t"][..], &["delete", "t", "--force"]] {
         let e = d.run(force);
         assert_eq!(code(&e), 1, "{}", stderr(&e));
@@ -675,7 +661,7 @@ fn delete_is_refused_while_a_thief_or_an_owner_process_is_attached() {
     // A producer owning a deque, still running (its stdin open).
     let mut owner = spawn_xtcq(&d, &["produce", "o"]);
     owner.stdin.as_mut().expect("stdin").write_all(b"one job\n").expect("write");
-    wait_attached(&d, owner.id());
+    d.wait_attached(owner.id());
     let e = d.run(&["delete", "o", "--force"]);
     assert_eq!(code(&e), 1, "{}", stderr(&e));
     assert!(stderr(&e).contains(&format!("pid {} (owner of deque 0)", owner.id())), "{}", stderr(&e));
@@ -699,7 +685,7 @@ fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until
     ok(&d.run(&["create", "used"]));
     ok(&d.run(&["create", "unused"]));
     let mut thief = spawn_xtcq(&d, &["steal", "used", "--wait", "--timeout", "60s"]);
-    wait_attached(&d, thief.id());
+    d.wait_attached(thief.id());
     ok(&d.run(&["create", "before"]));
     let e = d.run(&["delete", "used"]);
     assert_eq!(code(&e), 1);

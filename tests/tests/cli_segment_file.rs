@@ -50,20 +50,6 @@ impl Watched for Daemon {
     }
 }
 
-/// Waits (at most 20 s) until `pid` is registered with the daemon (it has attached).
-#[track_caller]
-fn wait_attached(d: &Daemon, pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s: serde_json::Value = serde_json::from_str(&ok(&d.run(&["stats", "--json"]))).expect("json");
-        if s["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pid {pid} never attached: {s}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A daemon with queue `q` holding one job, and a `steal --wait` consumer asleep on the
 /// empty queue `idle`.
 fn daemon_and_sleeping_consumer(dir: &Path) -> (Daemon, Child) {
@@ -79,7 +65,7 @@ fn daemon_and_sleeping_consumer(dir: &Path) -> (Daemon, Child) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the consumer");
-    wait_attached(&d, consumer.id());
+    d.wait_attached(consumer.id());
     (d, consumer)
 }
 
