@@ -1,17 +1,17 @@
 //! The long-running subcommands: `produce` (an owner that pushes stdin into its own deque)
 //! and `work` (a thief that runs a command per job, `--jobs N` at a time).
 //!
-//! Invariants of `work`: a job is acked only when its command exited 0, nacked (with the
-//! reason kept for a dead letter) otherwise, and never left claimed when `work` stops: the
-//! first SIGINT / SIGTERM stops taking jobs and waits for the running commands (each runs in
-//! its own process group, so a terminal's Ctrl-C does not reach it), a second one kills them
-//! and gives their jobs back (not counted as attempts: the jobs did not fail). While a command runs, its claim's lease is extended, so a long
-//! job is not re-queued under a live worker; if a heartbeat fails anyway (the worker stalled
-//! past the lease and the job was re-queued), the command is killed, so that one job never
-//! runs twice at the same time. Each command is also registered with the daemon (`fence`),
-//! which kills its process group before the job can run again when this worker dies or is
-//! stopped past its lease; the command starts only once that registration is answered
-//! (`hold`).
+//! Rules `work` keeps:
+//! - a job is acked only when its command exited 0; otherwise it is nacked, with the reason
+//!   kept for a dead letter; it is never left claimed when `work` stops.
+//! - each command runs in its own process group, so a terminal's Ctrl-C does not reach it.
+//! - the first SIGINT / SIGTERM stops taking jobs and waits for the running commands; a
+//!   second kills them and gives their jobs back, not counted as attempts.
+//! - while a command runs, its lease is extended three times a lease; a heartbeat that
+//!   fails (the job was re-queued under a stalled worker) kills the command, so one job never
+//!   runs twice at once.
+//! - a command starts only once the daemon has registered it (`fence`, `hold`): the daemon
+//!   kills its group before the job can run again if this worker dies or stops past its lease.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;

@@ -1,29 +1,23 @@
-//! The control connection: a blocking std Unix stream, a handshake, and a reader thread.
+//! The control connection: a blocking std Unix stream, a handshake, and a reader thread, so a
+//! user needs no async runtime and a process learns that its daemon went away even while idle.
 //!
-//! Requests are written by the caller under a mutex, one at a time; a small reader thread
-//! reads every frame the daemon sends, hands replies to the waiting caller through a channel
-//! and records events (the daemon shutting down) and the connection's loss. So a user needs
-//! no async runtime, and a process learns that its daemon went away even while idle.
-//!
-//! Invariants:
-//! - at most one request is in flight per connection; a reply is matched to it by id, and
-//!   stale replies (to a request that timed out) are skipped;
+//! Rules kept:
+//! - requests are written under a mutex, one in flight per connection; a reply is matched to
+//!   it by id, and a stale reply (to a request that timed out) is skipped.
+//! - a reader thread reads every frame: replies go to the waiting caller through a channel;
+//!   events (the daemon shutting down) and the link's loss are recorded.
 //! - once the reader sees the stream end or break, that link's `lost` is set and stays set;
-//!   the next request opens a new link (a new handshake on the same socket: a restarted
-//!   daemon), or fails with [`Error::DaemonLost`] when the daemon is still unreachable.
-//!   Handles keep working in shared memory meanwhile: a restarted daemon adopts the
-//!   process's slot and leases from the segment, not from the connection;
-//! - a connection holds at most one process slot (the daemon registers it at the first
-//!   attach); this side remembers it, and the first request on a re-established link is a
-//!   `Resume` of that slot, so the process keeps one slot across daemon restarts instead of
-//!   taking one more per restart. A daemon that predates `Resume` answers `BadRequest`:
-//!   then the link carries on as before (it adopted our slot, so our handles still work,
-//!   and the next attach takes a fresh one). A daemon that refuses the slot
-//!   (`SlotNotHeld`: it recovered it, e.g. taking the process for dead) is reported once as
-//!   [`Error::SlotNotResumed`], since handles attached under that slot are no longer backed
-//!   by it; the link is kept and the next attach takes a fresh slot;
+//!   the next request opens a new link (a new handshake: a restarted daemon) or fails with
+//!   [`Error::DaemonLost`].
+//! - handles keep working in shared memory without a link: a restarted daemon adopts the
+//!   process's slot and leases from the segment, not from the connection.
+//! - a connection holds at most one process slot, remembered here; the first request on a new
+//!   link is a `Resume` of it, so a process keeps one slot across daemon restarts.
+//! - a daemon that predates `Resume` answers `BadRequest`: the link carries on (that daemon
+//!   adopted our slot). One that refuses it (`SlotNotHeld`: it recovered the slot) is
+//!   reported once as [`Error::SlotNotResumed`]; the next attach takes a fresh slot.
 //! - dropping the last [`Conn`] shuts the socket down, which ends the reader thread; the
-//!   daemon then sees the connection close (and releases leases once the process exits).
+//!   daemon then sees the connection close.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

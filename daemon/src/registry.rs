@@ -1,38 +1,32 @@
 //! The process registry: process slots, deque leases and recovery, over the segment.
 //!
-//! The segment holds the jobs (so a restarted daemon can adopt them), but not who holds a
-//! process slot: every attached process can write the segment. Who holds which slot is this
-//! daemon's memory ([`Bookkeeping`]) and, for the next daemon, its private state file
-//! ([`crate::state`]); a slot the segment shows in use that neither records is reclaimed. This
-//! module is the only writer of the process table, the queue table and the deque lease words, and all
-//! its writes happen under one mutex ([`Registry`]'s), so the daemon's tasks never race each
-//! other on them.
+//! The segment holds the jobs, so a restarted daemon can adopt them, but not who holds a
+//! process slot, since every attached process can write it: that is this daemon's memory
+//! ([`Bookkeeping`]) and, for the next daemon, its private state file ([`crate::state`]).
 //!
-//! Invariants:
+//! Rules kept:
+//! - this module is the only writer of the process table, the queue table and the deque
+//!   lease words, and writes them under one mutex ([`Registry`]'s).
+//! - a slot the segment shows in use that neither this daemon nor its state file records is
+//!   reclaimed.
 //! - a slot is `PROCESS_ACTIVE` from registration until its process has exited *and* its
-//!   connection is closed; then [`Registry::recover_process`] gives back what it held and
-//!   frees it. A process that merely disconnects keeps its slot and leases.
-//! - each slot this daemon watches has exactly one *keeper*: the task that recovers it once
-//!   its process has exited (the connection that registered it, the watcher of a slot
-//!   adopted from an earlier daemon, or the connection that resumed it). A resume moves the
-//!   keeper; a task that is no longer the keeper recovers nothing, so a slot is recovered
+//!   connection is closed; then [`Registry::recover_process`] gives back what it held. A mere
+//!   disconnect keeps slot and leases.
+//! - each watched slot has one *keeper* (the connection that registered or resumed it, or
+//!   the watcher of an adopted slot); only the keeper recovers it, so a slot is recovered
 //!   once however many connections it had.
-//! - a slot is given back by [`Registry::resume`] only to the process it is registered to,
-//!   as this daemon identified it (kernel pid, start time, uid; never re-read from the
-//!   segment, which every attached process can write), at the epoch the caller names.
-//! - a deque's lease word is `0` or `lease_word(slot, epoch)` of an active slot; it is set by
-//!   a CAS from 0 (at most one owner per deque), and cleared only by the holder's explicit
-//!   detach or by recovery after the holder died — ownership never moves while the old owner
-//!   lives.
+//! - [`Registry::resume`] gives a slot back only to the process it is registered to, as this
+//!   daemon identified it (kernel pid, start time, uid; never re-read from the segment), at
+//!   the epoch the caller names.
+//! - a deque's lease word is `0` or `lease_word(slot, epoch)` of an active slot: set by a CAS
+//!   from 0 (one owner per deque), cleared only by the holder's detach or by recovery after
+//!   it died. Ownership never moves while the old owner lives.
 //! - slot writes: fields first, then the state word with Release, so a reader that sees
 //!   `PROCESS_ACTIVE` (Acquire) sees the fields.
 //! - a queue is deleted ([`Registry::delete_queue`]) only while no process is attached to it:
-//!   no lease on one of its deques (in the segment), and no slot this daemon tracks that
-//!   attached to it as a thief or injector, or that it adopted from an earlier daemon (the
-//!   segment does not say which queues a thief or injector uses, so an adopted slot may use
-//!   any). Attaches resolve the queue and record the attachment under the same lock, so an
-//!   attach and a delete of one queue cannot interleave: either the attach comes first and
-//!   the delete is refused, or the delete comes first and the attach finds no such queue.
+//!   no lease on its deques, no tracked thief or injector of it, no adopted slot (which may
+//!   use any queue). Attaches record themselves under the same lock, so an attach and a
+//!   delete of one queue cannot interleave.
 
 mod acl;
 mod slots;

@@ -13,31 +13,21 @@
 //!  ...                                <- ServerMessage::Event (unsolicited, e.g. shutting down)
 //! ```
 //!
-//! One connection is one attached process: the process slot, roles and deque leases it gets
-//! by its attach requests live as long as the connection *and* the process (a lease is only
-//! released once the connection is closed and the process has exited, or by an explicit
-//! [`Request::Detach`]).
-//!
-//! A process whose connection was lost (the daemon restarted, say) but which lives on keeps
-//! its slot and leases in the segment. When it connects again, its first request is
-//! [`Request::Resume`] naming the slot and slot epoch it holds: the daemon gives the new
-//! connection that same slot when, and only when, the slot is registered to exactly the
-//! connecting process (kernel-given pid, start time and uid) at that epoch; otherwise it
-//! answers [`ErrorCode::SlotNotHeld`] and the connection carries on without a slot (its next
-//! attach registers a fresh one). `Resume` was added without a version bump: it is a new
-//! request, not a changed one, so a peer that predates it is still understood — a daemon
-//! that predates it answers `BadRequest` (unknown variant), and a client that predates it
-//! never sends it.
-//!
-//! [`Request::DeleteQueue`] frees a queue's table entry, so that the name (or another) can be
-//! created there again. The daemon refuses, with [`ErrorCode::QueueInUse`] and a message that
-//! names the processes, while any process is attached to the queue (an owner's deque lease,
-//! a thief or an injector; a process the daemon adopted after a restart counts as attached to
-//! every queue, since nothing tells it which ones it uses) or while one of its jobs is being
-//! run; and unless `force`, with [`ErrorCode::QueueNotEmpty`] while it holds queued jobs or
-//! dead letters, saying how many (`force` drops them). It was added as `Resume` was, without
-//! a version bump: a daemon that predates it answers `BadRequest` (unknown variant), and a
-//! client that predates the two error codes decodes them as [`ErrorCode::Unknown`].
+//! Rules of the conversation:
+//! - one connection is one attached process: the slot, roles and deque leases its attach
+//!   requests get last as long as the connection *and* the process (a lease is released once
+//!   the connection is closed and the process has exited, or by [`Request::Detach`]).
+//! - a process whose connection was lost but which lives on keeps its slot and leases; its
+//!   first request on a new connection is [`Request::Resume`] of that slot and epoch, granted
+//!   only when the slot is registered to exactly the connecting process (kernel pid, start
+//!   time, uid), else answered [`ErrorCode::SlotNotHeld`] (the next attach takes a new slot).
+//! - [`Request::DeleteQueue`] frees a queue's table entry; refused with
+//!   [`ErrorCode::QueueInUse`] (naming the processes) while a process is attached to it or
+//!   runs one of its jobs, and, unless `force`, with [`ErrorCode::QueueNotEmpty`] while it
+//!   holds jobs or dead letters.
+//! - new requests and codes come without a version bump: a daemon that predates a request
+//!   answers `BadRequest` (unknown variant); a client that predates a code decodes it as
+//!   [`ErrorCode::Unknown`].
 //!
 //! Invariants:
 //! - [`Hello`] and [`HelloReply`] keep their shape across protocol versions (fields may be
