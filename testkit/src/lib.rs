@@ -25,7 +25,7 @@ pub mod users;
 pub use child::{
     code, eventually, ok, run_bounded, run_within, stderr, stdout, wait_bounded, wait_timeout, wait_until,
 };
-pub use clock::{gettid, now_ns};
+pub use clock::now_ns;
 pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
 pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
