@@ -209,5 +209,4 @@ impl<'a> DequeRef<'a> {
             Err(_) => Steal::Retry,
         }
     }
-
 }

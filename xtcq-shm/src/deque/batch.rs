@@ -11,6 +11,15 @@
 use super::{DequeOwner, DequeRef, Flavor, Full, Steal, MAX_BATCH};
 use crate::sync::{fence, Ordering};
 
+/// How much of what a thief sees a batch steal takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Share {
+    /// About half (rounded up), as work-stealing deques take, so that the victim keeps work.
+    Half,
+    /// All of it (up to the limit).
+    All,
+}
+
 impl<'a> DequeRef<'a> {
     /// Thief batch steal into `out`: up to `out.len()` (at most [`MAX_BATCH`]) handles, about
     /// half of what is there, oldest first. Returns how many were written. On
@@ -20,19 +29,30 @@ impl<'a> DequeRef<'a> {
     /// taken one CAS per handle (see the module docs).
     pub fn steal_batch_into(&self, out: &mut [u64]) -> Steal<usize> {
         let limit = out.len().min(MAX_BATCH);
-        self.steal_batch_with(limit, |i, h| out[i] = h)
+        self.steal_batch_with(limit, Share::Half, |i, h| out[i] = h)
+    }
+
+    /// Like [`steal_batch_into`](Self::steal_batch_into), but takes everything there is, up
+    /// to `out.len()` (at most [`MAX_BATCH`]), not about half: for a consumer that runs the
+    /// jobs itself and asked for that many, not a worker balancing its own deque against
+    /// others. Same CASes: one for the whole range from a FIFO deque, one per handle from a
+    /// LIFO one.
+    pub fn steal_up_to_into(&self, out: &mut [u64]) -> Steal<usize> {
+        let limit = out.len().min(MAX_BATCH);
+        self.steal_batch_with(limit, Share::All, |i, h| out[i] = h)
     }
 
     /// The batch steal behind [`steal_batch_into`](Self::steal_batch_into),
     /// [`steal_batch`](Self::steal_batch) and [`steal_batch_and_pop`](Self::steal_batch_and_pop):
-    /// up to `limit` handles (about half of what is there, at least one), handed to
+    /// up to `limit` handles (about half of what is there, or all of it for [`Share::All`]; at
+    /// least one), handed to
     /// `put(i, handle)` for `i = 0, 1, ...`, oldest first. Returns `Success(n)` with `n >= 1`,
     /// `Empty` when `limit` is 0 or the deque looked empty, `Retry` when the first CAS lost.
     ///
     /// `put` may be called for handles that are then not taken (the FIFO path reads its range
     /// before its CAS): whatever it wrote beyond the `n` returned must stay unpublished.
     #[inline]
-    fn steal_batch_with(&self, limit: usize, put: impl FnMut(usize, u64)) -> Steal<usize> {
+    fn steal_batch_with(&self, limit: usize, share: Share, put: impl FnMut(usize, u64)) -> Steal<usize> {
         if limit == 0 {
             return Steal::Empty;
         }
@@ -47,8 +67,13 @@ impl<'a> DequeRef<'a> {
         if len <= 0 {
             return Steal::Empty;
         }
-        // About half, as crossbeam-deque takes; a corrupt `len` is clamped to the capacity.
-        let want = limit.min((len.min(self.mask + 1) as usize).div_ceil(2));
+        // A corrupt `len` is clamped to the capacity.
+        let there = len.min(self.mask + 1) as usize;
+        let want = limit.min(match share {
+            // About half, as crossbeam-deque takes.
+            Share::Half => there.div_ceil(2),
+            Share::All => there,
+        });
         match self.flavor {
             Flavor::Fifo => self.steal_range(t, want, put),
             Flavor::Lifo => self.steal_each(t, want, put),
@@ -65,8 +90,7 @@ impl<'a> DequeRef<'a> {
         // The owner of a FIFO deque also only ever moves `top` by CAS (its `take`), so one CAS
         // over the whole range is arbitrated against it exactly like a single steal. SeqCst as
         // in `steal`.
-        match self.top.compare_exchange(t, t.wrapping_add(want as i64), Ordering::SeqCst, Ordering::Relaxed)
-        {
+        match self.top.compare_exchange(t, t.wrapping_add(want as i64), Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Steal::Success(want),
             Err(_) => Steal::Retry,
         }
@@ -120,7 +144,7 @@ impl<'a> DequeRef<'a> {
         // The handles go straight into `dest`'s slots past its `bottom`, as pushes would put
         // them, and `bottom` moves once for the whole batch (see `DequeOwner::publish`).
         let db = dest.deque.bottom.load(Ordering::Relaxed);
-        Ok(match self.steal_batch_with(room, |i, h| dest.write_slot(db, i, h)) {
+        Ok(match self.steal_batch_with(room, Share::Half, |i, h| dest.write_slot(db, i, h)) {
             Steal::Success(k) => {
                 dest.publish(db, k);
                 Steal::Success(k)
@@ -135,7 +159,7 @@ impl<'a> DequeRef<'a> {
         let n = dest.room_up_to(limit.clamp(1, MAX_BATCH) - 1) + 1;
         let db = dest.deque.bottom.load(Ordering::Relaxed);
         let mut first = 0;
-        let r = self.steal_batch_with(n, |i, h| {
+        let r = self.steal_batch_with(n, Share::Half, |i, h| {
             if i == 0 {
                 first = h;
             } else {
