@@ -133,8 +133,36 @@ fn run_role(role: &str) -> Result<(), Error> {
             }
             let nack = std::env::var_os("XTCQ_TEST_NACK").is_some();
             let mut round = 0u64;
+            // XTCQ_TEST_ACK_ALL: the batch rounds run a `JobBatch` and settle it with `ack_all`.
+            let ack_all = std::env::var_os("XTCQ_TEST_ACK_ALL").is_some();
+            let mut batch = xtcq_client::JobBatch::new();
             loop {
                 round += 1;
+                if round.is_multiple_of(2) && ack_all {
+                    thief.steal_into(BATCH, &mut batch)?;
+                    let mut to_ack = Vec::new();
+                    for i in 0..batch.len() {
+                        let id = parse_id(&batch.payload(i)?)?;
+                        let attempts = batch.attempts(i).unwrap_or(0);
+                        log.line(format_args!("R {id} {attempts}"));
+                        if nack && attempts == 0 && id % 3 == 0 {
+                            batch.nack(i)?;
+                            log.line(format_args!("N {id}"));
+                        } else {
+                            to_ack.push(id);
+                        }
+                    }
+                    // `ack_batch.mid` dies right after ack_all's first ack and nowhere before
+                    // it, so that one is logged first: the log stays true at that death.
+                    if let Some(first) = to_ack.first() {
+                        log.line(format_args!("A {first}"));
+                    }
+                    batch.ack_all()?;
+                    for id in to_ack.iter().skip(1) {
+                        log.line(format_args!("A {id}"));
+                    }
+                    continue;
+                }
                 let jobs = if round.is_multiple_of(2) {
                     thief.steal_batch(BATCH)?
                 } else {
@@ -422,10 +450,12 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         "push.after_slot_write",
         "pop.after_bottom_decrement",
         "steal.after_cas",
+        "steal_batch.after_cas",
         "claim.after_cas",
         "overflow.push.after_cell",
         "overflow.pop.after_cell",
         "ack.before_cas",
+        "ack_batch.mid",
         "give_back.writing",
         "nack.after_requeue",
         "daemon.recovery.mid",
@@ -474,6 +504,20 @@ fn thief_killed_after_winning_the_cas_on_top() {
     // Capacity 1024: all 300 jobs in the deque, so steals take the deque path.
     let reruns = consumer_dies("steal.after_cas", 1024, 20, &[]);
     assert_eq!(reruns.ran, 0, "the thief died before running what it stole: {reruns:?}");
+}
+
+#[test]
+fn thief_killed_after_taking_a_batch_before_claiming_it() {
+    // The handles it took name Queued records in no index: the daemon must index them again.
+    let reruns = consumer_dies("steal_batch.after_cas", 1024, 5, &[]);
+    assert_eq!(reruns.ran, 0, "the thief died before running what it stole: {reruns:?}");
+}
+
+#[test]
+fn consumer_killed_half_way_through_acking_a_batch() {
+    // The batch's first job is acked; the rest were run and come back with an attempt more.
+    let reruns = consumer_dies("ack_batch.mid", 1024, 5, &[("XTCQ_TEST_ACK_ALL", "1")]);
+    assert!(reruns.ran >= 1, "the jobs it ran and had not acked are re-run: {reruns:?}");
 }
 
 #[test]
