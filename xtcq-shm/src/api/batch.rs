@@ -184,21 +184,9 @@ impl<'q> ClaimedBatch<'q> {
         }
     }
 
-    /// Claims the handles `words` (one batch steal's), prefetching every record first so the
-    /// transfers overlap; stale, duplicated or garbage handles fail their claim and are left
-    /// out. Counts the claims once. Returns how many were claimed.
-    pub(super) fn claim_words(&mut self, ctx: &'q QueueCtx<'q>, words: &[u64], me: u32) -> usize {
-        self.clear();
-        for h in words.iter().filter_map(|&w| JobHandle::from_word(w)) {
-            ctx.records.prefetch_for_claim(h.index);
-        }
-        let deadline = ctx.lease_deadline();
-        self.jobs.extend(words.iter().filter_map(|&w| {
-            let h = JobHandle::from_word(w)?;
-            ctx.claim_uncounted(h.index, Some(h.generation), me, deadline)
-        }));
-        ctx.add(me, Counter::Claimed, self.jobs.len() as u64);
-        self.jobs.len()
+    /// The jobs, for a steal to append to (after [`clear`](Self::clear)).
+    pub(super) fn jobs_mut(&mut self) -> &mut Vec<ClaimedJob<'q>> {
+        &mut self.jobs
     }
 
     /// Appends a job claimed elsewhere (the overflow ring: already counted).
@@ -211,6 +199,29 @@ impl<'q> ClaimedBatch<'q> {
         self.flush_counts();
         std::mem::take(&mut self.jobs)
     }
+}
+
+/// Claims the handles `words` (one batch steal's) into `out`, prefetching every record first
+/// so that the transfers overlap; stale, duplicated or garbage handles fail their claim and
+/// are left out. Reads the clock and counts the claims once. Returns how many were claimed.
+pub(super) fn claim_words_into<'q>(
+    ctx: &'q QueueCtx<'q>,
+    words: &[u64],
+    me: u32,
+    out: &mut Vec<ClaimedJob<'q>>,
+) -> usize {
+    for h in words.iter().filter_map(|&w| JobHandle::from_word(w)) {
+        ctx.records.prefetch_for_claim(h.index);
+    }
+    let deadline = ctx.lease_deadline();
+    let before = out.len();
+    out.extend(words.iter().filter_map(|&w| {
+        let h = JobHandle::from_word(w)?;
+        ctx.claim_uncounted(h.index, Some(h.generation), me, deadline)
+    }));
+    let n = out.len() - before;
+    ctx.add(me, Counter::Claimed, n as u64);
+    n
 }
 
 /// The error for a job of a batch that was already acked or given back.

@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicU32 as StdAtomicU32;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::batch::claim_words_into;
 use super::{extend, ClaimedBatch, ClaimedJob, QueueCtx};
 use crate::deque::{DequeRef, Steal, MAX_BATCH};
 use crate::overflow::RingError;
@@ -132,24 +133,20 @@ impl Thief {
         }
     }
 
-    /// Steals up to `limit` jobs of deque `deque` (all it holds, up to `limit`), appending them to
-    /// `out`; one CAS for a FIFO queue. Returns how many were claimed.
+    /// Steals up to `limit` jobs of deque `deque` (all it holds, up to `limit`), appending
+    /// them to `out`; one CAS for a FIFO queue. Returns how many were claimed.
     pub fn steal_batch_from<'s>(
         &'s self,
         deque: u32,
         limit: usize,
         out: &mut Vec<ClaimedJob<'s>>,
     ) -> Steal<usize> {
-        let mut batch = ClaimedBatch::new();
-        let r = self.steal_batch_claimed_from(deque, limit, &mut batch);
-        out.extend(batch.into_jobs());
-        r
+        self.steal_batch_counted(deque, limit, out, &mut 0)
     }
 
-    /// Steals up to `limit` handles of deque `deque` (all it holds, up to `limit`) straight into a
-    /// buffer of ours, one CAS on `top` for a FIFO queue, then claims their records into
-    /// `batch` (emptied first, its unsettled jobs nacked). Returns how many were claimed;
-    /// `Retry` also covers a batch whose every handle was stale.
+    /// Like [`steal_batch_from`](Self::steal_batch_from), into `batch` (emptied first, its
+    /// unsettled jobs nacked): the handles go straight into a buffer of ours, then each
+    /// record is claimed. `Retry` also covers a batch whose every handle was stale.
     ///
     /// Between the CAS and the claims the jobs are `Queued` in no index: a crash there leaves
     /// orphans, which recovery and the daemon's stray sweep index again.
@@ -159,16 +156,17 @@ impl Thief {
         limit: usize,
         batch: &mut ClaimedBatch<'s>,
     ) -> Steal<usize> {
-        self.steal_batch_counted(deque, limit, batch, &mut 0)
+        batch.clear();
+        self.steal_batch_counted(deque, limit, batch.jobs_mut(), &mut 0)
     }
 
-    /// [`steal_batch_claimed_from`](Self::steal_batch_claimed_from), counting in `skipped`
-    /// the handles taken off the deque whose claim failed.
+    /// The batch steal: counts in `skipped` the handles taken off the deque whose claim
+    /// failed.
     fn steal_batch_counted<'s>(
         &'s self,
         deque: u32,
         limit: usize,
-        batch: &mut ClaimedBatch<'s>,
+        out: &mut Vec<ClaimedJob<'s>>,
         skipped: &mut usize,
     ) -> Steal<usize> {
         let Some(d) = self.deques.get(deque as usize) else {
@@ -179,7 +177,7 @@ impl Thief {
         match d.steal_up_to_into(&mut buf[..n]) {
             Steal::Success(k) => {
                 crate::fail_point!("steal_batch.after_cas");
-                let c = batch.claim_words(&self.ctx, &buf[..k], self.me);
+                let c = claim_words_into(&self.ctx, &buf[..k], self.me, out);
                 *skipped += k - c;
                 if c == 0 {
                     Steal::Retry
@@ -224,7 +222,7 @@ impl Thief {
         loop {
             let mut retry = false;
             for k in 0..n {
-                match self.steal_batch_counted((start + k) % n, limit, batch, &mut skipped) {
+                match self.steal_batch_counted((start + k) % n, limit, batch.jobs_mut(), &mut skipped) {
                     Steal::Success(c) => return Ok(c),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
