@@ -172,9 +172,18 @@ impl Thief {
         let Some(d) = self.deques.get(deque as usize) else {
             return Steal::Empty;
         };
-        let mut buf = [0u64; MAX_BATCH];
         let n = limit.clamp(1, MAX_BATCH);
-        match d.steal_up_to_into(&mut buf[..n]) {
+        // Zeroing a buffer is paid on every look, empty ones included (a consumer that keeps
+        // up looks about twice per job): 256 bytes for the usual limits, 1 KiB only above 32.
+        let (mut small, mut large);
+        let buf: &mut [u64] = if n <= 32 {
+            small = [0u64; 32];
+            &mut small[..n]
+        } else {
+            large = [0u64; MAX_BATCH];
+            &mut large[..n]
+        };
+        match d.steal_up_to_into(buf) {
             Steal::Success(k) => {
                 crate::fail_point!("steal_batch.after_cas");
                 let c = claim_words_into(&self.ctx, &buf[..k], self.me, out);
