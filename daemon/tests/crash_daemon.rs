@@ -133,34 +133,24 @@ fn run_role(role: &str) -> Result<(), Error> {
             }
             let nack = std::env::var_os("XTCQ_TEST_NACK").is_some();
             let mut round = 0u64;
-            // XTCQ_TEST_ACK_ALL: the batch rounds run a `JobBatch` and settle it with `ack_all`.
+            // XTCQ_TEST_ACK_ALL: batch rounds run a `JobBatch`, settled with `ack_all`.
             let ack_all = std::env::var_os("XTCQ_TEST_ACK_ALL").is_some();
             let mut batch = xtcq_client::JobBatch::new();
             loop {
                 round += 1;
                 if round.is_multiple_of(2) && ack_all {
+                    // No nacks in this mode. `ack_batch.mid` dies right after ack_all's first
+                    // ack, so that one is logged before it: the log stays true at that death.
                     thief.steal_into(BATCH, &mut batch)?;
-                    let mut to_ack = Vec::new();
-                    for i in 0..batch.len() {
-                        let id = parse_id(&batch.payload(i)?)?;
-                        let attempts = batch.attempts(i).unwrap_or(0);
-                        log.line(format_args!("R {id} {attempts}"));
-                        if nack && attempts == 0 && id % 3 == 0 {
-                            batch.nack(i)?;
-                            log.line(format_args!("N {id}"));
-                        } else {
-                            to_ack.push(id);
-                        }
+                    let ids = (0..batch.len())
+                        .map(|i| parse_id(&batch.payload(i)?))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    for (i, id) in ids.iter().enumerate() {
+                        log.line(format_args!("R {id} {}", batch.attempts(i).unwrap_or(0)));
                     }
-                    // `ack_batch.mid` dies right after ack_all's first ack and nowhere before
-                    // it, so that one is logged first: the log stays true at that death.
-                    if let Some(first) = to_ack.first() {
-                        log.line(format_args!("A {first}"));
-                    }
+                    ids.iter().take(1).for_each(|id| log.line(format_args!("A {id}")));
                     batch.ack_all()?;
-                    for id in to_ack.iter().skip(1) {
-                        log.line(format_args!("A {id}"));
-                    }
+                    ids.iter().skip(1).for_each(|id| log.line(format_args!("A {id}")));
                     continue;
                 }
                 let jobs = if round.is_multiple_of(2) {
