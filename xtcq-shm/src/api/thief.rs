@@ -200,9 +200,9 @@ impl Thief {
     }
 
     /// Up to `limit` jobs into `batch` (emptied first, its unsettled jobs nacked): from the
-    /// overflow ring while it has any, else what one deque holds, up to `limit` (one CAS on `top` for a
-    /// FIFO queue), trying every deque from a rotating start, with rounds repeated while a
-    /// steal lost a race. `Ok(0)` when everything looked empty.
+    /// overflow ring while it has any, else what one deque holds, up to `limit` (one CAS on
+    /// `top` for a FIFO queue), trying every deque from a rotating start, with rounds repeated
+    /// while a steal lost a race. `Ok(0)` when everything looked empty.
     pub fn steal_batch_claimed<'s>(
         &'s self,
         limit: usize,
@@ -224,7 +224,9 @@ impl Thief {
             return Ok(batch.len());
         }
         let n = self.deques.len() as u32;
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        // A rotating start spreads thieves over the deques; with one deque it would only cost
+        // a locked add on every look.
+        let start = if n == 1 { 0 } else { self.next.fetch_add(1, Ordering::Relaxed) % n };
         // As in `steal`: more stale handles than the deques hold means corrupt indices.
         let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
         let mut skipped = 0;
