@@ -135,6 +135,11 @@
 #define XTCQ_WAIT_FOREVER UINT32_MAX
 
 /**
+ * Most jobs one [`xtcq_thief_steal_batch`] takes.
+ */
+#define XTCQ_MAX_BATCH 128
+
+/**
  * A connection to xtcqd (opaque).
  */
 typedef struct xtcq_client xtcq_client;
@@ -478,6 +483,20 @@ int xtcq_thief_steal(const xtcq_thief *thief, xtcq_job *job);
  * `thief` is a live thief; `job` a live job handle used by this thread only.
  */
 int xtcq_thief_steal_wait(const xtcq_thief *thief, xtcq_job *job, uint32_t timeout_ms);
+
+/**
+ * Claims up to `n` jobs (1 to [`XTCQ_MAX_BATCH`]) with one steal, into `jobs[0]` ..
+ * `jobs[*count - 1]`: from the overflow ring while it has any, else what one deque holds, up
+ * to `n`, taken with one CAS on its `top` (FIFO queues; one CAS per job from a LIFO deque).
+ * Each job is still claimed by its own CAS on its record. `XTCQ_EMPTY` (`*count` 0) when the
+ * queue looked empty. Every handle in `jobs` must hold no job; settle each job as one taken
+ * by `xtcq_thief_steal`.
+ *
+ * # Safety
+ * `thief` is a live thief; `jobs` points to `n` distinct live job handles used by this
+ * thread only; `count` is writable.
+ */
+int xtcq_thief_steal_batch(const xtcq_thief *thief, xtcq_job *const *jobs, size_t n, size_t *count);
 
 /**
  * Jobs visible in the queue (approximate); 0 for NULL.

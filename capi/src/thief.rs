@@ -14,7 +14,7 @@ use crate::client::{not_forked, xtcq_client};
 use crate::entry::{arg, free_handle, guarded, shared};
 use crate::job::xtcq_job;
 use crate::producer::attach;
-use crate::status::{from_error, XTCQ_EMPTY, XTCQ_OK};
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
 
 /// `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
 pub const XTCQ_WAIT_FOREVER: u32 = u32::MAX;
@@ -104,6 +104,74 @@ pub unsafe extern "C" fn xtcq_thief_steal_wait(
 ) -> c_int {
     let timeout = (timeout_ms != XTCQ_WAIT_FOREVER).then(|| Duration::from_millis(timeout_ms.into()));
     claim_into(thief, job, |t| t.steal_wait(timeout))
+}
+
+/// Most jobs one [`xtcq_thief_steal_batch`] takes.
+pub const XTCQ_MAX_BATCH: usize = 128;
+
+/// Claims up to `n` jobs (1 to [`XTCQ_MAX_BATCH`]) with one steal, into `jobs[0]` ..
+/// `jobs[*count - 1]`: from the overflow ring while it has any, else what one deque holds, up
+/// to `n`, taken with one CAS on its `top` (FIFO queues; one CAS per job from a LIFO deque).
+/// Each job is still claimed by its own CAS on its record. `XTCQ_EMPTY` (`*count` 0) when the
+/// queue looked empty. Every handle in `jobs` must hold no job; settle each job as one taken
+/// by `xtcq_thief_steal`.
+///
+/// # Safety
+/// `thief` is a live thief; `jobs` points to `n` distinct live job handles used by this
+/// thread only; `count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_thief_steal_batch(
+    thief: *const xtcq_thief,
+    jobs: *const *mut xtcq_job,
+    n: usize,
+    count: *mut usize,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (t, count) = match unsafe { (shared(thief, "thief"), arg(count, "count")) } {
+            (Ok(t), Ok(c)) => (t, c),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        *count = 0;
+        if jobs.is_null() || n == 0 || n > XTCQ_MAX_BATCH {
+            return fail(
+                XTCQ_E_INVALID,
+                format!("jobs must point to 1 to {XTCQ_MAX_BATCH} job handles (n = {n})"),
+            );
+        }
+        // SAFETY: the caller's contract: `n` readable pointers.
+        let ptrs = unsafe { std::slice::from_raw_parts(jobs, n) };
+        // Two entries naming one handle would be two `&mut` of it.
+        let mut sorted = ptrs.to_vec();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return fail(XTCQ_E_INVALID, "jobs names one job handle twice");
+        }
+        let mut handles = Vec::with_capacity(n);
+        for &p in ptrs {
+            // SAFETY: the caller's contract; distinct, checked above.
+            match unsafe { arg(p, "a job handle in jobs") } {
+                Ok(j) => handles.push(j),
+                Err(code) => return code,
+            }
+        }
+        if let Err(code) =
+            not_forked(t.born).and_then(|()| handles.iter().try_for_each(|j| j.ready_for_claim()))
+        {
+            return code;
+        }
+        match t.inner.steal_batch(n) {
+            Ok(got) if got.is_empty() => XTCQ_EMPTY,
+            Ok(got) => {
+                *count = got.len();
+                for (j, job) in handles.into_iter().zip(got) {
+                    j.hold(job);
+                }
+                XTCQ_OK
+            }
+            Err(e) => from_error(&e),
+        }
+    })
 }
 
 /// Jobs visible in the queue (approximate); 0 for NULL.

@@ -21,7 +21,7 @@ use xtcq_shm::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Th
 use crate::conn::Conn;
 use crate::Error;
 
-fn overflow_ring_error(e: RingError) -> Error {
+pub(crate) fn overflow_ring_error(e: RingError) -> Error {
     Error::Corrupt(e.to_string())
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64)
 /// Steal rounds that all lose (a race, or a stale handle) before a steal gives up with
 /// `Corrupt`: a lost race means a rival made progress, so a million in a row (about 0.1-1 s
 /// of spinning) only happens on a deque whose indices were scribbled.
-const MAX_STEAL_ROUNDS: u32 = 1_000_000;
+pub(crate) const MAX_STEAL_ROUNDS: u32 = 1_000_000;
 
 /// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
 /// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
@@ -92,7 +92,7 @@ pub struct Job<'a> {
 }
 
 impl<'a> Job<'a> {
-    fn new(seg: &'a Arc<Segment>, conn: &'a Arc<Conn>) -> impl Fn(ClaimedJob<'a>) -> Self {
+    pub(crate) fn new(seg: &'a Arc<Segment>, conn: &'a Arc<Conn>) -> impl Fn(ClaimedJob<'a>) -> Self {
         move |inner| Self { inner, seg, conn }
     }
 
@@ -398,12 +398,12 @@ impl OwnerHandle {
 /// A consumer's handle on one queue: steals from its overflow ring and from every deque.
 /// `Send + Sync` and `Clone` (clones share the connection; each thread may steal).
 pub struct ThiefHandle {
-    thief: Thief,
-    seg: Arc<Segment>,
-    att: Attachment,
+    pub(crate) thief: Thief,
+    pub(crate) seg: Arc<Segment>,
+    pub(crate) att: Attachment,
     rng: AtomicU64,
-    conn: Arc<Conn>,
-    lost_at: u64,
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) lost_at: u64,
 }
 
 impl Clone for ThiefHandle {
@@ -446,7 +446,7 @@ impl ThiefHandle {
     }
 
     /// xorshift64*: a random start for each round of steals, so thieves spread out.
-    fn next_random(&self) -> u64 {
+    pub(crate) fn next_random(&self) -> u64 {
         let mut x = self.rng.load(Ordering::Relaxed);
         x ^= x >> 12;
         x ^= x << 25;
@@ -475,7 +475,7 @@ impl ThiefHandle {
         self.thief.is_empty()
     }
 
-    fn deques(&self) -> u32 {
+    pub(crate) fn deques(&self) -> u32 {
         self.thief.queue().spec.deques.max(1)
     }
 
@@ -512,50 +512,12 @@ impl ThiefHandle {
 
     /// A steal that lost every round: a deque whose indices were scribbled (its `bottom`
     /// far beyond `top`) hands out stale handles forever.
-    fn no_progress(&self) -> Error {
+    pub(crate) fn no_progress(&self) -> Error {
         Error::Corrupt(format!(
             "queue {}: {MAX_STEAL_ROUNDS} steal rounds in a row found only stale or contended slots; \
              a deque's indices look corrupt (run `xtcq check`)",
             self.att.queue.name
         ))
-    }
-
-    /// Up to `limit` jobs at once: from the overflow ring if it has any, else about half of
-    /// one deque in one CAS (FIFO queues) or a few CASes. Empty when nothing was found.
-    pub fn steal_batch(&self, limit: usize) -> Result<Vec<Job<'_>>, Error> {
-        usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
-        let limit = limit.max(1);
-        let mut out = Vec::new();
-        while out.len() < limit {
-            match self.thief.steal_overflow().map_err(overflow_ring_error)? {
-                Some(j) => out.push(j),
-                None => break,
-            }
-        }
-        if out.is_empty() {
-            let n = self.deques();
-            let start = (self.next_random() % n as u64) as u32;
-            let mut rounds = 0;
-            'rounds: loop {
-                let mut retry = false;
-                for k in 0..n {
-                    match self.thief.steal_batch_from((start + k) % n, limit, &mut out) {
-                        Steal::Success(_) => break 'rounds,
-                        Steal::Retry => retry = true,
-                        Steal::Empty => {}
-                    }
-                }
-                if !retry {
-                    break;
-                }
-                rounds += 1;
-                if rounds >= MAX_STEAL_ROUNDS {
-                    return Err(self.no_progress());
-                }
-                std::hint::spin_loop();
-            }
-        }
-        Ok(out.into_iter().map(Job::new(&self.seg, &self.conn)).collect())
     }
 
     /// Like [`steal`](Self::steal), but sleeps (a futex on the queue's wait word, woken by a

@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod batch;
 mod conn;
 mod dead_bulk;
 mod delay;
@@ -41,6 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use batch::JobBatch;
 pub use dead_bulk::{BulkDead, DeadAction, NAMED_PER_REQUEST};
 pub use delay::Due;
 pub use error::Error;

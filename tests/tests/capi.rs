@@ -4,6 +4,8 @@
 //! - `examples/c/pool.c`: a postmaster-like parent, forked backends, one kill -9ed holding
 //!   a job; every job acked exactly once and the segment consistent.
 //! - `tests/c/status_codes.c`: every status code a correct caller can meet, produced once.
+//! - `tests/c/steal_batch.c`: `xtcq_thief_steal_batch` takes a FIFO queue's jobs in
+//!   batches, each once and oldest first, and refuses bad handle arrays.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -154,4 +156,18 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
         stdout.contains("late calls returned"),
         "a failing call in an atexit handler must return:\n{stdout}"
     );
+}
+
+#[test]
+fn a_c_batch_steal_takes_each_job_once_oldest_first() {
+    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let exe = compile_c("tests/c/steal_batch.c", daemon.dir());
+    let out = run_bounded(Command::new(&exe).arg(&daemon.socket), Duration::from_secs(60));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "steal_batch failed:\n{stdout}\n{stderr}\ndaemon log:\n{}",
+        daemon.log_text()
+    );
+    assert!(stdout.contains("batches of 4, 4, 2, each once"), "{stdout}");
 }

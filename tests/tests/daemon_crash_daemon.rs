@@ -131,8 +131,26 @@ fn run_role(role: &str) -> Result<(), Error> {
             }
             let nack = std::env::var_os("XTCQ_TEST_NACK").is_some();
             let mut round = 0u64;
+            // XTCQ_TEST_ACK_ALL: batch rounds run a `JobBatch`, settled with `ack_all`.
+            let ack_all = std::env::var_os("XTCQ_TEST_ACK_ALL").is_some();
+            let mut batch = xtcq_client::JobBatch::new();
             loop {
                 round += 1;
+                if round.is_multiple_of(2) && ack_all {
+                    // No nacks in this mode. `ack_batch.mid` dies right after ack_all's first
+                    // ack, so that one is logged before it: the log stays true at that death.
+                    thief.steal_into(BATCH, &mut batch)?;
+                    let ids = (0..batch.len())
+                        .map(|i| parse_id(&batch.payload(i)?))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    for (i, id) in ids.iter().enumerate() {
+                        log.line(format_args!("R {id} {}", batch.attempts(i).unwrap_or(0)));
+                    }
+                    ids.iter().take(1).for_each(|id| log.line(format_args!("A {id}")));
+                    batch.ack_all()?;
+                    ids.iter().skip(1).for_each(|id| log.line(format_args!("A {id}")));
+                    continue;
+                }
                 let jobs = if round.is_multiple_of(2) {
                     thief.steal_batch(BATCH)?
                 } else {
@@ -420,10 +438,12 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         "push.after_slot_write",
         "pop.after_bottom_decrement",
         "steal.after_cas",
+        "steal_batch.after_cas",
         "claim.after_cas",
         "overflow.push.after_cell",
         "overflow.pop.after_cell",
         "ack.before_cas",
+        "ack_batch.mid",
         "give_back.writing",
         "nack.after_requeue",
         "daemon.recovery.mid",
@@ -472,6 +492,20 @@ fn thief_killed_after_winning_the_cas_on_top() {
     // Capacity 1024: all 300 jobs in the deque, so steals take the deque path.
     let reruns = consumer_dies("steal.after_cas", 1024, 20, &[]);
     assert_eq!(reruns.ran, 0, "the thief died before running what it stole: {reruns:?}");
+}
+
+#[test]
+fn thief_killed_after_taking_a_batch_before_claiming_it() {
+    // The handles it took name Queued records in no index: the daemon must index them again.
+    let reruns = consumer_dies("steal_batch.after_cas", 1024, 5, &[]);
+    assert_eq!(reruns.ran, 0, "the thief died before running what it stole: {reruns:?}");
+}
+
+#[test]
+fn consumer_killed_half_way_through_acking_a_batch() {
+    // The batch's first job is acked; the rest were run and come back with an attempt more.
+    let reruns = consumer_dies("ack_batch.mid", 1024, 5, &[("XTCQ_TEST_ACK_ALL", "1")]);
+    assert!(reruns.ran >= 1, "the jobs it ran and had not acked are re-run: {reruns:?}");
 }
 
 #[test]

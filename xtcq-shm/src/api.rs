@@ -18,10 +18,12 @@ use crate::record::state::{JobHandle, State};
 use crate::segment::{monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
+mod batch;
 mod job;
 mod owned;
 mod owner;
 mod thief;
+pub use batch::ClaimedBatch;
 pub use job::ClaimedJob;
 pub use owned::OwnedJob;
 pub use owner::{Injector, Owner};
@@ -152,6 +154,14 @@ impl<'a> QueueCtx<'a> {
         crate::metrics::bump(self.slots.get(me as usize), c);
     }
 
+    /// Adds `n` to `c` for process slot `me` (a batch's claims or acks, counted once).
+    #[inline]
+    fn add(&self, me: u32, c: Counter, n: u64) {
+        if n != 0 {
+            crate::metrics::add(self.slots.get(me as usize), c, n);
+        }
+    }
+
     /// Claims the job a deque slot word names. `None`: stale, duplicate or garbage handle.
     #[inline]
     fn claim_word(&self, word: u64, me: u32) -> Option<ClaimedJob<'_>> {
@@ -164,6 +174,30 @@ impl<'a> QueueCtx<'a> {
 
     /// Claims record `index` if it is `Queued` for this queue (at `generation`, when given).
     fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
+        let j = self.claim_uncounted(index, generation, me, self.lease_deadline())?;
+        self.count(me, Counter::Claimed);
+        Some(j)
+    }
+
+    /// The lease deadline a claim made now gets (0: the queue has no lease).
+    #[inline]
+    fn lease_deadline(&self) -> u64 {
+        if self.lease_ns == 0 {
+            0
+        } else {
+            monotonic_ns().saturating_add(self.lease_ns)
+        }
+    }
+
+    /// [`claim`](Self::claim) without the `Claimed` count, with the lease `deadline` given
+    /// (a batch reads the clock and counts once for all its claims). The claim CAS is the same.
+    fn claim_uncounted(
+        &self,
+        index: u32,
+        generation: Option<u32>,
+        me: u32,
+        deadline: u64,
+    ) -> Option<ClaimedJob<'_>> {
         let hdr = self.records.header(index)?;
         let st = self.records.state(index)?;
         let w = st.load();
@@ -176,13 +210,11 @@ impl<'a> QueueCtx<'a> {
             return None;
         }
         st.claim(w.generation(), me).ok()?;
-        self.count(me, Counter::Claimed);
         crate::fail_point!("claim.after_cas");
         // Relaxed: every give-back (nack, fail, recovery, lease expiry, requeue of a dead
         // letter) clears the deadline before its Release CAS, and our claim CAS continues that
         // release sequence, so a lease scan that sees `Claimed(g, me)` reads 0 or this value,
         // never a deadline of an earlier claim.
-        let deadline = if self.lease_ns == 0 { 0 } else { monotonic_ns().saturating_add(self.lease_ns) };
         hdr.deadline_ns.store(deadline, Ordering::Relaxed);
         Some(ClaimedJob {
             deadline: std::cell::Cell::new(deadline),

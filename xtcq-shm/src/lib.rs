@@ -65,7 +65,7 @@ pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
 pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]
-pub use api::{ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};
+pub use api::{ClaimedBatch, ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};
 #[cfg(not(xtcq_loom))]
 pub use layout::SegmentConfig;
 #[cfg(not(xtcq_loom))]

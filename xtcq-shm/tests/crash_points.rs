@@ -92,9 +92,30 @@ fn crash_child() {
                 }
             }
         }
+        "batch" => batch_role(&seg, &q, &mut line),
         r => panic!("unknown role {r}"),
     }
     // Reaching here means the fail point was never hit; the parent fails the test.
+}
+
+/// The `batch` role: thief, batches of up to 4 (`steal_batch_claimed`), payloads read, then
+/// `ack_all`. The first job of a batch is logged acked before `ack_all`: `ack_batch.mid` dies
+/// after `ack_all`'s first ack, and no other fail point of this role lies between that log line
+/// and that ack.
+fn batch_role(seg: &Arc<Segment>, q: &xtcq_shm::QueueInfo, line: &mut impl FnMut(String)) {
+    let thief = Thief::new(seg.clone(), q, CHILD_SLOT).expect("thief");
+    let mut batch = xtcq_shm::ClaimedBatch::new();
+    while thief.steal_batch_claimed(4, &mut batch).expect("steal batch") > 0 {
+        let ids: Vec<u64> = batch.jobs().iter().map(|j| id_of(&j.payload().expect("payload"))).collect();
+        for id in &ids {
+            line(format!("R {id}\n"));
+        }
+        line(format!("A {}\n", ids[0]));
+        batch.ack_all().expect("ack_all");
+        for id in &ids[1..] {
+            line(format!("A {id}\n"));
+        }
+    }
 }
 
 struct Outcome {
@@ -282,6 +303,26 @@ fn give_back_writing() {
 #[test]
 fn nack_after_requeue() {
     crash_at("nack.after_requeue", "nack", Flavor::Lifo, 16, 3);
+}
+
+#[test]
+fn steal_batch_after_cas() {
+    // 84 jobs on the overflow ring come first (21 batches); the 2nd batch from a deque dies
+    // with 4 handles taken and none claimed: orphans, which recovery indexes again.
+    crash_at("steal_batch.after_cas", "batch", Flavor::Fifo, 16, 2);
+}
+
+#[test]
+fn claim_after_cas_in_a_batch() {
+    // The 90th claim: 84 from the ring, then the 2nd claim of the 2nd deque batch; the
+    // batch's first is claimed, its second claimed as the process dies, the rest orphans.
+    crash_at("claim.after_cas", "batch", Flavor::Fifo, 16, 90);
+}
+
+#[test]
+fn ack_batch_mid() {
+    // In the 23rd batch (the 2nd from a deque): its first job acked, three still claimed.
+    crash_at("ack_batch.mid", "batch", Flavor::Fifo, 16, 23);
 }
 
 #[test]

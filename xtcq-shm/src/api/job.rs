@@ -133,6 +133,15 @@ impl ClaimedJob<'_> {
 
     /// Done: frees the record.
     pub fn ack(mut self) -> Result<(), JobError> {
+        self.ack_uncounted()?;
+        self.ctx.count(self.me, Counter::Acked);
+        Ok(())
+    }
+
+    /// The ack's CAS `Claimed(g, me) -> Free(g + 1)` without the `Acked` count (a batch counts
+    /// once for all its acks). Settles the job whatever the outcome: a failed CAS means the
+    /// job is no longer ours, and there is nothing to give back.
+    pub(super) fn ack_uncounted(&mut self) -> Result<(), JobError> {
         self.done = true;
         let st = self
             .ctx
@@ -140,9 +149,12 @@ impl ClaimedJob<'_> {
             .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
         crate::fail_point!("ack.before_cas");
-        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
-        self.ctx.count(self.me, Counter::Acked);
-        Ok(())
+        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))
+    }
+
+    /// Whether the job is settled (acked or given back).
+    pub(super) fn is_settled(&self) -> bool {
+        self.done
     }
 
     /// Failed: re-queues the job (attempt + 1) on the overflow ring, or dead-letters it when

@@ -11,10 +11,10 @@ use std::sync::atomic::AtomicU32 as StdAtomicU32;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{extend, ClaimedJob, QueueCtx};
+use super::batch::claim_words_into;
+use super::{extend, ClaimedBatch, ClaimedJob, QueueCtx};
 use crate::deque::{DequeRef, Steal, MAX_BATCH};
 use crate::overflow::RingError;
-use crate::record::state::JobHandle;
 use crate::segment::{QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
@@ -133,36 +133,119 @@ impl Thief {
         }
     }
 
-    /// Steals up to `limit` jobs of deque `deque` (about half of it), appending them to
-    /// `out`; one CAS for a FIFO queue. Returns how many were claimed.
+    /// Steals up to `limit` jobs of deque `deque` (all it holds, up to `limit`), appending
+    /// them to `out`; one CAS for a FIFO queue. Returns how many were claimed.
     pub fn steal_batch_from<'s>(
         &'s self,
         deque: u32,
         limit: usize,
         out: &mut Vec<ClaimedJob<'s>>,
     ) -> Steal<usize> {
+        self.steal_batch_counted(deque, limit, out, &mut 0)
+    }
+
+    /// Like [`steal_batch_from`](Self::steal_batch_from), into `batch` (emptied first, its
+    /// unsettled jobs nacked): the handles go straight into a buffer of ours, then each
+    /// record is claimed. `Retry` also covers a batch whose every handle was stale.
+    ///
+    /// Between the CAS and the claims the jobs are `Queued` in no index: a crash there leaves
+    /// orphans, which recovery and the daemon's stray sweep index again.
+    pub fn steal_batch_claimed_from<'s>(
+        &'s self,
+        deque: u32,
+        limit: usize,
+        batch: &mut ClaimedBatch<'s>,
+    ) -> Steal<usize> {
+        batch.clear();
+        self.steal_batch_counted(deque, limit, batch.jobs_mut(), &mut 0)
+    }
+
+    /// The batch steal: counts in `skipped` the handles taken off the deque whose claim
+    /// failed.
+    fn steal_batch_counted<'s>(
+        &'s self,
+        deque: u32,
+        limit: usize,
+        out: &mut Vec<ClaimedJob<'s>>,
+        skipped: &mut usize,
+    ) -> Steal<usize> {
         let Some(d) = self.deques.get(deque as usize) else {
             return Steal::Empty;
         };
-        let mut buf = [0u64; MAX_BATCH];
         let n = limit.clamp(1, MAX_BATCH);
-        match d.steal_batch_into(&mut buf[..n]) {
+        // Zeroing a buffer is paid on every look, empty ones included (a consumer that keeps
+        // up looks about twice per job): 256 bytes for the usual limits, 1 KiB only above 32.
+        let (mut small, mut large);
+        let buf: &mut [u64] = if n <= 32 {
+            small = [0u64; 32];
+            &mut small[..n]
+        } else {
+            large = [0u64; MAX_BATCH];
+            &mut large[..n]
+        };
+        match d.steal_up_to_into(buf) {
             Steal::Success(k) => {
-                crate::fail_point!("steal.after_cas");
-                // Every record's transfer starts before the first claim, so the k misses
-                // overlap instead of following one another.
-                for h in buf[..k].iter().filter_map(|&w| JobHandle::from_word(w)) {
-                    self.ctx.records.prefetch_for_claim(h.index);
-                }
-                let before = out.len();
-                out.extend(buf[..k].iter().filter_map(|&w| self.ctx.claim_word(w, self.me)));
-                match out.len() - before {
-                    0 => Steal::Retry,
-                    c => Steal::Success(c),
+                crate::fail_point!("steal_batch.after_cas");
+                let c = claim_words_into(&self.ctx, &buf[..k], self.me, out);
+                *skipped += k - c;
+                if c == 0 {
+                    Steal::Retry
+                } else {
+                    Steal::Success(c)
                 }
             }
             Steal::Empty => Steal::Empty,
             Steal::Retry => Steal::Retry,
+        }
+    }
+
+    /// Up to `limit` jobs into `batch` (emptied first, its unsettled jobs nacked): from the
+    /// overflow ring while it has any, else what one deque holds, up to `limit` (one CAS on
+    /// `top` for a FIFO queue), trying every deque from a rotating start, with rounds repeated
+    /// while a steal lost a race. `Ok(0)` when everything looked empty.
+    pub fn steal_batch_claimed<'s>(
+        &'s self,
+        limit: usize,
+        batch: &mut ClaimedBatch<'s>,
+    ) -> Result<usize, RingError> {
+        batch.clear();
+        let limit = limit.clamp(1, MAX_BATCH);
+        let ring_error = loop {
+            if batch.len() >= limit {
+                return Ok(batch.len());
+            }
+            match self.ctx.pop_overflow(self.me) {
+                Ok(Some(j)) => batch.push_claimed(j),
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        if !batch.is_empty() {
+            return Ok(batch.len());
+        }
+        let n = self.deques.len() as u32;
+        // A rotating start spreads thieves over the deques; with one deque it would only cost
+        // a locked add on every look.
+        let start = if n == 1 { 0 } else { self.next.fetch_add(1, Ordering::Relaxed) % n };
+        // As in `steal`: more stale handles than the deques hold means corrupt indices.
+        let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
+        let mut skipped = 0;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                match self.steal_batch_counted((start + k) % n, limit, batch.jobs_mut(), &mut skipped) {
+                    Steal::Success(c) => return Ok(c),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if skipped > max_skips {
+                return Err(self.corrupt_skips(skipped));
+            }
+            if !retry {
+                return ring_error.map_or(Ok(0), Err);
+            }
+            crate::sync::spin_hint();
         }
     }
 
@@ -199,11 +282,7 @@ impl Thief {
                 }
             }
             if skipped > max_skips {
-                return Err(RingError::Corrupt(format!(
-                    "deques of queue {}: {skipped} handles in one steal named no queued job; \
-                     their indices or slots are corrupt",
-                    self.info.spec.name
-                )));
+                return Err(self.corrupt_skips(skipped));
             }
             if !retry {
                 return match ring_error {
@@ -213,6 +292,15 @@ impl Thief {
             }
             crate::sync::spin_hint();
         }
+    }
+
+    /// The error for a steal that skipped more handles than the deques hold.
+    fn corrupt_skips(&self, skipped: usize) -> RingError {
+        RingError::Corrupt(format!(
+            "deques of queue {}: {skipped} handles in one steal named no queued job; \
+             their indices or slots are corrupt",
+            self.info.spec.name
+        ))
     }
 
     /// Like [`steal`](Self::steal), sleeping on the queue's wait word until a job arrives or
