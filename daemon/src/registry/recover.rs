@@ -71,7 +71,11 @@ impl Registry {
         s.pid.store(0, Ordering::Relaxed);
         s.start_time.store(0, Ordering::Relaxed);
         s.state.store(PROCESS_FREE, Ordering::Release);
-        let touched = r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans.len();
+        let touched = r.freed_filling as usize
+            + r.requeued.len()
+            + r.dead_lettered.len()
+            + orphans.len()
+            + r.freed_blocks as usize;
         if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
             warn!(
                 slot = slot.slot,
@@ -81,6 +85,7 @@ impl Registry {
                 dead_lettered = r.dead_lettered.len(),
                 unindexed = r.unindexed,
                 corrupt = r.corrupt,
+                freed_blocks = r.freed_blocks,
                 orphans_reindexed = orphans.len(),
                 leases_released = leases.len(),
                 done_mono_ns = xtcq_shm::segment::monotonic_ns(),
