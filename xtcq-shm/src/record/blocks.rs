@@ -155,7 +155,10 @@ impl<'a> PayloadBlocks<'a> {
                 }
             }
         }
-        Err(BlocksFull { len, size: class_size(class), blocks: self.count(class) })
+        // Named: the smallest class that could have taken it (the one to raise), else the
+        // class it needs, which has no blocks.
+        let named = (class..PAYLOAD_CLASSES).find(|&k| self.count(k) > 0).unwrap_or(class);
+        Err(BlocksFull { len, size: class_size(named), blocks: self.count(named) })
     }
 
     /// Gives `b` back if its owner word is still `owner` (what the freer read while it held
