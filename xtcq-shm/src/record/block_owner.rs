@@ -3,7 +3,10 @@
 //!
 //! - `0`: free. Else `generation << 32 | record`: held by `record` for its incarnation born
 //!   at `generation` (never 0, so a held word is never 0).
-//! - [`take`]: `0 -> owner`, one CAS (Acquire: the last holder's reads are done).
+//! - [`take`]: `0 -> owner`, one CAS. Acquire: the last holder's reads are done. Release:
+//!   a sweep that sees the new owner word sees the record's `Filling` word written before
+//!   it (else it could read the record's older `Free` word, take the block for an orphan and
+//!   free it under the filler; loom found that, `tests/loom_blocks.rs`).
 //! - [`give_back`]: `owner -> 0`, one CAS from the exact word read (Release: our reads are
 //!   done); a word that moved on (a sweep freed it, another record took it) is left alone.
 //! - [`is_live`]: whether an owner word's incarnation still holds its record, from the
@@ -22,7 +25,7 @@ pub const fn owner_word(record: u32, generation: u32) -> u64 {
 #[inline]
 pub fn take(word: &AtomicU64, owner: u64) -> bool {
     word.load(Ordering::Relaxed) == 0
-        && word.compare_exchange(0, owner, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        && word.compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
 /// `owner -> 0`: gives a block back if it still holds `owner`.
