@@ -46,8 +46,8 @@ const SIZES: &[&str] = &[
 /// every fourth job 60 KiB and every fifth 20 bytes (inline).
 fn payload(id: u64) -> Vec<u8> {
     let len = match id {
-        _ if id % 5 == 0 => 20,
-        _ if id % 4 == 0 => 60 << 10,
+        _ if id.is_multiple_of(5) => 20,
+        _ if id.is_multiple_of(4) => 60 << 10,
         _ => 3 << 10,
     };
     let mut p = format!("{id} ").into_bytes();

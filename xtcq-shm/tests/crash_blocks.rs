@@ -45,7 +45,7 @@ fn config() -> SegmentConfig {
 /// Job `id`'s payload: the id, then bytes that depend on it, 65 to 4096 bytes in all (so the
 /// payload lives in a block), except every fifth job, which fits inline.
 fn payload(id: u64) -> Vec<u8> {
-    let len = if id % 5 == 0 { 40 } else { 65 + (id as usize * 997) % (4096 - 65) };
+    let len = if id.is_multiple_of(5) { 40 } else { 65 + (id as usize * 997) % (4096 - 65) };
     let mut p = id.to_le_bytes().to_vec();
     p.extend((8..len).map(|k| (id as usize * 31 + k) as u8));
     p
