@@ -231,7 +231,7 @@ impl Shm {
             payload_bytes: 64,
             process_slots: 4,
             overflow_capacity: 4096,
-            reserved: 0,
+            ..xtcq_shm::SegmentConfig::default()
         };
         let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create segment"));
         let infos = queues

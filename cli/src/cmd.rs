@@ -489,6 +489,7 @@ pub fn check(socket: Option<&Path>, args: CheckArgs) -> Result<i32> {
         n.dead,
         n.delayed
     );
+    sayln!("payload blocks: {} held of {}", n.blocks.held, n.blocks.total);
     if report.is_consistent() {
         sayln!("consistent");
         Ok(exit::OK)

@@ -133,16 +133,20 @@ pub enum Error {
         /// Overflow ring capacity.
         overflow: usize,
     },
-    /// Every job record of the segment is in use, or the queue's jobs hold its record quota
-    /// (`xtcq create --max-records`); the message says which. Both pass once consumers drain.
+    /// Every job record of the segment is in use, or every payload block of the size a large
+    /// payload needs (`xtcqd --payload-blocks`), or the queue's jobs hold its record quota
+    /// (`xtcq create --max-records`); the message says which. All pass once consumers drain.
     #[error("queue full: {0}")]
     RecordsFull(String),
-    /// The payload does not fit a record.
-    #[error("payload too large: {len} > {max} bytes")]
+    /// The payload is larger than the segment's largest payload.
+    #[error(
+        "payload too large: {len} > {max} bytes, the largest payload this segment takes \
+         (xtcqd --payload-bytes, with --payload-blocks for a class that holds it)"
+    )]
     PayloadTooLarge {
         /// Its length.
         len: usize,
-        /// The record's payload area.
+        /// The segment's largest payload.
         max: u32,
     },
     /// Not a valid queue name (see `xtcq_proto::queue_name`).
@@ -302,6 +306,7 @@ impl Error {
             PushError::PayloadTooLarge { len, max } => Error::PayloadTooLarge { len, max },
             PushError::QueueFull { queue, overflow } => Error::QueueFull { queue, overflow },
             PushError::RecordsFull(full) => Error::RecordsFull(full.to_string()),
+            PushError::BlocksFull(full) => Error::RecordsFull(full.to_string()),
             e @ PushError::QuotaFull { .. } => Error::RecordsFull(e.to_string()),
             PushError::Corrupt(m) => Error::Corrupt(m),
         }

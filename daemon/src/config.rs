@@ -75,9 +75,24 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub records: Option<u32>,
 
-    /// Payload bytes per job record [default: 448].
+    /// The largest payload a job may carry [default: 448]. Payloads up to --inline-bytes
+    /// live in the job's record; larger ones in a payload block (see --payload-blocks).
     #[arg(long, value_name = "BYTES")]
     pub payload_bytes: Option<u32>,
+
+    /// Payload bytes kept in each job record, rounded up to 64 [default: 64]: every record
+    /// costs 64 bytes plus this, whatever its payload.
+    #[arg(long, value_name = "BYTES")]
+    pub inline_bytes: Option<u32>,
+
+    /// Payload blocks for payloads larger than --inline-bytes, per block size (a power of
+    /// two from 128 to 16MiB; a payload takes the smallest block that holds it, or a larger
+    /// one when those are all in use), e.g. `4KiB=1024,64KiB=16`. Given, the classes it does
+    /// not list have none. [default: every size from the first above --inline-bytes to the
+    /// first that holds --payload-bytes gets a quarter of --records blocks, at most 8 MiB of
+    /// them]
+    #[arg(long, value_name = "SIZE=COUNT,...")]
+    pub payload_blocks: Option<String>,
 
     /// Process slots (processes attached at once) [default: 256].
     #[arg(long, value_name = "N")]
@@ -297,7 +312,7 @@ type SizeFlag = (&'static str, u32);
 fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), ConfigError> {
     let mut c = SegmentConfig::default();
     let mut explicit = Vec::new();
-    let fields: [(&'static str, Option<u32>, &mut u32); 7] = [
+    let fields: [(&'static str, Option<u32>, &mut u32); 8] = [
         ("queues", args.queues, &mut c.queues),
         ("deques_per_queue", args.deques_per_queue, &mut c.deques_per_queue),
         ("deque_capacity", args.deque_capacity, &mut c.deque_capacity),
@@ -305,12 +320,18 @@ fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), Co
         ("payload_bytes", args.payload_bytes, &mut c.payload_bytes),
         ("process_slots", args.process_slots, &mut c.process_slots),
         ("overflow_capacity", args.overflow_capacity, &mut c.overflow_capacity),
+        ("inline_bytes", args.inline_bytes, &mut c.inline_bytes),
     ];
     for (name, v, field) in fields {
         if let Some(v) = v {
             *field = v;
             explicit.push((name, v));
         }
+    }
+    if let Some(spec) = &args.payload_blocks {
+        c.payload_blocks = crate::payload_blocks::parse(spec).map_err(ConfigError::Invalid)?;
+        let names = xtcq_shm::layout::payload::CLASS_FIELDS;
+        explicit.extend(names.iter().zip(c.payload_blocks).map(|(&name, n)| (name, n)));
     }
     c.validate().map_err(|e| ConfigError::Invalid(format!("segment size flags: {e}")))?;
     Ok((c, explicit))

@@ -34,6 +34,7 @@ pub mod logging;
 pub mod metrics_http;
 pub mod notify;
 pub mod paths_secure;
+pub mod payload_blocks;
 pub mod peer;
 pub mod registry;
 pub mod segment_memory;

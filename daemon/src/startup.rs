@@ -258,7 +258,7 @@ fn finish_segment(
     }
     if !created {
         let have = seg.config();
-        let existing = [
+        let mut existing = vec![
             ("queues", have.queues),
             ("deques_per_queue", have.deques_per_queue),
             ("deque_capacity", have.deque_capacity),
@@ -266,7 +266,11 @@ fn finish_segment(
             ("payload_bytes", have.payload_bytes),
             ("process_slots", have.process_slots),
             ("overflow_capacity", have.overflow_capacity),
+            ("inline_bytes", have.inline_bytes),
         ];
+        // Block counts as laid out (a default resolved), against those --payload-blocks gave.
+        let blocks = xtcq_shm::layout::payload::resolved_blocks(have);
+        existing.extend(xtcq_shm::layout::payload::CLASS_FIELDS.iter().zip(blocks).map(|(&f, n)| (f, n)));
         for (field, given) in &cfg.explicit {
             if let Some((_, have)) = existing.iter().find(|(f, _)| f == field) {
                 if have != given {

@@ -55,7 +55,7 @@ fn records(d: &Daemon) -> (u64, u64) {
 
 #[test]
 fn requeue_and_purge_of_65536_dead_letters_are_one_pass() {
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(BIG).start();
+    let d = Daemon::start_with(BIG);
     ok(&d.run(&["create", "q", "--max-attempts", "1", "--max-dead", "0"]));
     let jobs: String = (0..N).map(|i| format!("{i}\n")).collect();
     ok(&d.run_in(&["push", "q"], jobs.as_bytes()));
@@ -129,7 +129,7 @@ fn requeue_of_a_job_that_is_not_a_dead_letter_of_the_queue_changes_nothing() {
 fn measure_requeue() {
     let n: usize = std::env::var("XTCQ_MEASURE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(N);
     let bin = std::env::var("XTCQ_MEASURE_BIN").unwrap_or_else(|_| xtcq_exe().display().to_string());
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(BIG).start();
+    let d = Daemon::start_with(BIG);
     ok(&d.run(&["create", "q", "--max-attempts", "1", "--max-dead", "0"]));
     let jobs: String = (0..n).map(|i| format!("{i}\n")).collect();
     ok(&d.run_in(&["push", "q"], jobs.as_bytes()));

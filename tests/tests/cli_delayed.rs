@@ -131,7 +131,7 @@ fn waiting_on_100000_delayed_jobs_costs_no_cpu() {
         })
         .collect();
     flags.extend(["--lease-scan-interval", "2s"]);
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     create(&d, &["q"]);
     let input: String = (0..100_000).map(|i| format!("{i}\n")).collect();
     ok(&d.run_in(&["push", "q", "--delay", "10m"], input.as_bytes()));

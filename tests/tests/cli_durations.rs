@@ -8,7 +8,7 @@ use xtcq_testkit::*;
 fn xtcqd_takes_humantime_durations_and_refuses_a_unitless_scan_interval() {
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--idle-timeout", "2m", "--io-timeout", "1500ms", "--lease-scan-interval", "50ms"]);
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "q", "--lease", "200ms"]));
     ok(&d.run(&["push", "q", "x", "--timeout", "5s"]));
     drop(d);

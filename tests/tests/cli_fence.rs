@@ -175,7 +175,7 @@ fn a_killed_workers_command_is_dead_before_its_job_runs_again() {
 fn a_stopped_workers_command_is_dead_before_its_expired_job_runs_again() {
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--lease-scan-interval", "10ms"]);
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "s", "--lease", "150ms"]));
     let log = d.dir().join("runs");
     const ROUNDS: usize = 20;
@@ -335,7 +335,7 @@ fn a_worker_stopped_across_a_daemon_restart_has_its_command_fenced() {
     // it must know the command from the previous daemon's state file when the lease expires.
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--lease-scan-interval", "10ms"]);
-    let mut d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let mut d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "s", "--lease", "300ms"]));
     let log = d.dir().join("runs");
     ok(&d.run(&["push", "s", "t0"]));
@@ -426,7 +426,7 @@ fn a_late_unfence_of_a_first_run_leaves_the_next_run_fenced() {
     use std::os::unix::process::CommandExt;
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--lease-scan-interval", "10ms"]);
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "q", "--lease", "200ms"]));
     ok(&d.run(&["push", "q", "a"]));
     let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
@@ -545,7 +545,7 @@ fn a_registration_for_a_claim_taken_back_is_refused_after_a_re_claim() {
     use std::os::unix::process::CommandExt;
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--lease-scan-interval", "10ms"]);
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "q", "--lease", "200ms"]));
     ok(&d.run(&["push", "q", "a"]));
     let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");

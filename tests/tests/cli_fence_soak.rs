@@ -88,7 +88,7 @@ fn no_job_runs_twice_at_once_while_workers_and_the_daemon_are_killed() {
     let mut dice = Dice(seed);
     let mut flags = SMALL_SEGMENT.to_vec();
     flags.extend(["--lease-scan-interval", "10ms"]);
-    let mut d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let mut d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "q", "--lease", LEASE, "--max-attempts", "1000"]));
     let payloads: String = (0..jobs).map(|i| format!("j{i}\n")).collect();
     ok(&d.run_in(&["push", "q"], payloads.as_bytes()));

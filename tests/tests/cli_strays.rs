@@ -10,7 +10,7 @@ fn a_nack_into_a_full_ring_is_reported_by_check_and_re_indexed_by_the_daemon() {
     let mut flags = SMALL_SEGMENT.to_vec();
     let at = flags.iter().position(|f| *f == "--overflow-capacity").expect("flag") + 1;
     flags[at] = "4";
-    let d = Daemon::builder().in_dir(tempfile::tempdir().expect("tempdir")).flags(&flags).start();
+    let d = Daemon::start_with(&flags);
     ok(&d.run(&["create", "q", "--deques", "1", "--capacity", "2"]));
     let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
     let inj = c.attach_injector("q").expect("injector");

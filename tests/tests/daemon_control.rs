@@ -324,7 +324,9 @@ fn queue_errors_are_typed_and_clear() {
     assert_eq!(cap, 64);
     owner.push(&vec![7u8; cap]).unwrap();
     let e = owner.push(&vec![7u8; cap + 1]).unwrap_err();
-    assert_eq!(e.to_string(), format!("payload too large: {} > {cap} bytes", cap + 1));
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("payload too large: {} > {cap} bytes,", cap + 1)), "{msg}");
+    assert!(msg.contains("--payload-bytes"), "{msg}");
 
     // Explicit detach gives the deque back at once (the owner promised to stop using it).
     owner.detach().unwrap();

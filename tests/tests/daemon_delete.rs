@@ -30,7 +30,7 @@ fn registry() -> (tempfile::TempDir, Arc<Segment>, Registry) {
         payload_bytes: 16,
         process_slots: 8,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("segment"));
     let reg = Registry::new(seg.clone());

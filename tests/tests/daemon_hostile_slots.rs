@@ -121,7 +121,7 @@ fn after_a_restart_a_slot_without_a_start_time_is_reclaimed_not_adopted() {
         payload_bytes: 16,
         process_slots: 4,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("segment"));
     let sock = dir.path().join("xtcqd.sock");

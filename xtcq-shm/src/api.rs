@@ -14,6 +14,7 @@ use crate::layout::{MetricsBlock, QueueLimits, WaitWord};
 use crate::metrics::Counter;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
+use crate::record::blocks::BlocksFull;
 use crate::record::state::{JobHandle, State};
 use crate::segment::{monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
@@ -32,17 +33,23 @@ pub use thief::Thief;
 /// Why a push failed. The job was not queued.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
-    /// Payload bigger than a record holds.
-    #[error("payload too large: {len} > {max} bytes")]
+    /// Payload bigger than the segment's largest payload (its `payload_bytes`).
+    #[error(
+        "payload too large: {len} > {max} bytes, the largest payload this segment takes \
+         (xtcqd --payload-bytes, with --payload-blocks for a class that holds it)"
+    )]
     PayloadTooLarge {
         /// Given.
         len: usize,
-        /// Record payload area.
+        /// The segment's largest payload.
         max: u32,
     },
     /// No free record.
     #[error(transparent)]
     RecordsFull(#[from] ArenaFull),
+    /// No free payload block of the class the payload needs, nor of a larger one.
+    #[error(transparent)]
+    BlocksFull(#[from] BlocksFull),
     /// Deque and overflow ring both full.
     #[error("queue {queue} is full: its deque and its overflow ring ({overflow} jobs) are full")]
     QueueFull {

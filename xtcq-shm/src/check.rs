@@ -17,10 +17,15 @@
 //!   or `Delayed` record belongs to an active queue (a `Free`
 //!   or `Filling` record's queue field is left from an earlier job, and may name a free or
 //!   deleted entry);
+//! - the payload blocks, see `blocks`: every job longer than its inline area holds the block
+//!   it names, and every held block belongs to a live job;
 //! - with `quiescent` (no process is attached, e.g. after every client exited): no record is
 //!   `Filling` or `Claimed`, and every `Queued` record is referenced by a deque or a ring.
 //!
 //! The walk reads racy snapshots; on a live segment only `quiescent = false` is meaningful.
+
+mod blocks;
+pub use blocks::BlockCounts;
 
 use crate::deque::DequeRef;
 use crate::layout::lease_holder;
@@ -57,6 +62,8 @@ pub struct CheckCounts {
     pub delayed: u32,
     /// Active or recovering process slots.
     pub processes: u32,
+    /// Payload blocks, and how many are held.
+    pub blocks: BlockCounts,
 }
 
 /// What [`check_segment`] found.
@@ -87,6 +94,11 @@ pub fn check_segment(seg: &Segment, quiescent: bool) -> CheckReport {
     }
     for i in 0..seg.records().len() {
         c.record(i);
+    }
+    let mut found = Vec::new();
+    c.report.counts.blocks = blocks::check_blocks(seg, &mut |m| found.push(m));
+    for m in found {
+        c.problem(m);
     }
     c.report
 }
@@ -260,6 +272,11 @@ impl<'s> Checker<'s> {
         let len = hdr.payload_len.load(Ordering::Relaxed);
         if len > records.payload_capacity() {
             self.problem(format!("record {i}: payload length {len} > {}", records.payload_capacity()));
+        }
+        let mut found = Vec::new();
+        blocks::check_record_block(self.seg, i, len, &mut |m| found.push(m));
+        for m in found {
+            self.problem(m);
         }
         let q = hdr.queue.load(Ordering::Relaxed);
         if !self.active_queue.get(q as usize).copied().unwrap_or(false) {

@@ -108,19 +108,13 @@ pub fn dead_letters_from(seg: &Segment, queue: u32, from: u32, max: usize) -> (V
 /// doc: `None` when it changed meanwhile).
 fn read_dead_letter(seg: &Segment, queue: u32, i: u32) -> Option<DeadLetter> {
     let records = seg.records();
-    let cap = records.payload_capacity();
     let (st, hdr) = (records.state(i)?, records.header(i)?);
     let w = st.load();
     if w.state() != Some(State::Dead) || hdr.queue.load(Ordering::Relaxed) != queue {
         return None;
     }
-    let len = hdr.payload_len.load(Ordering::Relaxed).min(cap) as usize;
-    let base = hdr as *const RecordHeader as *const u8;
-    let payload = (0..len)
-        // SAFETY: `len <= payload_capacity`, so every byte read is inside this record's
-        // payload area; volatile because no holder excludes other writers.
-        .map(|k| unsafe { core::ptr::read_volatile(base.add(crate::layout::RECORD_HEADER_SIZE + k)) })
-        .collect();
+    // Inline or from its block, length and reference checked (a bad one: not listed).
+    let payload = records.copy_payload_racy(i)?;
     let d = DeadLetter {
         handle: JobHandle { index: i, generation: w.generation() },
         id: job_id(hdr, i),
@@ -198,9 +192,15 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle, me: u32) -> Result<(), Dea
 
 /// Deletes dead letter `handle` (its record becomes free).
 pub fn purge_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterError> {
-    let st = seg
-        .records()
+    let records = seg.records();
+    let st = records
         .state(handle.index)
         .ok_or_else(|| DeadLetterError::Corrupt(format!("record {} out of range", handle.index)))?;
-    st.withdraw(handle.generation, State::Dead).map_err(|_| DeadLetterError::NotDead(handle))
+    // Its block, read while it is still this dead letter, is given back once it is freed (a
+    // block read from a record that moved on meanwhile fails the withdraw, or is another
+    // job's, whose owner word the release's CAS does not match).
+    let block = records.held_block(handle.index);
+    st.withdraw(handle.generation, State::Dead).map_err(|_| DeadLetterError::NotDead(handle))?;
+    records.release_block(block);
+    Ok(())
 }

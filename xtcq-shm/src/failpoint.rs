@@ -21,6 +21,8 @@ pub const POINTS: &[(&str, &str)] = &[
     ("overflow.pop.after_cell", "a popper emptied an overflow cell and has not claimed the record"),
     ("ack.before_cas", "a consumer finished a job and has not acked it"),
     ("ack_batch.mid", "a consumer acked the first job of a batch and holds the rest claimed"),
+    ("ack.before_block_release", "a consumer acked a job (Free) and has not given its payload block back"),
+    ("block.after_alloc", "a producer took a payload block for its Filling record and has not published it"),
     ("give_back.writing", "a consumer giving a job back holds it in Writing and has not re-queued it"),
     ("nack.after_requeue", "a consumer re-queued a job (Queued) and has not indexed it"),
     ("delay.after_publish", "a producer or nacker left a job Delayed and has not told the daemon"),

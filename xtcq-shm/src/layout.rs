@@ -26,7 +26,11 @@
 //!  | job records: `job_records` x                                      |
 //!  |   RecordHeader (64 B): state word, payload length, queue,         |
 //!  |     attempts, timestamps                                          |
-//!  |   payload: `payload_bytes` (rounded up to 64)                     |
+//!  |   inline area: `inline_bytes` (rounded up to 64): a small         |
+//!  |     payload, or the (class, block) of a large one                 |
+//!  +------------------------------------------------------------------+
+//!  | payload blocks (see `payload`): owner words (8 B a block), then   |
+//!  |   per size class (128 B .. 16 MiB) `payload_blocks[k]` blocks     |
 //!  +------------------------------------------------------------------+
 //!  | process table: `process_slots` x ProcessSlot             128 B ea |
 //!  +------------------------------------------------------------------+
@@ -41,6 +45,11 @@
 //! An attacher recomputes the whole layout from the configuration and refuses the segment
 //! unless every offset, size and the length agree (see `segment`).
 
+mod config_error;
+pub mod payload;
+
+pub use config_error::ConfigError;
+
 use crate::cache_line::CacheLine;
 use crate::record::state::MAX_PROCESS_SLOTS;
 use core::mem::{align_of, offset_of, size_of};
@@ -51,7 +60,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -79,14 +88,17 @@ pub struct SegmentConfig {
     pub deque_capacity: u32,
     /// Job records shared by all queues.
     pub job_records: u32,
-    /// Payload bytes per record.
+    /// The largest payload a job may carry.
     pub payload_bytes: u32,
     /// Process table entries.
     pub process_slots: u32,
     /// Cells per overflow ring (a power of two).
     pub overflow_capacity: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Payload bytes kept in the record itself (layout version 6); larger payloads go to a
+    /// block (see [`payload`]).
+    pub inline_bytes: u32,
+    /// Blocks of each size class (`128 << k` bytes), or [`payload::AUTO_BLOCKS`].
+    pub payload_blocks: [u32; payload::PAYLOAD_CLASSES],
 }
 
 impl Default for SegmentConfig {
@@ -99,40 +111,10 @@ impl Default for SegmentConfig {
             payload_bytes: 448,
             process_slots: 256,
             overflow_capacity: 65536,
-            reserved: 0,
+            inline_bytes: 64,
+            payload_blocks: [payload::AUTO_BLOCKS; payload::PAYLOAD_CLASSES],
         }
     }
-}
-
-/// A configuration that cannot be laid out.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// A count is zero or too large.
-    #[error("{field} is {value}; it must be between {min} and {max}")]
-    OutOfRange {
-        /// Field name.
-        field: &'static str,
-        /// Given value.
-        value: u64,
-        /// Smallest allowed.
-        min: u64,
-        /// Largest allowed.
-        max: u64,
-    },
-    /// A capacity is not a power of two.
-    #[error("{field} is {value}; it must be a power of two")]
-    NotPowerOfTwo {
-        /// Field name.
-        field: &'static str,
-        /// Given value.
-        value: u64,
-    },
-    /// The whole does not fit in 64 bits or in the address space.
-    #[error("the segment would be larger than {max} bytes")]
-    TooLarge {
-        /// The limit.
-        max: u64,
-    },
 }
 
 impl SegmentConfig {
@@ -160,15 +142,7 @@ impl SegmentConfig {
         range("process_slots", self.process_slots, 1, MAX_PROCESS_SLOTS as u64 - 1)?;
         range("overflow_capacity", self.overflow_capacity, 2, 1 << 30)?;
         pow2("overflow_capacity", self.overflow_capacity)?;
-        if self.reserved != 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "reserved",
-                value: self.reserved as u64,
-                min: 0,
-                max: 0,
-            });
-        }
-        Ok(())
+        payload::validate(self)
     }
 }
 
@@ -221,6 +195,8 @@ pub struct RegionOffsets {
     pub records: u64,
     /// Bytes from one record to the next.
     pub record_stride: u64,
+    /// Payload block region (layout version 6; see [`payload::block_layout`]).
+    pub blocks: u64,
     /// Process table.
     pub processes: u64,
     /// Metrics region (counter blocks, see [`MetricsBlock`]).
@@ -515,9 +491,9 @@ const _: () = {
     assert!(offset_of!(SegmentDescriptor, layout_version) == 8);
     assert!(offset_of!(SegmentDescriptor, sizes) == 16);
     assert!(offset_of!(SegmentDescriptor, config) == 40);
-    assert!(offset_of!(SegmentDescriptor, regions) == 72);
-    assert!(size_of::<SegmentConfig>() == 32);
-    assert!(size_of::<RegionOffsets>() == 80);
+    assert!(offset_of!(SegmentDescriptor, regions) == 144);
+    assert!(size_of::<SegmentConfig>() == 104);
+    assert!(size_of::<RegionOffsets>() == 88);
     assert!(size_of::<QueueDescriptor>() == 96);
     assert!(size_of::<QueueEntry>() == 384);
     assert!(size_of::<QueueDescBlock>() == 128);
@@ -545,7 +521,7 @@ const _: () = {
 
 const PAGE: u64 = 4096;
 
-fn round_up(v: u64, to: u64) -> Option<u64> {
+pub(crate) fn round_up(v: u64, to: u64) -> Option<u64> {
     v.checked_add(to - 1).map(|x| x / to * to)
 }
 
@@ -572,10 +548,11 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
         round_up(add(size_of::<OverflowHeader>() as u64, mul(c.overflow_capacity as u64, 8)?)?, line)
             .ok_or(too_large.clone())?;
     let records = add(overflow, mul(c.queues as u64, overflow_stride)?)?;
-    let record_stride =
-        add(RECORD_HEADER_SIZE as u64, round_up(c.payload_bytes as u64, 64).ok_or(too_large.clone())?)?;
-    let processes =
+    let record_stride = add(RECORD_HEADER_SIZE as u64, payload::inline_area(c))?;
+    let payload_blocks =
         round_up(add(records, mul(c.job_records as u64, record_stride)?)?, line).ok_or(too_large.clone())?;
+    let block_len = payload::block_layout(c).ok_or(too_large.clone())?.len;
+    let processes = round_up(add(payload_blocks, block_len)?, line).ok_or(too_large.clone())?;
     let metrics = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
     let blocks = mul(c.queues as u64, c.process_slots as u64 + 2)?;
     let end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
@@ -591,6 +568,7 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
         overflow_stride,
         records,
         record_stride,
+        blocks: payload_blocks,
         processes,
         metrics,
         total_len,

@@ -5,7 +5,9 @@
 //! consumers. Everything here is built from the one-CAS record transitions, so it is safe to
 //! run while every other process keeps working:
 //! - a record `Filling(g, dead)` is freed (`Free(g + 1)`): its push never returned, so its
-//!   producer never got a handle and nothing indexes it;
+//!   producer never got a handle and nothing indexes it; then every payload block whose
+//!   record moved on from the incarnation that took it (that record's, or one an acker freed
+//!   and died before giving back) is freed ([`sweep_blocks`]);
 //! - a record `Claimed(g, dead)` or `Writing(g, dead)` is first revoked (`Claimed(g,
 //!   NO_HOLDER)`, one CAS), then gets attempt + 1 and is re-queued on its queue's overflow
 //!   ring, or dead-lettered at the queue's attempt limit (lease expiry does the same to the
@@ -44,6 +46,9 @@ pub struct HolderRecovery {
     pub unindexed: u32,
     /// Records whose state or queue field made no sense (corruption), left alone.
     pub corrupt: u32,
+    /// Payload blocks freed whose record had moved on: the holder died after freeing a
+    /// record and before giving its block back, or while filling it.
+    pub freed_blocks: u32,
 }
 
 /// The daemon's fence, called for a claim after its revoke and before the job can be claimed
@@ -100,7 +105,17 @@ pub fn recover_holder_fenced(seg: &Segment, holder: u32, fence: Fence<'_>) -> Ho
             _ => {}
         }
     }
+    // After the records: a `Filling` record freed above leaves the block its push took.
+    out.freed_blocks = sweep_blocks(seg);
     out
+}
+
+/// Frees every payload block whose record has moved on from the incarnation that took it
+/// (see `record::blocks`): safe beside every other process, so the daemon also runs it at
+/// each scan. Returns how many.
+pub fn sweep_blocks(seg: &Segment) -> u32 {
+    let records = seg.records();
+    records.blocks().sweep(&records)
 }
 
 enum GiveBack {

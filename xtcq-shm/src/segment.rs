@@ -31,6 +31,7 @@ use crate::record::state::{State, StateWord, NO_HOLDER};
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 mod clock;
+mod compat;
 mod errors;
 mod queue_table;
 mod quota;
@@ -51,6 +52,19 @@ pub struct Segment {
     _file: File,
     path: PathBuf,
     desc: SegmentDescriptor,
+    /// The payload block region, laid out from `desc.config` once.
+    blocks: crate::layout::payload::BlockLayout,
+}
+
+/// The block layout of a validated configuration (which `compute_regions` already laid out).
+fn block_layout(c: &SegmentConfig) -> crate::layout::payload::BlockLayout {
+    crate::layout::payload::block_layout(c).unwrap_or(crate::layout::payload::BlockLayout {
+        counts: [0; crate::layout::payload::PAYLOAD_CLASSES],
+        first: [0; crate::layout::payload::PAYLOAD_CLASSES],
+        data: [0; crate::layout::payload::PAYLOAD_CLASSES],
+        total: 0,
+        len: 0,
+    })
 }
 
 /// Guards `map` against a truncation of its file ([`crate::sigbus`]).
@@ -153,7 +167,8 @@ impl Segment {
             created_unix_ns: now_unix_ns(),
         };
         let guard = guard(&map);
-        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc, guard };
+        let blocks = block_layout(config);
+        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc, guard, blocks };
         // SAFETY: the mapping is `total_len >= size_of::<SegmentHeader>()` bytes, page
         // aligned, and no one else can have it yet (O_EXCL, mode 0600, ready unset).
         unsafe { core::ptr::write_volatile(seg.map.as_mut_ptr() as *mut SegmentDescriptor, desc) };
@@ -225,7 +240,13 @@ impl Segment {
         // bits. Copied out once, so later writes to the header cannot change what we
         // validated (no TOCTOU).
         let desc = unsafe { core::ptr::read_volatile(base as *const SegmentDescriptor) };
-        let desc = if read_only && desc.layout_version == 4 { descriptor_of_v4(desc) } else { desc };
+        let desc = match desc.layout_version {
+            // SAFETY: as above; the older descriptor is as long or shorter.
+            4 | 5 if read_only => {
+                compat::descriptor_of_v5(unsafe { core::ptr::read_volatile(base as *const _) })
+            }
+            _ => desc,
+        };
         if desc.magic != MAGIC {
             return Err(SegmentError::BadMagic {
                 path: path.to_path_buf(),
@@ -248,7 +269,8 @@ impl Segment {
             }
             Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
         })?;
-        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc, guard })
+        let blocks = block_layout(&desc.config);
+        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc, guard, blocks })
     }
 
     /// Whether this mapping's file was truncated under it: a SIGBUS was taken in it and it
@@ -433,14 +455,23 @@ impl Segment {
     /// The job-record arena.
     pub fn records(&self) -> RecordArena<'_> {
         let c = &self.desc.config;
+        let inline = self.desc.regions.record_stride as usize - RECORD_HEADER_SIZE;
         // SAFETY: the records region holds `job_records` records of `record_stride` bytes
-        // inside the validated mapping, each 64-aligned.
+        // inside the validated mapping, each 64-aligned, their inline area the stride's rest
+        // (at least 8 bytes when there are blocks, see `payload::inline_area`); the block
+        // region is laid out as `self.blocks` says, inside the mapping, 128-aligned.
         unsafe {
+            let blocks = crate::record::blocks::PayloadBlocks::new(
+                self.map.as_mut_ptr().add(self.desc.regions.blocks as usize),
+                &self.blocks,
+            );
             RecordArena::new(
                 self.map.as_mut_ptr().add(self.desc.regions.records as usize),
                 c.job_records,
                 self.desc.regions.record_stride as usize,
+                inline as u32,
                 c.payload_bytes,
+                blocks,
             )
         }
     }
@@ -462,27 +493,11 @@ enum Invalid {
     What(String),
 }
 
-/// A version-4 descriptor, read as this version's type, put back in its fields: version 5
-/// inserted `RegionOffsets::metrics` before `total_len`, so in a version-4 header that word
-/// holds the total length, `total_len` holds the creator's pid and uid, and those two hold
-/// the creation time. A version-4 segment has no metrics region: `metrics` is set to its
-/// end (an empty region), and [`Segment::metrics_blocks`](crate::segment::Segment) refuses
-/// any segment of another version.
-fn descriptor_of_v4(d: SegmentDescriptor) -> SegmentDescriptor {
-    let mut v4 = d;
-    let total_len = d.regions.metrics;
-    v4.regions.metrics = total_len;
-    v4.regions.total_len = total_len;
-    v4.creator_pid = d.regions.total_len as u32;
-    v4.creator_uid = (d.regions.total_len >> 32) as u32;
-    v4.created_unix_ns = u64::from(d.creator_pid) | u64::from(d.creator_uid) << 32;
-    v4
-}
-
-/// The layout versions [`Segment::open_read_only`] reads: version 4 differs from this one
-/// only in words a reader of jobs does not need (v5 added a record state, queue limits in
-/// spare bytes, and the metrics region at the end, see `descriptor_of_v4`).
-pub const READABLE_LAYOUT_VERSIONS: [u32; 2] = [4, LAYOUT_VERSION];
+/// The layout versions [`Segment::open_read_only`] reads: versions 4 and 5 differ from this
+/// one in the descriptor (read through `compat`) and in having no payload blocks (every
+/// payload inline, the record sized for the largest), which their descriptor, put in this
+/// version's terms, says exactly.
+pub const READABLE_LAYOUT_VERSIONS: [u32; 3] = [4, 5, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);
@@ -522,6 +537,7 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> 
         ("overflow stride", r.overflow_stride, want.overflow_stride),
         ("record region offset", r.records, want.records),
         ("record stride", r.record_stride, want.record_stride),
+        ("payload block region offset", r.blocks, want.blocks),
         ("process table offset", r.processes, want.processes),
         ("metrics region offset", r.metrics, want.metrics),
         ("total length", r.total_len, want.total_len),

@@ -14,7 +14,7 @@
 //!   recovery knows.
 
 use crate::dead_letter::LAST_ERROR_BYTES;
-use crate::layout::{RecordHeader, RECORD_HEADER_SIZE};
+use crate::layout::RecordHeader;
 use crate::record::state::State;
 use crate::segment::{QueueInfo, QuotaState, Segment};
 use crate::sync::Ordering;
@@ -81,13 +81,9 @@ fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
         Some(State::Queued | State::Delayed | State::Claimed | State::Writing) => false,
         _ => return Some(None),
     };
-    let len = hdr.payload_len.load(Ordering::Relaxed).min(records.payload_capacity()) as usize;
-    let base = hdr as *const RecordHeader as *const u8;
-    let payload = (0..len)
-        // SAFETY: `len <= payload_capacity`, so every byte is inside this record's payload
-        // area; volatile because no holder excludes other writers.
-        .map(|k| unsafe { core::ptr::read_volatile(base.add(RECORD_HEADER_SIZE + k)) })
-        .collect();
+    // Inline or from its block, every length and reference checked; a bad one reads as a
+    // record that kept changing (skipped and counted), never as a cut payload.
+    let payload = records.copy_payload_racy(i)?;
     let job = JobCopy {
         queue: hdr.queue.load(Ordering::Relaxed),
         payload,

@@ -24,7 +24,7 @@ const OFF_LAYOUT_VERSION: u64 = 8;
 const OFF_FLAGS: u64 = 12;
 const OFF_SIZES: u64 = 16;
 const OFF_CONFIG: u64 = 40;
-const OFF_REGIONS: u64 = 72;
+const OFF_REGIONS: u64 = 144;
 const OFF_READY: u64 = 256;
 const QUEUE_ENTRY: u64 = 384;
 const DEQUE_HEADER: u64 = 256;
@@ -39,7 +39,7 @@ fn small_config() -> SegmentConfig {
         payload_bytes: 32,
         process_slots: 8,
         overflow_capacity: 16,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     }
 }
 
@@ -161,6 +161,7 @@ fn consistent_header_claiming_more_than_the_file_is_truncated() {
         r.overflow_stride,
         r.records,
         r.record_stride,
+        r.blocks,
         r.processes,
         r.metrics,
         r.total_len,
@@ -292,7 +293,9 @@ fn invalid_configurations_are_inconsistent() {
         (16, 1 << 25, "payload_bytes is 33554432"),
         (20, 0, "process_slots is 0"),
         (24, 6, "overflow_capacity is 6; it must be a power of two"),
-        (28, 1, "reserved is 1"),
+        (28, 1 << 25, "inline_bytes is 33554432"),
+        (32, 1 << 31, "payload_blocks[128] is 2147483648"),
+        (32 + 4 * 9, (1 << 30) + 1, "payload_blocks[64KiB] is 1073741825"),
     ];
     for &(off, v, want) in cases {
         expect_inconsistent(OFF_CONFIG + off, &v.to_le_bytes(), &format!("configuration: {want}"));
@@ -301,6 +304,8 @@ fn invalid_configurations_are_inconsistent() {
     let fx = fixture(&small_config());
     patch(&fx.path, OFF_CONFIG + 12, &(1u32 << 30).to_le_bytes());
     patch(&fx.path, OFF_CONFIG + 16, &(1u32 << 24).to_le_bytes());
+    // Every record sized for the largest payload inline (layout 6: `inline_bytes`).
+    patch(&fx.path, OFF_CONFIG + 28, &(1u32 << 24).to_le_bytes());
     match attach_err(&fx.path) {
         SegmentError::Inconsistent { what, .. } => assert!(what.contains("would be larger than"), "{what}"),
         e => panic!("{e:?}"),
@@ -309,8 +314,8 @@ fn invalid_configurations_are_inconsistent() {
 
 #[test]
 fn config_that_disagrees_with_regions_is_inconsistent() {
-    // A different but valid record count moves the process table.
-    expect_inconsistent(OFF_CONFIG + 12, &128u32.to_le_bytes(), "process table offset is");
+    // A different but valid record count moves the payload blocks (and the process table).
+    expect_inconsistent(OFF_CONFIG + 12, &128u32.to_le_bytes(), "payload block region offset is");
     // More queues move every region after the queue table.
     expect_inconsistent(OFF_CONFIG, &3u32.to_le_bytes(), "deque region offset is");
 }
@@ -331,12 +336,14 @@ fn bad_region_offsets_are_inconsistent() {
         (2, r.deque_stride + 1, "deque stride"),
         (4, r.overflow_stride - 128, "overflow stride"),
         (6, r.record_stride + 64, "record stride"),
+        (7, r.blocks + 128, "payload block region offset"),
+        (7, u64::MAX, "payload block region offset"),
         // Beyond the length of the file.
-        (7, r.total_len + 4096, "process table offset"),
+        (8, r.total_len + 4096, "process table offset"),
         (1, u64::MAX, "deque region offset"),
-        (8, r.metrics + 128, "metrics region offset"),
-        (9, 1 << 40, "total length"),
-        (9, r.total_len - 4096, "total length"),
+        (9, r.metrics + 128, "metrics region offset"),
+        (10, 1 << 40, "total length"),
+        (10, r.total_len - 4096, "total length"),
     ];
     for (word, value, name) in cases {
         let want = format!("{name} is {value}, but the configuration puts it at");
@@ -882,7 +889,9 @@ fn oversized_payloads_are_refused_with_numbers() {
                 PushError::PayloadTooLarge { len: l2, max } => assert_eq!((*l2, *max), (len, 32)),
                 e => panic!("{e:?}"),
             }
-            assert_eq!(e.to_string(), format!("payload too large: {len} > 32 bytes"));
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("payload too large: {len} > 32 bytes")), "{msg}");
+            assert!(msg.contains("--payload-bytes"), "{msg}");
         }
     }
     // Nothing was allocated or queued by the refused pushes.

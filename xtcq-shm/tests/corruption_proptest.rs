@@ -28,11 +28,25 @@ const CONFIG: SegmentConfig = SegmentConfig {
     deques_per_queue: 2,
     deque_capacity: 8,
     job_records: 32,
-    payload_bytes: 24,
+    // Payloads past the 64-byte inline area go to blocks (layout 6): 8 of 128 B, 16 of 256 B.
+    payload_bytes: 200,
     process_slots: 4,
     overflow_capacity: 8,
-    reserved: 0,
+    inline_bytes: 0,
+    payload_blocks: {
+        let mut b = [0u32; xtcq_shm::layout::payload::PAYLOAD_CLASSES];
+        b[0] = 8;
+        b[1] = 16;
+        b
+    },
 };
+
+/// A payload of `tag i`, some longer than the inline area (so they go to blocks).
+fn body(tag: &str, i: usize) -> Vec<u8> {
+    let mut b = format!("{tag} {i}").into_bytes();
+    b.resize(b.len().max([8, 70, 130, 200][i % 4]), b'.');
+    b
+}
 
 const HEADER_LEN: u64 = 384;
 const QUEUE_ENTRY: u64 = 384;
@@ -62,6 +76,8 @@ enum Region {
     Overflow,
     /// Job record state words, header fields and payloads.
     Records,
+    /// Payload block owner words, block bytes, and the block references in records.
+    Blocks,
 }
 
 /// One write: bytes at an absolute offset.
@@ -120,7 +136,7 @@ fn writes(region: Region) -> BoxedStrategy<Vec<Write>> {
                 .prop_map(move |(q, off)| table + q * QUEUE_ENTRY + off);
             write_at(prop_oneof![
                 // The descriptor's fields (magic, version, sizes, config, regions).
-                0u64..144,
+                0u64..232,
                 // Anywhere in the header, ready word included.
                 0u64..HEADER_LEN,
                 256u64..264,
@@ -161,6 +177,17 @@ fn writes(region: Region) -> BoxedStrategy<Vec<Write>> {
             let header = (0..n, 0..RECORD_HEADER).prop_map(move |(i, off)| base + i * stride + off);
             let anywhere = (0..n * stride).prop_map(move |off| base + off);
             write_at(prop_oneof![4 => field, 2 => header, 1 => anywhere])
+        }
+        Region::Blocks => {
+            let (base, stride) = (r.records, r.record_stride);
+            let n = CONFIG.job_records as u64;
+            // The reference word in each record's inline area, and its payload length.
+            let refs =
+                (0..n, prop_oneof![Just(64u64), Just(8)]).prop_map(move |(i, off)| base + i * stride + off);
+            let (blocks, table) = (r.blocks, 24u64);
+            let owners = (0..table).prop_map(move |k| blocks + 8 * k);
+            let anywhere = (0..r.processes - r.blocks).prop_map(move |off| blocks + off);
+            write_at(prop_oneof![3 => refs, 3 => owners, 1 => anywhere])
         }
     };
     prop::collection::vec(one, 1..10).boxed()
@@ -210,17 +237,18 @@ fn prepare(path: &Path, s: &Setup) {
     let inj = Injector::new(seg.clone(), &q, 4).unwrap();
     let second = Owner::new(seg.clone(), &q2, 0, 5).unwrap();
     for i in 0..s.owner_jobs {
-        owner.push(format!("owner {i}").as_bytes()).unwrap();
+        owner.push(&body("owner", i)).unwrap();
     }
     for i in 0..s.other_jobs {
-        other.push(format!("other {i}").as_bytes()).unwrap();
+        other.push(&body("other", i)).unwrap();
     }
     for i in 0..s.injected {
         // The ring may be full of the owner's spill already.
-        let _ = inj.push(format!("injected {i}").as_bytes());
+        let _ = inj.push(&body("injected", i));
     }
     for i in 0..s.second {
-        second.push(format!("second {i}").as_bytes()).unwrap();
+        // The blocks may be taken already (24 in all).
+        let _ = second.push(&body("second", i));
     }
     let thief = Thief::new(seg.clone(), &q, 2).unwrap();
     for _ in 0..s.acked {
@@ -432,6 +460,11 @@ proptest! {
     }
 
     #[test]
+    fn corrupt_payload_blocks_and_references(setup in setups(), w in writes(Region::Blocks)) {
+        run_case(setup, w)?;
+    }
+
+    #[test]
     fn corrupt_anything(
         setup in setups(),
         w in (writes(Region::Header), writes(Region::Deques), writes(Region::Overflow), writes(Region::Records))
@@ -465,7 +498,7 @@ fn strategies_reach_both_outcomes() {
     }
     assert!(refused > 0 && attached > 0, "refused {refused}, attached {attached}");
     let mut live_with_queue = 0;
-    for region in [Region::Deques, Region::Overflow, Region::Records] {
+    for region in [Region::Deques, Region::Overflow, Region::Records, Region::Blocks] {
         let w = writes(region).new_tree(&mut runner).unwrap().current();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("seg");
@@ -474,5 +507,5 @@ fn strategies_reach_both_outcomes() {
         let seg = Segment::attach(&path).unwrap();
         live_with_queue += seg.queue_by_name("q").is_ok() as usize;
     }
-    assert_eq!(live_with_queue, 3);
+    assert_eq!(live_with_queue, 4);
 }

@@ -32,7 +32,7 @@ fn config() -> SegmentConfig {
         payload_bytes: 64,
         process_slots: 8,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     }
 }
 

@@ -31,7 +31,7 @@ fn config() -> SegmentConfig {
         payload_bytes: 64,
         process_slots: 8,
         overflow_capacity: 512,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     }
 }
 
@@ -330,8 +330,17 @@ fn every_protocol_fail_point_has_a_test() {
     let src = include_str!("crash_points.rs");
     // The delayed-job points have their own file (a job that waits, not a queue drained).
     let delayed = include_str!("crash_delayed.rs");
+    // So have the payload-block points (large payloads, a segment with blocks).
+    let blocks = include_str!("crash_blocks.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
+            continue;
+        }
+        if p.starts_with("block.") || p.contains("block_release") {
+            assert!(
+                blocks.contains(&format!("crash_at(\"{p}\"")),
+                "no crash test for {p} in crash_blocks.rs"
+            );
             continue;
         }
         if p.starts_with("delay.") {

@@ -36,7 +36,7 @@ fn run(seed: u64, flavor: Flavor) {
         payload_bytes: 64,
         process_slots: 8,
         overflow_capacity: 256,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg

@@ -28,7 +28,7 @@ fn a_new_claim_does_not_inherit_an_expired_deadline() {
         payload_bytes: 16,
         process_slots: 8,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
     let spec = QueueSpec {

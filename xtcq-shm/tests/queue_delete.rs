@@ -32,7 +32,7 @@ fn setup() -> (tempfile::TempDir, Arc<Segment>) {
         payload_bytes: 16,
         process_slots: 8,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
     for s in 0..4 {

@@ -20,7 +20,7 @@ fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::Queue
         payload_bytes: 64,
         process_slots: 8,
         overflow_capacity: 64,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
     let q = seg

@@ -15,7 +15,7 @@ fn small_config() -> SegmentConfig {
         payload_bytes: 32,
         process_slots: 8,
         overflow_capacity: 16,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     }
 }
 

@@ -62,7 +62,7 @@ fn run(case: Case) {
         payload_bytes: 64,
         process_slots: 8,
         overflow_capacity: 8192,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg

@@ -21,7 +21,7 @@ fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
         payload_bytes: 16,
         process_slots: 16,
         overflow_capacity: 1024,
-        reserved: 0,
+        ..xtcq_shm::SegmentConfig::default()
     };
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
     let spec = QueueSpec {

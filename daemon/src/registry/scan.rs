@@ -72,8 +72,14 @@ impl Registry {
                  put back on their queue's overflow ring"
             );
         }
+        // Payload blocks whose record moved on (a process died between freeing a record and
+        // giving its block back, and its recovery ran before that): freed, at each scan.
+        let blocks = recovery::sweep_blocks(&self.seg);
+        if blocks > 0 {
+            warn!(blocks, "payload blocks held by no live job were freed");
+        }
         let dropped = self.enforce_quotas();
-        taken.len() + swept.indexed.len() + dropped as usize
+        taken.len() + swept.indexed.len() + dropped as usize + blocks as usize
     }
 
     /// Claims without a deadline in a queue with a lease, first seen at least one lease

@@ -148,8 +148,14 @@ impl ClaimedJob<'_> {
             .records
             .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
+        // Read while we hold the job; given back once the ack freed the record, never
+        // before: a job re-queued by recovery must keep its payload.
+        let block = self.ctx.records.held_block(self.handle.get().index);
         crate::fail_point!("ack.before_cas");
-        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))
+        st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
+        crate::fail_point!("ack.before_block_release");
+        self.ctx.records.release_block(block);
+        Ok(())
     }
 
     /// Whether the job is settled (acked or given back).

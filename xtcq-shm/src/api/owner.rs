@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::{extend, ClaimedJob, PushError, QueueCtx};
 use crate::deque::{DequeOwner, DequeRef};
 use crate::overflow::RingError;
+use crate::record::arena::WriteError;
 use crate::record::state::{JobHandle, State};
 use crate::segment::{coarse_monotonic_ns, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
@@ -47,7 +48,7 @@ pub struct Owner {
     info: QueueInfo,
     deque_index: u32,
     me: u32,
-    cursor: Cell<u32>,
+    cursor: Cursors,
     seg: Arc<Segment>,
 }
 
@@ -78,7 +79,7 @@ impl Owner {
             info: queue.clone(),
             deque_index: deque,
             me,
-            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
+            cursor: Cursors::new(me, s),
             seg,
         })
     }
@@ -146,8 +147,22 @@ impl Owner {
     }
 }
 
+/// Where a producer's next scans for a free record and a free payload block start: just past
+/// what it took last, so that the next one is usually free. Spread over the arena by slot.
+struct Cursors {
+    record: Cell<u32>,
+    block: Cell<u32>,
+}
+
+impl Cursors {
+    fn new(me: u32, seg: &Segment) -> Self {
+        let start = me.wrapping_mul(0x9E37_79B9);
+        Cursors { record: Cell::new(start % seg.config().job_records), block: Cell::new(start) }
+    }
+}
+
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
-fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> Result<JobHandle, PushError> {
+fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
     publish_at(ctx, me, cursor, payload, None)
 }
 
@@ -156,7 +171,7 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cell<u32>, payload: &[u8]) -> R
 fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
-    cursor: &Cell<u32>,
+    cursor: &Cursors,
     payload: &[u8],
     due_ns: Option<u64>,
 ) -> Result<JobHandle, PushError> {
@@ -165,16 +180,29 @@ fn publish_at(
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
     check_quota(ctx)?;
-    let mut c = cursor.get();
+    let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
-    cursor.set(c);
+    cursor.record.set(c);
     crate::fail_point!("alloc.after_begin_fill");
     let hdr = ctx
         .records
         .header(index)
         .ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
+    let mut b = cursor.block.get();
     // SAFETY: `allocate` moved the record to Filling(me); we are its only writer.
-    unsafe { ctx.records.write_payload(index, payload) }.map_err(|e| PushError::Corrupt(e.to_string()))?;
+    let written = unsafe { ctx.records.write_payload(index, generation, payload, &mut b) };
+    cursor.block.set(b);
+    if let Err(e) = written {
+        // Nothing was published: the record goes back as recovery would free it. (A block
+        // is not held: `write_payload` gives back what it took when it fails.)
+        if let Some(st) = ctx.records.state(index) {
+            let _ = st.free_filling(generation, me);
+        }
+        return Err(match e {
+            WriteError::BlocksFull(full) => PushError::BlocksFull(full),
+            WriteError::Bad(bad) => PushError::Corrupt(bad.to_string()),
+        });
+    }
     // Relaxed: published by the Release CAS in `publish` below.
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
@@ -226,11 +254,16 @@ fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<()
     match ctx.overflow.push(h.index) {
         Ok(()) => Ok(()),
         Err(e) => {
+            // The block is read before the withdraw frees the record, and given back after.
+            let block = ctx.records.held_block(h.index);
             let withdrawn = ctx
                 .records
                 .state(h.index)
                 .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
                 .unwrap_or(false);
+            if withdrawn {
+                ctx.records.release_block(block);
+            }
             match e {
                 RingError::Full if withdrawn => {
                     Err(PushError::QueueFull { queue: queue.to_string(), overflow: ctx.overflow.capacity() })
@@ -250,7 +283,7 @@ pub struct Injector {
     ctx: QueueCtx<'static>,
     info: QueueInfo,
     me: u32,
-    cursor: Cell<u32>,
+    cursor: Cursors,
     seg: Arc<Segment>,
 }
 
@@ -259,13 +292,7 @@ impl Injector {
     pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
         // SAFETY: as in `Owner::new`.
         let s = unsafe { extend(&seg) };
-        Ok(Self {
-            ctx: QueueCtx::new(s, queue)?,
-            info: queue.clone(),
-            me,
-            cursor: Cell::new(me.wrapping_mul(0x9E37_79B9) % s.config().job_records),
-            seg,
-        })
+        Ok(Self { ctx: QueueCtx::new(s, queue)?, info: queue.clone(), me, cursor: Cursors::new(me, s), seg })
     }
 
     /// The segment.

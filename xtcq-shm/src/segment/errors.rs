@@ -64,7 +64,9 @@ pub enum SegmentError {
     /// Made by an incompatible build.
     #[error(
         "segment {path} has layout version {found}; this build reads version {expected}. \
-         Stop the daemon that made it and recreate the segment, or use a matching xtcq"
+         Stop the daemon that made it and recreate the segment, or use a matching xtcq. To \
+         keep its jobs: `xtcq export --segment {path} FILE` (this build reads layouts 4 and 5 \
+         for that), then `xtcq import FILE` into the new segment"
     )]
     Version {
         /// The path.

@@ -459,8 +459,11 @@ impl Segment {
                 continue;
             }
             // `Queued(g) / Dead(g) -> Free(g + 1)`; fails if the record moved on (its
-            // generation or state changed), and then it is no longer this job.
+            // generation or state changed), and then it is no longer this job. Its block is
+            // read before (the job is still whole) and given back after.
+            let block = records.held_block(i);
             if st.withdraw(w.generation(), state).is_ok() {
+                records.release_block(block);
                 match state {
                     State::Dead => dropped.dead += 1,
                     _ => dropped.queued += 1,
