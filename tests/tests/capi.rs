@@ -160,9 +160,9 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
 
 #[test]
 fn a_c_batch_steal_takes_each_job_once_oldest_first() {
-    let daemon = Daemon::start(Path::new(DAEMON), &[]);
+    let daemon = Daemon::builder().daemon_defaults().start();
     let exe = compile_c("tests/c/steal_batch.c", daemon.dir());
-    let out = run_bounded(Command::new(&exe).arg(&daemon.socket), Duration::from_secs(60));
+    let out = run_within(Command::new(&exe).arg(&daemon.socket), Duration::from_secs(60));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),

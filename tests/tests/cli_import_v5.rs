@@ -5,8 +5,8 @@
 //! every queued job and dead letter once into a new segment; `--import-on-start` takes the
 //! file directly too.
 
-use xtcq_testkit::*;
 use std::path::Path;
+use xtcq_testkit::*;
 
 fn fixture(dir: &Path) -> String {
     let old = dir.join("old-v5.seg");
@@ -55,10 +55,8 @@ fn a_layout_5_segment_is_refused_then_exported_and_imported() {
     let dump_s = dump.to_str().expect("utf-8").to_string();
 
     // Served as it is: refused, saying what to do.
-    let o = run_bounded(
-        daemon_command().arg("--socket").arg(dir.path().join("old.sock")).args(["--segment", &old]),
-        None,
-    );
+    let o =
+        run_bounded(xtcqd().arg("--socket").arg(dir.path().join("old.sock")).args(["--segment", &old]), None);
     assert_ne!(code(&o), 0, "xtcqd served a layout-5 segment");
     let e = stderr(&o);
     assert!(e.contains("layout version 5; this build reads version 6"), "{e}");

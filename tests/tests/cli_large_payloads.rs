@@ -98,7 +98,7 @@ fn bad_payload_block_flags_are_refused_with_what_to_write() {
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let o = run_bounded(
-            daemon_command()
+            xtcqd()
                 .args(["--socket"])
                 .arg(dir.path().join("s.sock"))
                 .args(["--segment"])

@@ -7,15 +7,14 @@
 //! Children are this test binary re-run in a role ([`child_main`]), logging each completed
 //! step (`T id` trying to push, `P id` pushed, `R id` running, `A id` acked) unbuffered.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
-use xtcq_testkit::*;
 use xtcq_client::{Client, Error, Flavor, QueueParams};
+use xtcq_testkit::*;
 
 const QUEUE: &str = "big";
 
@@ -184,7 +183,7 @@ fn drain_after_recovery(d: &Daemon, c: &Client) -> BTreeMap<u64, u32> {
 #[test]
 fn a_producer_killed_between_taking_a_block_and_publishing_loses_nothing_and_leaks_no_block() {
     let (_tmp, d, c) = setup(0..10);
-    let (pushed, _, _) = run_dying(&d, &d.dir(), "producer", "block.after_alloc", 5);
+    let (pushed, _, _) = run_dying(&d, d.dir(), "producer", "block.after_alloc", 5);
     let got = drain_after_recovery(&d, &c);
     let want: BTreeSet<u64> = (0..10).chain(pushed.iter().copied()).collect();
     assert_eq!(got.keys().copied().collect::<BTreeSet<_>>(), want, "jobs lost, or the dying push published");
@@ -194,7 +193,7 @@ fn a_producer_killed_between_taking_a_block_and_publishing_loses_nothing_and_lea
 fn a_consumer_killed_holding_a_large_job_loses_nothing_and_leaks_no_block() {
     let (_tmp, d, c) = setup(0..12);
     // The 4th claim is job 3 (3 KiB, in a block): killed right after the claim CAS.
-    let (_, acked, _) = run_dying(&d, &d.dir(), "consumer", "claim.after_cas", 4);
+    let (_, acked, _) = run_dying(&d, d.dir(), "consumer", "claim.after_cas", 4);
     let got = drain_after_recovery(&d, &c);
     assert_eq!(acked, (0..3).collect(), "the consumer acked the first three");
     assert_eq!(got.keys().copied().collect::<BTreeSet<_>>(), (3..12).collect(), "each left job once");
@@ -205,7 +204,7 @@ fn a_consumer_killed_holding_a_large_job_loses_nothing_and_leaks_no_block() {
 fn a_consumer_killed_between_its_ack_and_the_blocks_release_leaks_no_block() {
     let (_tmp, d, c) = setup(0..12);
     // The 4th ack (job 3, in a block) frees the record, then the consumer dies.
-    let (_, acked, running) = run_dying(&d, &d.dir(), "consumer", "ack.before_block_release", 4);
+    let (_, acked, running) = run_dying(&d, d.dir(), "consumer", "ack.before_block_release", 4);
     assert_eq!((acked.len(), running), (3, BTreeSet::from([3])), "died inside job 3's ack");
     let got = drain_after_recovery(&d, &c);
     assert_eq!(

@@ -229,8 +229,11 @@ impl Registry {
 /// Says what recovering `slot` did: a warning when it touched jobs (or found corruption), else
 /// one line that the slot was freed.
 fn log_recovered(slot: SlotId, pid: u32, r: &recovery::HolderRecovery, orphans: usize, leases: usize) {
-    let touched =
-        r.freed_filling as usize + r.requeued.len() + r.dead_lettered.len() + orphans + r.freed_blocks as usize;
+    let touched = r.freed_filling as usize
+        + r.requeued.len()
+        + r.dead_lettered.len()
+        + orphans
+        + r.freed_blocks as usize;
     if touched > 0 || r.corrupt > 0 || r.unindexed > 0 {
         warn!(
             slot = slot.slot,
