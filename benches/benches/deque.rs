@@ -223,16 +223,7 @@ impl Shm {
         }
         .expect("temp dir");
         let path = dir.path().join("seg");
-        let cfg = SegmentConfig {
-            queues: queues.len() as u32,
-            deques_per_queue: 2,
-            deque_capacity: CAP as u32,
-            job_records: 4096,
-            payload_bytes: 64,
-            process_slots: 4,
-            overflow_capacity: 4096,
-            ..xtcq_shm::SegmentConfig::default()
-        };
+        let cfg = SegmentConfig::small().with_queues(queues.len() as u32, 2).with_deque_capacity(CAP as u32).with_records(4096).with_overflow_capacity(4096).with_process_slots(4);
         let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create segment"));
         let infos = queues
             .iter()

@@ -22,16 +22,7 @@ fn params(name: &str, deques: u32, capacity: u32) -> QueueParams {
 
 fn registry() -> (tempfile::TempDir, Arc<Segment>, Registry) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig {
-        queues: 2,
-        deques_per_queue: 2,
-        deque_capacity: 16,
-        job_records: 64,
-        payload_bytes: 16,
-        process_slots: 8,
-        overflow_capacity: 64,
-        ..xtcq_shm::SegmentConfig::default()
-    };
+    let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(64).with_overflow_capacity(64).with_payload_bytes(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("segment"));
     let reg = Registry::new(seg.clone());
     (dir, seg, reg)

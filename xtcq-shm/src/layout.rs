@@ -47,6 +47,7 @@
 
 mod config_error;
 pub mod payload;
+mod sizes;
 
 pub use config_error::ConfigError;
 
@@ -101,19 +102,24 @@ pub struct SegmentConfig {
     pub payload_blocks: [u32; payload::PAYLOAD_CLASSES],
 }
 
+impl SegmentConfig {
+    /// What [`Default`] gives (in a `const`, for the named sizes built from it).
+    pub const DEFAULT: SegmentConfig = SegmentConfig {
+        queues: 16,
+        deques_per_queue: 16,
+        deque_capacity: 1024,
+        job_records: 65536,
+        payload_bytes: 448,
+        process_slots: 256,
+        overflow_capacity: 65536,
+        inline_bytes: 64,
+        payload_blocks: [payload::AUTO_BLOCKS; payload::PAYLOAD_CLASSES],
+    };
+}
+
 impl Default for SegmentConfig {
     fn default() -> Self {
-        Self {
-            queues: 16,
-            deques_per_queue: 16,
-            deque_capacity: 1024,
-            job_records: 65536,
-            payload_bytes: 448,
-            process_slots: 256,
-            overflow_capacity: 65536,
-            inline_bytes: 64,
-            payload_blocks: [payload::AUTO_BLOCKS; payload::PAYLOAD_CLASSES],
-        }
+        Self::DEFAULT
     }
 }
 

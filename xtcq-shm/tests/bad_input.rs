@@ -31,16 +31,7 @@ const DEQUE_HEADER: u64 = 256;
 const OVERFLOW_HEADER: u64 = 256;
 
 fn small_config() -> SegmentConfig {
-    SegmentConfig {
-        queues: 2,
-        deques_per_queue: 2,
-        deque_capacity: 8,
-        job_records: 64,
-        payload_bytes: 32,
-        process_slots: 8,
-        overflow_capacity: 16,
-        ..xtcq_shm::SegmentConfig::default()
-    }
+    SegmentConfig::small().with_deque_capacity(8).with_records(64).with_overflow_capacity(16).with_payload_bytes(32)
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {

@@ -10,14 +10,7 @@ use xtcq_shm::{ClaimedBatch, Flavor, JobHandle, Owner, QueueInfo, QueueSpec, Seg
 
 fn setup(flavor: Flavor) -> (tempfile::TempDir, Arc<Segment>, QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
-    let config = SegmentConfig {
-        queues: 1,
-        deques_per_queue: 1,
-        deque_capacity: 64,
-        job_records: 128,
-        process_slots: 4,
-        ..SegmentConfig::default()
-    };
+    let config = SegmentConfig::small().with_queues(1, 1).with_records(128).with_overflow_capacity(65536).with_payload_bytes(448).with_process_slots(4);
     let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap());
     let mut spec = QueueSpec::new("jobs");
     spec.flavor = flavor;

@@ -24,16 +24,7 @@ const CHILD_SLOT: u32 = 3;
 const PARENT_SLOT: u32 = 1;
 
 fn config() -> SegmentConfig {
-    SegmentConfig {
-        queues: 1,
-        deques_per_queue: 1,
-        deque_capacity: 16,
-        job_records: 64,
-        payload_bytes: 64,
-        process_slots: 8,
-        overflow_capacity: 64,
-        ..xtcq_shm::SegmentConfig::default()
-    }
+    SegmentConfig::small().with_queues(1, 1).with_deque_capacity(16).with_records(64).with_overflow_capacity(64)
 }
 
 /// The child: `push` (a delayed push), `fail` (steal, give back with a delay), `release`

@@ -23,16 +23,7 @@ const CHILD_JOBS: u64 = 100;
 const CHILD_SLOT: u32 = 3;
 
 fn config() -> SegmentConfig {
-    SegmentConfig {
-        queues: 1,
-        deques_per_queue: 2,
-        deque_capacity: 16,
-        job_records: 512,
-        payload_bytes: 64,
-        process_slots: 8,
-        overflow_capacity: 512,
-        ..xtcq_shm::SegmentConfig::default()
-    }
+    SegmentConfig::small().with_queues(1, 2).with_deque_capacity(16).with_records(512).with_overflow_capacity(512)
 }
 
 fn id_of(p: &[u8]) -> u64 {

@@ -28,16 +28,7 @@ impl Rng {
 fn run(seed: u64, flavor: Flavor) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
-    let cfg = SegmentConfig {
-        queues: 2,
-        deques_per_queue: 2,
-        deque_capacity: 64,
-        job_records: 256,
-        payload_bytes: 64,
-        process_slots: 8,
-        overflow_capacity: 256,
-        ..xtcq_shm::SegmentConfig::default()
-    };
+    let cfg = SegmentConfig::small();
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg
         .create_queue(&QueueSpec {

@@ -11,16 +11,7 @@ use xtcq_shm::{Flavor, JobError, OwnedJob, Owner, QueueSpec, Segment, SegmentCon
 
 fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = SegmentConfig {
-        queues: 2,
-        deques_per_queue: 2,
-        deque_capacity: 16,
-        job_records: 64,
-        payload_bytes: 64,
-        process_slots: 8,
-        overflow_capacity: 64,
-        ..xtcq_shm::SegmentConfig::default()
-    };
+    let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(64).with_overflow_capacity(64);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
     let spec =
         QueueSpec { name: "o".into(), flavor: Flavor::Fifo, deques: 1, capacity: 16, max_attempts, lease_ms };

@@ -6,16 +6,7 @@ use std::sync::Arc;
 use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn small_config() -> SegmentConfig {
-    SegmentConfig {
-        queues: 4,
-        deques_per_queue: 4,
-        deque_capacity: 64,
-        job_records: 1024,
-        payload_bytes: 64,
-        process_slots: 16,
-        overflow_capacity: 1024,
-        ..xtcq_shm::SegmentConfig::default()
-    }
+    SegmentConfig::small().with_queues(4, 4).with_records(1024).with_overflow_capacity(1024).with_process_slots(16)
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {

@@ -13,16 +13,7 @@ const SLEEPERS: u32 = 4;
 
 fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig {
-        queues: 1,
-        deques_per_queue: 2,
-        deque_capacity: 64,
-        job_records: 1024,
-        payload_bytes: 16,
-        process_slots: 16,
-        overflow_capacity: 1024,
-        ..xtcq_shm::SegmentConfig::default()
-    };
+    let cfg = SegmentConfig::small().with_queues(1, 2).with_records(1024).with_overflow_capacity(1024).with_payload_bytes(16).with_process_slots(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
     let spec = QueueSpec {
         name: "w".into(),

@@ -23,7 +23,7 @@ use crate::record::state::JobHandle;
 /// use std::sync::Arc;
 /// use xtcq_shm::{ClaimedBatch, Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 /// let dir = tempfile::tempdir()?;
-/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
 /// let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600)?);
 /// let mut spec = QueueSpec::new("jobs");
 /// spec.flavor = Flavor::Fifo;

@@ -28,7 +28,7 @@ use crate::sync::Ordering;
 /// use std::sync::Arc;
 /// use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig};
 /// let dir = tempfile::tempdir()?;
-/// let config = SegmentConfig { queues: 1, deques_per_queue: 1, job_records: 64, ..SegmentConfig::default() };
+/// let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
 /// let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600)?);
 /// let queue = seg.create_queue(&QueueSpec::new("jobs"))?;
 /// let owner = Owner::new(seg, &queue, 0, 0)?; // deque 0, process slot 0
