@@ -28,7 +28,7 @@
 use crate::layout::DequeHeader;
 use crate::metrics::Counter;
 use crate::overflow::RingError;
-use crate::record::state::{next_generation, JobHandle, State, StateWord, NO_HOLDER};
+use crate::record::state::{next_generation, JobHandle, RecordState, State, StateWord, NO_HOLDER};
 use crate::segment::Segment;
 use crate::sync::Ordering;
 
@@ -181,18 +181,8 @@ fn give_back_uncounted(
     if seg.queue(hdr.queue.load(Ordering::Relaxed)).is_err() {
         return Err(());
     }
-    if holder != NO_HOLDER {
-        // AcqRel: Acquire sees the holder's header writes made while it held the record
-        // (they were published by the claim it made or by its own later stores before any
-        // Release it did); Release orders our revoke before our header writes for a reader
-        // that Acquires the state word.
-        if !matches!(w.state(), Some(State::Claimed | State::Writing)) || w.holder() != holder {
-            return Ok(GiveBack::Moved);
-        }
-        let to = StateWord::pack(g, State::Claimed, NO_HOLDER).0;
-        if st.0.compare_exchange(w.0, to, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return Ok(GiveBack::Moved);
-        }
+    if holder != NO_HOLDER && !revoke(st, w, holder) {
+        return Ok(GiveBack::Moved);
     }
     crate::failpoint::point("daemon.recovery.mid");
     // Revoked (the holder can no longer ack or extend); before anyone can claim it again,
@@ -232,6 +222,21 @@ fn give_back_uncounted(
         Ok(()) => GiveBack::Requeued,
         Err(_) => GiveBack::Unindexed,
     })
+}
+
+/// Revokes `holder`'s claim (or write) seen as `w`: `Claimed | Writing (g, holder) ->
+/// Claimed(g, NO_HOLDER)`, so the holder can no longer ack or extend it. False when the
+/// record moved on since `w` was read.
+fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
+    if !matches!(w.state(), Some(State::Claimed | State::Writing)) || w.holder() != holder {
+        return false;
+    }
+    let to = StateWord::pack(w.generation(), State::Claimed, NO_HOLDER).0;
+    // AcqRel: Acquire sees the holder's header writes made while it held the record (they
+    // were published by the claim it made or by its own later stores before any Release it
+    // did); Release orders our revoke before our header writes for a reader that Acquires
+    // the state word.
+    st.0.compare_exchange(w.0, to, Ordering::AcqRel, Ordering::Acquire).is_ok()
 }
 
 pub(crate) fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
