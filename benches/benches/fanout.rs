@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
 use xtcq_client::{Client, Flavor, QueueParams};
-use xtcq_testkit::{now_ns, Daemon};
+use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "fanout";
@@ -138,8 +138,8 @@ fn consumer() {
             seqs.push(u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")));
             if work_ns > 0 {
                 // The job's own work, as a spin: a consumer busy with a job is not looking.
-                let until = now_ns() + work_ns;
-                while now_ns() < until {
+                let until = monotonic_ns() + work_ns;
+                while monotonic_ns() < until {
                     std::hint::spin_loop();
                 }
             }
@@ -221,11 +221,11 @@ impl Bench {
         wait_for(&mut children, "the consumers to attach", limit, || {
             ctl.ready.0.load(Ordering::Acquire) == consumers as u64
         });
-        let t0 = now_ns();
+        let t0 = monotonic_ns();
         self.push_all();
         let taken = || ctl.taken[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum::<u64>();
         wait_for(&mut children, "every job to be taken", limit, || taken() >= self.n);
-        let t_end = now_ns();
+        let t_end = monotonic_ns();
         ctl.stop.0.store(1, Ordering::Release);
         let counts = self.check_exactly_once(children);
         let (lo, hi) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));

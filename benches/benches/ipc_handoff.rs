@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
 use xtcq_client::{Client, Flavor, JobBatch, OwnerHandle, QueueParams};
-use xtcq_testkit::{now_ns, Daemon};
+use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "bench";
@@ -100,7 +100,7 @@ struct Ctl {
 
 fn encode(seq: u64, buf: &mut [u8; MSG]) {
     buf[..8].copy_from_slice(&seq.to_le_bytes());
-    buf[8..16].copy_from_slice(&now_ns().to_le_bytes());
+    buf[8..16].copy_from_slice(&monotonic_ns().to_le_bytes());
 }
 
 fn decode(b: &[u8]) -> (u64, u64) {
@@ -563,14 +563,14 @@ fn consumer() {
         });
     }
     // n_thr distinct numbers below n_thr: every one of them, once.
-    ctl.t_end.store(now_ns(), Ordering::Relaxed);
+    ctl.t_end.store(monotonic_ns(), Ordering::Relaxed);
     ctl.done.store(n_thr, Ordering::Release);
 
     // Latency: one at a time.
     let mut lat = Vec::with_capacity(n_lat as usize);
     for i in 0..n_lat {
         let mut got = (0, 0);
-        rx.recv(spin, &mut |seq, ts| got = (seq, now_ns().saturating_sub(ts)));
+        rx.recv(spin, &mut |seq, ts| got = (seq, monotonic_ns().saturating_sub(ts)));
         assert_eq!(got.0, n_thr + i, "latency phase: out of order");
         lat.push(got.1);
         ctl.done.store(n_thr + i + 1, Ordering::Release);
@@ -708,7 +708,7 @@ fn wait_for(child: &mut Child, what: &str, limit: Duration, f: impl Fn() -> bool
 }
 
 fn spin_until(t: u64) {
-    while now_ns() < t {
+    while monotonic_ns() < t {
         std::hint::spin_loop();
     }
 }
@@ -809,7 +809,7 @@ impl Bench {
         let limit = Duration::from_secs(120);
         wait_for(&mut child, "the consumer to be ready", limit, || ctl.ready.load(Ordering::Acquire) == 1);
         let mut m = [0xabu8; MSG];
-        let t0 = now_ns();
+        let t0 = monotonic_ns();
         if transport == Transport::Redis && batch > 1 {
             for i in (0..n_thr).step_by(batch) {
                 tx.send_pipelined(i..(i + batch as u64).min(n_thr), &mut m);
@@ -820,7 +820,7 @@ impl Bench {
                 tx.send(&m);
             }
         }
-        let t_sent = now_ns();
+        let t_sent = monotonic_ns();
         wait_for(&mut child, "the throughput phase", limit, || ctl.done.load(Ordering::Acquire) == n_thr);
         let mps = n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
         let send_mps = n_thr as f64 * 1e3 / (t_sent - t0) as f64;
@@ -833,7 +833,7 @@ impl Bench {
             encode(seq, &mut m);
             tx.send(&m);
             wait_for(&mut child, "a latency message", limit, || ctl.done.load(Ordering::Acquire) == seq + 1);
-            spin_until(now_ns() + gap);
+            spin_until(monotonic_ns() + gap);
         }
 
         let out = child.stdout.take().expect("stdout");
@@ -933,14 +933,14 @@ fn line_handoff_ns(rounds: u64) -> f64 {
     });
     // Let the other thread get going before timing.
     std::thread::sleep(Duration::from_millis(10));
-    let t0 = now_ns();
+    let t0 = monotonic_ns();
     for i in 0..rounds {
         word.store(2 * i + 1, Ordering::Release);
         while word.load(Ordering::Acquire) != 2 * i + 2 {
             std::hint::spin_loop();
         }
     }
-    let ns = (now_ns() - t0) as f64 / (2 * rounds) as f64;
+    let ns = (monotonic_ns() - t0) as f64 / (2 * rounds) as f64;
     t.join().expect("ping-pong thread");
     ns
 }
@@ -956,25 +956,25 @@ fn calibrate(owner: &OwnerHandle, client: &Client) -> Vec<(&'static str, f64)> {
     }
     let m = [0xabu8; MSG];
     let mut v = Vec::with_capacity(MSG);
-    let t = now_ns();
+    let t = monotonic_ns();
     for _ in 0..n {
-        let _ = now_ns();
+        let _ = monotonic_ns();
     }
-    out.push(("clock_gettime(CLOCK_MONOTONIC)", (now_ns() - t) as f64 / n as f64));
-    let t = now_ns();
+    out.push(("clock_gettime(CLOCK_MONOTONIC)", (monotonic_ns() - t) as f64 / n as f64));
+    let t = monotonic_ns();
     for _ in 0..n {
         owner.push(&m).expect("push");
     }
-    out.push(("push, 64 B (same core)", (now_ns() - t) as f64 / n as f64));
-    let t = now_ns();
+    out.push(("push, 64 B (same core)", (monotonic_ns() - t) as f64 / n as f64));
+    let t = monotonic_ns();
     for _ in 0..n {
         let j = thief.steal().expect("steal").expect("a job");
         v.clear();
         j.read_payload(&mut v).expect("payload");
         j.ack().expect("ack");
     }
-    out.push(("steal + payload + ack (same core)", (now_ns() - t) as f64 / n as f64));
-    let t = now_ns();
+    out.push(("steal + payload + ack (same core)", (monotonic_ns() - t) as f64 / n as f64));
+    let t = monotonic_ns();
     for _ in 0..n {
         owner.push(&m).expect("push");
         let j = thief.steal().expect("steal").expect("a job");
@@ -982,7 +982,7 @@ fn calibrate(owner: &OwnerHandle, client: &Client) -> Vec<(&'static str, f64)> {
         j.read_payload(&mut v).expect("payload");
         j.ack().expect("ack");
     }
-    out.push(("push -> steal -> ack round, one thread", (now_ns() - t) as f64 / n as f64));
+    out.push(("push -> steal -> ack round, one thread", (monotonic_ns() - t) as f64 / n as f64));
     out
 }
 

@@ -14,7 +14,6 @@
 
 pub mod bridge;
 pub mod child;
-pub mod clock;
 pub mod daemon;
 pub mod exe;
 pub mod role;
@@ -25,7 +24,8 @@ pub mod users;
 pub use child::{
     code, eventually, ok, run_bounded, run_within, stderr, stdout, wait_bounded, wait_timeout, wait_until,
 };
-pub use clock::now_ns;
+/// CLOCK_MONOTONIC in ns, the clock every process on the host shares (the engine's own).
+pub use xtcq_client::monotonic_ns;
 pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
 pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
