@@ -223,7 +223,12 @@ impl Shm {
         }
         .expect("temp dir");
         let path = dir.path().join("seg");
-        let cfg = SegmentConfig::small().with_queues(queues.len() as u32, 2).with_deque_capacity(CAP as u32).with_records(4096).with_overflow_capacity(4096).with_process_slots(4);
+        let cfg = SegmentConfig::small()
+            .with_queues(queues.len() as u32, 2)
+            .with_deque_capacity(CAP as u32)
+            .with_records(4096)
+            .with_overflow_capacity(4096)
+            .with_process_slots(4);
         let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create segment"));
         let infos = queues
             .iter()

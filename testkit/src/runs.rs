@@ -11,7 +11,8 @@ use xtcq_client::monotonic_ns;
 /// Appends one line for this process to `log` (one write, so lines of concurrent processes
 /// do not interleave).
 pub fn log_line(log: &mut std::fs::File, what: &str, job: &str, attempt: u32) {
-    let _ = log.write_all(format!("{what} {job} {attempt} {} {}\n", monotonic_ns(), std::process::id()).as_bytes());
+    let _ = log
+        .write_all(format!("{what} {job} {attempt} {} {}\n", monotonic_ns(), std::process::id()).as_bytes());
 }
 
 pub struct Line {

@@ -22,7 +22,11 @@ fn params(name: &str, deques: u32, capacity: u32) -> QueueParams {
 
 fn registry() -> (tempfile::TempDir, Arc<Segment>, Registry) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(64).with_overflow_capacity(64).with_payload_bytes(16);
+    let cfg = SegmentConfig::small()
+        .with_deque_capacity(16)
+        .with_records(64)
+        .with_overflow_capacity(64)
+        .with_payload_bytes(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("segment"));
     let reg = Registry::new(seg.clone());
     (dir, seg, reg)

@@ -113,7 +113,12 @@ fn a_scribbler_that_marks_every_slot_taken_locks_nobody_out_not_even_after_a_res
 #[test]
 fn after_a_restart_a_slot_without_a_start_time_is_reclaimed_not_adopted() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(64).with_overflow_capacity(64).with_payload_bytes(16).with_process_slots(4);
+    let cfg = SegmentConfig::small()
+        .with_deque_capacity(16)
+        .with_records(64)
+        .with_overflow_capacity(64)
+        .with_payload_bytes(16)
+        .with_process_slots(4);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("segment"));
     let sock = dir.path().join("xtcqd.sock");
     let first = Registry::with_state(seg.clone(), StateFile::beside(&sock).expect("state"));

@@ -31,7 +31,11 @@ const DEQUE_HEADER: u64 = 256;
 const OVERFLOW_HEADER: u64 = 256;
 
 fn small_config() -> SegmentConfig {
-    SegmentConfig::small().with_deque_capacity(8).with_records(64).with_overflow_capacity(16).with_payload_bytes(32)
+    SegmentConfig::small()
+        .with_deque_capacity(8)
+        .with_records(64)
+        .with_overflow_capacity(16)
+        .with_payload_bytes(32)
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {

@@ -10,7 +10,12 @@ use xtcq_shm::{ClaimedBatch, Flavor, JobHandle, Owner, QueueInfo, QueueSpec, Seg
 
 fn setup(flavor: Flavor) -> (tempfile::TempDir, Arc<Segment>, QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
-    let config = SegmentConfig::small().with_queues(1, 1).with_records(128).with_overflow_capacity(65536).with_payload_bytes(448).with_process_slots(4);
+    let config = SegmentConfig::small()
+        .with_queues(1, 1)
+        .with_records(128)
+        .with_overflow_capacity(65536)
+        .with_payload_bytes(448)
+        .with_process_slots(4);
     let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap());
     let mut spec = QueueSpec::new("jobs");
     spec.flavor = flavor;

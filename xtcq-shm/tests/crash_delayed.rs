@@ -24,7 +24,11 @@ const CHILD_SLOT: u32 = 3;
 const PARENT_SLOT: u32 = 1;
 
 fn config() -> SegmentConfig {
-    SegmentConfig::small().with_queues(1, 1).with_deque_capacity(16).with_records(64).with_overflow_capacity(64)
+    SegmentConfig::small()
+        .with_queues(1, 1)
+        .with_deque_capacity(16)
+        .with_records(64)
+        .with_overflow_capacity(64)
 }
 
 /// The child: `push` (a delayed push), `fail` (steal, give back with a delay), `release`

@@ -23,7 +23,11 @@ const CHILD_JOBS: u64 = 100;
 const CHILD_SLOT: u32 = 3;
 
 fn config() -> SegmentConfig {
-    SegmentConfig::small().with_queues(1, 2).with_deque_capacity(16).with_records(512).with_overflow_capacity(512)
+    SegmentConfig::small()
+        .with_queues(1, 2)
+        .with_deque_capacity(16)
+        .with_records(512)
+        .with_overflow_capacity(512)
 }
 
 fn id_of(p: &[u8]) -> u64 {

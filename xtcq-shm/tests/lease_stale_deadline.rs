@@ -20,7 +20,12 @@ fn a_new_claim_does_not_inherit_an_expired_deadline() {
     // The second claim of the process (the first is the one nacked) sleeps after its CAS.
     std::env::set_var("XTCQ_FAILPOINTS", "claim.after_cas=sleep:300@2");
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig::small().with_queues(1, 1).with_deque_capacity(16).with_records(64).with_overflow_capacity(64).with_payload_bytes(16);
+    let cfg = SegmentConfig::small()
+        .with_queues(1, 1)
+        .with_deque_capacity(16)
+        .with_records(64)
+        .with_overflow_capacity(64)
+        .with_payload_bytes(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
     let spec = QueueSpec {
         name: "l".into(),

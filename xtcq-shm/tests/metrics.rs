@@ -7,7 +7,12 @@ use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn segment() -> (tempfile::TempDir, Arc<Segment>) {
     let dir = tempfile::tempdir().unwrap();
-    let config = SegmentConfig::small().with_deque_capacity(1024).with_records(64).with_overflow_capacity(65536).with_payload_bytes(448).with_process_slots(4);
+    let config = SegmentConfig::small()
+        .with_deque_capacity(1024)
+        .with_records(64)
+        .with_overflow_capacity(65536)
+        .with_payload_bytes(448)
+        .with_process_slots(4);
     let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap());
     (dir, seg)
 }

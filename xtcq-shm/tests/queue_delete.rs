@@ -24,7 +24,11 @@ fn spec(name: &str, flavor: Flavor, deques: u32, capacity: u32, max_attempts: u3
 
 fn setup() -> (tempfile::TempDir, Arc<Segment>) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(RECORDS).with_overflow_capacity(64).with_payload_bytes(16);
+    let cfg = SegmentConfig::small()
+        .with_deque_capacity(16)
+        .with_records(RECORDS)
+        .with_overflow_capacity(64)
+        .with_payload_bytes(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
     for s in 0..4 {
         seg.process_slot(s).unwrap().state.store(PROCESS_ACTIVE, Ordering::Release);

@@ -10,7 +10,12 @@ use xtcq_shm::segment::QueueQuota;
 use xtcq_shm::{Injector, PushError, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn seg(dir: &tempfile::TempDir) -> Arc<Segment> {
-    let c = SegmentConfig::small().with_queues(2, 16).with_deque_capacity(1024).with_records(64).with_overflow_capacity(65536).with_payload_bytes(16);
+    let c = SegmentConfig::small()
+        .with_queues(2, 16)
+        .with_deque_capacity(1024)
+        .with_records(64)
+        .with_overflow_capacity(65536)
+        .with_payload_bytes(16);
     Arc::new(Segment::create(&dir.path().join("seg"), &c, 0o600).unwrap())
 }
 

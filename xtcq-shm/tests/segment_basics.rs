@@ -6,7 +6,11 @@ use std::sync::Arc;
 use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn small_config() -> SegmentConfig {
-    SegmentConfig::small().with_queues(4, 4).with_records(1024).with_overflow_capacity(1024).with_process_slots(16)
+    SegmentConfig::small()
+        .with_queues(4, 4)
+        .with_records(1024)
+        .with_overflow_capacity(1024)
+        .with_process_slots(16)
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {

@@ -7,7 +7,11 @@ use std::process::Command;
 use xtcq_shm::{Segment, SegmentConfig};
 
 fn small_config() -> SegmentConfig {
-    SegmentConfig::small().with_deque_capacity(8).with_records(64).with_overflow_capacity(16).with_payload_bytes(32)
+    SegmentConfig::small()
+        .with_deque_capacity(8)
+        .with_records(64)
+        .with_overflow_capacity(16)
+        .with_payload_bytes(32)
 }
 
 #[test]

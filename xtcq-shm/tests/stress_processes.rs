@@ -87,7 +87,11 @@ fn one_owner_process_four_thief_processes_exactly_once() {
     let n = jobs();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
-    let cfg = SegmentConfig::small().with_queues(1, 1).with_deque_capacity(256).with_records(8192).with_overflow_capacity(8192);
+    let cfg = SegmentConfig::small()
+        .with_queues(1, 1)
+        .with_deque_capacity(256)
+        .with_records(8192)
+        .with_overflow_capacity(8192);
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg
         .create_queue(&QueueSpec {

@@ -54,7 +54,8 @@ fn run(case: Case) {
     let n = jobs();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
-    let cfg = SegmentConfig::small().with_deque_capacity(1024).with_records(8192).with_overflow_capacity(8192);
+    let cfg =
+        SegmentConfig::small().with_deque_capacity(1024).with_records(8192).with_overflow_capacity(8192);
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg
         .create_queue(&QueueSpec {

@@ -13,7 +13,12 @@ const SLEEPERS: u32 = 4;
 
 fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = SegmentConfig::small().with_queues(1, 2).with_records(1024).with_overflow_capacity(1024).with_payload_bytes(16).with_process_slots(16);
+    let cfg = SegmentConfig::small()
+        .with_queues(1, 2)
+        .with_records(1024)
+        .with_overflow_capacity(1024)
+        .with_payload_bytes(16)
+        .with_process_slots(16);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).expect("create"));
     let spec = QueueSpec {
         name: "w".into(),
