@@ -11,6 +11,7 @@ use xtcq_shm::{ClaimedBatch, Flavor, JobHandle, Owner, QueueInfo, QueueSpec, Seg
 fn setup(flavor: Flavor) -> (tempfile::TempDir, Arc<Segment>, QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
     let config = SegmentConfig::small()
+        .with_deque_capacity(64)
         .with_queues(1, 1)
         .with_records(128)
         .with_overflow_capacity(65536)

@@ -28,7 +28,7 @@ impl Rng {
 fn run(seed: u64, flavor: Flavor) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
-    let cfg = SegmentConfig::small();
+    let cfg = SegmentConfig::small().with_deque_capacity(64);
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
     let q = seg
         .create_queue(&QueueSpec {

@@ -7,6 +7,7 @@ use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn small_config() -> SegmentConfig {
     SegmentConfig::small()
+        .with_deque_capacity(64)
         .with_queues(4, 4)
         .with_records(1024)
         .with_overflow_capacity(1024)

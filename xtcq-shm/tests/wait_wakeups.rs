@@ -14,6 +14,7 @@ const SLEEPERS: u32 = 4;
 fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = SegmentConfig::small()
+        .with_deque_capacity(64)
         .with_queues(1, 2)
         .with_records(1024)
         .with_overflow_capacity(1024)

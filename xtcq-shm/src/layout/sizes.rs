@@ -12,8 +12,10 @@
 use super::SegmentConfig;
 
 impl SegmentConfig {
-    /// A small segment: 2 queues of 2 deques of 64 handles, 256 records of payloads up to 64
-    /// bytes, 8 process slots, overflow rings of 256.
+    /// A small segment: 2 queues of 2 deques of 1,024 handles (what [`QueueSpec::new`] asks
+    /// for), 256 records of payloads up to 64 bytes, 8 process slots, overflow rings of 256.
+    ///
+    /// [`QueueSpec::new`]: crate::QueueSpec::new
     ///
     /// ```
     /// use xtcq_shm::SegmentConfig;
@@ -26,7 +28,7 @@ impl SegmentConfig {
         Self {
             queues: 2,
             deques_per_queue: 2,
-            deque_capacity: 64,
+            deque_capacity: 1024,
             job_records: 256,
             payload_bytes: 64,
             process_slots: 8,
