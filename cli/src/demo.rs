@@ -1,5 +1,5 @@
-//! `xtcq demo`: the main job on its built-in defaults. Starts a private `xtcqd` (the binary
-//! beside `xtcq` if there is one, else the same daemon code embedded in `xtcq`) on a
+//! `xtcq demo`: the main job on its built-in defaults. Starts a private daemon (the daemon
+//! code built into `xtcq`, so that it is always this build's) on a
 //! temporary socket and segment, creates a queue, starts worker processes (thieves) and one
 //! producer process (an owner), farms the jobs, verifies that every job id was acked exactly
 //! once and that the segment is consistent, prints throughput and latency, and removes
@@ -74,12 +74,11 @@ pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> 
     }
 }
 
-/// The daemon to start: `xtcqd` beside this executable, or this executable's embedded one.
+/// The daemon to start: the one built into this executable, always. An `xtcqd` beside it may
+/// be another build (an upgrade half done, a stale `target/debug/xtcqd` beside a fresh
+/// `xtcq`), whose segment layout this `xtcq` cannot attach to.
 fn daemon_command() -> Result<Command> {
     let me = std::env::current_exe().context("cannot find the xtcq executable")?;
-    if let Some(sibling) = me.parent().map(|d| d.join("xtcqd")).filter(|p| p.is_file()) {
-        return Ok(Command::new(sibling));
-    }
     let mut c = Command::new(me);
     c.arg("__xtcqd");
     Ok(c)

@@ -138,8 +138,8 @@ enum Command {
     Completions(docs::CompletionsArgs),
     /// Write the man pages of xtcq, its subcommands and xtcqd into a directory.
     Man(docs::ManArgs),
-    /// Runs the daemon in this process (what `xtcq demo` uses when no xtcqd binary is
-    /// installed beside xtcq); takes xtcqd's flags.
+    /// Runs the daemon in this process (the daemon `xtcq demo` starts); takes xtcqd's
+    /// flags.
     #[command(name = "__xtcqd", hide = true, disable_help_flag = true)]
     EmbeddedDaemon {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

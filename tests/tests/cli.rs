@@ -458,19 +458,27 @@ fn steal_to_a_closed_pipe_gives_the_job_back_uncounted() {
     assert_eq!(ok(&d.run(&["steal", "p"])), "only\n");
 }
 
-/// The README's first command on a fresh clone: `cargo run -p xtcq-cli --bin xtcq -- demo`
-/// builds no `xtcqd` binary, so `demo` runs the daemon embedded in `xtcq`. Here: `xtcq` alone
-/// in a directory, with no `xtcqd` beside it.
+/// `xtcq demo` runs the daemon built into `xtcq`, whatever sits beside it: here an `xtcqd`
+/// that is another build (a stand-in that fails at once, as a daemon of another segment
+/// layout would for this `xtcq`), and then `xtcq` alone in a directory.
 #[test]
-fn demo_runs_with_the_embedded_daemon_when_no_xtcqd_is_installed() {
+fn demo_runs_its_own_daemon_whatever_xtcqd_is_beside_it() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let alone = dir.path().join("xtcq");
     std::fs::copy(xtcq_exe(), &alone).expect("copy xtcq");
-    let o = run_bounded(
-        Command::new(&alone).args(["demo", "--jobs", "5000", "--workers", "2"]).env_remove("XTCQ_SOCKET"),
-        None,
-    );
-    let out = ok(&o);
+    let demo = || {
+        run_bounded(
+            Command::new(&alone).args(["demo", "--jobs", "5000", "--workers", "2"]).env_remove("XTCQ_SOCKET"),
+            None,
+        )
+    };
+    let out = ok(&demo());
+    assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
+    let other = dir.path().join("xtcqd");
+    std::fs::write(&other, "#!/bin/sh\necho 'another build' >&2\nexit 1\n").expect("write a stand-in");
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = ok(&demo());
     assert!(out.contains("exactly once 5000 of 5000 ids acked once; 0 missing, 0 more than once"), "{out}");
 }
 
