@@ -62,24 +62,19 @@ pub fn xtcq() -> Command {
     c
 }
 
-/// The directory holding the real `xtcq` and `xtcqd` executables of this build (what `make
-/// install` and `cargo install` install), built here once per test process: cargo builds
-/// them for no test of `xtcq-tests`. A plain `cargo build` of the two packages, which shares
-/// nothing with the tests' binaries (those carry the fail points; these do not).
-pub fn release_binaries_dir() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let dir = artifact_dir();
-    BUILT.call_once(|| {
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-q", "-p", "xtcq-cli", "-p", "xtcqd", "--bins"]);
-        if dir.ends_with("release") {
-            c.arg("--release");
+/// A directory holding this build's `xtcq` and `xtcqd` under their installed names (what
+/// `make install` and `cargo install` install): the tests' copies of the two `main`s,
+/// linked (or copied) there, so that an install test runs what the other tests run and no
+/// second build is needed.
+pub fn installable_binaries() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for (built_as, name) in [(TEST_CLI, "xtcq"), (TEST_DAEMON, "xtcqd")] {
+        let from = built(built_as);
+        let to = dir.path().join(name);
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to)
+                .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
         }
-        let s = c.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
-        assert!(s.success(), "cargo build -p xtcq-cli -p xtcqd --bins failed");
-    });
-    for name in ["xtcq", "xtcqd"] {
-        assert!(dir.join(name).is_file(), "{} is missing after cargo build", dir.join(name).display());
     }
     dir
 }

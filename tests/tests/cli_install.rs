@@ -17,7 +17,8 @@ fn have(tool: &str) -> bool {
 }
 
 fn make_install(destdir: &Path, prefix: Option<&str>) {
-    let bin = xtcq_testkit::exe::release_binaries_dir();
+    let built = xtcq_testkit::exe::installable_binaries();
+    let bin = built.path();
     let mut cmd = Command::new("make");
     cmd.current_dir(WORKSPACE).arg("install").arg("NO_BUILD=1");
     cmd.arg(format!("BIN={}", bin.display())).arg(format!("DESTDIR={}", destdir.display()));

@@ -52,7 +52,8 @@ fn install(root: &Path) -> PathBuf {
     } else {
         // What each `cargo install --path` puts in ROOT/bin: the package's binaries.
         std::fs::create_dir_all(&bin).expect("mkdir");
-        let built = xtcq_testkit::exe::release_binaries_dir();
+        let built = xtcq_testkit::exe::installable_binaries();
+        let built = built.path();
         for (package, name) in [("cli", "xtcq"), ("daemon", "xtcqd")] {
             assert!(cmds.iter().any(|c| c.contains(&format!("--path {package}"))), "{cmds:?}");
             let manifest =
