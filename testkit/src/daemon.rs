@@ -296,6 +296,19 @@ impl Daemon {
         }
     }
 
+    /// Steals and acks every queued job of `queue`; their payloads as text, sorted.
+    pub fn drain(&self, queue: &str) -> Vec<String> {
+        let c = self.client();
+        let t = c.attach_thief(queue).expect("attach a thief");
+        let mut got = Vec::new();
+        while let Some(j) = t.steal().expect("steal") {
+            got.push(String::from_utf8(j.payload().expect("payload")).expect("a UTF-8 payload"));
+            j.ack().expect("ack");
+        }
+        got.sort();
+        got
+    }
+
     /// `xtcq stats --json`.
     pub fn stats(&self) -> serde_json::Value {
         serde_json::from_str(&ok(&self.run(&["stats", "--json"]))).expect("stats --json prints JSON")

@@ -7,19 +7,6 @@ use std::path::Path;
 use std::time::Duration;
 use xtcq_testkit::*;
 
-/// Queued payloads of `q` (stolen and acked), sorted.
-fn drain(d: &Daemon, q: &str) -> Vec<String> {
-    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
-    let t = c.attach_thief(q).expect("attach");
-    let mut got = Vec::new();
-    while let Some(j) = t.steal().expect("steal") {
-        got.push(String::from_utf8(j.payload().expect("payload")).expect("utf-8"));
-        j.ack().expect("ack");
-    }
-    got.sort();
-    got
-}
-
 /// Dead letters of `q` as (payload, attempts, last error), sorted.
 fn dead(d: &Daemon, q: &str) -> Vec<(String, u64, String)> {
     let v: serde_json::Value = serde_json::from_str(&ok(&d.run(&["dead", q, "--json"]))).expect("json");
@@ -103,8 +90,8 @@ fn export_on_stop_then_import_on_start_keeps_every_job_once() {
     d.restart_with(&flags(&["--import-on-start", &dump_s]), |_| {});
     let mut want_farm = farm[20..].to_vec();
     want_farm.sort();
-    assert_eq!(drain(&d, "farm"), want_farm);
-    assert_eq!(drain(&d, "mail"), vec!["héllo".to_string(), "with \"quotes\" and \\ too".to_string()]);
+    assert_eq!(d.drain("farm"), want_farm);
+    assert_eq!(d.drain("mail"), vec!["héllo".to_string(), "with \"quotes\" and \\ too".to_string()]);
     assert_eq!(dead(&d, "farm").len(), 20);
     ok(&d.run(&["check"]));
 }
@@ -133,8 +120,8 @@ fn a_layout_4_segment_imports_into_this_build() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).expect("dump").lines().count(), 1 + 2 + 8);
     assert_eq!(dead(&d, "beta"), vec![err("bd1")]);
-    assert_eq!(drain(&d, "alpha"), vec!["a1", "a2", "a3"]);
-    assert_eq!(drain(&d, "beta"), vec!["b1", "b2"]);
+    assert_eq!(d.drain("alpha"), vec!["a1", "a2", "a3"]);
+    assert_eq!(d.drain("beta"), vec!["b1", "b2"]);
     ok(&d.run(&["check"]));
 }
 
@@ -162,6 +149,6 @@ fn export_kill_recreate_import_by_hand() {
     assert_eq!(dead(&d, "farm"), want_dead);
     let mut want = jobs[5..].to_vec();
     want.sort();
-    assert_eq!(drain(&d, "farm"), want);
+    assert_eq!(d.drain("farm"), want);
     ok(&d.run(&["check"]));
 }

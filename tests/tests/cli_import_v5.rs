@@ -18,18 +18,6 @@ fn fixture(dir: &Path) -> String {
     old.to_str().expect("utf-8").to_string()
 }
 
-fn drain(d: &Daemon, q: &str) -> Vec<String> {
-    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
-    let t = c.attach_thief(q).expect("attach");
-    let mut got = Vec::new();
-    while let Some(j) = t.steal().expect("steal") {
-        got.push(String::from_utf8(j.payload().expect("payload")).expect("utf-8"));
-        j.ack().expect("ack");
-    }
-    got.sort();
-    got
-}
-
 /// The payloads of `q`'s dead letters whose last error is "exit 3", sorted.
 fn dead(d: &Daemon, q: &str) -> Vec<String> {
     let o = d.run(&["dead", q, "--json"]);
@@ -67,8 +55,8 @@ fn a_layout_5_segment_is_refused_then_exported_and_imported() {
     let o = d.run(&["export", "--segment", &old, &dump_s]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     ok(&d.run(&["import", &dump_s]));
-    assert_eq!(drain(&d, "alpha"), vec!["a1", "a2", "a3"]);
-    assert_eq!(drain(&d, "beta"), vec!["b1", "b2"]);
+    assert_eq!(d.drain("alpha"), vec!["a1", "a2", "a3"]);
+    assert_eq!(d.drain("beta"), vec!["b1", "b2"]);
     assert_eq!(dead(&d, "alpha"), vec!["ad1", "ad2"]);
     assert_eq!(dead(&d, "beta"), vec!["bd1"]);
     ok(&d.run(&["check"]));
@@ -80,7 +68,7 @@ fn a_layout_5_segment_imports_on_start() {
     let old = fixture(dir.path());
     let flags: Vec<&str> = SMALL_SEGMENT.iter().copied().chain(["--import-on-start", old.as_str()]).collect();
     let d = Daemon::builder().in_dir(dir).flags(&flags).start();
-    assert_eq!(drain(&d, "alpha"), vec!["a1", "a2", "a3"]);
-    assert_eq!(drain(&d, "beta"), vec!["b1", "b2"]);
+    assert_eq!(d.drain("alpha"), vec!["a1", "a2", "a3"]);
+    assert_eq!(d.drain("beta"), vec!["b1", "b2"]);
     ok(&d.run(&["check"]));
 }
