@@ -226,7 +226,7 @@ impl Thief {
         let n = self.deques.len() as u32;
         // A rotating start spreads thieves over the deques; with one deque it would only cost
         // a locked add on every look.
-        let start = if n == 1 { 0 } else { self.next.fetch_add(1, Ordering::Relaxed) % n };
+        let start = if n == 1 { 0 } else { self.rotate() % n };
         // As in `steal`: more stale handles than the deques hold means corrupt indices.
         let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
         let mut skipped = 0;
@@ -265,7 +265,7 @@ impl Thief {
             Err(e) => Some(e),
         };
         let n = self.deques.len() as u32;
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let start = if n == 1 { 0 } else { self.rotate() % n };
         // Each skipped handle moved a `top` on, and the deques hold at most their capacities
         // in handles; more skips than that in one call means corrupt indices (a `bottom` far
         // past `top`), not stale handles: report it instead of walking up to 2^63 garbage
@@ -292,6 +292,16 @@ impl Thief {
             }
             crate::sync::spin_hint();
         }
+    }
+
+    /// The next deque to look at first, moved on by one. A load and a store, not a
+    /// `fetch_add`: the start is only a hint that spreads looks over the deques, so two
+    /// threads of one thief reading the same value cost nothing but the same start, and
+    /// the locked instruction a steal would pay for exactness buys nothing.
+    fn rotate(&self) -> u32 {
+        let s = self.next.load(Ordering::Relaxed);
+        self.next.store(s.wrapping_add(1), Ordering::Relaxed);
+        s
     }
 
     /// The error for a steal that skipped more handles than the deques hold.
