@@ -107,6 +107,33 @@ def test_errors_are_exceptions_with_the_message(daemon):
     again.release()
 
 
+def test_a_batch_steal_takes_what_is_there_and_each_job_settles_alone(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("batch", deques=1, fifo=True)
+    owner = client.owner("batch")
+    for i in range(10):
+        owner.push("job-%d" % i)
+    thief = client.thief("batch")
+    jobs = thief.steal_batch(4)
+    assert [j.payload for j in jobs] == [b"job-0", b"job-1", b"job-2", b"job-3"]
+    jobs[0].fail("boom")
+    for j in jobs[1:]:
+        j.ack()
+    # The failed job comes back first, alone: a batch takes from the overflow ring while
+    # it holds any, else from one deque.
+    again = thief.steal_batch(128)
+    assert [(j.payload, j.attempts) for j in again] == [(b"job-0", 1)]
+    again[0].ack()
+    rest = thief.steal_batch(128)
+    assert [j.payload for j in rest] == [b"job-%d" % i for i in range(4, 10)]
+    for j in rest:
+        j.ack()
+    assert thief.steal_batch(8) == []
+    for bad in (0, 129, -1, 2.0, True, "3"):
+        with pytest.raises(xtcq.InvalidArgument):
+            thief.steal_batch(bad)
+
+
 def test_an_inherited_client_raises_forked_in_the_child(daemon):
     client = xtcq.Client(daemon)
     client.create_queue("f", deques=1)

@@ -75,6 +75,7 @@ _PROTOTYPES = {
     "xtcq_thief_free": (None, [_p]),
     "xtcq_thief_steal": (_int, [_p, _p]),
     "xtcq_thief_steal_wait": (_int, [_p, _p, _u32]),
+    "xtcq_thief_steal_batch": (_int, [_p, ctypes.POINTER(_p), _size, ctypes.POINTER(_size)]),
     "xtcq_job_new": (_int, [_pp]),
     "xtcq_job_free": (None, [_p]),
     "xtcq_job_payload": (_int, [_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_char)), ctypes.POINTER(_size)]),
@@ -100,3 +101,4 @@ XTCQ_EMPTY = 1
 XTCQ_EXIST_OK = 1
 XTCQ_FIFO = 2
 XTCQ_WAIT_FOREVER = 0xFFFFFFFF
+XTCQ_MAX_BATCH = 128

@@ -224,8 +224,8 @@ impl Thief {
             return Ok(batch.len());
         }
         let n = self.deques.len() as u32;
-        // A rotating start spreads thieves over the deques; with one deque it would only cost
-        // a locked add on every look.
+        // A rotating start spreads thieves over the deques; with one deque there is nothing
+        // to spread.
         let start = if n == 1 { 0 } else { self.rotate() % n };
         // As in `steal`: more stale handles than the deques hold means corrupt indices.
         let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
