@@ -32,6 +32,7 @@ use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 mod clock;
 mod compat;
+mod digest;
 mod errors;
 mod queue_table;
 mod quota;

@@ -1,0 +1,97 @@
+//! Red team 3: a same-user process rewrites the class table in the segment header of a
+//! running `xtcqd`, keeping every region's size (8 blocks of 128 B become 4 of 256 B), so
+//! the header still validates. A process that maps the segment afterwards (`xtcq push`,
+//! `xtcq check`, a new worker) must not lay the blocks out unlike the daemon and the
+//! processes already attached: it would write its jobs over the blocks of live jobs. It is
+//! refused, saying why, and the live jobs come out whole through an earlier mapping.
+
+use std::os::unix::fs::FileExt;
+
+use xtcq_client::{Flavor, QueueParams};
+use xtcq_shm::layout::payload::PAYLOAD_CLASSES;
+use xtcq_shm::layout::{SegmentConfig, SegmentDescriptor};
+use xtcq_testkit::*;
+
+fn payload(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|k| b'a' + ((k as u8).wrapping_mul(7).wrapping_add(seed) % 26)).collect()
+}
+
+#[test]
+fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole() {
+    let d = Daemon::start_with(&[
+        "--queues",
+        "1",
+        "--records",
+        "64",
+        "--process-slots",
+        "8",
+        "--payload-bytes",
+        "128",
+        "--inline-bytes",
+        "64",
+        "--payload-blocks",
+        "128=8",
+    ]);
+    let c = d.client();
+    let q = QueueParams {
+        name: "q".into(),
+        deques: 1,
+        capacity: 64,
+        flavor: Flavor::Fifo,
+        max_attempts: 0,
+        lease_ms: 0,
+    };
+    c.create_queue(&q).expect("create");
+    let inj = c.attach_injector("q").expect("injector");
+    for i in 0..8 {
+        inj.push(&payload(100, i)).expect("push");
+    }
+    // Keep the jobs in blocks 4..7 queued; ack those in 0..3.
+    let view = xtcq_shm::Segment::attach(&d.segment).expect("attach");
+    let thief = c.attach_thief("q").expect("thief");
+    let mut jobs = Vec::new();
+    while let Some(j) = thief.steal().expect("steal") {
+        jobs.push(j);
+    }
+    assert_eq!(jobs.len(), 8);
+    let mut kept = Vec::new();
+    for j in jobs {
+        let b = view.records().held_block(j.handle().index).expect("a block");
+        if b.block.index < 4 {
+            j.ack().expect("ack");
+        } else {
+            kept.push(j.payload().expect("payload"));
+            j.release().expect("release");
+        }
+    }
+    drop(view);
+    // The forgery: no 128-byte blocks, 4 of 256 bytes (same owner table and data bytes).
+    let mut forged = [0u32; PAYLOAD_CLASSES];
+    forged[1] = 4;
+    let at = core::mem::offset_of!(SegmentDescriptor, config)
+        + core::mem::offset_of!(SegmentConfig, payload_blocks);
+    let bytes: Vec<u8> = forged.iter().flat_map(|n| n.to_ne_bytes()).collect();
+    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open");
+    f.write_all_at(&bytes, at as u64).expect("forge");
+
+    // Later attachers: refused, saying why.
+    let o = d.run_in(
+        &["push", "q"],
+        &[payload(128, 50), b"\n".to_vec(), payload(128, 51), b"\n".to_vec()].concat(),
+    );
+    assert_ne!(code(&o), 0, "xtcq push used a forged header");
+    assert!(stderr(&o).contains("not the one the daemon validated"), "{}", stderr(&o));
+    let o = d.run(&["check"]);
+    assert_ne!(code(&o), 0, "xtcq check found nothing: {}", stdout(&o));
+    assert!(stderr(&o).contains("not the one the daemon validated"), "{}", stderr(&o));
+
+    // The live jobs, through the mapping made before the forgery: whole.
+    let mut after = Vec::new();
+    while let Some(j) = thief.steal().expect("steal") {
+        after.push(j.payload().expect("payload"));
+        j.ack().expect("ack");
+    }
+    kept.sort();
+    after.sort();
+    assert!(kept == after, "a live job's payload was overwritten");
+}
