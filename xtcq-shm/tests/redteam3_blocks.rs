@@ -392,3 +392,24 @@ fn a_forged_class_table_lets_a_later_attacher_overwrite_live_jobs() {
     after.sort();
     assert!(before == after, "a live job's payload was overwritten by a later attacher's push");
 }
+
+#[test]
+fn a_batch_of_limit_0_claims_nothing() {
+    // max_attempts 1: a job claimed and dropped unsettled is nacked into a dead letter.
+    let c = config(64, 4096, &[(4096, 4)]);
+    let l = live(&c, 1);
+    let owner = Owner::new(l.seg.clone(), &l.q, 0, 1).expect("owner");
+    owner.push(&payload(3000, 1)).expect("push");
+    let thief = Thief::new(l.seg.clone(), &l.q, 3).expect("thief");
+    let mut batch = ClaimedBatch::new();
+    assert_eq!(thief.steal_batch_claimed(0, &mut batch).expect("batch"), 0, "asked for none, got some");
+    let mut out = Vec::new();
+    assert!(matches!(thief.steal_batch_from(0, 0, &mut out), xtcq_shm::Steal::Empty), "steal_batch_from(0)");
+    assert!(out.is_empty());
+    drop((batch, out));
+    let r = check_segment(&l.seg, false);
+    assert_eq!((r.counts.queued, r.counts.dead), (1, 0), "the job is still queued, never attempted");
+    let j = thief.steal().expect("steal").expect("the job");
+    assert_eq!((j.attempts(), j.payload().expect("payload")), (0, payload(3000, 1)));
+    j.ack().expect("ack");
+}
