@@ -3,13 +3,15 @@
 //! (counting the acks the dead process finished), every payload comes back whole, and once
 //! the daemon has recovered the dead child no payload block is held.
 //!
-//! - a batch consumer killed right after its one CAS took a batch of handles (none claimed);
+//! - a batch consumer killed (from outside) holding a claimed batch of large jobs, read;
+//! - one killed right after its one CAS took a batch of handles (none claimed);
 //! - one killed in `ack_all` with the first job acked and the rest of the batch claimed;
 //! - one killed inside `ack_all` between a job's ack and its block's release;
 //! - an overflow-ring producer killed holding a block for a record it has not published.
 //!
 //! Children are this test binary re-run in a role ([`child_main`]), logging `B` at each
-//! batch, `R id` for each job read, `A id` after `ack_all`, `P id` after a push.
+//! batch, `R id` for each job read, `H 0` once holding, `A id` after `ack_all`, `P id`
+//! after a push.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -94,6 +96,18 @@ fn run_role(role: &str) -> Result<(), Error> {
                     line(format!("A {id}"));
                 }
             }
+        }
+        "hold" => {
+            // Claims a batch, reads every payload, then waits to be killed holding it.
+            let thief = c.attach_thief(QUEUE)?;
+            let mut batch = JobBatch::new();
+            thief.steal_into(8, &mut batch)?;
+            line("B 0".into());
+            for i in 0..batch.len() {
+                line(format!("R {}", id_of(&batch.payload(i)?)?));
+            }
+            line("H 0".into());
+            std::thread::sleep(Duration::from_secs(600));
         }
         "injector" => {
             let inj = c.attach_injector(QUEUE)?;
@@ -246,4 +260,26 @@ fn an_injector_killed_holding_a_block_for_an_unpublished_job_leaks_nothing() {
     let got = drain_after_recovery(&d, &c);
     let want: BTreeSet<u64> = (0..4).chain(l.pushed.iter().copied()).collect();
     assert_eq!(ids(&got), want, "a job lost, or the dying push published: {l:?}");
+}
+
+#[test]
+fn a_batch_thief_killed_holding_a_claimed_batch_of_large_jobs_loses_nothing() {
+    let (_tmp, d, c) = setup(0..24);
+    let log = d.dir().join("hold.log");
+    let mut r = spawn_role("hold", &d.socket, &[("XTCQ_TEST_LOG", log.display().to_string())]);
+    wait_until(Duration::from_secs(30), "the batch is held", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("H 0")
+    });
+    r.kill9();
+    let held: Vec<u64> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .filter_map(|l| l.strip_prefix("R ").and_then(|id| id.parse().ok()))
+        .collect();
+    assert!(held.len() > 1, "held {held:?}");
+    let got = drain_after_recovery(&d, &c);
+    assert_eq!(ids(&got), (0..24).collect(), "jobs lost");
+    for id in &held {
+        assert!(got[id] >= 1, "job {id}, held at the kill, came back without an attempt counted: {got:?}");
+    }
 }
