@@ -413,3 +413,30 @@ fn a_batch_of_limit_0_claims_nothing() {
     assert_eq!((j.attempts(), j.payload().expect("payload")), (0, payload(3000, 1)));
     j.ack().expect("ack");
 }
+
+/// `MemTotal + SwapTotal` in bytes, as `/proc/meminfo` says.
+fn memory_and_swap() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        let l = text.lines().find(|l| l.starts_with(key))?;
+        l[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+    };
+    Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+}
+
+#[test]
+fn a_memfd_segment_larger_than_memory_is_refused_before_any_page_is_taken() {
+    // Not run against the code before its fix: there the fallocate took the host's memory.
+    let Some(room) = memory_and_swap() else { return };
+    let count = room / u64::from(class_size(17)) + 16;
+    if count > u64::from(xtcq_shm::layout::payload::MAX_CLASS_BLOCKS) || count << 24 >= 1 << 40 {
+        eprintln!("skipped: {room} bytes of memory and swap");
+        return;
+    }
+    let mut c = config(64, 16 << 20, &[]);
+    c.payload_blocks[17] = count as u32;
+    let e = Segment::create_memfd("rt3", &c).expect_err("a memfd larger than memory and swap");
+    let msg = format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default());
+    assert!(matches!(e, xtcq_shm::SegmentError::NoSpace { .. }), "{msg}");
+    assert!(msg.contains("memory and swap") && msg.contains("--payload-blocks"), "{msg}");
+}
