@@ -11,7 +11,11 @@
 //!   no job is claimed twice, `check_segment` reports the damage, and once the scribbler stops
 //!   and every job is drained the sweep leaves no orphan.
 //! - A forged class table in the segment header (same region sizes, other classes) makes a
-//!   later attacher lay blocks over live jobs' blocks: ignored, see RELIABILITY.md.
+//!   later attacher lay blocks over live jobs' blocks: ignored (the engine alone has nothing
+//!   to compare with; clients check the daemon's digest), see RELIABILITY.md.
+//! - A batch steal with a limit of 0 claims nothing (it used to claim one job).
+//! - A memfd segment larger than the host's memory and swap is refused before any page is
+//!   taken.
 
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
