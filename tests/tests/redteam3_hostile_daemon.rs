@@ -63,7 +63,7 @@ fn scribble(seg: &xtcq_shm::Segment, rng: &mut Rng) {
     let garbage = match rng.next() % 4 {
         0 => rng.next(),
         1 => rng.next() & 0x3fff,
-        2 => (rng.next() % 20) << 32 | rng.next() % 40,
+        2 => ((rng.next() % 20) << 32) | (rng.next() % 40),
         _ => u64::MAX,
     };
     let h = records.header(i).expect("record") as *const _ as *const u8;

@@ -221,7 +221,7 @@ fn scribble(seg: &Segment, rng: &mut Rng) {
     let garbage = match rng.next() % 4 {
         0 => rng.next(),
         1 => rng.next() & 0xff,
-        2 => (rng.next() % 20) << 32 | rng.next() % 64,
+        2 => ((rng.next() % 20) << 32) | (rng.next() % 64),
         _ => u64::MAX,
     };
     match rng.next() % 4 {
