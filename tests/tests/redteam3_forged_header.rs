@@ -3,7 +3,8 @@
 //! the header still validates. A process that maps the segment afterwards (`xtcq push`,
 //! `xtcq check`, a new worker) must not lay the blocks out unlike the daemon and the
 //! processes already attached: it would write its jobs over the blocks of live jobs. It is
-//! refused, saying why, and the live jobs come out whole through an earlier mapping.
+//! refused, saying why, and the live jobs come out whole through an earlier mapping. The
+//! daemon's scan then writes its validated header back, logging it.
 
 use std::os::unix::fs::FileExt;
 
@@ -94,4 +95,47 @@ fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole()
     kept.sort();
     after.sort();
     assert!(kept == after, "a live job's payload was overwritten");
+}
+
+#[test]
+fn the_daemon_writes_its_validated_header_back_over_a_forged_one() {
+    let d = Daemon::start_with(&[
+        "--queues",
+        "1",
+        "--records",
+        "64",
+        "--process-slots",
+        "8",
+        "--payload-bytes",
+        "128",
+        "--inline-bytes",
+        "64",
+        "--payload-blocks",
+        "128=8",
+        "--lease-scan-interval",
+        "20ms",
+    ]);
+    ok(&d.run(&["create", "q", "--deques", "1"]));
+    let at = (core::mem::offset_of!(SegmentDescriptor, config)
+        + core::mem::offset_of!(SegmentConfig, payload_blocks)) as u64;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&d.segment).expect("open");
+    let mut before = [0u8; 4 * PAYLOAD_CLASSES];
+    f.read_exact_at(&mut before, at).expect("read");
+    let mut forged = [0u32; PAYLOAD_CLASSES];
+    forged[1] = 4;
+    let bytes: Vec<u8> = forged.iter().flat_map(|n| n.to_ne_bytes()).collect();
+    f.write_all_at(&bytes, at).expect("forge");
+    // Within a few scans the header is the daemon's again: a file check (no daemon asked)
+    // then lays the segment out as the daemon does.
+    let restored = eventually(std::time::Duration::from_secs(10), || {
+        let mut now = [0u8; 4 * PAYLOAD_CLASSES];
+        f.read_exact_at(&mut now, at).ok()?;
+        (now == before).then_some(())
+    });
+    assert!(restored.is_some(), "the forged class table stayed; daemon log:\n{}", d.log_text());
+    assert!(d.log_text().contains("header was rewritten"), "{}", d.log_text());
+    let seg = d.segment.to_str().expect("utf-8 path").to_string();
+    let o = d.run(&["check", "--segment", &seg]);
+    assert!(ok(&o).contains("payload blocks: 0 held of 8"), "{}", stdout(&o));
+    ok(&d.run_in(&["push", "q"], &[payload(128, 1), b"\n".to_vec()].concat()));
 }
