@@ -11,6 +11,8 @@
 //!   file; a restart with other block flags is refused naming the field.
 //! - Garbage written into a queued job's block reference: `xtcq check` says which record,
 //!   and the daemon keeps serving the other jobs.
+//! - A segment larger than its tmpfs is refused at once, naming the flags.
+//! - A delayed large job keeps its block through the daemon's sweeps.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -276,4 +278,40 @@ fn a_segment_larger_than_its_tmpfs_is_refused_at_once_with_a_message() {
     assert!(e.contains("not enough space") && e.contains("--payload-blocks"), "{e}");
     assert!(!e.contains("panicked"), "{e}");
     assert!(!dir.path().join("seg").exists(), "a refused segment left its file behind");
+}
+
+#[test]
+fn a_delayed_large_job_keeps_its_block_through_the_daemons_sweeps() {
+    // One 8 KiB block; the daemon scans (and sweeps) every 20 ms while the job waits.
+    let d = Daemon::start_with(&[
+        "--records",
+        "64",
+        "--queues",
+        "1",
+        "--process-slots",
+        "8",
+        "--inline-bytes",
+        "64",
+        "--payload-bytes",
+        "8192",
+        "--payload-blocks",
+        "8KiB=1",
+        "--lease-scan-interval",
+        "20ms",
+    ]);
+    ok(&d.run(&["create", "q", "--deques", "1"]));
+    let a = payload(8000);
+    ok(&d.run_in(&["push", "q", "-0", "--delay", "1s"], &a));
+    std::thread::sleep(Duration::from_millis(300));
+    // Had a sweep taken the delayed job's block for an orphan, this push would get it.
+    let o = d.run_in(&["push", "q", "-0", "--timeout", "0s"], &payload(5000));
+    assert_ne!(code(&o), 0, "a second 8 KiB-class push found the delayed job's block free");
+    assert!(stderr(&o).contains("1 blocks of 8192 bytes"), "{}", stderr(&o));
+    let o = d.run(&["steal", "q", "-0", "--timeout", "20s"]);
+    assert!(
+        o.stdout == [a.as_slice(), b"\0"].concat(),
+        "the delayed job came back different: {}",
+        stderr(&o)
+    );
+    assert!(held_line(&d).contains("0 held of 1"), "{}", held_line(&d));
 }
