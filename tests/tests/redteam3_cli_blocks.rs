@@ -13,6 +13,8 @@
 //!   and the daemon keeps serving the other jobs.
 //! - A segment larger than its tmpfs is refused at once, naming the flags.
 //! - A delayed large job keeps its block through the daemon's sweeps.
+//! - A dead letter whose block reference is garbage is listed, re-queued and purged without
+//!   harm to the daemon or the other dead letter, and its block is swept once it is gone.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -314,4 +316,53 @@ fn a_delayed_large_job_keeps_its_block_through_the_daemons_sweeps() {
         stderr(&o)
     );
     assert!(held_line(&d).contains("0 held of 1"), "{}", held_line(&d));
+}
+
+#[test]
+fn a_dead_letter_with_a_garbage_block_reference_is_listed_requeued_and_purged_safely() {
+    let d = Daemon::start_with(FLAGS);
+    ok(&d.run(&["create", "q", "--deques", "1", "--max-attempts", "1"]));
+    ok(&d.run_in(&["push", "q", "-0"], &payload(5000)));
+    ok(&d.run_in(&["push", "q", "-0"], &payload(6000)));
+    // Both fail once: dead letters, keeping their blocks.
+    let c = d.client();
+    let t = c.attach_thief("q").expect("thief");
+    for _ in 0..2 {
+        t.steal().expect("steal").expect("a job").fail("boom").expect("fail");
+    }
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
+    let records = seg.records();
+    let i = (0..records.len())
+        .find(|&i| {
+            records.held_block(i).is_some()
+                && records
+                    .header(i)
+                    .is_some_and(|h| h.payload_len.load(std::sync::atomic::Ordering::Relaxed) == 5000)
+        })
+        .expect("the 5000-byte dead letter");
+    let off = seg.descriptor().regions.records
+        + u64::from(i) * seg.descriptor().regions.record_stride
+        + xtcq_shm::layout::RECORD_HEADER_SIZE as u64;
+    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open");
+    f.write_all_at(&(6u64 << 32 | 1).to_ne_bytes(), off).expect("scribble");
+    // Listing, re-queueing and purging go on; the daemon serves on.
+    let o = d.run(&["dead", "q", "--json"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    ok(&d.run(&["dead", "q", "--requeue"]));
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let o = d.run(&["steal", "q", "-0"]);
+        got.push((code(&o), o.stdout.len()));
+    }
+    got.sort();
+    assert_eq!(got[0], (0, 6001), "the intact job came back whole: {got:?}");
+    assert_ne!(got[1].0, 0, "the job whose reference is garbage was read: {got:?}");
+    ok(&d.run(&["dead", "q", "--purge"]));
+    assert!(d.run(&["stats"]).status.success(), "the daemon stopped serving:\n{}", d.log_text());
+    // Once the damaged job is gone, the sweep frees its block too.
+    let r = eventually(Duration::from_secs(10), || {
+        let r = c.check_with_strays(false, Duration::ZERO).ok()?;
+        (r.counts.blocks.held == 0).then_some(r)
+    });
+    assert!(r.is_some(), "blocks still held: {}", held_line(&d));
 }
