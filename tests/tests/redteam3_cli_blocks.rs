@@ -12,6 +12,8 @@
 //! - Garbage written into a queued job's block reference: `xtcq check` says which record,
 //!   and the daemon keeps serving the other jobs.
 //! - A segment larger than its tmpfs is refused at once, naming the flags.
+//! - A push that finds its class dry waits, naming the class, and goes through when another
+//!   process acks a job of that class.
 //! - A delayed large job keeps its block through the daemon's sweeps.
 //! - A dead letter whose block reference is garbage is listed, re-queued and purged without
 //!   harm to the daemon or the other dead letter, and its block is swept once it is gone.
@@ -365,4 +367,41 @@ fn a_dead_letter_with_a_garbage_block_reference_is_listed_requeued_and_purged_sa
         (r.counts.blocks.held == 0).then_some(r)
     });
     assert!(r.is_some(), "blocks still held: {}", held_line(&d));
+}
+
+#[test]
+fn a_push_waiting_for_a_block_goes_through_when_another_process_acks() {
+    let d = Daemon::start_with(FLAGS);
+    ok(&d.run(&["create", "q", "--deques", "1"]));
+    let (a, b, third) = (payload(65536), payload(65535), payload(40000));
+    ok(&d.run_in(&["push", "q", "-0"], &a));
+    ok(&d.run_in(&["push", "q", "-0"], &b));
+    // Both 64 KiB blocks held (no larger class): the third push waits for room.
+    let mut child = d
+        .xtcq()
+        .args(["push", "q", "-0", "--timeout", "60s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xtcq push");
+    child.stdin.take().expect("stdin").write_all(&third).expect("write");
+    let mut err = child.stderr.take().expect("stderr");
+    let mut said = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&said).contains("waiting for room") {
+        assert_eq!(err.read(&mut byte).expect("stderr"), 1, "push ended: {}", String::from_utf8_lossy(&said));
+        said.push(byte[0]);
+    }
+    let s = String::from_utf8_lossy(&said).to_string();
+    assert!(s.contains("2 blocks of 65536 bytes"), "{s}");
+    // Another process takes (and acks) the oldest: the waiting push goes through.
+    assert!(steal_one(&d) == a, "the first job came back different");
+    let st = wait_timeout(&mut child, Duration::from_secs(60)).expect("the waiting push never ended");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).expect("stderr");
+    assert!(st.success(), "{s}{rest}");
+    assert!(steal_one(&d) == b, "the second job came back different");
+    assert!(steal_one(&d) == third, "the waiting job came back different");
+    assert!(held_line(&d).contains("0 held"), "{}", held_line(&d));
 }
