@@ -1,7 +1,7 @@
 //! The one-shot subcommands: `create`, `delete`, `ls`, `push`, `steal`, `dead`,
 //! `check`, `shutdown`. Each connects, does its work, and returns an exit status (see `exit`).
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -233,20 +233,31 @@ pub struct PushArgs {
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
-pub fn for_each_stdin_job(null: bool, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+/// A job longer than `max` bytes (the largest payload the segment takes) is refused as soon
+/// as `max + 1` of its bytes are in, so an endless line (`xtcq push q < /dev/zero`) is an
+/// error, not a buffer that grows until memory runs out.
+pub fn for_each_stdin_job(null: bool, max: u32, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let sep = if null { 0u8 } else { b'\n' };
     let mut buf = Vec::new();
     let mut n = 0u64;
+    // The largest payload, one byte past it (to tell "too large") and the separator.
+    let limit = u64::from(max) + 2;
     loop {
         buf.clear();
-        let got = input.read_until(sep, &mut buf).context("cannot read stdin")?;
+        let got = (&mut input).take(limit).read_until(sep, &mut buf).context("cannot read stdin")?;
         if got == 0 {
             return Ok(n);
         }
         if buf.last() == Some(&sep) {
             buf.pop();
+        } else if buf.len() > max as usize {
+            bail!(
+                "payload too large: job {} of stdin is longer than {max} bytes, the largest payload \
+                 this segment takes (xtcqd --payload-bytes); {n} job(s) pushed, the rest not read",
+                n + 1
+            );
         }
         f(&buf).with_context(|| format!("job {} of stdin", n + 1))?;
         n += 1;
@@ -275,7 +286,7 @@ pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
         Ok(())
     };
     if args.payload.is_empty() || args.payload == ["-"] {
-        for_each_stdin_job(args.null, one)?;
+        for_each_stdin_job(args.null, inj.payload_capacity(), one)?;
     } else {
         for p in &args.payload {
             one(p.as_bytes())?;

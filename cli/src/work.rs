@@ -47,7 +47,7 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     let owner = c.attach_owner(&a.queue)?;
     let t0 = Instant::now();
     let mut room = Room::new(&a.queue, a.timeout);
-    let n = for_each_stdin_job(a.null, |p| {
+    let n = for_each_stdin_job(a.null, owner.payload_capacity(), |p| {
         room.push(|p| owner.push(p), p)?;
         Ok(())
     })?;

@@ -120,7 +120,8 @@ impl ThiefHandle {
     /// Refills `batch` with up to `limit` (at most 128) claimed jobs: from the overflow ring
     /// while it has any, else what one deque holds (up to `limit`), taken with one CAS on its `top` (FIFO
     /// queues; a LIFO deque's owner pops without a CAS, so there each job is its own CAS).
-    /// Jobs left unsettled in `batch` are nacked first. `Ok(0)` when the queue looked empty.
+    /// Jobs left unsettled in `batch` are nacked first. `Ok(0)` when the queue looked empty,
+    /// or `limit` is 0.
     pub fn steal_into<'s>(&'s self, limit: usize, batch: &mut JobBatch<'s>) -> Result<usize, Error> {
         usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
         batch.from = Some((&self.seg, &self.conn));

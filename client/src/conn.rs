@@ -362,15 +362,38 @@ impl Conn {
         }
     }
 
-    /// The segment at `path`, mapped once per connection.
+    /// The segment at `path`, mapped once per connection, laid out as the daemon laid it out.
     pub(crate) fn segment(&self, path: &Path) -> Result<Arc<Segment>, Error> {
         let mut s = lock(&self.segment);
-        if let Some(seg) = s.as_ref().filter(|seg| seg.path() == path) {
-            return Ok(seg.clone());
+        let seg = match s.as_ref().filter(|seg| seg.path() == path) {
+            Some(seg) => seg.clone(),
+            None => Arc::new(self.map_segment(path)?),
+        };
+        // A header rewritten since the daemon validated it (a forged class table with the
+        // same region sizes passes validation) would have us lay the segment out unlike the
+        // daemon and every other process, and write blocks over live jobs' blocks: refused.
+        // Checked for a kept mapping too: a daemon restarted since may have validated another
+        // header. 0: a daemon that predates the digest.
+        let want = lock(&self.current).hello.segment_digest;
+        if want != 0 && seg.descriptor_digest() != want {
+            return Err(xtcq_shm::SegmentError::Inconsistent {
+                path: path.to_path_buf(),
+                what: "its header is not the one the daemon validated (a process rewrote it); not \
+                       used, so as not to lay it out unlike the daemon and every other process: \
+                       stop the writer, then restart xtcqd to validate the header again"
+                    .into(),
+            }
+            .into());
         }
-        // The fd the daemon handed over, when it did: what it serves, whatever the path names.
+        *s = Some(seg.clone());
+        Ok(seg)
+    }
+
+    /// Maps the segment: the fd the daemon handed over, when it did (what it serves, whatever
+    /// the path names), else the file at `path`.
+    fn map_segment(&self, path: &Path) -> Result<Segment, Error> {
         let fd = lock(&self.current).segment_fd.clone();
-        let seg = Arc::new(match fd {
+        Ok(match fd {
             Some(fd) => {
                 let f = fd.try_clone().map_err(|e| xtcq_shm::SegmentError::Io {
                     path: path.to_path_buf(),
@@ -380,9 +403,7 @@ impl Conn {
                 Segment::attach_file(std::fs::File::from(f), path)?
             }
             None => Segment::attach(path)?,
-        });
-        *s = Some(seg.clone());
-        Ok(seg)
+        })
     }
 }
 

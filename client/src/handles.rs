@@ -562,6 +562,11 @@ impl InjectorHandle {
         &self.att.queue
     }
 
+    /// Largest payload a job can carry.
+    pub fn payload_capacity(&self) -> u32 {
+        self.inj.segment().config().payload_bytes
+    }
+
     /// This process's slot in the segment.
     pub fn process_slot(&self) -> u32 {
         self.att.process_slot

@@ -165,6 +165,7 @@ fn shared_state(
         daemon_pid: std::process::id(),
         daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
         segment_path: seg.path().to_path_buf(),
+        segment_digest: seg.descriptor_digest(),
     };
     let slots_per_uid = cfg.process_slots_per_uid.unwrap_or((seg.config().process_slots / 2).max(1));
     // What the descriptors leave after the reserve, one pidfd per slot and two per

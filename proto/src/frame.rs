@@ -155,6 +155,7 @@ mod tests {
             daemon_pid: 7,
             daemon_epoch: 3,
             segment_path: "/dev/shm/x".into(),
+            segment_digest: 11,
         }));
         roundtrip(HelloReply::VersionMismatch { daemon_version: 1, client_version: 9, message: "m".into() });
         roundtrip(HelloReply::Refused(ErrorReply::new(ErrorCode::Unauthorized, "no")));

@@ -109,6 +109,11 @@ pub struct HelloOk {
     pub daemon_epoch: u64,
     /// The segment file to map.
     pub segment_path: PathBuf,
+    /// The digest of the segment descriptor the daemon validated
+    /// (`xtcq_shm::Segment::descriptor_digest`): a client refuses a mapping whose header
+    /// differs (rewritten since). 0 from a daemon that predates it: not checked.
+    #[serde(default)]
+    pub segment_digest: u64,
 }
 
 /// A request with the id its reply will carry.

@@ -32,7 +32,9 @@ use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 mod clock;
 mod compat;
+mod digest;
 mod errors;
+mod memory;
 mod queue_table;
 mod quota;
 
@@ -116,6 +118,21 @@ impl Segment {
         use rustix::fs::{MemfdFlags, SealFlags};
         let regions = compute_regions(config)?;
         let path = PathBuf::from(format!("memfd:{label}"));
+        // A memfd lives on the kernel's internal tmpfs, which has no size limit: a fallocate
+        // larger than memory would take pages until the OOM killer ends something, instead
+        // of failing. Refused here when it could never fit.
+        if let Some(room) = memory::host_memory_and_swap() {
+            if regions.total_len > room {
+                return Err(SegmentError::NoSpace {
+                    path,
+                    len: regions.total_len,
+                    source: io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!("a memfd segment larger than this host's memory and swap ({room} bytes)"),
+                    ),
+                });
+            }
+        }
         let fd = rustix::fs::memfd_create(label, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
             .map_err(|e| io_err(&path, "cannot create the memfd")(e.into()))?;
         let seg = Self::init(File::from(fd), &path, config, regions, 0o600)?;

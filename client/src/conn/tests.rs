@@ -26,6 +26,7 @@ fn ok() -> HelloReply {
         daemon_pid: 1,
         daemon_epoch: 1,
         segment_path: "/nonexistent".into(),
+        segment_digest: 0,
     })
 }
 

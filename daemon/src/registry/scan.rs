@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use std::sync::atomic::Ordering;
-use tracing::warn;
+use tracing::{error, warn};
 use xtcq_shm::record::state::{JobHandle, State, StateWord};
 use xtcq_shm::recovery;
 use xtcq_shm::strays::StraySweep;
@@ -70,6 +70,14 @@ impl Registry {
                 waiting_for_room = swept.waiting,
                 "queued jobs no deque or overflow ring referenced (a give-back met a full ring) \
                  put back on their queue's overflow ring"
+            );
+        }
+        // A header some process rewrote (a forged class table would have later attachers lay
+        // blocks over live jobs' blocks): the validated copy is written back.
+        if self.seg.restore_descriptor() {
+            error!(
+                "the segment header was rewritten by another process; this daemon's validated \
+                 copy was written back (clients that mapped it meanwhile were refused)"
             );
         }
         // Payload blocks whose record moved on (a process died between freeing a record and

@@ -172,7 +172,12 @@ impl Thief {
         let Some(d) = self.deques.get(deque as usize) else {
             return Steal::Empty;
         };
-        let n = limit.clamp(1, MAX_BATCH);
+        // A limit of 0 takes nothing: a job claimed for a caller that asked for none would be
+        // nacked when dropped, an attempt it never made.
+        let n = limit.min(MAX_BATCH);
+        if n == 0 {
+            return Steal::Empty;
+        }
         // Zeroing a buffer is paid on every look, empty ones included (a consumer that keeps
         // up looks about twice per job): 256 bytes for the usual limits, 1 KiB only above 32.
         let (mut small, mut large);
@@ -202,14 +207,18 @@ impl Thief {
     /// Up to `limit` jobs into `batch` (emptied first, its unsettled jobs nacked): from the
     /// overflow ring while it has any, else what one deque holds, up to `limit` (one CAS on
     /// `top` for a FIFO queue), trying every deque from a rotating start, with rounds repeated
-    /// while a steal lost a race. `Ok(0)` when everything looked empty.
+    /// while a steal lost a race. `Ok(0)` when everything looked empty, or `limit` is 0.
     pub fn steal_batch_claimed<'s>(
         &'s self,
         limit: usize,
         batch: &mut ClaimedBatch<'s>,
     ) -> Result<usize, RingError> {
         batch.clear();
-        let limit = limit.clamp(1, MAX_BATCH);
+        // 0 takes nothing (see `steal_batch_counted`).
+        let limit = limit.min(MAX_BATCH);
+        if limit == 0 {
+            return Ok(0);
+        }
         let ring_error = loop {
             if batch.len() >= limit {
                 return Ok(batch.len());

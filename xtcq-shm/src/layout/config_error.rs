@@ -37,7 +37,10 @@ pub enum ConfigError {
         room: u32,
     },
     /// The whole does not fit in 64 bits or in the address space.
-    #[error("the segment would be larger than {max} bytes")]
+    #[error(
+        "the segment would be larger than {max} bytes, the most one may be: choose fewer records \
+         (--records) or payload blocks (--payload-blocks), or smaller deques"
+    )]
     TooLarge {
         /// The limit.
         max: u64,

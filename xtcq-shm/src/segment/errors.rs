@@ -8,9 +8,10 @@ use super::*;
 /// Why a segment could not be created or attached.
 #[derive(Debug, thiserror::Error)]
 pub enum SegmentError {
-    /// The configuration cannot be laid out.
+    /// The configuration cannot be laid out. (Not a `source`: the message already says
+    /// it, and a printer of the error's chain would say it twice.)
     #[error("invalid segment configuration: {0}")]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
     /// `create` found a file there.
     #[error("segment {path} already exists; attach to it, or remove it first")]
     Exists {
@@ -19,9 +20,9 @@ pub enum SegmentError {
     },
     /// tmpfs or the disk is full.
     #[error(
-        "not enough space for segment {path}: it needs {len} bytes ({source}); free space \
-         (for /dev/shm: `df -h /dev/shm`) or choose fewer records, smaller payloads or \
-         smaller deques"
+        "not enough space for segment {path}: it needs {len} bytes; free space (for /dev/shm: \
+         `df -h /dev/shm`) or choose fewer records (--records) or payload blocks \
+         (--payload-blocks), smaller payloads or smaller deques"
     )]
     NoSpace {
         /// The path.
@@ -201,4 +202,10 @@ pub enum DeleteError {
         /// Queue name.
         queue: String,
     },
+}
+
+impl From<ConfigError> for SegmentError {
+    fn from(e: ConfigError) -> Self {
+        SegmentError::Config(e)
+    }
 }
