@@ -6,7 +6,8 @@
 //! ```
 //!
 //! - The producer (this process, pinned to CPU 0) owns the queue's one deque and pushes N
-//!   64-byte jobs as fast as the deque takes them (a full deque is retried).
+//!   64-byte jobs as fast as the deque takes them (a full deque is retried), one at a time or
+//!   `XTCQ_BENCH_PUSH_BATCH=K` at a time (`push_batch`: one store of `bottom` a batch).
 //! - Each consumer (this binary again, pinned to CPU k, k = 1..) loops on `steal` (or on
 //!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`), copies the payload out and acks. When a
 //!   look finds nothing it looks again at once (`XTCQ_BENCH_POLL=spin`, the default), after
@@ -169,6 +170,8 @@ struct Bench {
     _client: Client,
     n: u64,
     batch: u64,
+    /// Jobs the producer queues per `push_batch` (1: single pushes).
+    push_batch: usize,
 }
 
 impl Bench {
@@ -194,6 +197,9 @@ impl Bench {
     }
 
     fn push_all(&self) {
+        if self.push_batch > 1 {
+            return self.push_all_batched();
+        }
         let mut m = [0xabu8; MSG];
         for seq in 0..self.n {
             m[..8].copy_from_slice(&seq.to_le_bytes());
@@ -207,6 +213,30 @@ impl Bench {
                     }
                     e => panic!("push: {e}"),
                 }
+            }
+        }
+    }
+
+    /// `push_all` in batches of `push_batch` (`OwnerHandle::push_batch`: one store of the
+    /// deque's `bottom` and one wake a batch); a full deque is waited out as a full queue is.
+    fn push_all_batched(&self) {
+        let mut msgs = vec![[0xabu8; MSG]; self.push_batch];
+        let mut seq = 0;
+        let mut tries = 0u64;
+        while seq < self.n {
+            let k = (self.n - seq).min(self.push_batch as u64) as usize;
+            for (i, m) in msgs[..k].iter_mut().enumerate() {
+                m[..8].copy_from_slice(&(seq + i as u64).to_le_bytes());
+            }
+            let refs: Vec<&[u8]> = msgs[..k].iter().map(|m| m.as_slice()).collect();
+            match self.owner.push_batch(&refs) {
+                Ok(0) | Err(xtcq_client::Error::RecordsFull(_)) => {
+                    std::hint::spin_loop();
+                    tries += 1;
+                    assert!(tries < 1 << 30, "the queue stayed full: are the consumers alive?");
+                }
+                Ok(n) => seq += n as u64,
+                Err(e) => panic!("push_batch: {e}"),
             }
         }
     }
@@ -313,6 +343,7 @@ fn main() {
     let n = env_u64("XTCQ_BENCH_N").unwrap_or(1_000_000);
     let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(3).max(1) as u32;
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1);
+    let push_batch = env_u64("XTCQ_BENCH_PUSH_BATCH").unwrap_or(1).clamp(1, 128) as usize;
     let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
     let work = if work_ns > 0 { format!("{work_ns} ns of work +") } else { String::new() };
     let counts: Vec<usize> = match std::env::var("XTCQ_BENCH_CONSUMERS") {
@@ -329,7 +360,8 @@ fn main() {
     params.flavor = Flavor::Fifo;
     client.create_queue(&params).expect("create queue");
     let owner = client.attach_owner(QUEUE).expect("attach_owner");
-    let bench = Bench { daemon, owner, _client: client, n, batch };
+    let bench = Bench { daemon, owner, _client: client, n, batch, push_batch };
+    let producer_how = if push_batch > 1 { format!("push_batch({push_batch})") } else { "push".to_string() };
 
     let poll = Poll::from_env();
     let consumer_how = match (batch > 1, poll) {
@@ -338,7 +370,7 @@ fn main() {
         (false, _) => format!("steal, {} when empty", poll.name()),
     };
     println!(
-        "fanout: {cpus} CPUs online, 1 producer (push) -> N consumers ({consumer_how} + payload + {work} ack), \
+        "fanout: {cpus} CPUs online, 1 producer ({producer_how}) -> N consumers ({consumer_how} + payload + {work} ack), \
          64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once"
     );
     println!();

@@ -1,5 +1,6 @@
 //! Batches: [`ThiefHandle::steal_into`] fills a [`JobBatch`] with up to N claimed jobs taken
-//! with one steal, and [`JobBatch::ack_all`] settles them together.
+//! with one steal, and [`JobBatch::ack_all`] settles them together; on the producer's side
+//! [`OwnerHandle::push_batch`] queues up to N jobs with one store of the deque's `bottom`.
 //!
 //! - Each job of a batch is claimed and acked by its own CAS on its record, exactly as a
 //!   single steal's job is: a stale or duplicated handle fails its claim and is left out.
@@ -7,13 +8,16 @@
 //!   handle check, one clock read and one update of each counter per batch, and no
 //!   allocation once the batch's buffer has grown.
 //! - A job left unsettled is nacked when the batch is refilled, cleared or dropped.
+//! - A pushed batch is published record by record as single pushes are; only the deque
+//!   sees it at once (a thief sees none of it or all of it). A producer killed before that
+//!   store leaves queued records in no index, which the daemon's stray scan indexes.
 
 use std::sync::Arc;
 
 use xtcq_shm::{ClaimedBatch, JobHandle, JobId, Segment};
 
 use crate::conn::Conn;
-use crate::handles::{overflow_ring_error, usable, Job, ThiefHandle};
+use crate::handles::{overflow_ring_error, usable, Job, OwnerHandle, ThiefHandle};
 use crate::Error;
 
 /// Claimed jobs from one batch steal: run them by index, then [`ack_all`](Self::ack_all).
@@ -134,5 +138,38 @@ impl ThiefHandle {
         let mut batch = JobBatch::new();
         self.steal_into(limit, &mut batch)?;
         Ok(batch.into_jobs())
+    }
+}
+
+impl OwnerHandle {
+    /// Queues the first of `payloads` at once, as many as our deque has room for (at most
+    /// 128), with one store of the deque's `bottom` and one wake for all of them. Returns how
+    /// many were queued, like a short `write(2)`: fewer than given when the deque filled up
+    /// or a job failed after some were queued (the next push then says why); an error only
+    /// when none was. Push the rest with [`push`](Self::push), which spills to the overflow
+    /// ring, or in a later batch.
+    ///
+    /// ```no_run
+    /// # let client = xtcq_client::Client::connect(None)?;
+    /// let owner = client.attach_owner("jobs")?;
+    /// let jobs: Vec<Vec<u8>> = (0..100).map(|i| format!("job {i}").into_bytes()).collect();
+    /// let mut rest: Vec<&[u8]> = jobs.iter().map(Vec::as_slice).collect();
+    /// while !rest.is_empty() {
+    ///     let n = owner.push_batch(&rest)?;
+    ///     if n == 0 {
+    ///         owner.push(rest[0])?; // the deque is full: this one goes to the overflow ring
+    ///         rest.remove(0);
+    ///     }
+    ///     rest.drain(..n);
+    /// }
+    /// # Ok::<(), xtcq_client::Error>(())
+    /// ```
+    pub fn push_batch(&self, payloads: &[&[u8]]) -> Result<usize, Error> {
+        self.usable()?;
+        match self.owner.push_batch(payloads) {
+            Ok(n) => Ok(n),
+            Err(e) if e.queued > 0 => Ok(e.queued),
+            Err(e) => Err(Error::from_push(e.error)),
+        }
     }
 }

@@ -279,7 +279,7 @@ impl Drop for LeaseGuard {
 /// and pops; that is what makes the deque lock-free at the bottom).
 pub struct OwnerHandle {
     // Declared before `lease`: dropped first.
-    owner: Owner,
+    pub(crate) owner: Owner,
     lease: LeaseGuard,
     lost_at: u64,
 }
@@ -306,7 +306,7 @@ impl OwnerHandle {
     /// Also checks that the deque's lease word is still ours: two owners on one deque
     /// would break the Chase-Lev protocol.
     #[inline]
-    fn usable(&self) -> Result<(), Error> {
+    pub(crate) fn usable(&self) -> Result<(), Error> {
         let lease = &self.lease.lease;
         let seg = self.owner.segment();
         usable(seg, &self.lease.conn, &lease.attachment, self.lost_at)?;

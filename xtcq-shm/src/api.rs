@@ -30,6 +30,17 @@ pub use owned::OwnedJob;
 pub use owner::{Injector, Owner};
 pub use thief::Thief;
 
+/// Why a batch push stopped: the jobs before the one that failed were queued.
+#[derive(Debug, thiserror::Error)]
+#[error("{queued} jobs of the batch were queued, then one failed: {error}")]
+pub struct PushBatchError {
+    /// Jobs queued, the batch's first ones.
+    pub queued: usize,
+    /// Why the next one was not.
+    #[source]
+    pub error: PushError,
+}
+
 /// Why a push failed. The job was not queued.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {

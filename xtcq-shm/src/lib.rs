@@ -65,7 +65,9 @@ pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
 pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]
-pub use api::{ClaimedBatch, ClaimedJob, Injector, JobError, OwnedJob, Owner, PushError, Thief};
+pub use api::{
+    ClaimedBatch, ClaimedJob, Injector, JobError, OwnedJob, Owner, PushBatchError, PushError, Thief,
+};
 #[cfg(not(xtcq_loom))]
 pub use layout::SegmentConfig;
 #[cfg(not(xtcq_loom))]

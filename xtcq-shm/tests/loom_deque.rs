@@ -176,6 +176,38 @@ mod full_protocol {
         assert!(seen.contains(&(Some(2), [s(1), S::Retry], vec![])), "{seen:?}");
     }
 
+    /// `push_many`: the owner pushes 1 and then 2, 3 as one batch (one store of `bottom`)
+    /// while a thief steals twice. A steal sees a slot only once `bottom` covers it, so it
+    /// never takes a slot's old value (0, as the heap deque starts), and every value is taken
+    /// once, by the thief or by the owner draining afterwards.
+    #[test]
+    fn push_many_races_two_steals_each_value_once() {
+        let seen = explore("push_many", PREEMPTIONS, |start| {
+            let d = Arc::new(HeapDeque::new(4));
+            let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
+            owner.push(1).unwrap();
+            let d2 = d.clone();
+            let thief = thread::spawn(move || {
+                let v = d2.view(Flavor::Fifo).unwrap();
+                [S::from(v.steal()), S::from(v.steal())]
+            });
+            start.after_spawn();
+            assert_eq!(owner.push_many(&[2, 3]), 2);
+            let steals = thief.join().unwrap();
+            let mut all: Vec<u64> = steals.iter().filter_map(|s| s.got()).collect();
+            while let Some(x) = owner.pop() {
+                all.push(x);
+            }
+            all.sort_unstable();
+            assert_eq!(all, [1, 2, 3], "duplicate, lost or stale value: the thief took {steals:?}");
+            steals
+        });
+        let s = S::Got;
+        // The thief saw only the first push, and then the whole batch.
+        assert!(seen.contains(&[s(1), S::Empty]), "{seen:?}");
+        assert!(seen.contains(&[s(1), s(2)]), "{seen:?}");
+    }
+
     /// The owner's last-item pop against one steal of that item: the CAS on `top` gives it
     /// to exactly one of them.
     #[test]

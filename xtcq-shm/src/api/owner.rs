@@ -11,7 +11,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::{extend, ClaimedJob, PushError, QueueCtx};
+use super::{extend, ClaimedJob, PushBatchError, PushError, QueueCtx};
 use crate::deque::{DequeOwner, DequeRef};
 use crate::overflow::RingError;
 use crate::record::arena::WriteError;
@@ -118,6 +118,44 @@ impl Owner {
         }
         crate::wait::notify(self.ctx.wait);
         Ok(h)
+    }
+
+    /// Queues up to [`MAX_BATCH`](crate::deque::MAX_BATCH) of `payloads` at once, as many as
+    /// our deque has room for: each record filled and published as [`push`](Self::push)
+    /// does, then all their handles put in the deque with one store of `bottom`, and one wake
+    /// for the lot. Returns how many were queued, from the first; the rest (the deque was
+    /// full, or there were more than the maximum) are the caller's, for `push` (which spills
+    /// to the overflow ring) or a later batch.
+    ///
+    /// When one fails (records, blocks or the quota exhausted, a payload too large) those
+    /// before it are queued and [`PushBatchError`] says how many.
+    pub fn push_batch(&self, payloads: &[&[u8]]) -> Result<usize, PushBatchError> {
+        let room = self.deque.room_up_to(payloads.len().min(crate::deque::MAX_BATCH));
+        let mut words = [0u64; crate::deque::MAX_BATCH];
+        let mut failed = None;
+        let mut n = 0;
+        for p in &payloads[..room] {
+            match publish(&self.ctx, self.me, &self.cursor, p) {
+                Ok(h) => {
+                    words[n] = h.to_word();
+                    n += 1;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        // Room was counted first and only we push: every published handle fits.
+        let pushed = self.deque.push_many(&words[..n]);
+        debug_assert_eq!(pushed, n);
+        if n > 0 {
+            crate::wait::notify(self.ctx.wait);
+        }
+        match failed {
+            None => Ok(n),
+            Some(error) => Err(PushBatchError { queued: n, error }),
+        }
     }
 
     /// The next job in the queue's flavor order from our deque (newest first for LIFO,

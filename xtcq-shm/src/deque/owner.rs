@@ -104,10 +104,34 @@ impl<'a> DequeOwner<'a> {
         Ok(())
     }
 
+    /// Pushes as many of `handles` as there is room for, from the first, with one store of
+    /// `bottom` for all of them (a thief sees none or, once it reads the new `bottom`, every
+    /// one: the slots are written first, past `bottom`, where no thief looks). Returns how
+    /// many were pushed; the rest are the caller's.
+    ///
+    /// ```
+    /// use xtcq_shm::{DequeOwner, Flavor, HeapDeque};
+    /// let d = HeapDeque::new(4);
+    /// let owner = DequeOwner::adopt(d.view(Flavor::Fifo).unwrap());
+    /// assert_eq!(owner.push_many(&[1, 2, 3, 4, 5, 6]), 4); // room for 4
+    /// assert_eq!(owner.pop(), Some(1));
+    /// assert_eq!(owner.push_many(&[5, 6]), 1);
+    /// ```
+    pub fn push_many(&self, handles: &[u64]) -> usize {
+        let n = self.room_up_to(handles.len());
+        // Relaxed: only we write `bottom`.
+        let b = self.deque.bottom.load(Ordering::Relaxed);
+        for (i, &h) in handles[..n].iter().enumerate() {
+            self.write_slot(b, i, h);
+        }
+        self.publish(b, n);
+        n
+    }
+
     /// `min(want, free slots)`, reading `top` only when its cached copy says there may be
     /// fewer than `want` (the same rule as `push`).
     #[inline]
-    pub(super) fn room_up_to(&self, want: usize) -> usize {
+    pub(crate) fn room_up_to(&self, want: usize) -> usize {
         let d = &self.deque;
         // Relaxed: only we write `bottom`.
         let b = d.bottom.load(Ordering::Relaxed);
