@@ -7,7 +7,7 @@
 //! ```
 //!
 //! One producer process (this one) and one consumer process (this binary again, in a role),
-//! 64-byte messages. xtcq runs over a real daemon (`xtcq-test-daemon`, xtcqd's own main): the
+//! 64-byte messages. xtcq runs over a real daemon (`xtcq-bench-daemon`, xtcqd's own main): the
 //! producer owns a deque and `push`es; the consumer `steal`s (claim included), copies the
 //! payload out and `ack`s. The others move the same 64 bytes with write(2) / mq_send(3) and
 //! read(2) / mq_receive(3).
@@ -25,7 +25,10 @@
 //! others: blocking reads). Two phases per consumer process:
 //! - throughput: the producer sends N messages as fast as the transport takes them (xtcq:
 //!   a full queue is retried; pipes and sockets block); rate = N / (consumer's time of the
-//!   last message - producer's time before the first);
+//!   last message - producer's time before the first). In the batch rows Redis pipelines
+//!   its LPUSHes; xtcq's producer pushes one at a time unless `XTCQ_BENCH_PUSH_BATCH=1`,
+//!   which makes it `push_batch` as many as the consumer steals at once (off by default, so
+//!   the row stays comparable with earlier runs);
 //! - latency: one message at a time. The producer writes CLOCK_MONOTONIC into the payload
 //!   just before sending; the consumer subtracts it from CLOCK_MONOTONIC just after
 //!   receiving (same clock in both processes), then acks and bumps a counter in a shared
@@ -649,6 +652,29 @@ impl Tx<'_> {
     }
 
     /// Redis only: messages `seqs` as `LPUSH`es in one write, then their replies.
+    /// Queues `seqs` with `push_batch` (xtcq only): as many as the deque takes at a time, a
+    /// full deque retried as a full queue is in `send`.
+    fn send_batched(&mut self, seqs: std::ops::Range<u64>, bufs: &mut [[u8; MSG]]) {
+        let Tx::Xtcq(owner) = self else { unreachable!("push_batch is for xtcq only") };
+        let n = (seqs.end - seqs.start) as usize;
+        for (buf, seq) in bufs.iter_mut().zip(seqs) {
+            encode(seq, buf);
+        }
+        let refs: Vec<&[u8]> = bufs[..n].iter().map(|b| b.as_slice()).collect();
+        let (mut done, mut tries) = (0, 0u32);
+        while done < n {
+            match owner.push_batch(&refs[done..]) {
+                Ok(k) if k > 0 => done += k,
+                Ok(_) | Err(xtcq_client::Error::RecordsFull(_)) => {
+                    std::hint::spin_loop();
+                    tries += 1;
+                    assert!(tries < 1 << 28, "the queue stayed full: is the consumer alive?");
+                }
+                Err(e) => panic!("push_batch: {e}"),
+            }
+        }
+    }
+
     fn send_pipelined(&mut self, seqs: std::ops::Range<u64>, m: &mut [u8; MSG]) {
         let Tx::Redis { conn, key } = self else { unreachable!("pipelining is for Redis only") };
         let n = seqs.end - seqs.start;
@@ -686,6 +712,8 @@ struct Bench {
     redis: Option<RedisServer>,
     redis_n_thr: u64,
     redis_n_lat: u64,
+    /// `XTCQ_BENCH_PUSH_BATCH=1`: xtcq's batch row pushes in batches too.
+    push_batch: bool,
 }
 
 /// Spins until `f` holds, checking the clock and the child now and then.
@@ -813,6 +841,11 @@ impl Bench {
         if transport == Transport::Redis && batch > 1 {
             for i in (0..n_thr).step_by(batch) {
                 tx.send_pipelined(i..(i + batch as u64).min(n_thr), &mut m);
+            }
+        } else if transport == Transport::Xtcq && batch > 1 && self.push_batch {
+            let mut bufs = vec![[0xabu8; MSG]; batch];
+            for i in (0..n_thr).step_by(batch) {
+                tx.send_batched(i..(i + batch as u64).min(n_thr), &mut bufs);
             }
         } else {
             for i in 0..n_thr {
@@ -1032,6 +1065,7 @@ fn main() {
         redis,
         redis_n_thr,
         redis_n_lat,
+        push_batch: std::env::var("XTCQ_BENCH_PUSH_BATCH").is_ok_and(|v| v == "1"),
     };
 
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -1044,13 +1078,14 @@ fn main() {
         .unwrap_or_default();
     println!(
         "ipc_handoff: {} CPUs ({cpu}), 64-byte messages, {} throughput + {} latency messages per run, \
-         median of {} run(s){}; POSIX mq depth {}",
+         median of {} run(s){}; POSIX mq depth {}{}",
         ncpus(),
         n_thr,
         n_lat,
         runs,
         if quick { " (quick)" } else { "" },
-        bench.mq_depth
+        bench.mq_depth,
+        if bench.push_batch { "; xtcq's batch row pushes with push_batch(32)" } else { "" }
     );
     for (what, ns) in &cal {
         println!("  per op: {what:<40} {ns:>7.1} ns");
