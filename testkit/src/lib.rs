@@ -13,6 +13,7 @@
 //! - Segment sizes are named ([`sizes`]), never spelled out in a test.
 
 pub mod bridge;
+pub mod c_program;
 pub mod child;
 pub mod daemon;
 pub mod exe;
@@ -21,6 +22,7 @@ pub mod runs;
 pub mod sizes;
 pub mod users;
 
+pub use c_program::{compile_c, workspace_root};
 pub use child::{
     code, eventually, ok, run_bounded, run_within, stderr, stdout, wait_bounded, wait_timeout, wait_until,
 };

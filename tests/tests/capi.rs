@@ -7,44 +7,10 @@
 //! - `tests/c/steal_batch.c`: `xtcq_thief_steal_batch` takes a FIFO queue's jobs in
 //!   batches, each once and oldest first, and refuses bad handle arrays.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use xtcq_testkit::{artifact_dir, run_within, Daemon};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
-
-/// Compiles `source` (relative to the workspace root) into `dir` and returns the program.
-fn compile_c(source: &str, dir: &Path) -> PathBuf {
-    // Built as a dependency of this package, cargo leaves the archive in deps/.
-    let lib = artifact_dir().join("deps/libxtcq.a");
-    assert!(
-        lib.is_file(),
-        "{} not found: cargo builds it with xtcq-capi (cargo build -p xtcq-capi)",
-        lib.display()
-    );
-    let exe = dir.join(Path::new(source).file_stem().expect("file name"));
-    let out = run_within(
-        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-            .arg(root().join("include"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join(source))
-            .arg(&lib)
-            .args(["-lpthread", "-ldl", "-lm"]),
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "cc {source} failed (is a C compiler installed? Debian: apt-get install gcc):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
-}
+use xtcq_testkit::{compile_c, run_within, workspace_root, Daemon};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -53,7 +19,7 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn a_forked_pool_of_backends_acks_every_job_once_when_one_is_killed() {
     let daemon = Daemon::builder().daemon_defaults().start();
-    let pool = compile_c("examples/c/pool.c", daemon.dir());
+    let pool = compile_c("examples/c/pool.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&pool).arg(&daemon.socket).args(["10000", "3"]), Duration::from_secs(180));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -79,7 +45,7 @@ fn a_killed_backends_job_comes_back_while_its_forked_child_lives() {
     use std::process::Stdio;
 
     let daemon = Daemon::builder().daemon_defaults().start();
-    let exe = compile_c("tests/c/fork_holder.c", daemon.dir());
+    let exe = compile_c("tests/c/fork_holder.c", daemon.dir(), &[]);
     let client = daemon.client();
     let mut q = xtcq_client::QueueParams::new("held");
     q.deques = 1;
@@ -127,7 +93,7 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
         .daemon_defaults()
         .flags(["--no-allow-self", "--allow-uid", "65534", "--group", "65534"])
         .start();
-    let exe = compile_c("tests/c/status_codes.c", daemon.dir());
+    let exe = compile_c("tests/c/status_codes.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&exe).arg(&daemon.socket).arg(&refusing.socket), Duration::from_secs(120));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -137,7 +103,7 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
         daemon.log_text()
     );
 
-    let header = std::fs::read_to_string(root().join("include/xtcq.h")).expect("include/xtcq.h");
+    let header = std::fs::read_to_string(workspace_root().join("include/xtcq.h")).expect("include/xtcq.h");
     let codes: Vec<&str> = header
         .lines()
         .filter_map(|l| l.strip_prefix("#define "))
@@ -161,7 +127,7 @@ fn every_status_code_a_c_caller_can_meet_is_produced() {
 #[test]
 fn a_c_batch_steal_takes_each_job_once_oldest_first() {
     let daemon = Daemon::builder().daemon_defaults().start();
-    let exe = compile_c("tests/c/steal_batch.c", daemon.dir());
+    let exe = compile_c("tests/c/steal_batch.c", daemon.dir(), &[]);
     let out = run_within(Command::new(&exe).arg(&daemon.socket), Duration::from_secs(60));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(

@@ -4,11 +4,10 @@
 //! `xtcq_thief_steal_batch` (NULL arguments, n out of range, a forked child); then `xtcq
 //! check` finds no payload block held.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use xtcq_testkit::{artifact_dir, ok, run_within, Daemon};
+use xtcq_testkit::{compile_c, ok, run_within, Daemon};
 
 /// 100 bytes inline; 2 blocks of each size from 256 B to 64 KiB.
 const FLAGS: &[&str] = &[
@@ -26,33 +25,10 @@ const FLAGS: &[&str] = &[
     "256=2,512=2,1KiB=2,2KiB=2,4KiB=2,8KiB=2,16KiB=2,32KiB=2,64KiB=2",
 ];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
-
-fn compile_c(source: &str, dir: &Path) -> PathBuf {
-    let lib = artifact_dir().join("deps/libxtcq.a");
-    assert!(lib.is_file(), "{} not found: cargo builds it with xtcq-capi", lib.display());
-    let exe = dir.join(Path::new(source).file_stem().expect("file name"));
-    let out = run_within(
-        Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-            .arg(root().join("include"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join(source))
-            .arg(&lib)
-            .args(["-lpthread", "-ldl", "-lm"]),
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "cc {source} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    exe
-}
-
 #[test]
 fn a_c_caller_at_every_class_boundary_and_misusing_steal_batch_gets_status_codes() {
     let d = Daemon::start_with(FLAGS);
-    let exe = compile_c("tests/c/redteam3_blocks.c", d.dir());
+    let exe = compile_c("tests/c/redteam3_blocks.c", d.dir(), &["-D_POSIX_C_SOURCE=200809L"]);
     let out = run_within(Command::new(&exe).arg(&d.socket), Duration::from_secs(120));
     let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(
