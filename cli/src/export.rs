@@ -46,11 +46,27 @@ pub struct ImportArgs {
     file: PathBuf,
 }
 
+/// Refuses `d` before anything is written when the daemon's segment, as its stats say,
+/// cannot take it (`xtcqd::dump_check`).
+fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(), xtcqd::dump::DumpError> {
+    let stats = client
+        .stats(None)
+        .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot read the daemon's stats: {e}")))?;
+    let overflow_len = |name: &str| stats.queues.iter().find(|q| q.info.name == name).map(|q| q.overflow_len);
+    let room = xtcqd::dump_check::Room {
+        payload_capacity: stats.segment.payload_bytes,
+        free_records: stats.records.free,
+        overflow_capacity: u64::from(stats.segment.overflow_capacity),
+        overflow_len,
+    };
+    xtcqd::dump_check::check(d, &room)
+}
+
 /// Creates the dump's missing queues (with its limits), then writes each job with its
 /// attempts and last error through an injector of its queue.
 pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
     let client = crate::cmd::connect(socket)?;
-    let Some((_, d)) = xtcqd::dump_import::claim_file(&args.file)? else {
+    let Some((_, d)) = xtcqd::dump_import::claim_file(&args.file, |d| check_room(&client, d))? else {
         let mut done = args.file.clone().into_os_string();
         done.push(".imported");
         if std::path::Path::new(&done).exists() {

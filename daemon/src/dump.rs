@@ -3,9 +3,12 @@
 //! build with another layout version.
 //!
 //! Rules kept:
-//! - JSON lines: a header first (`{"kind":"header","format":"xtcq-dump","version":1,...}`),
+//! - JSON lines: a header first (`{"kind":"header","format":"xtcq-dump","version":2,...}`),
 //!   then one line per queue and one per job; a reader refuses another format and a newer
 //!   version, and names the line of any error;
+//! - from version 2 the last line is `{"kind":"end","queues":N,"jobs":M}`: a dump cut at a
+//!   line boundary (a copy that stopped early, a full disk) parses, and only the missing end
+//!   line (or its counts) tells; a reader refuses it. Version 1 dumps have no end line;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
 //! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
@@ -28,7 +31,9 @@ use xtcq_shm::{Flavor, Segment};
 /// The `format` of a dump's header.
 pub const FORMAT: &str = "xtcq-dump";
 /// The dump version this build writes and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The first version that ends with [`Line::End`].
+const FIRST_VERSION_WITH_END: u32 = 2;
 
 /// One line of a dump.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +52,13 @@ pub enum Line {
     Queue(QueueLine),
     /// A job.
     Job(JobLine),
+    /// Last line (version 2 on): how many queue and job lines came before it.
+    End {
+        /// Queue lines.
+        queues: u64,
+        /// Job lines.
+        jobs: u64,
+    },
 }
 
 /// A queue definition.
@@ -218,7 +230,8 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
     let header = Line::Header { format: FORMAT.into(), version: VERSION, layout_version };
     let lines = std::iter::once(header)
         .chain(dump.queues.iter().cloned().map(Line::Queue))
-        .chain(dump.jobs.iter().cloned().map(Line::Job));
+        .chain(dump.jobs.iter().cloned().map(Line::Job))
+        .chain(std::iter::once(Line::End { queues: dump.queues.len() as u64, jobs: dump.jobs.len() as u64 }));
     for l in lines {
         let s = serde_json::to_string(&l).map_err(|e| DumpError::Import(e.to_string()))?;
         writeln!(w, "{s}").map_err(io("cannot write", &tmp))?;
@@ -257,42 +270,89 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
         return Ok(dump_of(&copy_segment(&seg)));
     }
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
-    let bad = |line: usize, what: String| DumpError::Format { path: path.to_path_buf(), line, what };
-    let mut dump = Dump::default();
-    // Blank lines are skipped, so "first" is the first line with text, not line 1; a file
-    // with no such line (an empty file) has no header and is no dump.
-    let mut header = false;
+    let mut reader = LineReader { path, version: None, end: None, last: 0, dump: Dump::default() };
     for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
         let l = l.map_err(io("cannot read"))?;
-        if l.trim().is_empty() {
-            continue;
+        // Blank lines are skipped, so "first" is the first line with text, not line 1.
+        if !l.trim().is_empty() {
+            let line: Line = serde_json::from_str(&l).map_err(|e| reader.bad(i + 1, e.to_string()))?;
+            reader.take(i + 1, line)?;
         }
-        let line: Line = serde_json::from_str(&l).map_err(|e| bad(i + 1, e.to_string()))?;
-        let first = !std::mem::replace(&mut header, true);
-        match (first, line) {
-            (true, Line::Header { format, version, .. }) => {
+    }
+    reader.finish()
+}
+
+/// The lines of a dump file read so far.
+struct LineReader<'p> {
+    path: &'p Path,
+    /// The header's version, once the header is read.
+    version: Option<u32>,
+    /// The end line's counts, once read.
+    end: Option<(u64, u64)>,
+    /// The number of the last line with text.
+    last: usize,
+    dump: Dump,
+}
+
+impl LineReader<'_> {
+    fn bad(&self, line: usize, what: String) -> DumpError {
+        DumpError::Format { path: self.path.to_path_buf(), line, what }
+    }
+
+    /// Takes line number `n`.
+    fn take(&mut self, n: usize, line: Line) -> Result<(), DumpError> {
+        if self.end.is_some() {
+            return Err(self.bad(n, "a line after the end line".into()));
+        }
+        self.last = n;
+        match (self.version, line) {
+            (None, Line::Header { format, version, .. }) => {
                 if format != FORMAT || version > VERSION {
-                    return Err(bad(1, format!(
+                    return Err(self.bad(n, format!(
                         "a {format:?} dump of version {version}; this xtcq reads {FORMAT:?} dumps up to version {VERSION}"
                     )));
                 }
+                self.version = Some(version);
             }
-            (true, _) => return Err(bad(i + 1, format!("no header: not an {FORMAT} file"))),
-            (_, Line::Header { .. }) => return Err(bad(i + 1, "a second header".into())),
-            (_, Line::Queue(q)) if q.flavor != "lifo" && q.flavor != "fifo" => {
-                return Err(bad(
-                    i + 1,
-                    format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor),
-                ))
+            (None, _) => return Err(self.bad(n, format!("no header: not an {FORMAT} file"))),
+            (Some(_), Line::Header { .. }) => return Err(self.bad(n, "a second header".into())),
+            (Some(_), Line::Queue(q)) if q.flavor != "lifo" && q.flavor != "fifo" => {
+                return Err(self
+                    .bad(n, format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor)))
             }
-            (_, Line::Queue(q)) => dump.queues.push(q),
-            (_, Line::Job(j)) => dump.jobs.push(j),
+            (Some(_), Line::Queue(q)) => self.dump.queues.push(q),
+            (Some(_), Line::Job(j)) => self.dump.jobs.push(j),
+            (Some(_), Line::End { queues, jobs }) => {
+                let (have_q, have_j) = (self.dump.queues.len() as u64, self.dump.jobs.len() as u64);
+                if (queues, jobs) != (have_q, have_j) {
+                    return Err(self.bad(
+                        n,
+                        format!(
+                        "the end line counts {queues} queues and {jobs} jobs, but {have_q} and {have_j} came \
+                         before it: lines are missing; use the whole file `xtcq export` wrote"
+                    ),
+                    ));
+                }
+                self.end = Some((queues, jobs));
+            }
+        }
+        Ok(())
+    }
+
+    /// The dump, once every line is read.
+    fn finish(self) -> Result<Dump, DumpError> {
+        match self.version {
+            // No line with text (an empty file) has no header and is no dump.
+            None => Err(self.bad(1, format!("empty: no header, not an {FORMAT} file"))),
+            Some(v) if v >= FIRST_VERSION_WITH_END && self.end.is_none() => Err(self.bad(
+                self.last + 1,
+                "no end line: the file was cut short (a copy that stopped early, a full disk); \
+                 nothing was imported; use the whole file `xtcq export` wrote"
+                    .into(),
+            )),
+            Some(_) => Ok(self.dump),
         }
     }
-    if !header {
-        return Err(bad(1, format!("empty: no header, not an {FORMAT} file")));
-    }
-    Ok(dump)
 }
 
 /// The params to create a dumped queue with.

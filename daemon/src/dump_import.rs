@@ -1,6 +1,7 @@
 //! Importing a dump ([`crate::dump`]) into the daemon's segment, and `--import-on-start`.
 //!
 //! Rules kept:
+//! - nothing is written when the dump cannot fit ([`crate::dump_check`]);
 //! - a queue the segment already has is used as it is; a missing one is created with the
 //!   dump's definition and limits, owned by the daemon's uid;
 //! - the jobs are written as a process slot the daemon registers for itself and releases
@@ -13,9 +14,11 @@ use std::path::{Path, PathBuf};
 
 use tracing::info;
 use xtcq_proto as proto;
+use xtcq_shm::record::state::State;
 use xtcq_shm::Injector;
 
 use crate::dump::{self, Dump, DumpError, JobState};
+use crate::dump_check::{check, Room};
 use crate::registry::{ProcessId, Registry};
 
 /// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
@@ -39,6 +42,24 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     let result = write_jobs(reg, d, slot.slot);
     reg.recover_process(slot);
     Ok((created, result?))
+}
+
+/// Refuses `d` before anything is written when it cannot fit ([`crate::dump_check`]).
+fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
+    let seg = reg.segment();
+    let records = seg.records();
+    let free_records = (0..records.len())
+        .filter(|&i| records.state(i).is_some_and(|st| st.load().state() == Some(State::Free)))
+        .count() as u64;
+    let overflow_len =
+        |name: &str| reg.queue(name).ok().map(|q| seg.overflow(q.index).map_or(0, |o| o.len() as u64));
+    let room = Room {
+        payload_capacity: records.payload_capacity(),
+        free_records,
+        overflow_capacity: u64::from(seg.config().overflow_capacity),
+        overflow_len,
+    };
+    check(d, &room)
 }
 
 fn write_jobs(reg: &Registry, d: &Dump, slot: u32) -> Result<usize, DumpError> {
@@ -67,10 +88,13 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
-/// reads the dump, renames `FILE` to `FILE.importing` and returns that name and the dump;
+/// reads the dump, refuses it when `check` does (nothing imported, so it keeps its name), renames `FILE` to `FILE.importing` and returns that name and the dump;
 /// `None` when `FILE` does not exist. A file that does not read as a dump keeps its name
 /// (nothing of it was imported), so it can be fixed and imported again.
-pub fn claim_file(path: &Path) -> Result<Option<(PathBuf, Dump)>, DumpError> {
+pub fn claim_file(
+    path: &Path,
+    check: impl FnOnce(&Dump) -> Result<(), DumpError>,
+) -> Result<Option<(PathBuf, Dump)>, DumpError> {
     let importing = with_suffix(path, ".importing");
     if importing.exists() {
         return Err(DumpError::Import(format!(
@@ -91,6 +115,7 @@ pub fn claim_file(path: &Path) -> Result<Option<(PathBuf, Dump)>, DumpError> {
         )));
     }
     let d = dump::read(path)?;
+    check(&d)?;
     std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
         what: "cannot rename",
         path: path.to_path_buf(),
@@ -113,7 +138,7 @@ pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
 /// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
 /// readable layout) once. A missing file is nothing to import.
 pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
-    let Some((_, d)) = claim_file(path)? else {
+    let Some((_, d)) = claim_file(path, |d| check_room(reg, d))? else {
         info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
         return Ok(());
     };

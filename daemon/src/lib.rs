@@ -24,6 +24,7 @@ pub mod config_file;
 pub mod convert;
 pub mod delayed;
 pub mod dump;
+pub mod dump_check;
 pub mod dump_import;
 pub mod entry;
 pub mod fdstore;

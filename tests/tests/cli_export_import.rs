@@ -118,7 +118,11 @@ fn a_layout_4_segment_imports_into_this_build() {
     // The file, renamed once imported, reads for an export too (read-only, layout 4).
     let o = d.run(&["export", "--segment", &format!("{old_s}.imported"), out.to_str().expect("utf-8")]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(&out).expect("dump").lines().count(), 1 + 2 + 8);
+    assert_eq!(
+        std::fs::read_to_string(&out).expect("dump").lines().count(),
+        1 + 2 + 8 + 1,
+        "header, 2 queues, 8 jobs, end"
+    );
     assert_eq!(dead(&d, "beta"), vec![err("bd1")]);
     assert_eq!(d.drain("alpha"), vec!["a1", "a2", "a3"]);
     assert_eq!(d.drain("beta"), vec!["b1", "b2"]);

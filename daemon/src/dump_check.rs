@@ -1,0 +1,80 @@
+//! What an import can know will fail, checked before it writes anything.
+//!
+//! Rules kept:
+//! - an import that is refused here has created no queue and written no job, so the file
+//!   keeps its name and can be fixed and imported again;
+//! - checked: every job's payload decodes and fits the segment's largest payload; every
+//!   job's queue is in the segment or defined by the dump; the segment has a free record
+//!   for every job; each queue's overflow ring has room for its queued jobs (an import
+//!   queues through the ring);
+//! - what cannot be known before (payload blocks of a class running out, another process
+//!   taking records meanwhile) still fails part-way, and the file stays `FILE.importing`.
+
+use std::collections::HashMap;
+
+use crate::dump::{Dump, DumpError, JobState};
+
+/// What the segment has room for, as its daemon last counted it.
+#[derive(Clone, Copy, Debug)]
+pub struct Room<F: Fn(&str) -> Option<u64>> {
+    /// The largest payload a job may have (`payload_bytes`).
+    pub payload_capacity: u32,
+    /// Records in the `Free` state.
+    pub free_records: u64,
+    /// Handles each queue's overflow ring holds.
+    pub overflow_capacity: u64,
+    /// Handles in queue `name`'s overflow ring now; `None` when the segment has no such queue.
+    pub overflow_len: F,
+}
+
+/// Refuses `dump` when writing it into a segment with `room` is bound to fail part-way.
+pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
+    let mut queued: HashMap<&str, u64> = HashMap::new();
+    for (n, j) in dump.jobs.iter().enumerate() {
+        let bad = |what: String| {
+            DumpError::Import(format!(
+                "job {} of the dump (queue {}): {what}; nothing was imported",
+                n + 1,
+                j.queue
+            ))
+        };
+        let payload = j.payload_bytes().ok_or_else(|| bad("no payload, or bad hex".into()))?;
+        if payload.len() > room.payload_capacity as usize {
+            return Err(bad(format!(
+                "its payload is {} bytes and this segment takes at most {}; start xtcqd with a larger \
+                 --payload-blocks class (or --payload-bytes) and import again",
+                payload.len(),
+                room.payload_capacity
+            )));
+        }
+        let defined = dump.queues.iter().any(|q| q.name == j.queue);
+        if !defined && (room.overflow_len)(&j.queue).is_none() {
+            return Err(bad("no such queue in the segment, and the dump does not define it".into()));
+        }
+        if j.state == JobState::Queued {
+            *queued.entry(j.queue.as_str()).or_default() += 1;
+        }
+    }
+    let jobs = dump.jobs.len() as u64;
+    if jobs > room.free_records {
+        return Err(DumpError::Import(format!(
+            "the dump has {jobs} jobs and the segment {} free records; nothing was imported. \
+             Consume jobs first, or start xtcqd with at least {} more --records",
+            room.free_records,
+            jobs - room.free_records
+        )));
+    }
+    for (queue, n) in queued {
+        let there = (room.overflow_len)(queue).unwrap_or(0);
+        if there + n > room.overflow_capacity {
+            return Err(DumpError::Import(format!(
+                "queue {queue}: the dump has {n} queued jobs and its overflow ring room for {} more \
+                 (of {}); nothing was imported. Start xtcqd with a larger --overflow-capacity, or \
+                 consume jobs first",
+                room.overflow_capacity.saturating_sub(there),
+                room.overflow_capacity
+            )));
+        }
+    }
+    Ok(())
+}
