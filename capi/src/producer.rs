@@ -14,7 +14,7 @@ use ::xtcq_client::{InjectorHandle, OwnerHandle};
 use crate::client::{not_forked, xtcq_client};
 use crate::entry::{arg, c_str, free_handle, guarded, shared, store};
 use crate::job::xtcq_job;
-use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_E_TOO_LARGE, XTCQ_OK};
 
 /// A queue's deque, owned by this process (opaque).
 pub struct xtcq_owner {
@@ -130,6 +130,115 @@ pub unsafe extern "C" fn xtcq_owner_push(owner: *mut xtcq_owner, data: *const u8
             Err(e) => from_error(&e),
         }
     })
+}
+
+/// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch of
+/// [`xtcq_owner_push_batch`] is queued in chunks of this many.
+const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
+
+/// Queues `n` jobs in order, job `i` being the `lens[i]` bytes at `payloads[i]` (NULL with
+/// length 0 is an empty payload): in chunks of up to `XTCQ_MAX_BATCH`, each put in the
+/// owner's deque with one store and one wake; what the deque has no room for goes to the
+/// overflow ring, one job at a time, as `xtcq_owner_push` does. `n` 0 queues nothing.
+///
+/// `*queued` is set to how many were queued, always the first ones: `n` on `XTCQ_OK`. An
+/// invalid argument (a NULL array with `n` > 0, a NULL payload with a non-zero length) and
+/// a payload larger than the segment's records hold (`XTCQ_E_TOO_LARGE`) are found before
+/// anything is queued. On a failure part-way (`XTCQ_E_FULL`: the deque and the ring are
+/// full, or the records; ...) jobs `0 .. *queued` are queued and the others are not: retry
+/// from `payloads + *queued` once consumers caught up.
+///
+/// # Safety
+/// `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
+/// point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
+/// `queued` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_push_batch(
+    owner: *mut xtcq_owner,
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    queued: *mut usize,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (o, queued) = match unsafe { (arg(owner, "owner"), arg(queued, "queued")) } {
+            (Ok(o), Ok(q)) => (o, q),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        *queued = 0;
+        if let Err(code) = not_forked(o.born) {
+            return code;
+        }
+        // SAFETY: the caller's contract.
+        let (ptrs, lens) = match unsafe { batch_args(payloads, lens, n, o.inner.payload_capacity()) } {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        let mut chunk: [&[u8]; CHUNK] = [&[]; CHUNK];
+        while *queued < n {
+            let len = (n - *queued).min(CHUNK);
+            for (k, slot) in chunk[..len].iter_mut().enumerate() {
+                let i = *queued + k;
+                // SAFETY: checked by `batch_args`; readable by the caller's contract.
+                *slot = unsafe { payload_arg(ptrs[i], lens[i]) }.unwrap_or_default();
+            }
+            let step = match o.inner.push_batch(&chunk[..len]) {
+                // The deque is full: this one spills to the overflow ring.
+                Ok(0) => o.inner.push(chunk[0]).map(|_| 1),
+                other => other,
+            };
+            match step {
+                Ok(k) => *queued += k,
+                Err(e) => return from_error(&e),
+            }
+        }
+        XTCQ_OK
+    })
+}
+
+/// The two arrays of [`xtcq_owner_push_batch`], each entry checked: no NULL payload with a
+/// length, none longer than `max` (the segment's largest payload). `Err` holds the status.
+///
+/// # Safety
+/// `payloads` and `lens` are NULL or point to `n` readable elements each.
+unsafe fn batch_args<'a>(
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    max: u32,
+) -> Result<(&'a [*const u8], &'a [usize]), c_int> {
+    if n == 0 {
+        return Ok((&[], &[]));
+    }
+    // A slice may not span more than isize::MAX bytes; a larger `n` is no real array.
+    if n > isize::MAX as usize / std::mem::size_of::<usize>() {
+        return Err(fail(XTCQ_E_INVALID, format!("n = {n} is larger than any array")));
+    }
+    if payloads.is_null() || lens.is_null() {
+        return Err(fail(XTCQ_E_INVALID, format!("payloads and lens must point to n = {n} entries each")));
+    }
+    if !payloads.is_aligned() || !lens.is_aligned() {
+        return Err(fail(XTCQ_E_INVALID, "payloads or lens is not aligned for its type"));
+    }
+    // SAFETY: non-null, aligned, `n` elements by the caller's contract, size checked above.
+    let (ptrs, lens) =
+        unsafe { (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n)) };
+    for (i, (&p, &len)) in ptrs.iter().zip(lens).enumerate() {
+        if p.is_null() && len > 0 {
+            return Err(fail(XTCQ_E_INVALID, format!("payloads[{i}] is NULL with lens[{i}] = {len}")));
+        }
+        if len > max as usize {
+            return Err(fail(
+                XTCQ_E_TOO_LARGE,
+                format!(
+                    "payload {i} of the batch is too large: {len} > {max} bytes, the largest this \
+                     segment takes (xtcqd --payload-bytes); nothing of the batch was queued"
+                ),
+            ));
+        }
+    }
+    Ok((ptrs, lens))
 }
 
 /// Claims the owner's next job (the queue's order) into `job`; `XTCQ_EMPTY` when none.
