@@ -68,6 +68,14 @@ pub(crate) unsafe fn attach<T>(
 /// # Safety
 /// `data` is valid for `len` bytes, or NULL with `len` 0.
 pub(crate) unsafe fn payload_arg<'a>(data: *const u8, len: usize) -> Result<&'a [u8], c_int> {
+    // No buffer spans more than isize::MAX bytes, and making such a slice is undefined
+    // behaviour (a debug build aborts the process there, past `guarded`'s reach).
+    if len > isize::MAX as usize {
+        return Err(fail(
+            XTCQ_E_TOO_LARGE,
+            format!("len = {len} is larger than any buffer (a length gone negative?)"),
+        ));
+    }
     if data.is_null() {
         return if len == 0 {
             Ok(&[])

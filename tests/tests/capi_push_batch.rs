@@ -3,7 +3,8 @@
 //! - Every job a call says it queued comes out exactly once, in another process too, and
 //!   none it did not: batches past 128 and past the deque's room spill to the overflow ring;
 //!   a batch into a full segment stops part-way and says how many went in.
-//! - Arguments a C caller can get wrong are refused before anything is queued.
+//! - Arguments a C caller can get wrong are refused before anything is queued, lengths no
+//!   buffer has included (those aborted the process before).
 //! - A producer stopped (SIGSTOP) in the middle of a batch and then `kill -9`ed loses none
 //!   of the jobs it had reported queued and duplicates none.
 
@@ -90,6 +91,14 @@ fn a_c_batch_into_a_full_segment_says_exactly_how_many_went_in() {
     let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
     let out = run_ok(&daemon, &exe, &["full", "full", "300"]);
     assert!(out.contains("300 jobs through a full segment, each once"), "{out}");
+}
+
+#[test]
+fn a_push_of_a_length_no_buffer_has_is_refused_not_an_abort() {
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
+    let out = run_ok(&daemon, &exe, &["huge_len"]);
+    assert!(out.contains("lengths past any buffer refused"), "{out}");
 }
 
 /// Steals and acks on a thread until stopped, keeping each payload seen.
