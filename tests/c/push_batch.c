@@ -10,6 +10,8 @@
  *          push_batch SOCKET forever QUEUE           push batches of 64 until killed, printing
  *                                                    "queued K" after each call
  *          push_batch SOCKET huge_len                xtcq_owner_push with len SIZE_MAX
+ *          push_batch SOCKET hold QUEUE              a batch stolen before a daemon restart
+ *                                                    (a line on stdin), acked after it
  *   exit: 0 when everything came as expected, 1 otherwise.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -280,6 +282,41 @@ static int forever(const char *socket, const char *queue) {
     }
 }
 
+/* Pushes jobs 0..9 in one batch and steals them in one; once a line comes on stdin (the
+ * daemon restarted meanwhile) acks each, then pushes 10..19 in one more batch. Prints what
+ * each call returned. */
+static int hold(const char *socket, const char *queue) {
+    handles h;
+    if (open_queue(socket, queue, 1, 256, &h)) return 1;
+    static char text[12 * 20];
+    static const uint8_t *ptrs[20];
+    static size_t lens[20];
+    numbers(0, 20, text, ptrs, lens);
+    size_t q = 0, count = 0;
+    check("push_batch", xtcq_owner_push_batch(h.o, ptrs, lens, 10, &q), XTCQ_OK);
+    xtcq_job *jobs[10];
+    for (int i = 0; i < 10; i++) xtcq_job_new(&jobs[i]);
+    check("steal_batch", xtcq_thief_steal_batch(h.t, jobs, 10, &count), XTCQ_OK);
+    printf("stolen %zu\n", count);
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 1;
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *data = NULL;
+        size_t len = 0;
+        check("payload", xtcq_job_payload(jobs[i], &data, &len), XTCQ_OK);
+        int rc = xtcq_job_ack(jobs[i]);
+        printf("ack %.*s %d\n", (int)len, (const char *)data, rc);
+    }
+    q = 99;
+    int rc = xtcq_owner_push_batch(h.o, ptrs + 10, lens + 10, 10, &q);
+    printf("push_batch after %d queued %zu\n", rc, q);
+    if (rc < 0) printf("because %s\n", xtcq_last_error());
+    for (int i = 0; i < 10; i++) xtcq_job_free(jobs[i]);
+    close_queue(&h);
+    return bad;
+}
+
 /* A length no buffer has: refused, not a crash. */
 static int huge_len(const char *socket) {
     handles h;
@@ -309,6 +346,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "full") && argc == 5) return full(socket, argv[3], strtoull(argv[4], NULL, 10));
     if (!strcmp(mode, "forever") && argc == 4) return forever(socket, argv[3]);
     if (!strcmp(mode, "huge_len") && argc == 3) return huge_len(socket);
+    if (!strcmp(mode, "hold") && argc == 4) return hold(socket, argv[3]);
     fprintf(stderr, "push_batch: unknown mode or arguments\n");
     return 2;
 }

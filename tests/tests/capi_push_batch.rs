@@ -7,6 +7,8 @@
 //!   buffer has included (those aborted the process before).
 //! - A producer stopped (SIGSTOP) in the middle of a batch and then `kill -9`ed loses none
 //!   of the jobs it had reported queued and duplicates none.
+//! - A batch stolen before a daemon `kill -9` and restart is acked after it, each job once;
+//!   after a restart that replaced the segment, the next batch fails and queues nothing.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -198,4 +200,90 @@ fn a_producer_stopped_and_killed_mid_batch_loses_and_repeats_no_reported_job() {
     }
     let report = daemon.client().check(true).expect("xtcq check");
     assert!(report.is_consistent(), "xtcq check: {:?}", report.problems);
+}
+
+#[test]
+fn a_batch_stolen_before_a_daemon_restart_is_acked_after_it_each_job_once() {
+    use std::io::Write;
+    let mut daemon = Daemon::start();
+    let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
+    let mut holder = Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["hold", "restart"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    // Byte by byte, so the rest stays in the pipe for `wait_bounded`.
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    while line.last() != Some(&b'\n') {
+        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
+        assert_eq!(n, 1, "the holder exited early: {}", text(&line));
+        line.push(byte[0]);
+    }
+    let line = text(&line);
+    assert_eq!(line.trim(), "stolen 10", "daemon log:\n{}", daemon.log_text());
+    daemon.kill();
+    daemon.restart_with(xtcq_testkit::SMALL_SEGMENT, |_| {});
+    holder.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let out = xtcq_testkit::wait_bounded(holder, Duration::from_secs(60), "the holder");
+    let report = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "holder ({}):\n{report}\n{}\ndaemon log:\n{}",
+        out.status,
+        text(&out.stderr),
+        daemon.log_text()
+    );
+    // A job whose ack failed must come back; one acked must not.
+    let mut back: Vec<String> = report
+        .lines()
+        .filter_map(|l| l.strip_prefix("ack "))
+        .filter(|l| !l.ends_with(" 0"))
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    assert!(report.contains("push_batch after 0 queued 10"), "{report}");
+    back.extend((10..20).map(|i| i.to_string()));
+    back.sort();
+    assert_eq!(daemon.drain("restart"), back, "holder said:\n{report}");
+    let check = daemon.client().check(true).expect("xtcq check");
+    assert!(check.is_consistent(), "xtcq check: {:?}", check.problems);
+}
+
+/// The same holder across a restart that replaced the segment (`--recreate`): its next batch
+/// fails with `XTCQ_E_SEGMENT` and queues nothing, and nothing crashes.
+#[test]
+fn a_batch_into_a_segment_replaced_meanwhile_fails_and_queues_nothing() {
+    use std::io::Write;
+    let mut daemon = Daemon::start();
+    let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
+    let mut holder = Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["hold", "replaced"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let mut byte = [0u8];
+    while byte[0] != b'\n' {
+        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
+        assert_eq!(n, 1, "the holder exited early");
+    }
+    daemon.kill();
+    daemon.restart_with(&[xtcq_testkit::SMALL_SEGMENT, &["--recreate"]].concat(), |_| {});
+    holder.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let out = xtcq_testkit::wait_bounded(holder, Duration::from_secs(60), "the holder");
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "holder ({}):\n{report}\n{}", out.status, text(&out.stderr));
+    let acks: Vec<&str> = report.lines().filter(|l| l.starts_with("ack ")).collect();
+    assert_eq!(acks.len(), 10, "{report}");
+    // An ack lands in the old mapping (the job was run; the operator dropped the queue's
+    // jobs with the segment): success or XTCQ_E_SEGMENT, never a crash.
+    assert!(acks.iter().all(|l| l.ends_with(" 0") || l.ends_with(" -10")), "acks: {report}");
+    assert!(report.contains("push_batch after -10 queued 0"), "{report}");
+    let stats = daemon.stats();
+    assert_eq!(stats["records"]["queued"], 0, "the new segment got a job: {stats}");
 }
