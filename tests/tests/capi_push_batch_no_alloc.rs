@@ -59,7 +59,7 @@ fn a_batch_push_allocates_nothing_in_steady_state() {
     let bytes = [7u8; 48];
     let payloads = [bytes.as_ptr(); 200];
     let lens = [bytes.len(); 200];
-    let mut round = || {
+    let round = || {
         let mut queued = 0usize;
         // SAFETY: live handles from above; arrays of 200, each payload valid for its length.
         unsafe {
