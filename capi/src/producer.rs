@@ -159,7 +159,7 @@ const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
 /// # Safety
 /// `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
 /// point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
-/// `queued` is writable.
+/// `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
 #[no_mangle]
 pub unsafe extern "C" fn xtcq_owner_push_batch(
     owner: *mut xtcq_owner,
@@ -170,39 +170,75 @@ pub unsafe extern "C" fn xtcq_owner_push_batch(
 ) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
-        let (o, queued) = match unsafe { (arg(owner, "owner"), arg(queued, "queued")) } {
-            (Ok(o), Ok(q)) => (o, q),
-            (Err(code), _) | (_, Err(code)) => return code,
-        };
-        *queued = 0;
-        if let Err(code) = not_forked(o.born) {
-            return code;
-        }
-        // SAFETY: the caller's contract.
-        let (ptrs, lens) = match unsafe { batch_args(payloads, lens, n, o.inner.payload_capacity()) } {
-            Ok(v) => v,
+        let o = match unsafe { arg(owner, "owner") } {
+            Ok(o) => o,
             Err(code) => return code,
         };
-        let mut chunk: [&[u8]; CHUNK] = [&[]; CHUNK];
-        while *queued < n {
-            let len = (n - *queued).min(CHUNK);
-            for (k, slot) in chunk[..len].iter_mut().enumerate() {
-                let i = *queued + k;
-                // SAFETY: checked by `batch_args`; readable by the caller's contract.
-                *slot = unsafe { payload_arg(ptrs[i], lens[i]) }.unwrap_or_default();
-            }
-            let step = match o.inner.push_batch(&chunk[..len]) {
-                // The deque is full: this one spills to the overflow ring.
-                Ok(0) => o.inner.push(chunk[0]).map(|_| 1),
-                other => other,
-            };
-            match step {
-                Ok(k) => *queued += k,
-                Err(e) => return from_error(&e),
-            }
+        if queued.is_null() {
+            return fail(XTCQ_E_INVALID, "queued is NULL");
         }
-        XTCQ_OK
+        // Writing the count into an array the call reads would change a job or a length
+        // under it (and break Rust's aliasing rules): refused before anything is written.
+        if within(queued, payloads, n) || within(queued, lens, n) {
+            return fail(XTCQ_E_INVALID, "queued points into payloads or lens");
+        }
+        // SAFETY: non-null, writable by the caller's contract, and outside both arrays.
+        unsafe { queued.write(0) };
+        let mut done = 0;
+        let code = push_all(o, payloads, lens, n, &mut done);
+        // SAFETY: as above; the arrays are read no more.
+        unsafe { queued.write(done) };
+        code
     })
+}
+
+/// Whether `p` points into the `n` elements at `array` (NULL: nowhere).
+fn within<T>(p: *const usize, array: *const T, n: usize) -> bool {
+    let start = array as usize;
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    !array.is_null()
+        && (p as usize) < start.saturating_add(bytes)
+        && (p as usize).saturating_add(std::mem::size_of::<usize>()) > start
+}
+
+/// The body of [`xtcq_owner_push_batch`]: `*done` counts the jobs queued.
+///
+/// # Safety
+/// As `xtcq_owner_push_batch`.
+unsafe fn push_all(
+    o: &xtcq_owner,
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    done: &mut usize,
+) -> c_int {
+    if let Err(code) = not_forked(o.born) {
+        return code;
+    }
+    // SAFETY: the caller's contract.
+    let (ptrs, lens) = match unsafe { batch_args(payloads, lens, n, o.inner.payload_capacity()) } {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let mut chunk: [&[u8]; CHUNK] = [&[]; CHUNK];
+    while *done < n {
+        let len = (n - *done).min(CHUNK);
+        for (k, slot) in chunk[..len].iter_mut().enumerate() {
+            let i = *done + k;
+            // SAFETY: checked by `batch_args`; readable by the caller's contract.
+            *slot = unsafe { payload_arg(ptrs[i], lens[i]) }.unwrap_or_default();
+        }
+        let step = match o.inner.push_batch(&chunk[..len]) {
+            // The deque is full: this one spills to the overflow ring.
+            Ok(0) => o.inner.push(chunk[0]).map(|_| 1),
+            other => other,
+        };
+        match step {
+            Ok(k) => *done += k,
+            Err(e) => return from_error(&e),
+        }
+    }
+    XTCQ_OK
 }
 
 /// The two arrays of [`xtcq_owner_push_batch`], each entry checked: no NULL payload with a

@@ -174,6 +174,16 @@ static int edges(const char *socket) {
     size_t *odd = (size_t *)(void *)((char *)lens + 1);
     check("lens misaligned", xtcq_owner_push_batch(h.o, ptrs, odd, 2, &q), XTCQ_E_INVALID);
 
+    /* queued inside an array the call reads: refused, nothing queued, the arrays intact. */
+    size_t len1 = lens[1];
+    check("queued inside lens", xtcq_owner_push_batch(h.o, ptrs, lens, 10, &lens[1]), XTCQ_E_INVALID);
+    want_size("lens[1] after queued inside lens", lens[1], len1);
+    const uint8_t *ptr1 = ptrs[1];
+    check("queued inside payloads", xtcq_owner_push_batch(h.o, ptrs, lens, 10, (size_t *)(void *)&ptrs[1]),
+          XTCQ_E_INVALID);
+    if (ptrs[1] != ptr1) fprintf(stderr, "push_batch: payloads[1] overwritten\n"), bad = 1;
+    want_size("jobs queued with queued inside an array", drain_all(h.t, N), 0);
+
     /* A bad entry in the middle: nothing of the batch is queued. */
     const uint8_t *keep = ptrs[5];
     ptrs[5] = NULL;
