@@ -7,6 +7,8 @@
 //!   buffer has included (those aborted the process before).
 //! - A producer stopped (SIGSTOP) in the middle of a batch and then `kill -9`ed loses none
 //!   of the jobs it had reported queued and duplicates none.
+//! - A producer killed at a crash point inside a batch (its records published, the deque's
+//!   `bottom` not yet stored) leaves each published job to come exactly once.
 //! - A batch stolen before a daemon `kill -9` and restart is acked after it, each job once;
 //!   after a restart that replaced the segment, the next batch fails and queues nothing.
 
@@ -286,4 +288,69 @@ fn a_batch_into_a_segment_replaced_meanwhile_fails_and_queues_nothing() {
     assert!(report.contains("push_batch after -10 queued 0"), "{report}");
     let stats = daemon.stats();
     assert_eq!(stats["records"]["queued"], 0, "the new segment got a job: {stats}");
+}
+
+/// Steals and acks `queue`'s jobs until `want` came and the segment holds no job filling,
+/// queued or claimed (strays take the daemon's `--stray-window`); returns their numbers.
+fn collect(daemon: &Daemon, queue: &str, want: usize) -> Vec<u64> {
+    let client = daemon.client();
+    let thief = client.attach_thief(queue).expect("thief");
+    let mut batch = xtcq_client::JobBatch::new();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = thief.steal_into(32, &mut batch).expect("steal");
+        for i in 0..n {
+            let p = batch.payload(i).expect("payload");
+            got.push(text(&p).parse::<u64>().unwrap_or_else(|_| panic!("payload {p:?}")));
+        }
+        batch.ack_all().expect("ack");
+        if n > 0 {
+            continue;
+        }
+        let r = daemon.stats()["records"].clone();
+        let left: u64 = ["filling", "queued", "claimed"].iter().filter_map(|k| r[k].as_u64()).sum();
+        if got.len() >= want && left == 0 {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "{} of {want} jobs came in 60 s; records: {r}", got.len());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A producer killed (its fail point: `kill -9` of itself) inside its second batch of 100,
+/// at job 170: before the batch's one store of `bottom`, so the jobs it published are in no
+/// deque (strays the daemon indexes). Each published job comes once; none after.
+#[test]
+fn a_producer_killed_inside_a_batch_leaves_each_published_job_exactly_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
+    // (fail point, jobs published when it kills: the 170th is published at the first, only
+    // allocated at the second).
+    for (round, (point, published)) in
+        [("publish.before_index", 170u64), ("alloc.after_begin_fill", 169)].into_iter().enumerate()
+    {
+        let queue = format!("crash{round}");
+        let out = run_within(
+            Command::new(&exe)
+                .arg(&daemon.socket)
+                .args(["produce", &queue, "200", "100"])
+                .env("XTCQ_FAILPOINTS", format!("{point}=kill@170")),
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGKILL),
+            "the producer was to kill itself at {point} ({}):\n{}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let mut got = collect(&daemon, &queue, published as usize);
+        got.sort_unstable();
+        assert_eq!(got, (0..published).collect::<Vec<_>>(), "{point}: each published job once, no other");
+    }
+    let report = daemon.client().check(true).expect("xtcq check");
+    assert!(report.is_consistent(), "xtcq check: {:?}", report.problems);
 }
