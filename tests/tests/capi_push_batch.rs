@@ -136,7 +136,8 @@ fn consumer(daemon: &Daemon, queue: &str, stop: Arc<AtomicBool>) -> std::thread:
 fn a_producer_stopped_and_killed_mid_batch_loses_and_repeats_no_reported_job() {
     let daemon = Daemon::start();
     let exe = compile_c("tests/c/push_batch.c", daemon.dir(), &[]);
-    for round in 0..3u64 {
+    for round in 0..4u64 {
+        // A queue a round: the segment has 4.
         let queue = format!("killed{round}");
         let stop = Arc::new(AtomicBool::new(false));
         let taker = consumer(&daemon, &queue, stop.clone());
