@@ -225,8 +225,13 @@ unsafe fn push_all(
         let len = (n - *done).min(CHUNK);
         for (k, slot) in chunk[..len].iter_mut().enumerate() {
             let i = *done + k;
-            // SAFETY: checked by `batch_args`; readable by the caller's contract.
-            *slot = unsafe { payload_arg(ptrs[i], lens[i]) }.unwrap_or_default();
+            // SAFETY: checked by `batch_args`; readable by the caller's contract. Checked
+            // again as read: an entry changed since (another thread's write) fails here
+            // rather than going in as an empty payload.
+            *slot = match unsafe { payload_arg(ptrs[i], lens[i]) } {
+                Ok(bytes) => bytes,
+                Err(code) => return code,
+            };
         }
         let step = match o.inner.push_batch(&chunk[..len]) {
             // The deque is full: this one spills to the overflow ring.

@@ -3,6 +3,7 @@ deque's room and past 128; bad arguments refused before anything is queued; a pa
 failure says how many went in."""
 
 import multiprocessing
+import os
 
 import pytest
 
@@ -93,3 +94,23 @@ def test_a_full_queue_stops_the_batch_and_says_how_many_went_in(daemon):
     total += err.value.queued
     got = _steal_all(client.thief("full"))
     assert sorted(got, key=int) == payloads[:total], "exactly the jobs said queued came out"
+
+
+def test_an_inherited_owner_refuses_a_batch_in_the_child(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("forked", deques=1)
+    owner = client.owner("forked")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            owner.push_batch([b"from", b"the child"])
+            os.write(w, b"pushed")
+        except xtcq.Forked as e:
+            os.write(w, b"forked %d" % e.queued)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"forked 0"
+    assert owner.push_batch([b"parent"]) == 1  # the parent's handle still works
+    assert _steal_all(client.thief("forked")) == [b"parent"]
