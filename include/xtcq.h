@@ -135,7 +135,8 @@
 #define XTCQ_WAIT_FOREVER UINT32_MAX
 
 /**
- * Most jobs one [`xtcq_thief_steal_batch`] takes.
+ * Most jobs one [`xtcq_thief_steal_batch`] takes; also the chunk `xtcq_owner_push_batch`
+ * puts in the owner's deque with one store.
  */
 #define XTCQ_MAX_BATCH 128
 
@@ -381,6 +382,30 @@ void xtcq_owner_free(xtcq_owner *owner);
  * `owner` is a live owner, used by this thread only for the call; `data` valid for `len`.
  */
 int xtcq_owner_push(xtcq_owner *owner, const uint8_t *data, size_t len);
+
+/**
+ * Queues `n` jobs in order, job `i` being the `lens[i]` bytes at `payloads[i]` (NULL with
+ * length 0 is an empty payload): in chunks of up to `XTCQ_MAX_BATCH`, each put in the
+ * owner's deque with one store and one wake; what the deque has no room for goes to the
+ * overflow ring, one job at a time, as `xtcq_owner_push` does. `n` 0 queues nothing.
+ *
+ * `*queued` is set to how many were queued, always the first ones: `n` on `XTCQ_OK`. An
+ * invalid argument (a NULL array with `n` > 0, a NULL payload with a non-zero length) and
+ * a payload larger than the segment's records hold (`XTCQ_E_TOO_LARGE`) are found before
+ * anything is queued. On a failure part-way (`XTCQ_E_FULL`: the deque and the ring are
+ * full, or the records; ...) jobs `0 .. *queued` are queued and the others are not: retry
+ * from `payloads + *queued` once consumers caught up.
+ *
+ * # Safety
+ * `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
+ * point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
+ * `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
+ */
+int xtcq_owner_push_batch(xtcq_owner *owner,
+                          const uint8_t *const *payloads,
+                          const size_t *lens,
+                          size_t n,
+                          size_t *queued);
 
 /**
  * Claims the owner's next job (the queue's order) into `job`; `XTCQ_EMPTY` when none.

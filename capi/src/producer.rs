@@ -14,7 +14,7 @@ use ::xtcq_client::{InjectorHandle, OwnerHandle};
 use crate::client::{not_forked, xtcq_client};
 use crate::entry::{arg, c_str, free_handle, guarded, shared, store};
 use crate::job::xtcq_job;
-use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_E_TOO_LARGE, XTCQ_OK};
 
 /// A queue's deque, owned by this process (opaque).
 pub struct xtcq_owner {
@@ -68,6 +68,14 @@ pub(crate) unsafe fn attach<T>(
 /// # Safety
 /// `data` is valid for `len` bytes, or NULL with `len` 0.
 pub(crate) unsafe fn payload_arg<'a>(data: *const u8, len: usize) -> Result<&'a [u8], c_int> {
+    // No buffer spans more than isize::MAX bytes, and making such a slice is undefined
+    // behaviour (a debug build aborts the process there, past `guarded`'s reach).
+    if len > isize::MAX as usize {
+        return Err(fail(
+            XTCQ_E_TOO_LARGE,
+            format!("len = {len} is larger than any buffer (a length gone negative?)"),
+        ));
+    }
     if data.is_null() {
         return if len == 0 {
             Ok(&[])
@@ -130,6 +138,156 @@ pub unsafe extern "C" fn xtcq_owner_push(owner: *mut xtcq_owner, data: *const u8
             Err(e) => from_error(&e),
         }
     })
+}
+
+/// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch of
+/// [`xtcq_owner_push_batch`] is queued in chunks of this many.
+const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
+
+/// Queues `n` jobs in order, job `i` being the `lens[i]` bytes at `payloads[i]` (NULL with
+/// length 0 is an empty payload): in chunks of up to `XTCQ_MAX_BATCH`, each put in the
+/// owner's deque with one store and one wake; what the deque has no room for goes to the
+/// overflow ring, one job at a time, as `xtcq_owner_push` does. `n` 0 queues nothing.
+///
+/// `*queued` is set to how many were queued, always the first ones: `n` on `XTCQ_OK`. An
+/// invalid argument (a NULL array with `n` > 0, a NULL payload with a non-zero length) and
+/// a payload larger than the segment's records hold (`XTCQ_E_TOO_LARGE`) are found before
+/// anything is queued. On a failure part-way (`XTCQ_E_FULL`: the deque and the ring are
+/// full, or the records; ...) jobs `0 .. *queued` are queued and the others are not: retry
+/// from `payloads + *queued` once consumers caught up.
+///
+/// # Safety
+/// `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
+/// point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
+/// `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_push_batch(
+    owner: *mut xtcq_owner,
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    queued: *mut usize,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let o = match unsafe { arg(owner, "owner") } {
+            Ok(o) => o,
+            Err(code) => return code,
+        };
+        if queued.is_null() {
+            return fail(XTCQ_E_INVALID, "queued is NULL");
+        }
+        // Writing the count into an array the call reads would change a job or a length
+        // under it (and break Rust's aliasing rules): refused before anything is written.
+        if within(queued, payloads, n) || within(queued, lens, n) {
+            return fail(XTCQ_E_INVALID, "queued points into payloads or lens");
+        }
+        // SAFETY: non-null, writable by the caller's contract, and outside both arrays.
+        unsafe { queued.write(0) };
+        let mut done = 0;
+        let code = push_all(o, payloads, lens, n, &mut done);
+        // SAFETY: as above; the arrays are read no more.
+        unsafe { queued.write(done) };
+        code
+    })
+}
+
+/// Whether `p` points into the `n` elements at `array` (NULL: nowhere).
+fn within<T>(p: *const usize, array: *const T, n: usize) -> bool {
+    let start = array as usize;
+    let bytes = n.saturating_mul(std::mem::size_of::<T>());
+    !array.is_null()
+        && (p as usize) < start.saturating_add(bytes)
+        && (p as usize).saturating_add(std::mem::size_of::<usize>()) > start
+}
+
+/// The body of [`xtcq_owner_push_batch`]: `*done` counts the jobs queued.
+///
+/// # Safety
+/// As `xtcq_owner_push_batch`.
+unsafe fn push_all(
+    o: &xtcq_owner,
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    done: &mut usize,
+) -> c_int {
+    if let Err(code) = not_forked(o.born) {
+        return code;
+    }
+    // SAFETY: the caller's contract.
+    let (ptrs, lens) = match unsafe { batch_args(payloads, lens, n, o.inner.payload_capacity()) } {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    let mut chunk: [&[u8]; CHUNK] = [&[]; CHUNK];
+    while *done < n {
+        let len = (n - *done).min(CHUNK);
+        for (k, slot) in chunk[..len].iter_mut().enumerate() {
+            let i = *done + k;
+            // SAFETY: checked by `batch_args`; readable by the caller's contract. Checked
+            // again as read: an entry changed since (another thread's write) fails here
+            // rather than going in as an empty payload.
+            *slot = match unsafe { payload_arg(ptrs[i], lens[i]) } {
+                Ok(bytes) => bytes,
+                Err(code) => return code,
+            };
+        }
+        let step = match o.inner.push_batch(&chunk[..len]) {
+            // The deque is full: this one spills to the overflow ring.
+            Ok(0) => o.inner.push(chunk[0]).map(|_| 1),
+            other => other,
+        };
+        match step {
+            Ok(k) => *done += k,
+            Err(e) => return from_error(&e),
+        }
+    }
+    XTCQ_OK
+}
+
+/// The two arrays of [`xtcq_owner_push_batch`], each entry checked: no NULL payload with a
+/// length, none longer than `max` (the segment's largest payload). `Err` holds the status.
+///
+/// # Safety
+/// `payloads` and `lens` are NULL or point to `n` readable elements each.
+unsafe fn batch_args<'a>(
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    max: u32,
+) -> Result<(&'a [*const u8], &'a [usize]), c_int> {
+    if n == 0 {
+        return Ok((&[], &[]));
+    }
+    // A slice may not span more than isize::MAX bytes; a larger `n` is no real array.
+    if n > isize::MAX as usize / std::mem::size_of::<usize>() {
+        return Err(fail(XTCQ_E_INVALID, format!("n = {n} is larger than any array")));
+    }
+    if payloads.is_null() || lens.is_null() {
+        return Err(fail(XTCQ_E_INVALID, format!("payloads and lens must point to n = {n} entries each")));
+    }
+    if !payloads.is_aligned() || !lens.is_aligned() {
+        return Err(fail(XTCQ_E_INVALID, "payloads or lens is not aligned for its type"));
+    }
+    // SAFETY: non-null, aligned, `n` elements by the caller's contract, size checked above.
+    let (ptrs, lens) =
+        unsafe { (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n)) };
+    for (i, (&p, &len)) in ptrs.iter().zip(lens).enumerate() {
+        if p.is_null() && len > 0 {
+            return Err(fail(XTCQ_E_INVALID, format!("payloads[{i}] is NULL with lens[{i}] = {len}")));
+        }
+        if len > max as usize {
+            return Err(fail(
+                XTCQ_E_TOO_LARGE,
+                format!(
+                    "payload {i} of the batch is too large: {len} > {max} bytes, the largest this \
+                     segment takes (xtcqd --payload-bytes); nothing of the batch was queued"
+                ),
+            ));
+        }
+    }
+    Ok((ptrs, lens))
 }
 
 /// Claims the owner's next job (the queue's order) into `job`; `XTCQ_EMPTY` when none.

@@ -106,7 +106,8 @@ pub unsafe extern "C" fn xtcq_thief_steal_wait(
     claim_into(thief, job, |t| t.steal_wait(timeout))
 }
 
-/// Most jobs one [`xtcq_thief_steal_batch`] takes.
+/// Most jobs one [`xtcq_thief_steal_batch`] takes; also the chunk `xtcq_owner_push_batch`
+/// puts in the owner's deque with one store.
 pub const XTCQ_MAX_BATCH: usize = 128;
 
 /// Claims up to `n` jobs (1 to [`XTCQ_MAX_BATCH`]) with one steal, into `jobs[0]` ..

@@ -66,6 +66,7 @@ _PROTOTYPES = {
     "xtcq_owner_attach": (_int, [_p, _str, _pp]),
     "xtcq_owner_free": (None, [_p]),
     "xtcq_owner_push": (_int, [_p, _str, _size]),
+    "xtcq_owner_push_batch": (_int, [_p, ctypes.POINTER(_str), ctypes.POINTER(_size), _size, ctypes.POINTER(_size)]),
     "xtcq_owner_pop": (_int, [_p, _p]),
     "xtcq_injector_attach": (_int, [_p, _str, _pp]),
     "xtcq_injector_free": (None, [_p]),

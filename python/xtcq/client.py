@@ -13,7 +13,7 @@ import ctypes
 import time
 
 from . import _lib
-from .errors import InvalidArgument, check
+from .errors import InvalidArgument, XtcqError, check
 
 _c = _lib.lib
 _STEP_MS = 100
@@ -146,6 +146,27 @@ class Owner(_Handle):
         """Queues a job (bytes or str). Raises Full when the deque and the ring are full."""
         data = _bytes(payload)
         check(_c.xtcq_owner_push(self._live(), data, len(data)))
+
+    def push_batch(self, payloads):
+        """Queues every payload of `payloads` (a sequence of bytes or str) in order, up to 128
+        at a time with one store in the deque; what the deque has no room for goes to the
+        overflow ring. Returns how many were queued (all of them). A bad payload (an int, too
+        large) raises before any is queued. A failure part-way (Full) raises with `.queued`:
+        the first `.queued` payloads were queued, the rest were not."""
+        if isinstance(payloads, (str, bytes, bytearray, memoryview)):
+            raise InvalidArgument(-1, "payloads is a sequence of payloads, not one %s" % type(payloads).__name__)
+        datas = [_bytes(p) for p in payloads]
+        n = len(datas)
+        ptrs = (ctypes.c_char_p * n)(*datas)
+        lens = (ctypes.c_size_t * n)(*[len(d) for d in datas])
+        queued = ctypes.c_size_t(0)
+        rc = _c.xtcq_owner_push_batch(self._live(), ptrs, lens, n, ctypes.byref(queued))
+        try:
+            check(rc)
+        except XtcqError as e:
+            e.queued = queued.value
+            raise
+        return queued.value
 
     def pop(self):
         """The owner's next job, or None."""
