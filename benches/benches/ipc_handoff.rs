@@ -46,6 +46,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use xtcq_benches::line_chain::{dependent_chain_ns, in_dependent_lines, ns_per_line};
 use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
 use xtcq_client::{Client, Flavor, JobBatch, OwnerHandle, QueueParams};
 use xtcq_testkit::{monotonic_ns, Daemon};
@@ -1125,6 +1126,7 @@ fn main() {
             let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, batch, k)).collect();
             if let Some(before) = probe_before {
                 targets.probe = Some((before, line_handoff_ns(200_000)));
+                targets.chain = dependent_chain_ns(CHAIN_LINES, 100_000);
             }
             targets.record(transport, spin, batch, &runs);
             let how = match (transport, spin) {
@@ -1187,7 +1189,13 @@ struct Targets {
     rows: Vec<(RowKey, (f64, u64))>,
     /// The cache-line probe right before and right after the xtcq spinning row, ns.
     probe: Option<(f64, f64)>,
+    /// One way of chains of 1 ..= [`CHAIN_LINES`] dependent lines, right after that row, ns.
+    chain: Vec<f64>,
 }
+
+/// The longest chain of dependent lines measured: long enough for a slope, short of the
+/// xtcq hand-off's count, so that its count is a short extrapolation.
+const CHAIN_LINES: usize = 5;
 
 /// A table row: transport, consumer spinning, batch.
 type RowKey = (Transport, bool, usize);
@@ -1237,6 +1245,7 @@ impl Targets {
             ),
             None => line("xtcq spinning p50 / cache-line hand-off", None, 2.0, true),
         }
+        self.print_chain(p50(xtcq_spin));
         line("xtcq spinning p50 / pipe spinning p50", ratio(p50(xtcq_spin), p50(pipe_spin)), 0.5, true);
         line(
             "xtcq steal_batch(32) M/s / xtcq single steals M/s",
@@ -1250,6 +1259,31 @@ impl Targets {
             1.0,
             true,
         );
+    }
+}
+
+impl Targets {
+    /// The chain of dependent lines and the xtcq spinning p50 counted in its lines: the
+    /// placement-free figure beside the ratio to one line.
+    fn print_chain(&self, xtcq_p50: Option<f64>) {
+        if self.chain.is_empty() {
+            return;
+        }
+        let each: Vec<String> =
+            self.chain.iter().enumerate().map(|(i, ns)| format!("{}: {ns:.0}", i + 1)).collect();
+        let slope = ns_per_line(&self.chain).map_or("-".into(), |s| format!("{s:.0} ns a line"));
+        println!("{:<58} {}  ({slope})", "dependent lines one way, ns", each.join(", "));
+        let lines = xtcq_p50.and_then(|p| in_dependent_lines(&self.chain, p));
+        match lines {
+            Some(n) => println!(
+                "{:<58} {n:>7.1}   (not a target: the count to cut)",
+                "xtcq spinning p50 in dependent line transfers"
+            ),
+            None => println!(
+                "{:<58} {:>8}   n/a: no slope or no row",
+                "xtcq spinning p50 in dependent line transfers", "-"
+            ),
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 //! - The shared page is a plain file mapped `MAP_SHARED`: its type must be atomics only, so
 //!   that a zeroed file is a valid value and no process can see a torn write.
 
+pub mod line_chain;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
