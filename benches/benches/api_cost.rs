@@ -9,23 +9,18 @@
 //! One process, one thread, no contention: the figures are the API's own cost per call
 //! (the hand-off between cores is ipc_handoff's job). Each language pushes N jobs, then
 //! steals, copies out and acks them; the median over the runs of each phase is shown, with
-//! its ratio to Rust's. C is compiled with `cc -O2`; Python's row is skipped when python3
-//! is missing.
+//! its ratio to Rust's. C is compiled with `-O2` by `xtcq_testkit::compile_c` (as the
+//! tests' C is, warnings failing the build); Python's row is skipped when python3 is missing.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xtcq_benches::start_daemon;
 use xtcq_client::{Client, Flavor, QueueParams};
-use xtcq_testkit::{artifact_dir, run_within, Daemon};
+use xtcq_testkit::{artifact_dir, compile_c, run_within, workspace_root, Daemon};
 
 const SIZES: &[&str] =
     &["--queues", "4", "--deques-per-queue", "1", "--deque-capacity", "131072", "--records", "262144"];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
 
 fn env_u64(k: &str, default: u64) -> u64 {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -82,20 +77,7 @@ fn parse_row(stdout: &[u8]) -> (f64, f64) {
 }
 
 fn c_row(daemon: &Daemon, queue: &str, n: u64, runs: u64) -> (f64, f64) {
-    let lib = artifact_dir().join("deps/libxtcq.a");
-    let exe = daemon.dir().join("bench_api");
-    let cc = run_within(
-        Command::new("cc")
-            .args(["-O2", "-I"])
-            .arg(root().join("include"))
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join("benches/c/bench_api.c"))
-            .arg(&lib)
-            .args(["-lpthread", "-ldl", "-lm"]),
-        Duration::from_secs(120),
-    );
-    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    let exe = compile_c("benches/c/bench_api.c", daemon.dir(), &["-O2"]);
     let out = run_within(
         Command::new(&exe).arg(&daemon.socket).arg(queue).arg(n.to_string()).arg(runs.to_string()),
         Duration::from_secs(600),
@@ -106,7 +88,7 @@ fn c_row(daemon: &Daemon, queue: &str, n: u64, runs: u64) -> (f64, f64) {
 
 fn python_row(daemon: &Daemon, queue: &str, n: u64, runs: u64) -> Option<(f64, f64)> {
     let out = Command::new("python3")
-        .arg(root().join("python/examples/bench_api.py"))
+        .arg(workspace_root().join("python/examples/bench_api.py"))
         .arg(&daemon.socket)
         .arg(queue)
         .arg(n.to_string())

@@ -4,6 +4,8 @@
 //! - `-Wall -Wextra -Werror`: a warning in a test program fails the test, as it would a
 //!   user's build.
 //! - `$CC`, else `cc`; a missing compiler fails the test and says what to install.
+//! - The caller's flags come after the defaults, so an `-O2` there wins over `-O1` (gcc and
+//!   clang take the last `-O`): a benchmark's program is compiled here too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +20,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Compiles `source` (relative to the workspace root) into `dir` with `extra` compiler flags
-/// and returns the program.
+/// (after the defaults: `-O2` there wins) and returns the program.
 pub fn compile_c(source: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     // Built as a dependency of the tests' package, cargo leaves the archive in deps/.
     let lib = artifact_dir().join("deps/libxtcq.a");
@@ -31,9 +33,9 @@ pub fn compile_c(source: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     let exe = dir.join(Path::new(source).file_stem().expect("file name"));
     let out = run_within(
         Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .arg("-std=c11")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
             .args(extra)
-            .args(["-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+            .arg("-I")
             .arg(root.join("include"))
             .arg("-o")
             .arg(&exe)

@@ -72,3 +72,33 @@ pub const HOST_SEGMENT: &[&str] = &[
     "--overflow-capacity",
     "4096",
 ];
+
+/// 256 records keeping `inline_bytes` inline, payloads up to 64 KiB, the rest of a payload in
+/// a block of the classes `payload_blocks` names (`--payload-blocks` syntax, e.g.
+/// `"4KiB=8,64KiB=3"`): the large-payload tests, which differ in their block counts (how
+/// many large jobs may be held at once is what they test).
+pub fn large_payload_segment(inline_bytes: u32, payload_blocks: &str) -> Vec<String> {
+    let inline_bytes = inline_bytes.to_string();
+    [
+        "--queues",
+        "2",
+        "--deques-per-queue",
+        "2",
+        "--deque-capacity",
+        "64",
+        "--records",
+        "256",
+        "--payload-bytes",
+        "65536",
+        "--inline-bytes",
+        &inline_bytes,
+        "--payload-blocks",
+        payload_blocks,
+        "--process-slots",
+        "16",
+        "--overflow-capacity",
+        "256",
+    ]
+    .map(String::from)
+    .to_vec()
+}

@@ -7,26 +7,9 @@
 use xtcq_testkit::*;
 
 /// Small records (64 bytes inline), 8 blocks of 4 KiB and 3 of 64 KiB.
-const FLAGS: &[&str] = &[
-    "--queues",
-    "2",
-    "--deques-per-queue",
-    "2",
-    "--deque-capacity",
-    "64",
-    "--records",
-    "256",
-    "--payload-bytes",
-    "65536",
-    "--inline-bytes",
-    "64",
-    "--payload-blocks",
-    "4KiB=8,64KiB=3",
-    "--process-slots",
-    "16",
-    "--overflow-capacity",
-    "256",
-];
+fn daemon() -> Daemon {
+    Daemon::builder().flags(large_payload_segment(64, "4KiB=8,64KiB=3")).start()
+}
 
 /// Job `i`'s payload of `len` bytes: printable, no newline or NUL, and different per job.
 fn payload(i: usize, len: usize) -> Vec<u8> {
@@ -39,7 +22,7 @@ fn join0(jobs: &[Vec<u8>]) -> Vec<u8> {
 
 #[test]
 fn jobs_of_64_kib_go_through_push_and_steal_processes_whole_and_once() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "big", "--deques", "1"]));
     let sizes = [65536, 10, 4096, 65000, 64, 65, 3000, 65536];
     let jobs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| payload(i, n)).collect();

@@ -173,21 +173,6 @@ fn run_role(role: &str) -> Result<(), Error> {
 // ---------------------------------------------------------------------------------------
 // The parent side.
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 struct Child {
     role: Role,
     log: PathBuf,
@@ -318,7 +303,7 @@ fn random_kill_soak() {
     let kill_ms = env_or("XTCQ_SOAK_KILL_MS", 300).max(10);
     let daemon_kills = env_or("XTCQ_SOAK_DAEMON_KILLS", 3);
     let seed = env_or("XTCQ_SOAK_SEED", monotonic_ns() | 1);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     eprintln!(
         "soak: {jobs} jobs, 1 producer + 4 workers, a kill every ~{kill_ms} ms, {daemon_kills} daemon kills, seed {seed}"
     );

@@ -27,26 +27,11 @@ use std::time::Duration;
 use xtcq_testkit::*;
 
 /// 100 bytes inline (a 128-byte area); two blocks of each size from 256 B to 64 KiB.
-const FLAGS: &[&str] = &[
-    "--queues",
-    "2",
-    "--deques-per-queue",
-    "2",
-    "--deque-capacity",
-    "64",
-    "--records",
-    "128",
-    "--payload-bytes",
-    "65536",
-    "--inline-bytes",
-    "100",
-    "--payload-blocks",
-    "256=2,512=2,1KiB=2,2KiB=2,4KiB=2,8KiB=2,16KiB=2,32KiB=2,64KiB=2",
-    "--process-slots",
-    "16",
-    "--overflow-capacity",
-    "128",
-];
+fn daemon() -> Daemon {
+    Daemon::builder()
+        .flags(large_payload_segment(100, "256=2,512=2,1KiB=2,2KiB=2,4KiB=2,8KiB=2,16KiB=2,32KiB=2,64KiB=2"))
+        .start()
+}
 
 /// Printable, no newline or NUL, different per length.
 fn payload(len: usize) -> Vec<u8> {
@@ -80,7 +65,7 @@ fn held_line(d: &Daemon) -> String {
 
 #[test]
 fn every_class_boundary_round_trips_through_argv_and_stdin() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "q", "--deques", "1"]));
     for n in sizes() {
         let p = payload(n);
@@ -102,7 +87,7 @@ fn every_class_boundary_round_trips_through_argv_and_stdin() {
 
 #[test]
 fn an_endless_stdin_line_is_refused_at_the_largest_payload_not_buffered_whole() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "q", "--deques", "1"]));
     let mut child = d
         .xtcq()
@@ -223,7 +208,7 @@ fn config_file_keys_set_the_blocks_and_a_restart_with_other_block_flags_is_refus
 
 #[test]
 fn garbage_in_a_block_reference_is_named_by_check_and_the_daemon_serves_on() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "q", "--deques", "1"]));
     ok(&d.run_in(&["push", "q", "-0"], &payload(5000)));
     let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
@@ -322,7 +307,7 @@ fn a_delayed_large_job_keeps_its_block_through_the_daemons_sweeps() {
 
 #[test]
 fn a_dead_letter_with_a_garbage_block_reference_is_listed_requeued_and_purged_safely() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "q", "--deques", "1", "--max-attempts", "1"]));
     ok(&d.run_in(&["push", "q", "-0"], &payload(5000)));
     ok(&d.run_in(&["push", "q", "-0"], &payload(6000)));
@@ -371,7 +356,7 @@ fn a_dead_letter_with_a_garbage_block_reference_is_listed_requeued_and_purged_sa
 
 #[test]
 fn a_push_waiting_for_a_block_goes_through_when_another_process_acks() {
-    let d = Daemon::start_with(FLAGS);
+    let d = daemon();
     ok(&d.run(&["create", "q", "--deques", "1"]));
     let (a, b, third) = (payload(65536), payload(65535), payload(40000));
     ok(&d.run_in(&["push", "q", "-0"], &a));

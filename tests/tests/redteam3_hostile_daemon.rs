@@ -40,16 +40,6 @@ const FLAGS: &[&str] = &[
     "20ms",
 ];
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 fn word(p: *const u8) -> &'static AtomicU64 {
     // SAFETY: 8-aligned, inside the mapping, which the test keeps until the scribbler ends.
     unsafe { &*(p as *const AtomicU64) }
@@ -59,19 +49,19 @@ fn word(p: *const u8) -> &'static AtomicU64 {
 fn scribble(seg: &xtcq_shm::Segment, rng: &mut Rng) {
     let records = seg.records();
     let blocks = records.blocks();
-    let i = (rng.next() % u64::from(records.len())) as u32;
-    let garbage = match rng.next() % 4 {
-        0 => rng.next(),
-        1 => rng.next() & 0x3fff,
-        2 => ((rng.next() % 20) << 32) | (rng.next() % 40),
+    let i = (rng.next_u64() % u64::from(records.len())) as u32;
+    let garbage = match rng.next_u64() % 4 {
+        0 => rng.next_u64(),
+        1 => rng.next_u64() & 0x3fff,
+        2 => ((rng.next_u64() % 20) << 32) | (rng.next_u64() % 40),
         _ => u64::MAX,
     };
     let h = records.header(i).expect("record") as *const _ as *const u8;
-    match rng.next() % 4 {
+    match rng.next_u64() % 4 {
         0 => {
-            let class = (rng.next() % PAYLOAD_CLASSES as u64) as usize;
+            let class = (rng.next_u64() % PAYLOAD_CLASSES as u64) as usize;
             if blocks.count(class) > 0 {
-                let b = BlockRef { class, index: (rng.next() % u64::from(blocks.count(class))) as u32 };
+                let b = BlockRef { class, index: (rng.next_u64() % u64::from(blocks.count(class))) as u32 };
                 blocks.owner(b).store(garbage, Ordering::Relaxed);
             }
         }
@@ -79,7 +69,7 @@ fn scribble(seg: &xtcq_shm::Segment, rng: &mut Rng) {
         2 => {
             records.header(i).expect("record").payload_len.store(garbage as u32, Ordering::Relaxed);
         }
-        _ => word(h.wrapping_add(RECORD_HEADER_SIZE + 8 * (1 + rng.next() % 7) as usize))
+        _ => word(h.wrapping_add(RECORD_HEADER_SIZE + 8 * (1 + rng.next_u64() % 7) as usize))
             .store(garbage, Ordering::Relaxed),
     }
 }
@@ -140,7 +130,7 @@ fn garbage_in_the_block_machinery_of_a_live_daemon_loses_and_doubles_no_job() {
         std::thread::spawn(move || consume(socket, stop, acked))
     };
     let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
-    let mut rng = Rng(0x7ed3_0003);
+    let mut rng = Rng::new(0x7ed3_0003);
     for round in 0..60_000u32 {
         scribble(&seg, &mut rng);
         if round % 64 == 0 {

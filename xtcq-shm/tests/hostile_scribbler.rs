@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 use xtcq_shm::check::check_segment;
 use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
-/// xorshift64*: deterministic per seed, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+// xorshift64*, the one harness's: this package cannot link testkit (testkit links this
+// crate, through the client), so it includes testkit's file by path.
+#[path = "../../testkit/src/rng.rs"]
+mod rng;
+use rng::Rng;
 
 fn run(seed: u64, flavor: Flavor) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -116,16 +108,16 @@ fn run(seed: u64, flavor: Flavor) {
     }
 
     // The scribbler: raw words of the first mapping, chosen among the hot structures.
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let records = seg.records();
     let ring = seg.overflow(q.index).expect("ring");
     let started = Instant::now();
     let mut writes = 0u64;
     while started.elapsed() < Duration::from_millis(700) {
         let value = match rng.below(4) {
-            0 => rng.next(),
+            0 => rng.next_u64(),
             1 => rng.below(512),
-            2 => rng.next() & 0xFFFF_FFFF,
+            2 => rng.next_u64() & 0xFFFF_FFFF,
             _ => u64::MAX - rng.below(4),
         };
         let d = rng.below(2) as u32;

@@ -27,6 +27,13 @@ use xtcq_shm::layout::payload::{class_size, PAYLOAD_CLASSES};
 use xtcq_shm::layout::{SegmentConfig as Cfg, SegmentDescriptor, RECORD_HEADER_SIZE};
 use xtcq_shm::{ClaimedBatch, Flavor, Injector, Owner, PushError, QueueSpec, Segment, SegmentConfig, Thief};
 
+// xorshift64*, the one harness's: this package cannot link testkit (testkit links this
+// crate, through the client), so it includes testkit's file by path.
+#[allow(dead_code)] // `below` is not used here
+#[path = "../../testkit/src/rng.rs"]
+mod rng;
+use rng::Rng;
+
 fn blocks(list: &[(u32, u32)]) -> [u32; PAYLOAD_CLASSES] {
     let mut b = [0; PAYLOAD_CLASSES];
     for &(size, n) in list {
@@ -195,17 +202,6 @@ fn a_claimed_batch_of_large_payloads_gives_every_block_back() {
     assert_eq!(held(&l.seg), 0, "ack_all left blocks held");
 }
 
-/// xorshift64*.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 /// The first 8 bytes of record `i`'s inline area (a block reference for a large payload).
 fn ref_word(seg: &Segment, i: u32) -> &AtomicU64 {
     let h = seg.records().header(i).expect("record");
@@ -217,20 +213,20 @@ fn ref_word(seg: &Segment, i: u32) -> &AtomicU64 {
 fn scribble(seg: &Segment, rng: &mut Rng) {
     let records = seg.records();
     let blocks = records.blocks();
-    let i = (rng.next() % records.len() as u64) as u32;
-    let garbage = match rng.next() % 4 {
-        0 => rng.next(),
-        1 => rng.next() & 0xff,
-        2 => ((rng.next() % 20) << 32) | (rng.next() % 64),
+    let i = (rng.next_u64() % records.len() as u64) as u32;
+    let garbage = match rng.next_u64() % 4 {
+        0 => rng.next_u64(),
+        1 => rng.next_u64() & 0xff,
+        2 => ((rng.next_u64() % 20) << 32) | (rng.next_u64() % 64),
         _ => u64::MAX,
     };
-    match rng.next() % 4 {
+    match rng.next_u64() % 4 {
         0 => {
-            let k = (rng.next() % PAYLOAD_CLASSES as u64) as usize;
+            let k = (rng.next_u64() % PAYLOAD_CLASSES as u64) as usize;
             if blocks.count(k) > 0 {
                 let b = xtcq_shm::record::blocks::BlockRef {
                     class: k,
-                    index: (rng.next() % blocks.count(k) as u64) as u32,
+                    index: (rng.next_u64() % blocks.count(k) as u64) as u32,
                 };
                 blocks.owner(b).store(garbage, Ordering::Relaxed);
             }
@@ -292,7 +288,7 @@ fn garbage_in_owner_words_references_lengths_and_inline_areas_breaks_only_what_i
             }
         }));
     }
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = Rng::new(0x5eed_0003);
     let mut reported = false;
     for round in 0..4000 {
         scribble(&l.seg, &mut rng);

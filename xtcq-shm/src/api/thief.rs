@@ -232,30 +232,10 @@ impl Thief {
         if !batch.is_empty() {
             return Ok(batch.len());
         }
-        let n = self.deques.len() as u32;
-        // A rotating start spreads thieves over the deques; with one deque there is nothing
-        // to spread.
-        let start = if n == 1 { 0 } else { self.rotate() % n };
-        // As in `steal`: more stale handles than the deques hold means corrupt indices.
-        let max_skips: usize = self.deques.iter().map(|d| d.capacity()).sum();
-        let mut skipped = 0;
-        loop {
-            let mut retry = false;
-            for k in 0..n {
-                match self.steal_batch_counted((start + k) % n, limit, batch.jobs_mut(), &mut skipped) {
-                    Steal::Success(c) => return Ok(c),
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
-            }
-            if skipped > max_skips {
-                return Err(self.corrupt_skips(skipped));
-            }
-            if !retry {
-                return ring_error.map_or(Ok(0), Err);
-            }
-            crate::sync::spin_hint();
-        }
+        let jobs = batch.jobs_mut();
+        let taken =
+            self.walk_deques(ring_error, |d, skipped| self.steal_batch_counted(d, limit, jobs, skipped));
+        taken.map(|c| c.unwrap_or(0))
     }
 
     /// Takes a job from the overflow ring.
@@ -273,7 +253,25 @@ impl Thief {
             Ok(None) => None,
             Err(e) => Some(e),
         };
+        self.walk_deques(ring_error, |d, skipped| self.steal_counted(d, skipped))
+    }
+
+    /// The look both steals share: `look` at every deque from a rotating start, in rounds
+    /// repeated while some look lost a race, until one yields; then `ring_error` (the
+    /// overflow ring was looked at first) once every deque looked empty. `look` counts in its
+    /// second argument the handles it took whose claim failed.
+    ///
+    /// Generic and inlined: each steal gets its own copy of the loop with its look in it, no
+    /// call through a pointer.
+    #[inline]
+    fn walk_deques<T>(
+        &self,
+        ring_error: Option<RingError>,
+        mut look: impl FnMut(u32, &mut usize) -> Steal<T>,
+    ) -> Result<Option<T>, RingError> {
         let n = self.deques.len() as u32;
+        // A rotating start spreads thieves over the deques; with one deque there is nothing
+        // to spread.
         let start = if n == 1 { 0 } else { self.rotate() % n };
         // Each skipped handle moved a `top` on, and the deques hold at most their capacities
         // in handles; more skips than that in one call means corrupt indices (a `bottom` far
@@ -284,8 +282,8 @@ impl Thief {
         loop {
             let mut retry = false;
             for k in 0..n {
-                match self.steal_counted((start + k) % n, &mut skipped) {
-                    Steal::Success(j) => return Ok(Some(j)),
+                match look((start + k) % n, &mut skipped) {
+                    Steal::Success(x) => return Ok(Some(x)),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
                 }
@@ -294,10 +292,7 @@ impl Thief {
                 return Err(self.corrupt_skips(skipped));
             }
             if !retry {
-                return match ring_error {
-                    Some(e) => Err(e),
-                    None => Ok(None),
-                };
+                return ring_error.map_or(Ok(None), Err);
             }
             crate::sync::spin_hint();
         }
