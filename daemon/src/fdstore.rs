@@ -101,6 +101,7 @@ pub fn open_segment(
         warn!("--recreate: retired the segment kept in systemd's fd store and dropped it");
     }
     let Some(max) = store_size() else { return Ok(None) };
+    crate::segment_size::check_memfd(&cfg.segment_config, &label)?;
     let seg = Segment::create_memfd(FDNAME, &cfg.segment_config)?;
     let sent = crate::notify::sd_notify_with_fd(&format!("FDSTORE=1\nFDNAME={FDNAME}"), seg.file().as_fd())
         .map_err(io_err("cannot hand the segment to systemd's fd store"))?;
