@@ -37,8 +37,8 @@ const LOWER: &str = "lower these flags (or the config-file keys of the same name
 pub enum SizeError {
     /// Larger than the layout allows.
     #[error(
-        "segment {} would need {need} bytes ({}), more than the {max} bytes ({}) a segment may \
-         be. Most of it: {parts}; {LOWER}",
+        "segment {} would be larger than a segment may be: it would need {need} bytes ({}), and \
+         the most is {max} bytes ({}). Most of it: {parts}; {LOWER}",
         path.display(), human(*need), human(*max as u128)
     )]
     TooLarge {
