@@ -88,6 +88,11 @@ pub fn open_segment(
         }
     }
     let label = PathBuf::from(format!("memfd:{FDNAME}"));
+    // Before the stored segment is retired by --recreate: a new one that cannot fit is
+    // refused with the old one (and its jobs) still kept.
+    if (stored.is_none() || cfg.recreate) && store_size().is_some() {
+        crate::segment_size::check_memfd(&cfg.segment_config, &label)?;
+    }
     if let Some(fd) = stored {
         let seg = Segment::attach_file(File::from(fd), &label)
             .map_err(|source| DaemonError::Adopt { path: label.clone(), source })?;
@@ -101,7 +106,6 @@ pub fn open_segment(
         warn!("--recreate: retired the segment kept in systemd's fd store and dropped it");
     }
     let Some(max) = store_size() else { return Ok(None) };
-    crate::segment_size::check_memfd(&cfg.segment_config, &label)?;
     let seg = Segment::create_memfd(FDNAME, &cfg.segment_config)?;
     let sent = crate::notify::sd_notify_with_fd(&format!("FDSTORE=1\nFDNAME={FDNAME}"), seg.file().as_fd())
         .map_err(io_err("cannot hand the segment to systemd's fd store"))?;

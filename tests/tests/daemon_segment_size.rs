@@ -1,8 +1,9 @@
 //! A segment that cannot fit is refused at start, before anything is created: the real
 //! xtcqd, given size flags (or config-file keys) whose segment is larger than any segment
-//! may be, or larger than the free space of the file system it would go in, exits non-zero
-//! at once, says the size it would need, the limit or the room there is, and which flags to
-//! lower, and leaves no segment file behind.
+//! may be, or larger than the free space of the file system it would go in (for a memfd
+//! segment, than memory and swap), exits non-zero at once, says the size it would need, the
+//! limit or the room there is, and which flags to lower, and leaves no segment file behind;
+//! with `--recreate`, the old segment and its jobs stay.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -142,4 +143,41 @@ fn a_recreate_that_cannot_fit_is_refused_with_the_old_segment_and_its_jobs_kept(
     assert!(d.segment.exists(), "the old segment was removed: {err}");
     d.restart_with(SMALL_SEGMENT, |_| {});
     assert_eq!(d.drain("q"), ["kept"], "the old segment's job was lost");
+}
+
+/// Bytes of memory and swap, as `/proc/meminfo` says.
+fn memory_and_swap() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kib = |key: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap_or("0");
+        line.trim_start_matches(key).trim().trim_end_matches("kB").trim().parse().unwrap_or(0)
+    };
+    (kib("MemTotal:") + kib("SwapTotal:")) * 1024
+}
+
+#[test]
+fn a_memfd_segment_larger_than_memory_is_refused_before_the_fd_store_is_touched() {
+    let dir = segment_dir();
+    let count = memory_and_swap() / MIB16 + 256;
+    if count * MIB16 >= MAX_SEGMENT_LEN {
+        eprintln!("this host has more memory than a segment may be: not exercised");
+        return;
+    }
+    let blocks = format!("16MiB={count}");
+    // With an fd store the segment is a memfd; the notify socket is never reached.
+    let out = run_within(
+        xtcqd()
+            .env("NOTIFY_SOCKET", dir.path().join("no-notify.sock"))
+            .env("FDSTORE", "1")
+            .env_remove("LISTEN_FDS")
+            .arg("--socket")
+            .arg(dir.path().join("xtcqd.sock"))
+            .args(["--payload-bytes", "16777216", "--payload-blocks", blocks.as_str()]),
+        Duration::from_secs(10),
+    );
+    let err = stderr(&out);
+    assert_eq!(code(&out), 1, "{err}");
+    assert!(err.contains("memfd:") && err.contains("memory and swap"), "{err}");
+    assert!(figure(&err, "would need") > figure(&err, "has only"), "{err}");
+    assert!(err.contains(&format!("({count} x 16MiB)")) && err.contains("--payload-blocks"), "{err}");
 }
