@@ -6,6 +6,8 @@
 //! - A total that went down (the queue was deleted and created anew) gives a rate of 0, not
 //!   a huge number.
 //! - A closed stdout ends the watch as it ends any command (see `out`).
+//! - The payload-block table lists the classes the daemon reports, as it reports them; an
+//!   older daemon that reports none (and no inline size) gets no table rather than a wrong one.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -49,6 +51,7 @@ pub fn stats(socket: Option<&Path>, args: StatsArgs) -> Result<i32> {
         return Ok(exit::OK);
     }
     let mut text = summary_text(&s);
+    text.push_str(&blocks_text(&s));
     for q in &s.queues {
         text.push_str(&queue_text(q));
     }
@@ -81,6 +84,35 @@ fn summary_text(s: &Stats) -> String {
         g.queues, g.deques_per_queue, g.deque_capacity, g.payload_bytes, g.process_slots, g.overflow_capacity
     );
     t
+}
+
+/// The payload-block section: each class's size, blocks, blocks held and free ones.
+fn blocks_text(s: &Stats) -> String {
+    let (inline, largest) = (s.segment.inline_bytes, s.segment.payload_bytes);
+    let mut t = String::new();
+    if s.payload_blocks.is_empty() {
+        if inline > 0 {
+            let _ =
+                writeln!(t, "payload blocks: none (every payload, up to {largest} bytes, is kept inline)");
+        }
+        return t;
+    }
+    let _ = writeln!(t, "payload blocks (payloads over {inline} bytes, up to {largest}):");
+    t.push_str("  SIZE     TOTAL      IN USE     FREE\n");
+    for b in &s.payload_blocks {
+        let full = if b.free == 0 { "  FULL" } else { "" };
+        let _ = writeln!(t, "  {:<8} {:<10} {:<10} {}{full}", size_label(b.size), b.total, b.in_use, b.free);
+    }
+    t
+}
+
+/// A block size as `--payload-blocks` spells it: `512`, `4KiB`, `16MiB`.
+pub(crate) fn size_label(bytes: u32) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => b.to_string(),
+    }
 }
 
 /// One queue's block: properties, jobs, totals, deques.
@@ -213,5 +245,16 @@ fn watch(socket: Option<&Path>, queue: Option<&str>, interval: Duration) -> Resu
         }
         out::print(&text)?;
         std::thread::sleep(interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_read_as_the_flag_writes_them() {
+        let labels: Vec<String> = [128, 512, 1024, 4096, 65536, 1 << 20, 16 << 20].map(size_label).into();
+        assert_eq!(labels, ["128", "512", "1KiB", "4KiB", "64KiB", "1MiB", "16MiB"]);
     }
 }

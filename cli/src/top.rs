@@ -6,6 +6,7 @@
 //!   Ctrl-C (a key in raw mode, not a signal), an error, a panic (the guard's `Drop`).
 //! - Not on a terminal it refuses at once and points at `stats --watch`.
 //! - Rates come from the totals' deltas between two answers (as `stats --watch`).
+//! - The second line shows the payload blocks held per size, when the segment has any.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -25,7 +26,7 @@ use xtcq_proto::queue_name::escaped;
 use crate::cmd::connect;
 use crate::exit;
 use crate::parse_interval;
-use crate::stats::{age, Rates};
+use crate::stats::{age, size_label, Rates};
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
@@ -117,6 +118,22 @@ fn draw(terminal: &mut DefaultTerminal, s: &Stats, rows: &[[String; 10]]) -> Res
     Ok(())
 }
 
+/// `payload blocks in use: 4KiB 3/8, 64KiB 3/3 FULL`, or nothing when there are no blocks.
+fn blocks_line(s: &Stats) -> String {
+    let classes: Vec<String> = s
+        .payload_blocks
+        .iter()
+        .map(|b| {
+            let full = if b.free == 0 { " FULL" } else { "" };
+            format!("{} {}/{}{full}", size_label(b.size), b.in_use, b.total)
+        })
+        .collect();
+    if classes.is_empty() {
+        return String::new();
+    }
+    format!("payload blocks in use: {}", classes.join(", "))
+}
+
 fn frame(f: &mut Frame, s: &Stats, rows: &[[String; 10]]) {
     let [top, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(0)]).areas(f.area());
     let r = &s.records;
@@ -127,7 +144,7 @@ fn frame(f: &mut Frame, s: &Stats, rows: &[[String; 10]]) {
         r.free,
         s.segment.job_records
     );
-    f.render_widget(Paragraph::new(title), top);
+    f.render_widget(Paragraph::new(format!("{title}\n{}", blocks_line(s))), top);
     let widths =
         [Constraint::Min(12), Constraint::Length(10), Constraint::Length(10), Constraint::Length(10)]
             .into_iter()

@@ -88,6 +88,11 @@ pub fn open_segment(
         }
     }
     let label = PathBuf::from(format!("memfd:{FDNAME}"));
+    // Before the stored segment is retired by --recreate: a new one that cannot fit is
+    // refused with the old one (and its jobs) still kept.
+    if (stored.is_none() || cfg.recreate) && store_size().is_some() {
+        crate::segment_size::check_memfd(&cfg.segment_config, &label)?;
+    }
     if let Some(fd) = stored {
         let seg = Segment::attach_file(File::from(fd), &label)
             .map_err(|source| DaemonError::Adopt { path: label.clone(), source })?;

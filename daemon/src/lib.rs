@@ -12,7 +12,8 @@
 //! - [`notify`]: systemd readiness notification;
 //! - [`fdstore`]: the sealed memfd segment kept in systemd's fd store;
 //! - [`guard`]: watching the segment's file for truncation, unlinking and replacement;
-//! - [`segment_memory`]: the daemon's record of the segment it served, checked at the next start.
+//! - [`segment_memory`]: the daemon's record of the segment it served, checked at the next start;
+//! - [`segment_size`]: refusing a segment too large to create, or to fit where it goes.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
@@ -39,6 +40,7 @@ pub mod payload_blocks;
 pub mod peer;
 pub mod registry;
 pub mod segment_memory;
+pub mod segment_size;
 pub mod server;
 pub mod startup;
 pub mod state;
@@ -80,6 +82,9 @@ pub enum DaemonError {
     /// The segment could not be created.
     #[error(transparent)]
     Segment(#[from] xtcq_shm::SegmentError),
+    /// The segment the size flags describe is too large to create, or to fit where it goes.
+    #[error(transparent)]
+    SegmentSize(#[from] segment_size::SizeError),
     /// An existing segment could not be adopted.
     #[error("cannot adopt the existing segment {path}: {source}; remove it, or start with --recreate (which drops its jobs)")]
     Adopt {

@@ -10,6 +10,8 @@
 //! - The figures are a `stats` answer (a record scan), computed on a blocking thread so the
 //!   runtime's other tasks go on meanwhile.
 //! - Queue names go into label values escaped as the format says (`\\`, `\"`, `\n`).
+//! - Payload blocks are per segment, not per queue: one series per block size (label
+//!   `size`, in bytes) for each class the segment has blocks of.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
-use xtcq_proto::msg::{QueueMetrics, Stats};
+use xtcq_proto::msg::{BlockClassStats, QueueMetrics, Stats};
 
 use crate::registry::Registry;
 
@@ -195,8 +197,26 @@ pub fn render(s: &Stats) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), value(&q.metrics));
         }
     }
+    for (name, help, value) in BLOCK_FAMILIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for b in &s.payload_blocks {
+            let _ = writeln!(out, "{name}{{size=\"{}\"}} {}", b.size, value(b));
+        }
+    }
     out
 }
+
+/// A payload-block gauge: name, help, and how to read it from a class's figures.
+type BlockFamily = (&'static str, &'static str, fn(&BlockClassStats) -> u32);
+
+const BLOCK_FAMILIES: [BlockFamily; 2] = [
+    ("xtcq_payload_blocks", "Payload blocks the segment has, by block size in bytes.", |b| b.total),
+    (
+        "xtcq_payload_blocks_in_use",
+        "Payload blocks held by a job's payload now, by block size in bytes.",
+        |b| b.in_use,
+    ),
+];
 
 /// A label value escaped for the text format.
 fn label(v: &str) -> String {

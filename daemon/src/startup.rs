@@ -200,6 +200,13 @@ fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
     // Opened once, without following a link, and checked (owner, mode) on the fd: a file
     // another user planted at the path is refused, not adopted or retired.
     let existing = paths_secure::open_segment(path, cfg.file_mode(), cfg.group)?;
+    // Before anything is removed or created: a segment that cannot fit is refused with the
+    // existing one (and its jobs) still in place. The one --recreate replaces frees its blocks.
+    if existing.is_none() || cfg.recreate {
+        let reclaim =
+            existing.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.blocks().saturating_mul(512));
+        crate::segment_size::check_file(&cfg.segment_config, path, reclaim)?;
+    }
     if let Some(f) = existing.as_ref().filter(|_| cfg.recreate) {
         // Refuse to pull a segment from under a live daemon.
         match rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive) {

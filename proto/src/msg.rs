@@ -44,8 +44,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
 pub use crate::queue_msg::{Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams};
 pub use crate::stats_msg::{
-    DequeStats, ProcessInfo, ProcessState, QueueMetrics, QueueStats, QuotaStats, RecordCounts,
-    SegmentSummary, Stats,
+    BlockClassStats, DequeStats, ProcessInfo, ProcessState, QueueMetrics, QueueStats, QuotaStats,
+    RecordCounts, SegmentSummary, Stats,
 };
 
 use crate::PROTOCOL_VERSION;

@@ -33,6 +33,25 @@ pub struct SegmentSummary {
     pub process_slots: u32,
     /// Cells per overflow ring.
     pub overflow_capacity: u32,
+    /// Payload bytes kept in the record itself; a larger payload takes a payload block (see
+    /// [`Stats::payload_blocks`]). 0 from a daemon that predates payload blocks.
+    #[serde(default)]
+    pub inline_bytes: u32,
+}
+
+/// One size class of payload blocks: how many the segment has and how many are held now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BlockClassStats {
+    /// Bytes in one block of the class (a power of two, 128 B to 16 MiB).
+    pub size: u32,
+    /// Blocks of the class in the segment (`xtcqd --payload-blocks SIZE=COUNT`).
+    pub total: u32,
+    /// Blocks held now: by the payload of a job (being pushed, queued, running, delayed or
+    /// dead), or left by a process that died mid-way until the daemon's next scan frees it.
+    pub in_use: u32,
+    /// `total - in_use`.
+    pub free: u32,
 }
 
 /// Job records by state.
@@ -185,4 +204,40 @@ pub struct Stats {
     pub processes: Vec<ProcessInfo>,
     /// Open control connections.
     pub connections: u64,
+    /// Each payload-block class the segment has blocks of, smallest first. Empty from a
+    /// daemon that predates payload blocks, and for a segment whose payloads are all inline.
+    #[serde(default)]
+    pub payload_blocks: Vec<BlockClassStats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Stats` answer as a daemon without payload blocks wrote it (no `inline_bytes`, no
+    /// `payload_blocks`).
+    const OLD: &str = r#"{"daemon_pid":7,"daemon_epoch":1,"segment":{"path":"/dev/shm/x",
+        "total_len":4096,"queues":1,"deques_per_queue":1,"deque_capacity":64,"job_records":8,
+        "payload_bytes":64,"process_slots":4,"overflow_capacity":64},
+        "records":{"free":8,"filling":0,"queued":0,"claimed":0,"dead":0,"corrupt":0},
+        "queues":[],"processes":[],"connections":0}"#;
+
+    #[test]
+    fn an_older_daemons_answer_reads_with_no_blocks() {
+        let s: Stats = serde_json::from_str(OLD).expect("an older answer parses");
+        assert_eq!((s.segment.inline_bytes, s.payload_blocks.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_newer_answer_reads_with_fields_this_build_does_not_know() {
+        let mut v: serde_json::Value = serde_json::from_str(OLD).unwrap();
+        v["segment"]["inline_bytes"] = 64.into();
+        v["payload_blocks"] = serde_json::json!([
+            {"size": 4096, "total": 8, "in_use": 3, "free": 5, "some_later_field": 1}
+        ]);
+        v["some_later_field"] = "x".into();
+        let s: Stats = serde_json::from_value(v).expect("a newer answer parses");
+        assert_eq!(s.segment.inline_bytes, 64);
+        assert_eq!(s.payload_blocks, [BlockClassStats { size: 4096, total: 8, in_use: 3, free: 5 }]);
+    }
 }

@@ -41,6 +41,7 @@ mod quota;
 use clock::now_unix_ns;
 pub use clock::{coarse_monotonic_ns, monotonic_ns};
 pub use errors::{DeleteError, QueueError, SegmentError};
+pub use memory::host_memory_and_swap;
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
 pub use quota::{QueueQuota, QueueRecordCount, QuotaState};
 

@@ -1,8 +1,14 @@
-//! `stats`: counts of records by state, deques, processes and the segment, read without
-//! stopping anyone (a racy snapshot).
+//! `stats`: counts of records by state, deques, processes, payload blocks and the segment,
+//! read without stopping anyone (a racy snapshot).
+//!
+//! - Every scan is bounded by the validated layout (record count, block counts per class),
+//!   never by a value read from the segment; a word no correct program writes is counted
+//!   (as corrupt, or as a held block), never trusted as an index.
 
 use super::*;
+use xtcq_shm::layout::payload::{class_size, PAYLOAD_CLASSES};
 use xtcq_shm::metrics::Counter;
+use xtcq_shm::record::blocks::BlockRef;
 
 /// A queue's totals (from the metrics region) and gauges (from `records`, the scan's counts
 /// for it, and `oldest`, the smallest `enqueued_ns` of its queued jobs or `u64::MAX`).
@@ -61,6 +67,7 @@ impl Registry {
             queues,
             processes,
             connections,
+            payload_blocks: block_stats(seg),
         })
     }
 
@@ -188,5 +195,26 @@ fn segment_summary(seg: &Segment) -> proto::SegmentSummary {
         payload_bytes: c.payload_bytes,
         process_slots: c.process_slots,
         overflow_capacity: c.overflow_capacity,
+        inline_bytes: c.inline_bytes,
     }
+}
+
+/// Each block class with blocks: its size, its count and how many blocks have an owner
+/// word other than 0 now, smallest first. The counts come from the validated layout, so
+/// the scan reads only owner words inside the block table; any non-zero word counts as held
+/// (a forged one too: it holds the block until the daemon's sweep frees it).
+fn block_stats(seg: &Segment) -> Vec<proto::BlockClassStats> {
+    let records = seg.records();
+    let blocks = records.blocks();
+    (0..PAYLOAD_CLASSES)
+        .filter_map(|class| {
+            let total = blocks.count(class);
+            (total > 0).then(|| {
+                let in_use = (0..total)
+                    .filter(|&index| blocks.owner(BlockRef { class, index }).load(Ordering::Relaxed) != 0)
+                    .count() as u32;
+                proto::BlockClassStats { size: class_size(class), total, in_use, free: total - in_use }
+            })
+        })
+        .collect()
 }
