@@ -6,7 +6,8 @@
 //! ```
 //!
 //! - The producer (this process, pinned to CPU 0) owns the queue's one deque and pushes N
-//!   64-byte jobs as fast as the deque takes them (a full deque is retried), one at a time or
+//!   64-byte jobs as fast as the deque takes them (a full deque is retried after a backoff,
+//!   `FullWait`), one at a time or
 //!   `XTCQ_BENCH_PUSH_BATCH=K` at a time (`push_batch`: one store of `bottom` a batch).
 //! - Each consumer (this binary again, pinned to CPU k, k = 1..) loops on `steal` (or on
 //!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`), copies the payload out and acks. When a
@@ -97,6 +98,33 @@ impl Poll {
         if let Poll::Backoff(k) = self {
             *k = 0;
         }
+    }
+}
+
+/// The producer's wait while the queue is full: pauses doubling from 1 to 1024 between
+/// tries. Each try of a full deque reads `top`, the line every steal CASes; retried as fast
+/// as the CPU goes (a run of `push_batch(32)` against one consumer tried 122,000-892,000
+/// times) it keeps taking that line from the consumer and slows the drain it waits for.
+#[derive(Default)]
+struct FullWait {
+    /// Doublings so far in this wait.
+    level: u32,
+    /// Tries in this wait, to fail a run whose consumers died instead of hanging.
+    tries: u64,
+}
+
+impl FullWait {
+    fn wait(&mut self) {
+        for _ in 0..1u32 << self.level {
+            std::hint::spin_loop();
+        }
+        self.level = (self.level + 1).min(10);
+        self.tries += 1;
+        assert!(self.tries < 1 << 22, "the queue stayed full: are the consumers alive?");
+    }
+
+    fn reset(&mut self) {
+        *self = FullWait::default();
     }
 }
 
@@ -201,19 +229,16 @@ impl Bench {
             return self.push_all_batched();
         }
         let mut m = [0xabu8; MSG];
+        let mut full = FullWait::default();
         for seq in 0..self.n {
             m[..8].copy_from_slice(&seq.to_le_bytes());
-            let mut tries = 0u64;
             while let Err(e) = self.owner.push(&m) {
                 match e {
-                    xtcq_client::Error::QueueFull { .. } | xtcq_client::Error::RecordsFull(_) => {
-                        std::hint::spin_loop();
-                        tries += 1;
-                        assert!(tries < 1 << 30, "the queue stayed full: are the consumers alive?");
-                    }
+                    xtcq_client::Error::QueueFull { .. } | xtcq_client::Error::RecordsFull(_) => full.wait(),
                     e => panic!("push: {e}"),
                 }
             }
+            full.reset();
         }
     }
 
@@ -222,7 +247,7 @@ impl Bench {
     fn push_all_batched(&self) {
         let mut msgs = vec![[0xabu8; MSG]; self.push_batch];
         let mut seq = 0;
-        let mut tries = 0u64;
+        let mut full = FullWait::default();
         while seq < self.n {
             let k = (self.n - seq).min(self.push_batch as u64) as usize;
             for (i, m) in msgs[..k].iter_mut().enumerate() {
@@ -230,12 +255,15 @@ impl Bench {
             }
             let refs: Vec<&[u8]> = msgs[..k].iter().map(|m| m.as_slice()).collect();
             match self.owner.push_batch(&refs) {
-                Ok(0) | Err(xtcq_client::Error::RecordsFull(_)) => {
-                    std::hint::spin_loop();
-                    tries += 1;
-                    assert!(tries < 1 << 30, "the queue stayed full: are the consumers alive?");
+                Ok(0) | Err(xtcq_client::Error::RecordsFull(_)) => full.wait(),
+                Ok(n) => {
+                    seq += n as u64;
+                    if n < k {
+                        full.wait();
+                    } else {
+                        full.reset();
+                    }
                 }
-                Ok(n) => seq += n as u64,
                 Err(e) => panic!("push_batch: {e}"),
             }
         }

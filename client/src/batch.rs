@@ -147,7 +147,10 @@ impl OwnerHandle {
     /// many were queued, like a short `write(2)`: fewer than given when the deque filled up
     /// or a job failed after some were queued (the next push then says why); an error only
     /// when none was. Push the rest with [`push`](Self::push), which spills to the overflow
-    /// ring, or in a later batch.
+    /// ring, or in a later batch. When the deque is full, do not retry at once in a loop:
+    /// each try reads the line every steal CASes, and topping the deque up a slot at a time
+    /// writes the line its consumer reads next (a consumer drained about a fifth slower so;
+    /// BENCHMARKS.md, "A full deque"). Back off, or spill as below.
     ///
     /// ```no_run
     /// # let client = xtcq_client::Client::connect(None)?;
