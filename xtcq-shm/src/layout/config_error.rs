@@ -39,7 +39,8 @@ pub enum ConfigError {
     /// The whole does not fit in 64 bits or in the address space.
     #[error(
         "the segment would be larger than {max} bytes, the most one may be: choose fewer records \
-         (--records) or payload blocks (--payload-blocks), or smaller deques"
+         (--records) or payload blocks (--payload-blocks), or fewer, smaller deques (--queues, \
+         --deques-per-queue, --deque-capacity)"
     )]
     TooLarge {
         /// The limit.

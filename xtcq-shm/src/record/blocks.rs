@@ -47,8 +47,8 @@ impl BlockRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "no free payload block for a {len}-byte payload: all {blocks} blocks of {size} bytes (and of \
-     every larger class) are in use; consume some jobs, or create the segment with more \
-     (xtcqd --payload-blocks {size}=COUNT)"
+     every larger class) are in use (`xtcq stats` shows them per size); consume some jobs, or \
+     create the segment with more (xtcqd --payload-blocks {size}=COUNT)"
 )]
 pub struct BlocksFull {
     /// The payload's length.

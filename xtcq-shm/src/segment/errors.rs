@@ -20,9 +20,10 @@ pub enum SegmentError {
     },
     /// tmpfs or the disk is full.
     #[error(
-        "not enough space for segment {path}: it needs {len} bytes; free space (for /dev/shm: \
-         `df -h /dev/shm`) or choose fewer records (--records) or payload blocks \
-         (--payload-blocks), smaller payloads or smaller deques"
+        "not enough space for segment {path}: it needs {len} bytes; free space on the file \
+         system it goes in (`df -h` of its directory) or choose fewer records (--records) or \
+         payload blocks (--payload-blocks), smaller payloads (--payload-bytes, --inline-bytes) \
+         or fewer, smaller deques (--queues, --deques-per-queue, --deque-capacity)"
     )]
     NoSpace {
         /// The path.
