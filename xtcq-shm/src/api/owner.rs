@@ -134,8 +134,10 @@ impl Owner {
         let mut words = [0u64; crate::deque::MAX_BATCH];
         let mut failed = None;
         let mut n = 0;
+        // One clock read for the batch: its jobs join the line together.
+        let now = Joins::Now(coarse_monotonic_ns());
         for p in &payloads[..room] {
-            match publish(&self.ctx, self.me, &self.cursor, p) {
+            match publish_at(&self.ctx, self.me, &self.cursor, p, now) {
                 Ok(h) => {
                     words[n] = h.to_word();
                     n += 1;
@@ -199,19 +201,27 @@ impl Cursors {
     }
 }
 
-/// Allocates, fills and publishes a record; returns its handle (not yet indexed).
-fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
-    publish_at(ctx, me, cursor, payload, None)
+/// When a published job joins the line, kept in the record's `enqueued_ns`.
+#[derive(Clone, Copy)]
+enum Joins {
+    /// Now: `Queued`, enqueued at this (coarse CLOCK_MONOTONIC) time.
+    Now(u64),
+    /// At its due time (CLOCK_MONOTONIC ns): `Delayed` until then.
+    Due(u64),
 }
 
-/// Fills a record and publishes it: `Queued` when `due_ns` is `None`, else `Delayed` until
-/// `due_ns` (CLOCK_MONOTONIC ns, kept in `enqueued_ns`: the time the job joins the line).
+/// Allocates, fills and publishes a record; returns its handle (not yet indexed).
+fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
+    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()))
+}
+
+/// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says.
 fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
     cursor: &Cursors,
     payload: &[u8],
-    due_ns: Option<u64>,
+    joins: Joins,
 ) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
@@ -245,7 +255,8 @@ fn publish_at(
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);
-    hdr.enqueued_ns.store(due_ns.unwrap_or_else(coarse_monotonic_ns), Ordering::Relaxed);
+    let (Joins::Now(t) | Joins::Due(t)) = joins;
+    hdr.enqueued_ns.store(t, Ordering::Relaxed);
     // The birth generation (the job's stable id), no last error yet.
     hdr.flags.store(
         crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
@@ -253,15 +264,15 @@ fn publish_at(
     );
     let st =
         ctx.records.state(index).ok_or_else(|| PushError::Corrupt(format!("record {index} out of range")))?;
-    let published = match due_ns {
-        None => st.publish(generation, me),
-        Some(_) => st.publish_delayed(generation, me),
+    let published = match joins {
+        Joins::Now(_) => st.publish(generation, me),
+        Joins::Due(_) => st.publish_delayed(generation, me),
     };
     published.map_err(|c| {
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
     ctx.count(me, crate::metrics::Counter::Pushed);
-    if due_ns.is_some() {
+    if matches!(joins, Joins::Due(_)) {
         crate::fail_point!("delay.after_publish");
     } else {
         crate::fail_point!("publish.before_index");
@@ -352,7 +363,7 @@ impl Injector {
     /// is not told finds it by its record scan when it adopts the segment or recovers a dead
     /// process.
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
-        publish_at(&self.ctx, self.me, &self.cursor, payload, Some(due_ns.max(1)))
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)))
     }
 
     /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
