@@ -21,6 +21,7 @@ pub mod rng;
 pub mod role;
 pub mod runs;
 pub mod sizes;
+pub mod tmux;
 pub mod users;
 
 pub use c_program::{compile_c, workspace_root};
@@ -32,6 +33,7 @@ pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
 pub use rng::Rng;
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
 pub use sizes::{large_payload_segment, MEDIUM_SEGMENT, SMALL_SEGMENT, TINY_SEGMENT};
+pub use tmux::Tmux;
 pub use users::{is_root, SystemUser};
 /// CLOCK_MONOTONIC in ns, the clock every process on the host shares (the engine's own).
 pub use xtcq_client::monotonic_ns;

@@ -4,72 +4,18 @@
 
 use xtcq_testkit::*;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-
-/// A private tmux server, killed when dropped.
-struct Tmux {
-    socket: PathBuf,
-}
-
-impl Tmux {
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.arg("-S").arg(&self.socket);
-        c
-    }
-
-    fn capture(&self) -> String {
-        stdout(&run_bounded(self.cmd().args(["capture-pane", "-p", "-t", "s"]), None))
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        ok(&run_bounded(self.cmd().args(["send-keys", "-t", "s"]).args(keys), None));
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").output();
-    }
-}
-
-fn have_tmux() -> bool {
-    Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
-}
-
-/// Starts `xtcq top` for `d` in a fresh tmux session; the shell says how it exited.
-/// Each start gets its own server socket: a server just killed may not be gone yet.
-fn start_top(d: &Daemon, n: usize) -> Tmux {
-    let t = Tmux { socket: d.dir().join(format!("tmux{n}.sock")) };
-    let script = format!(
-        "{} --socket {} top --interval 200ms; echo TOP-EXITED $?; sleep 60",
-        xtcq_exe().display(),
-        d.socket.display()
-    );
-    let o = run_bounded(
-        t.cmd()
-            .args(["new-session", "-d", "-s", "s", "-x", "120", "-y", "30"])
-            .arg(script)
-            .env("TERM", "xterm-256color"),
-        None,
-    );
-    ok(&o);
-    t
-}
 
 #[test]
 fn top_shows_the_queues_and_quits_on_q_or_ctrl_c_restoring_the_terminal() {
-    if !have_tmux() {
-        println!("SKIPPED: tmux is not installed (apt-get install -y tmux)");
+    if !Tmux::installed() {
         return;
     }
     let d = Daemon::start();
     ok(&d.run(&["create", "farm"]));
     ok(&d.run(&["push", "farm", "a", "b", "c"]));
     for (n, quit) in [&["q"][..], &["C-c"][..]].into_iter().enumerate() {
-        let t = start_top(&d, n);
+        let t = Tmux::top(&d, &format!("tmux{n}"));
         let mut screen = String::new();
         wait_until(Duration::from_secs(30), "top to draw the queue", || {
             screen = t.capture();

@@ -11,28 +11,11 @@ use std::time::Duration;
 use xtcq_testkit::*;
 
 /// Records keep 64 bytes inline; 8 blocks of 4 KiB and 3 of 64 KiB; metrics on a free port.
-const FLAGS: &[&str] = &[
-    "--queues",
-    "2",
-    "--deques-per-queue",
-    "2",
-    "--deque-capacity",
-    "64",
-    "--records",
-    "256",
-    "--payload-bytes",
-    "65536",
-    "--inline-bytes",
-    "64",
-    "--payload-blocks",
-    "4KiB=8,64KiB=3",
-    "--process-slots",
-    "16",
-    "--overflow-capacity",
-    "256",
-    "--metrics",
-    "127.0.0.1:0",
-];
+fn flags() -> Vec<String> {
+    let mut f = large_payload_segment(64, "4KiB=8,64KiB=3");
+    f.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
+    f
+}
 
 /// `(size, total, in_use, free)` of each class `stats --json` reports.
 fn blocks(d: &Daemon) -> Vec<(u64, u64, u64, u64)> {
@@ -85,7 +68,7 @@ fn scrape(addr: &str) -> String {
 
 #[test]
 fn block_use_follows_queued_and_held_large_jobs_and_returns_to_zero_once_acked() {
-    let d = Daemon::start_with(FLAGS);
+    let d = Daemon::builder().flags(flags()).start();
     ok(&d.run(&["create", "big", "--deques", "1"]));
     let s = d.stats();
     assert_eq!(s["segment"]["inline_bytes"], 64, "{s}");
@@ -160,7 +143,7 @@ fn a_segment_without_blocks_says_every_payload_is_inline() {
 
 #[test]
 fn garbage_in_the_owner_table_crashes_nothing_and_is_swept() {
-    let d = Daemon::start_with(FLAGS);
+    let d = Daemon::builder().flags(flags()).start();
     let blocks_at =
         xtcq_shm::Segment::open_read_only(&d.segment).expect("map the segment").descriptor().regions.blocks;
     // One word per block (8 + 3): all ones, generation 0 (no record is ever born at 0), a
