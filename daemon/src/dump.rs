@@ -9,6 +9,7 @@
 //! - from version 2 the last line is `{"kind":"end","queues":N,"jobs":M}`: a dump cut at a
 //!   line boundary (a copy that stopped early, a full disk) parses, and only the missing end
 //!   line (or its counts) tells; a reader refuses it. Version 1 dumps have no end line;
+//! - a line is at most [`MAX_LINE`] bytes: a reader refuses a longer one without holding it;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
 //! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
@@ -20,7 +21,7 @@
 //! - `--import-on-start` also takes a segment file of this or an older readable layout
 //!   (`xtcq_shm::segment::READABLE_LAYOUT_VERSIONS`), mapped read-only.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -271,16 +272,35 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
     }
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
     let mut reader = LineReader { path, version: None, end: None, last: 0, dump: Dump::default() };
-    for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
-        let l = l.map_err(io("cannot read"))?;
+    let mut file = std::io::BufReader::new(f);
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        // At most one byte past the longest line: a file with no newline for gigabytes (a
+        // sparse or corrupt file) is refused after MAX_LINE bytes, not read whole into memory.
+        let got =
+            (&mut file).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).map_err(io("cannot read"))?;
+        if got == 0 {
+            break;
+        }
+        if buf.len() > MAX_LINE {
+            return Err(
+                reader.bad(n, format!("longer than {MAX_LINE} bytes: not a line `xtcq export` writes"))
+            );
+        }
+        let l = std::str::from_utf8(&buf).map_err(|e| reader.bad(n, format!("not UTF-8: {e}")))?;
         // Blank lines are skipped, so "first" is the first line with text, not line 1.
         if !l.trim().is_empty() {
-            let line: Line = serde_json::from_str(&l).map_err(|e| reader.bad(i + 1, e.to_string()))?;
-            reader.take(i + 1, line)?;
+            let line: Line = serde_json::from_str(l).map_err(|e| reader.bad(n, e.to_string()))?;
+            reader.take(n, line)?;
         }
     }
     reader.finish()
 }
+
+/// The longest line a reader takes: a job of the largest payload a segment holds
+/// (`MAX_BLOCK`), every byte escaped as `\u00XX` (6 bytes), and a margin for its other fields.
+pub const MAX_LINE: usize = 6 * xtcq_shm::layout::payload::MAX_BLOCK as usize + (1 << 20);
 
 /// The lines of a dump file read so far.
 struct LineReader<'p> {

@@ -1,0 +1,165 @@
+//! Red-team pass 5 on `xtcq import` and `--import-on-start`: dumps an import can know it
+//! cannot take, yet took part of before. Each refused dump must keep its name, create no
+//! queue and queue no job (RELIABILITY.md "Export and import"). Real xtcqd, real `xtcq`.
+
+use std::path::Path;
+use xtcq_testkit::*;
+
+fn header() -> String {
+    r#"{"kind":"header","format":"xtcq-dump","version":2,"layout_version":6}"#.to_string()
+}
+
+fn queue_line(name: &str, deques: u32, capacity: u32, max_records: u32) -> String {
+    format!(
+        r#"{{"kind":"queue","name":"{name}","flavor":"fifo","deques":{deques},"capacity":{capacity},"max_attempts":0,"lease_ms":0,"max_records":{max_records},"max_dead":0}}"#
+    )
+}
+
+fn job_line(queue: &str, i: usize) -> String {
+    format!(r#"{{"kind":"job","queue":"{queue}","payload":"job-{i}","attempts":0,"state":"queued"}}"#)
+}
+
+/// A version-2 dump of `queues` (each a queue line), `jobs` jobs in the first queue `first`.
+fn dump(path: &Path, first: &str, queues: &[String], jobs: usize) {
+    let mut lines = vec![header()];
+    lines.extend(queues.iter().cloned());
+    lines.extend((0..jobs).map(|i| job_line(first, i)));
+    lines.push(format!(r#"{{"kind":"end","queues":{},"jobs":{jobs}}}"#, queues.len()));
+    std::fs::write(path, lines.join("\n") + "\n").expect("write dump");
+}
+
+/// Imports `f` and expects a refusal that wrote nothing: exit 1, `f` keeps its name, none of
+/// `queues` exists, no job queued. Returns stderr.
+fn refused(d: &Daemon, f: &Path, queues: &[&str]) -> String {
+    let o = d.run(&["import", f.to_str().expect("utf-8")]);
+    assert_eq!(code(&o), 1, "stdout: {} stderr: {}", stdout(&o), stderr(&o));
+    assert!(f.exists(), "{} was renamed though the import was refused: {}", f.display(), stderr(&o));
+    let ls = ok(&d.run(&["ls"]));
+    for q in queues {
+        assert!(!ls.contains(q), "a refused import created queue {q}: {ls}\nstderr: {}", stderr(&o));
+    }
+    assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0), "a refused import queued jobs");
+    stderr(&o)
+}
+
+/// The second queue line cannot be created (0 deques); the first must not be created either.
+#[test]
+fn a_dump_with_a_bad_queue_line_creates_no_queue() {
+    let d = Daemon::start();
+    let f = d.dir().join("badq.dump");
+    dump(&f, "good5", &[queue_line("good5", 1, 64, 0), queue_line("bad5", 0, 64, 0)], 3);
+    let e = refused(&d, &f, &["good5", "bad5"]);
+    assert!(e.contains("bad5") && e.contains("deques"), "the error names the queue and what is wrong: {e}");
+}
+
+/// A queue line whose name the segment refuses (whitespace) is caught before anything.
+#[test]
+fn a_dump_with_a_bad_queue_name_creates_no_queue() {
+    let d = Daemon::start();
+    let f = d.dir().join("badname.dump");
+    dump(&f, "fine5", &[queue_line("fine5", 1, 64, 0), queue_line("has space", 1, 64, 0)], 2);
+    let e = refused(&d, &f, &["fine5", "has space"]);
+    assert!(e.contains("has space"), "the error names the queue: {e}");
+}
+
+/// A queue whose record quota is more than the segment's records: before, the queue was
+/// created, its limits refused, and the file left `.importing`.
+#[test]
+fn a_dump_with_a_quota_over_the_segment_creates_nothing() {
+    let d = Daemon::builder().flags(["--records", "64"]).start();
+    let f = d.dir().join("quota.dump");
+    dump(&f, "quota5", &[queue_line("quota5", 1, 64, 1000)], 2);
+    let e = refused(&d, &f, &["quota5"]);
+    assert!(e.contains("quota5") && e.contains("1000"), "the error names the queue and its quota: {e}");
+}
+
+/// More new queues than free queue-table entries: before, the first ones were created.
+#[test]
+fn more_new_queues_than_the_queue_table_holds_creates_none() {
+    let d = Daemon::builder().flags(["--queues", "2"]).start();
+    let f = d.dir().join("table.dump");
+    let qs: Vec<String> = ["t5a", "t5b", "t5c"].iter().map(|q| queue_line(q, 1, 64, 0)).collect();
+    dump(&f, "t5a", &qs, 1);
+    let e = refused(&d, &f, &["t5a", "t5b", "t5c"]);
+    assert!(e.contains("--queues"), "the error names the flag to raise: {e}");
+}
+
+/// `--import-on-start` checks queue lines the same way: the start fails and no queue is left
+/// in the segment (which the next start, without the dump, adopts).
+#[test]
+fn import_on_start_with_a_bad_queue_line_leaves_no_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("start.dump");
+    dump(&f, "s5good", &[queue_line("s5good", 1, 64, 0), queue_line("s5bad", 0, 64, 0)], 2);
+    let mut flags: Vec<&str> = SMALL_SEGMENT.to_vec();
+    flags.extend(["--import-on-start", f.to_str().expect("utf-8")]);
+    let (status, err) = run_daemon_once(&dir.path().join("xtcqd.sock"), &dir.path().join("segment"), &flags);
+    assert!(!status.success(), "xtcqd started with a dump it cannot take: {err}");
+    assert!(err.contains("s5bad"), "the error names the queue: {err}");
+    assert!(f.exists(), "start.dump was renamed though nothing was imported");
+    let d = Daemon::builder().at(dir.path()).start();
+    let ls = ok(&d.run(&["ls"]));
+    assert!(!ls.contains("s5good"), "a refused import left queue s5good in the segment: {ls}");
+}
+
+/// A 4 GiB file of zeros (sparse: no disk) with no newline, as a truncated or corrupt copy
+/// may be: the reader must refuse it without holding the whole "line". Before, `lines()`
+/// grew one string until memory ran out (here, under a 2 GiB address-space limit, the CLI
+/// aborted with "memory allocation failed"; without one, the host swapped).
+#[test]
+fn a_file_with_a_gigabyte_line_is_refused_without_reading_it_whole() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    let f = d.dir().join("zeros.dump");
+    std::fs::File::create(&f).expect("create").set_len(4 << 30).expect("sparse 4 GiB");
+    let mut cmd = d.xtcq();
+    cmd.args(["import", f.to_str().expect("utf-8")]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = run_bounded(&mut cmd, None);
+    assert_eq!(code(&o), 1, "stdout: {} stderr: {}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("line 1") && stderr(&o).contains("longer than"), "{}", stderr(&o));
+    assert!(f.exists(), "the refused file keeps its name");
+}
+
+/// Two `xtcq import` of one file at once: one imports every job, once; the other is refused
+/// saying another import has (or had) the file, whichever step it was at when the first
+/// renamed it; before, one between its check and its rename said "cannot rename ...: No such
+/// file or directory".
+#[test]
+fn two_imports_of_one_file_at_once_import_it_once() {
+    let d = Daemon::builder().flags(["--records", "1024", "--overflow-capacity", "1024"]).start();
+    for round in 0..4 {
+        let q = format!("twice{round}");
+        let f = d.dir().join(format!("twice{round}.dump"));
+        dump(&f, &q, &[queue_line(&q, 1, 64, 0)], 200);
+        let spawn = || {
+            let mut c = d.xtcq();
+            c.args(["import", f.to_str().expect("utf-8")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().expect("xtcq import")
+        };
+        let (a, b) = (spawn(), spawn());
+        let limit = std::time::Duration::from_secs(30);
+        let outs = [wait_bounded(a, limit, "xtcq import"), wait_bounded(b, limit, "xtcq import")];
+        let good = outs.iter().filter(|o| code(o) == 0).count();
+        assert_eq!(good, 1, "exactly one import succeeds: {:?}", outs.iter().map(stderr).collect::<Vec<_>>());
+        let other = outs.iter().find(|o| code(o) != 0).expect("the refused one");
+        let e = stderr(other);
+        assert!(
+            e.contains("another import") || e.contains("was imported already"),
+            "the refusal says another import has (or had) the file: {e}"
+        );
+        let got = d.drain(&q);
+        assert_eq!(got.len(), 200, "every job once");
+    }
+}
