@@ -163,3 +163,51 @@ fn two_imports_of_one_file_at_once_import_it_once() {
         assert_eq!(got.len(), 200, "every job once");
     }
 }
+
+/// Another user's `xtcq import` of a dump with a job for a queue that user may not use
+/// (alice's, not shared): before, the check passed (the queue exists), the file became
+/// `.importing`, bob's own queue was created and its jobs written, and then the attach to
+/// alice's queue was refused. It must be refused before anything is written.
+#[test]
+fn a_dump_with_a_job_for_a_queue_the_user_may_not_use_writes_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqi{tag}");
+    let alice = SystemUser::create(&format!("xtcqia{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqib{tag}"), &group);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut flags: Vec<&str> = vec!["--group", &group, "--allow-uid", &alice.user, "--allow-uid", &bob.user];
+    flags.extend(["--records", "64"]);
+    let d = Daemon::builder().in_dir(dir).flags(flags).start();
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    let as_user = |u: &SystemUser, args: &[&str]| {
+        let mut c = d.xtcq();
+        c.args(args).uid(u.id("-u")).gid(u.id("-g"));
+        run_bounded(&mut c, None)
+    };
+    ok(&as_user(&alice, &["create", "alices5"]));
+    // bob's own directory, so that bob may rename his dump.
+    let bobs = d.dir().join("bob");
+    std::fs::create_dir(&bobs).expect("mkdir");
+    std::os::unix::fs::chown(&bobs, Some(bob.id("-u")), Some(bob.id("-g"))).expect("chown");
+    let f = bobs.join("mixed.dump");
+    let mut lines = vec![header(), queue_line("bobs5", 1, 64, 0)];
+    lines.extend((0..3).map(|i| job_line("bobs5", i)));
+    lines.push(job_line("alices5", 3));
+    lines.push(r#"{"kind":"end","queues":1,"jobs":4}"#.to_string());
+    std::fs::write(&f, lines.join("\n") + "\n").expect("write dump");
+    std::os::unix::fs::chown(&f, Some(bob.id("-u")), Some(bob.id("-g"))).expect("chown");
+    let o = as_user(&bob, &["import", f.to_str().expect("utf-8")]);
+    assert_ne!(code(&o), 0, "bob imported into alice's queue: {}", stderr(&o));
+    assert!(f.exists(), "the refused file was renamed: {}", stderr(&o));
+    assert!(stderr(&o).contains("alices5"), "the error names the queue: {}", stderr(&o));
+    let ls = ok(&d.run(&["ls"]));
+    assert!(!ls.contains("bobs5"), "a refused import created bob's queue: {ls}");
+    assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0), "a refused import queued jobs");
+}
