@@ -195,7 +195,9 @@ fn segment_summary(seg: &Segment) -> proto::SegmentSummary {
         payload_bytes: c.payload_bytes,
         process_slots: c.process_slots,
         overflow_capacity: c.overflow_capacity,
-        inline_bytes: c.inline_bytes,
+        // The records' inline area (the flag rounded up to 64, at least 8 with blocks), not
+        // the flag: what decides which payloads take a block.
+        inline_bytes: seg.records().inline_capacity(),
     }
 }
 
