@@ -69,6 +69,8 @@ fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(),
             deque_capacity: stats.segment.deque_capacity,
             job_records: stats.segment.job_records,
         },
+        inline_capacity: stats.segment.inline_bytes,
+        free_blocks: stats.payload_blocks.iter().map(|c| (c.size, u64::from(c.free))).collect(),
     };
     xtcqd::dump_check::check(d, &room)
 }

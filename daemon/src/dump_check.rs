@@ -8,9 +8,11 @@
 //!   records, and the queue table has a free entry for each; every job's payload decodes
 //!   and fits the segment's largest payload; every job's queue is in the segment or defined
 //!   by the dump; the segment has a free record for every job; each queue's overflow ring
-//!   has room for its queued jobs (an import queues through the ring);
-//! - what cannot be known before (payload blocks of a class running out, another process
-//!   taking records meanwhile) still fails part-way, and the file stays `FILE.importing`.
+//!   has room for its queued jobs (an import queues through the ring); each payload larger
+//!   than a record's inline area finds a free block, taken as the import will take them (in
+//!   order, the smallest free class that holds it);
+//! - what cannot be known before (another process taking records or blocks meanwhile)
+//!   still fails part-way, and the file stays `FILE.importing`.
 
 use std::collections::HashMap;
 
@@ -33,7 +35,7 @@ pub struct QueueRoom {
 }
 
 /// What the segment has room for, as its daemon last counted it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Room<F: Fn(&str) -> Option<u64>> {
     /// The largest payload a job may have (`payload_bytes`).
     pub payload_capacity: u32,
@@ -45,12 +47,17 @@ pub struct Room<F: Fn(&str) -> Option<u64>> {
     pub overflow_len: F,
     /// The queue table and sizes.
     pub queues: QueueRoom,
+    /// Payload bytes a record holds inline; a larger payload takes a block.
+    pub inline_capacity: u32,
+    /// Each payload-block class: its block size and free blocks, smallest first.
+    pub free_blocks: Vec<(u32, u64)>,
 }
 
 /// Refuses `dump` when writing it into a segment with `room` is bound to fail part-way.
 pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
     check_queues(dump, room)?;
     let mut queued: HashMap<&str, u64> = HashMap::new();
+    let mut free_blocks = room.free_blocks.clone();
     for (n, j) in dump.jobs.iter().enumerate() {
         let bad = |what: String| {
             DumpError::Import(format!(
@@ -67,6 +74,22 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
                 payload.len(),
                 room.payload_capacity
             )));
+        }
+        // No classes: every payload the capacity allows is inline (or a daemon from before
+        // blocks, whose stats say neither).
+        if payload.len() > room.inline_capacity as usize && !room.free_blocks.is_empty() {
+            let fit =
+                free_blocks.iter_mut().find(|(size, free)| *size as usize >= payload.len() && *free > 0);
+            let Some((_, free)) = fit else {
+                return Err(bad(format!(
+                    "its payload of {} bytes needs a payload block, and the free blocks that hold it \
+                     ({}) are taken by the jobs before it; start xtcqd with more --payload-blocks \
+                     SIZE=COUNT, or consume jobs first",
+                    payload.len(),
+                    blocks_label(&room.free_blocks, payload.len())
+                )));
+            };
+            *free -= 1;
         }
         let defined = dump.queues.iter().any(|q| q.name == j.queue);
         if !defined && (room.overflow_len)(&j.queue).is_none() {
@@ -144,4 +167,18 @@ fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The classes of `free` that hold `len` bytes, as `SIZE: N free`; "none" when none does.
+fn blocks_label(free: &[(u32, u64)], len: usize) -> String {
+    let said: Vec<String> = free
+        .iter()
+        .filter(|(size, _)| *size as usize >= len)
+        .map(|(size, n)| format!("{size}: {n} free"))
+        .collect();
+    if said.is_empty() {
+        "no class holds it".into()
+    } else {
+        said.join(", ")
+    }
 }

@@ -66,6 +66,8 @@ fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
             deque_capacity: seg.config().deque_capacity,
             job_records: seg.config().job_records,
         },
+        inline_capacity: records.inline_capacity(),
+        free_blocks: reg.payload_blocks().iter().map(|c| (c.size, u64::from(c.free))).collect(),
     };
     check(d, &room)
 }

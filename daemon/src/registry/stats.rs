@@ -43,6 +43,11 @@ fn queue_metrics(
 }
 
 impl Registry {
+    /// Each payload-block class with blocks and how many are held now, as `stats` says.
+    pub fn payload_blocks(&self) -> Vec<proto::BlockClassStats> {
+        block_stats(&self.seg)
+    }
+
     /// Whether `slot`'s connection is open.
     pub fn is_connected(&self, slot: u32) -> bool {
         self.lock().slots.get(&slot).is_some_and(|k| k.connected)
