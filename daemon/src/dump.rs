@@ -13,7 +13,8 @@
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
 //! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
-//!   under the name;
+//!   under the name; that name is created exclusively (`O_EXCL`), never through a link
+//!   planted there;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
 //!   `FILE.importing` (a daemon killed during the import) refuses to guess which of its jobs
@@ -226,7 +227,7 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
         let p = p.to_path_buf();
         move |source| DumpError::Io { what, path: p, source }
     };
-    let f = std::fs::File::create(&tmp).map_err(io("cannot create", &tmp))?;
+    let f = create_new(&tmp).map_err(io("cannot create", &tmp))?;
     let mut w = BufWriter::new(f);
     let header = Line::Header { format: FORMAT.into(), version: VERSION, layout_version };
     let lines = std::iter::once(header)
@@ -244,6 +245,21 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
     })?;
     f.sync_all().map_err(io("cannot sync", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path))
+}
+
+/// Creates `tmp`, a file that must not exist: `O_EXCL` never follows a link planted at the
+/// name (the pid in it is public, and the writer often root), so what is there (a link, a
+/// leftover of an earlier process of the same pid) is removed, itself, and the creation
+/// tried once more.
+fn create_new(tmp: &Path) -> std::io::Result<std::fs::File> {
+    let open = || std::fs::OpenOptions::new().write(true).create_new(true).open(tmp);
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            open()
+        }
+        r => r,
+    }
 }
 
 /// Copies the jobs of `seg` into a dump at `path`; returns the copy's (queues, jobs, skipped).
