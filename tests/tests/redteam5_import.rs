@@ -229,3 +229,40 @@ fn more_block_payloads_than_free_blocks_writes_nothing() {
     let e = refused(&d, &f, &["blk5"]);
     assert!(e.contains("--payload-blocks"), "the error names the flag: {e}");
 }
+
+/// Five dead letters imported into a queue whose dump line caps them at 2: the import says
+/// "5 job(s) imported", and the daemon's next scan drops the 3 oldest (counted only in the
+/// queue's `dead_dropped`). Whether the import should refuse, raise the cap, or say so is a
+/// design question.
+#[test]
+#[ignore = "red-team break: dead letters past the queue's max_dead are imported and then \
+            dropped by the next scan, while the import reports them imported; refuse, warn \
+            or raise the cap is a design question"]
+fn dead_letters_past_max_dead_are_not_imported_then_dropped_unsaid() {
+    let d = Daemon::start();
+    let f = d.dir().join("dead.dump");
+    let mut lines = vec![
+        header(),
+        r#"{"kind":"queue","name":"dead5","flavor":"fifo","deques":1,"capacity":64,"max_attempts":0,"lease_ms":0,"max_records":0,"max_dead":2}"#.to_string(),
+    ];
+    lines.extend((0..5).map(|i| {
+        format!(r#"{{"kind":"job","queue":"dead5","payload":"d{i}","attempts":3,"state":"dead","last_error":"e"}}"#)
+    }));
+    lines.push(r#"{"kind":"end","queues":1,"jobs":5}"#.to_string());
+    std::fs::write(&f, lines.join("\n") + "\n").expect("write dump");
+    let o = d.run(&["import", f.to_str().expect("utf-8")]);
+    if code(&o) == 0 {
+        // Imported: then all five must stay past the daemon's next scan (which counts the
+        // queue's records for its quota), or the import must have said otherwise.
+        wait_until(std::time::Duration::from_secs(20), "the daemon's quota scan", || {
+            d.stats()["queues"][0]["quota"]["records_used"].as_u64().unwrap_or(0) > 0
+        });
+        let dead = d.stats()["queues"][0]["records"]["dead"].as_u64();
+        assert!(
+            dead == Some(5) || stderr(&o).contains("max_dead"),
+            "{} dead letters kept of 5 imported, unsaid: {}",
+            dead.unwrap_or(0),
+            stderr(&o)
+        );
+    }
+}
