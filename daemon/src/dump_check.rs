@@ -32,6 +32,10 @@ pub struct QueueRoom {
     pub deque_capacity: u32,
     /// Job records (the most a record quota may be).
     pub job_records: u32,
+    /// Whether a new queue's name must be portable (`proto::queue_name`): so for `xtcq
+    /// import`, whose creates the daemon checks so; not for `--import-on-start`, which
+    /// keeps the names an older daemon allowed (an upgrade).
+    pub portable_names: bool,
 }
 
 /// What the segment has room for, as its daemon last counted it.
@@ -148,7 +152,9 @@ fn check_queues<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Resu
 
 /// Why the segment would refuse to create `q`, if it would.
 fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
-    proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
+    if room.portable_names {
+        proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
+    }
     let p = crate::dump::params(q);
     let spec = QueueSpec {
         name: p.name,

@@ -65,6 +65,7 @@ fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
             deques_per_queue: seg.config().deques_per_queue,
             deque_capacity: seg.config().deque_capacity,
             job_records: seg.config().job_records,
+            portable_names: false,
         },
         inline_capacity: records.inline_capacity(),
         free_blocks: reg.payload_blocks().iter().map(|c| (c.size, u64::from(c.free))).collect(),
