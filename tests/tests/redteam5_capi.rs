@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use xtcq_testkit::{code, compile_c, ok, stderr, wait_bounded, Daemon};
+use xtcq_testkit::{code, compile_c, stderr, wait_bounded, Daemon};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
