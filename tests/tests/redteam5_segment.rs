@@ -47,3 +47,86 @@ fn a_config_value_starting_with_a_dash_is_that_keys_value() {
     assert!(err.contains("--records") && err.contains("-5"), "the error names the key and its value: {err}");
     assert!(!dir.path().join("seg").exists(), "a refused start created the segment");
 }
+
+/// A tmpfs of `mb` MiB mounted at `dir` (as root), unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, mb: u32) -> Option<Tmpfs> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `--recreate` of a 12 MiB segment on a 20 MiB tmpfs while a client still maps the old
+/// one: the size check counted the old file's blocks as freed by its removal, but the
+/// client's mapping keeps them, so the removal freed nothing, the creation failed with
+/// ENOSPC, and the old segment and its jobs were gone with no daemon started. The start must
+/// be refused before anything is removed.
+#[test]
+fn recreate_while_a_client_maps_the_old_segment_removes_nothing_it_cannot_replace() {
+    use std::io::Write;
+    if !is_root() {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(_mnt) = Tmpfs::mount(dir.path(), 20) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let sizes = [
+        "--records",
+        "24000",
+        "--inline-bytes",
+        "448",
+        "--payload-bytes",
+        "448",
+        "--queues",
+        "2",
+        "--process-slots",
+        "16",
+        "--overflow-capacity",
+        "1024",
+        "--deque-capacity",
+        "1024",
+        "--deques-per-queue",
+        "2",
+    ];
+    let mut d = Daemon::builder().at(dir.path()).flags(sizes).start();
+    let work = tempfile::tempdir().expect("tempdir");
+    let exe = compile_c("tests/c/push_batch.c", work.path(), &[]);
+    let mut holder = std::process::Command::new(&exe)
+        .arg(&d.socket)
+        .args(["hold", "held5"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the holder");
+    let mut byte = [0u8];
+    while byte[0] != b'\n' {
+        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
+        assert_eq!(n, 1, "the holder exited early: {}", d.log_text());
+    }
+    d.kill();
+    let mut flags: Vec<&str> = SMALL_SEGMENT.to_vec();
+    flags.extend(sizes);
+    flags.push("--recreate");
+    let (status, err) = run_daemon_once(&d.socket, &d.segment, &flags);
+    holder.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let _ = wait_bounded(holder, std::time::Duration::from_secs(60), "the holder");
+    assert!(!status.success(), "a second 12 MiB segment fit a 20 MiB tmpfs? {err}");
+    assert!(d.segment.exists(), "--recreate removed the old segment, then could not create one: {err}");
+    assert!(err.contains("available") || err.contains("maps"), "the refusal says why: {err}");
+}
