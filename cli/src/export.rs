@@ -7,7 +7,10 @@
 //! - with a daemon running, the copy is racy (jobs move while it is taken): stop producers
 //!   and consumers first, or use `xtcqd --export-on-stop`;
 //! - an import renames FILE to FILE.importing, then FILE.imported (`xtcqd::dump_import`):
-//!   a file is imported once, and an interrupted import is refused, not guessed at.
+//!   a file is imported once, and an interrupted import is refused, not guessed at;
+//! - before the rename, the dump is checked against the daemon's stats and an injector is
+//!   attached to each existing queue it has jobs for: a dump this user cannot import whole
+//!   is refused with nothing written.
 
 use std::path::PathBuf;
 
@@ -58,15 +61,58 @@ fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(),
         free_records: stats.records.free,
         overflow_capacity: u64::from(stats.segment.overflow_capacity),
         overflow_len,
+        queues: xtcqd::dump_check::QueueRoom {
+            // Entries of queues being deleted are in use too, unseen here: the create's own
+            // refusal stays the last word for those.
+            free_entries: u64::from(stats.segment.queues).saturating_sub(stats.queues.len() as u64),
+            deques_per_queue: stats.segment.deques_per_queue,
+            deque_capacity: stats.segment.deque_capacity,
+            job_records: stats.segment.job_records,
+            portable_names: true,
+        },
+        inline_capacity: stats.segment.inline_bytes,
+        free_blocks: stats.payload_blocks.iter().map(|c| (c.size, u64::from(c.free))).collect(),
     };
     xtcqd::dump_check::check(d, &room)
+}
+
+/// Attaches an injector to each queue of `d`'s jobs that the segment has, before anything
+/// is written: a queue this user may not use refuses the import whole (before, the jobs
+/// ahead of it were in and the file stayed `.importing`). The dump's own new queues are
+/// attached to after their creation.
+fn attach_existing(
+    client: &xtcq_client::Client,
+    d: &xtcqd::dump::Dump,
+    injectors: &mut Vec<(String, xtcq_client::InjectorHandle)>,
+) -> Result<(), xtcqd::dump::DumpError> {
+    for j in &d.jobs {
+        if injectors.iter().any(|(name, _)| *name == j.queue) {
+            continue;
+        }
+        match client.attach_injector(&j.queue) {
+            Ok(inj) => injectors.push((j.queue.clone(), inj)),
+            Err(xtcq_client::Error::NoSuchQueue(_)) if d.queues.iter().any(|q| q.name == j.queue) => {}
+            Err(e) => {
+                return Err(xtcqd::dump::DumpError::Import(format!(
+                    "queue {}: {e}; nothing was imported",
+                    j.queue
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates the dump's missing queues (with its limits), then writes each job with its
 /// attempts and last error through an injector of its queue.
 pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
     let client = crate::cmd::connect(socket)?;
-    let Some((_, d)) = xtcqd::dump_import::claim_file(&args.file, |d| check_room(&client, d))? else {
+    let mut injectors: Vec<(String, xtcq_client::InjectorHandle)> = Vec::new();
+    let claimed = xtcqd::dump_import::claim_file(&args.file, |d| {
+        check_room(&client, d)?;
+        attach_existing(&client, d, &mut injectors)
+    })?;
+    let Some((_, d)) = claimed else {
         let mut done = args.file.clone().into_os_string();
         done.push(".imported");
         if std::path::Path::new(&done).exists() {
@@ -87,7 +133,6 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
             Err(e) => return Err(e).with_context(|| format!("cannot create queue {}", q.name)),
         }
     }
-    let mut injectors: Vec<(String, xtcq_client::InjectorHandle)> = Vec::new();
     for (n, j) in d.jobs.iter().enumerate() {
         if !injectors.iter().any(|(name, _)| *name == j.queue) {
             let inj = client.attach_injector(&j.queue).with_context(|| format!("queue {}", j.queue))?;

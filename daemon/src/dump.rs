@@ -9,10 +9,12 @@
 //! - from version 2 the last line is `{"kind":"end","queues":N,"jobs":M}`: a dump cut at a
 //!   line boundary (a copy that stopped early, a full disk) parses, and only the missing end
 //!   line (or its counts) tells; a reader refuses it. Version 1 dumps have no end line;
+//! - a line is at most [`MAX_LINE`] bytes: a reader refuses a longer one without holding it;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
 //! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
-//!   under the name;
+//!   under the name; that name is created exclusively (`O_EXCL`), never through a link
+//!   planted there;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
 //!   `FILE.importing` (a daemon killed during the import) refuses to guess which of its jobs
@@ -20,7 +22,7 @@
 //! - `--import-on-start` also takes a segment file of this or an older readable layout
 //!   (`xtcq_shm::segment::READABLE_LAYOUT_VERSIONS`), mapped read-only.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -225,7 +227,7 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
         let p = p.to_path_buf();
         move |source| DumpError::Io { what, path: p, source }
     };
-    let f = std::fs::File::create(&tmp).map_err(io("cannot create", &tmp))?;
+    let f = create_new(&tmp).map_err(io("cannot create", &tmp))?;
     let mut w = BufWriter::new(f);
     let header = Line::Header { format: FORMAT.into(), version: VERSION, layout_version };
     let lines = std::iter::once(header)
@@ -243,6 +245,21 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
     })?;
     f.sync_all().map_err(io("cannot sync", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path))
+}
+
+/// Creates `tmp`, a file that must not exist: `O_EXCL` never follows a link planted at the
+/// name (the pid in it is public, and the writer often root), so what is there (a link, a
+/// leftover of an earlier process of the same pid) is removed, itself, and the creation
+/// tried once more.
+fn create_new(tmp: &Path) -> std::io::Result<std::fs::File> {
+    let open = || std::fs::OpenOptions::new().write(true).create_new(true).open(tmp);
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            open()
+        }
+        r => r,
+    }
 }
 
 /// Copies the jobs of `seg` into a dump at `path`; returns the copy's (queues, jobs, skipped).
@@ -271,16 +288,35 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
     }
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
     let mut reader = LineReader { path, version: None, end: None, last: 0, dump: Dump::default() };
-    for (i, l) in std::io::BufReader::new(f).lines().enumerate() {
-        let l = l.map_err(io("cannot read"))?;
+    let mut file = std::io::BufReader::new(f);
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        // At most one byte past the longest line: a file with no newline for gigabytes (a
+        // sparse or corrupt file) is refused after MAX_LINE bytes, not read whole into memory.
+        let got =
+            (&mut file).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).map_err(io("cannot read"))?;
+        if got == 0 {
+            break;
+        }
+        if buf.len() > MAX_LINE {
+            return Err(
+                reader.bad(n, format!("longer than {MAX_LINE} bytes: not a line `xtcq export` writes"))
+            );
+        }
+        let l = std::str::from_utf8(&buf).map_err(|e| reader.bad(n, format!("not UTF-8: {e}")))?;
         // Blank lines are skipped, so "first" is the first line with text, not line 1.
         if !l.trim().is_empty() {
-            let line: Line = serde_json::from_str(&l).map_err(|e| reader.bad(i + 1, e.to_string()))?;
-            reader.take(i + 1, line)?;
+            let line: Line = serde_json::from_str(l).map_err(|e| reader.bad(n, e.to_string()))?;
+            reader.take(n, line)?;
         }
     }
     reader.finish()
 }
+
+/// The longest line a reader takes: a job of the largest payload a segment holds
+/// (`MAX_BLOCK`), every byte escaped as `\u00XX` (6 bytes), and a margin for its other fields.
+pub const MAX_LINE: usize = 6 * xtcq_shm::layout::payload::MAX_BLOCK as usize + (1 << 20);
 
 /// The lines of a dump file read so far.
 struct LineReader<'p> {

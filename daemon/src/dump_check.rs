@@ -3,19 +3,43 @@
 //! Rules kept:
 //! - an import that is refused here has created no queue and written no job, so the file
 //!   keeps its name and can be fixed and imported again;
-//! - checked: every job's payload decodes and fits the segment's largest payload; every
-//!   job's queue is in the segment or defined by the dump; the segment has a free record
-//!   for every job; each queue's overflow ring has room for its queued jobs (an import
-//!   queues through the ring);
-//! - what cannot be known before (payload blocks of a class running out, another process
-//!   taking records meanwhile) still fails part-way, and the file stays `FILE.importing`.
+//! - checked: every queue the dump creates (its first line for a name the segment lacks)
+//!   has a name, deques and capacity the segment takes and a record quota within its
+//!   records, and the queue table has a free entry for each; every job's payload decodes
+//!   and fits the segment's largest payload; every job's queue is in the segment or defined
+//!   by the dump; the segment has a free record for every job; each queue's overflow ring
+//!   has room for its queued jobs (an import queues through the ring); each payload larger
+//!   than a record's inline area finds a free block, taken as the import will take them (in
+//!   order, the smallest free class that holds it);
+//! - what cannot be known before (another process taking records or blocks meanwhile)
+//!   still fails part-way, and the file stays `FILE.importing`.
 
 use std::collections::HashMap;
 
-use crate::dump::{Dump, DumpError, JobState};
+use xtcq_proto as proto;
+use xtcq_shm::QueueSpec;
+
+use crate::dump::{Dump, DumpError, JobState, QueueLine};
+
+/// The segment's queue table and sizes, against which the queues a dump creates are checked.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueRoom {
+    /// Queue-table entries not in use.
+    pub free_entries: u64,
+    /// Deques a queue may have.
+    pub deques_per_queue: u32,
+    /// Slots a deque may have.
+    pub deque_capacity: u32,
+    /// Job records (the most a record quota may be).
+    pub job_records: u32,
+    /// Whether a new queue's name must be portable (`proto::queue_name`): so for `xtcq
+    /// import`, whose creates the daemon checks so; not for `--import-on-start`, which
+    /// keeps the names an older daemon allowed (an upgrade).
+    pub portable_names: bool,
+}
 
 /// What the segment has room for, as its daemon last counted it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Room<F: Fn(&str) -> Option<u64>> {
     /// The largest payload a job may have (`payload_bytes`).
     pub payload_capacity: u32,
@@ -25,11 +49,19 @@ pub struct Room<F: Fn(&str) -> Option<u64>> {
     pub overflow_capacity: u64,
     /// Handles in queue `name`'s overflow ring now; `None` when the segment has no such queue.
     pub overflow_len: F,
+    /// The queue table and sizes.
+    pub queues: QueueRoom,
+    /// Payload bytes a record holds inline; a larger payload takes a block.
+    pub inline_capacity: u32,
+    /// Each payload-block class: its block size and free blocks, smallest first.
+    pub free_blocks: Vec<(u32, u64)>,
 }
 
 /// Refuses `dump` when writing it into a segment with `room` is bound to fail part-way.
 pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
+    check_queues(dump, room)?;
     let mut queued: HashMap<&str, u64> = HashMap::new();
+    let mut free_blocks = room.free_blocks.clone();
     for (n, j) in dump.jobs.iter().enumerate() {
         let bad = |what: String| {
             DumpError::Import(format!(
@@ -46,6 +78,22 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
                 payload.len(),
                 room.payload_capacity
             )));
+        }
+        // No classes: every payload the capacity allows is inline (or a daemon from before
+        // blocks, whose stats say neither).
+        if payload.len() > room.inline_capacity as usize && !room.free_blocks.is_empty() {
+            let fit =
+                free_blocks.iter_mut().find(|(size, free)| *size as usize >= payload.len() && *free > 0);
+            let Some((_, free)) = fit else {
+                return Err(bad(format!(
+                    "its payload of {} bytes needs a payload block, and the free blocks that hold it \
+                     ({}) are taken by the jobs before it; start xtcqd with more --payload-blocks \
+                     SIZE=COUNT, or consume jobs first",
+                    payload.len(),
+                    blocks_label(&room.free_blocks, payload.len())
+                )));
+            };
+            *free -= 1;
         }
         let defined = dump.queues.iter().any(|q| q.name == j.queue);
         if !defined && (room.overflow_len)(&j.queue).is_none() {
@@ -77,4 +125,66 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
         }
     }
     Ok(())
+}
+
+/// Refuses the queues `dump` would create (the first line of each name the segment lacks,
+/// as the import creates them) when one cannot be created or the table has no entry left.
+fn check_queues<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
+    let mut new: Vec<&str> = Vec::new();
+    for q in &dump.queues {
+        if new.contains(&q.name.as_str()) || (room.overflow_len)(&q.name).is_some() {
+            continue;
+        }
+        check_queue(q, &room.queues)
+            .map_err(|why| DumpError::Import(format!("queue {}: {why}; nothing was imported", q.name)))?;
+        new.push(&q.name);
+    }
+    if new.len() as u64 > room.queues.free_entries {
+        return Err(DumpError::Import(format!(
+            "the dump creates {} queues and the segment's queue table has {} free entries; nothing was \
+             imported. Delete queues first, or start xtcqd with a larger --queues",
+            new.len(),
+            room.queues.free_entries
+        )));
+    }
+    Ok(())
+}
+
+/// Why the segment would refuse to create `q`, if it would.
+fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
+    if room.portable_names {
+        proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
+    }
+    let p = crate::dump::params(q);
+    let spec = QueueSpec {
+        name: p.name,
+        flavor: crate::convert::flavor_from_proto(p.flavor),
+        deques: p.deques,
+        capacity: p.capacity,
+        max_attempts: p.max_attempts,
+        lease_ms: p.lease_ms,
+    };
+    spec.check(room.deques_per_queue, room.deque_capacity).map_err(|e| e.to_string())?;
+    if q.max_records > room.job_records {
+        return Err(format!(
+            "a record quota (max_records) of {} is more than the segment's {} records; start xtcqd \
+             with at least {} --records, or lower it in the dump",
+            q.max_records, room.job_records, q.max_records
+        ));
+    }
+    Ok(())
+}
+
+/// The classes of `free` that hold `len` bytes, as `SIZE: N free`; "none" when none does.
+fn blocks_label(free: &[(u32, u64)], len: usize) -> String {
+    let said: Vec<String> = free
+        .iter()
+        .filter(|(size, _)| *size as usize >= len)
+        .map(|(size, n)| format!("{size}: {n} free"))
+        .collect();
+    if said.is_empty() {
+        "no class holds it".into()
+    } else {
+        said.join(", ")
+    }
 }

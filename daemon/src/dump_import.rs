@@ -18,7 +18,7 @@ use xtcq_shm::record::state::State;
 use xtcq_shm::Injector;
 
 use crate::dump::{self, Dump, DumpError, JobState};
-use crate::dump_check::{check, Room};
+use crate::dump_check::{check, QueueRoom, Room};
 use crate::registry::{ProcessId, Registry};
 
 /// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
@@ -58,6 +58,17 @@ fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
         free_records,
         overflow_capacity: u64::from(seg.config().overflow_capacity),
         overflow_len,
+        queues: QueueRoom {
+            free_entries: (0..seg.config().queues)
+                .filter(|&i| seg.queue_state(i) == Some(xtcq_shm::layout::QUEUE_FREE))
+                .count() as u64,
+            deques_per_queue: seg.config().deques_per_queue,
+            deque_capacity: seg.config().deque_capacity,
+            job_records: seg.config().job_records,
+            portable_names: false,
+        },
+        inline_capacity: records.inline_capacity(),
+        free_blocks: reg.payload_blocks().iter().map(|c| (c.size, u64::from(c.free))).collect(),
     };
     check(d, &room)
 }
@@ -98,8 +109,9 @@ pub fn claim_file(
     let importing = with_suffix(path, ".importing");
     if importing.exists() {
         return Err(DumpError::Import(format!(
-            "{} exists: an earlier import of it was interrupted, and some of its jobs may be in the segment \
-             already; check them (`xtcq stats`, `xtcq dead`), then remove or rename that file and try again",
+            "{} exists: another import of it is running, or an earlier one was interrupted and some of its \
+             jobs may be in the segment already; wait for the other, or check them (`xtcq stats`, \
+             `xtcq dead`), then remove or rename that file and try again",
             importing.display()
         )));
     }
@@ -116,10 +128,15 @@ pub fn claim_file(
     }
     let d = dump::read(path)?;
     check(&d)?;
-    std::fs::rename(path, &importing).map_err(|source| DumpError::Io {
-        what: "cannot rename",
-        path: path.to_path_buf(),
-        source,
+    std::fs::rename(path, &importing).map_err(|source| match source.kind() {
+        // Read and checked here, but renamed by another import in between: that one imports it.
+        std::io::ErrorKind::NotFound => DumpError::Import(format!(
+            "{} was taken by another import meanwhile (it is now {}); nothing was imported here, \
+             a file is imported once",
+            path.display(),
+            importing.display()
+        )),
+        _ => DumpError::Io { what: "cannot rename", path: path.to_path_buf(), source },
     })?;
     Ok(Some((importing, d)))
 }

@@ -7,7 +7,8 @@
 //!   cannot disagree. Past what the layout lays out (over `MAX_SEGMENT_LEN`, or past 64
 //!   bits) it is the same sum done in 128 bits ([`estimate`]), for the message only.
 //! - The room of a file is the free space of its file system (`statvfs` of its directory:
-//!   `f_bavail * f_frsize`), plus the blocks of the file `--recreate` replaces; on tmpfs it
+//!   `f_bavail * f_frsize`), plus the blocks of the file `--recreate` replaces when no live
+//!   process registered in it still maps them (the caller's `reclaim`); on tmpfs it
 //!   is also at most memory + swap, since a tmpfs sized past memory does not fail a
 //!   `fallocate`, it wakes the OOM killer. A file system that reports no size (`f_blocks`
 //!   0: a tmpfs without a limit, some FUSE ones) or a failing `statvfs` leaves the memory

@@ -203,8 +203,7 @@ fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
     // Before anything is removed or created: a segment that cannot fit is refused with the
     // existing one (and its jobs) still in place. The one --recreate replaces frees its blocks.
     if existing.is_none() || cfg.recreate {
-        let reclaim =
-            existing.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.blocks().saturating_mul(512));
+        let reclaim = existing.as_ref().map_or(0, |f| reclaimable(f, path));
         crate::segment_size::check_file(&cfg.segment_config, path, reclaim)?;
     }
     if let Some(f) = existing.as_ref().filter(|_| cfg.recreate) {
@@ -245,6 +244,28 @@ fn open_segment_file(cfg: &Config) -> Result<(Segment, bool), DaemonError> {
         _ => (Segment::create(path, &cfg.segment_config, 0o600)?, true),
     };
     Ok((seg, created))
+}
+
+/// Bytes that removing the segment file `f` frees for the new one: its blocks, unless a
+/// process registered in it may be alive. Such a process maps it, and its mapping keeps the
+/// pages until it exits: the removal then frees nothing, and a size check that counted them
+/// let `--recreate` remove the old segment and then fail its creation with `ENOSPC`.
+fn reclaimable(f: &File, path: &Path) -> u64 {
+    let blocks = f.metadata().map_or(0, |m| m.blocks().saturating_mul(512));
+    // A file that does not attach (another layout, corrupt) has no client of this build.
+    let Some(old) = f.try_clone().ok().and_then(|f| Segment::attach_file(f, path).ok()) else {
+        return blocks;
+    };
+    let mapped = (0..old.config().process_slots).filter_map(|i| old.process_slot(i)).any(|s| {
+        s.state.load(Ordering::Acquire) != xtcq_shm::layout::PROCESS_FREE
+            && peer::is_alive(s.pid.load(Ordering::Relaxed), s.start_time.load(Ordering::Relaxed))
+    });
+    if mapped {
+        info!(segment = %path.display(), "--recreate: processes still map the old segment; its room is not counted as freed");
+        0
+    } else {
+        blocks
+    }
 }
 
 /// Locks the segment, checks it against the flags, sets its owner and mode (a file) and

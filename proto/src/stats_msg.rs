@@ -33,7 +33,8 @@ pub struct SegmentSummary {
     pub process_slots: u32,
     /// Cells per overflow ring.
     pub overflow_capacity: u32,
-    /// Payload bytes kept in the record itself; a larger payload takes a payload block (see
+    /// Payload bytes kept in the record itself (`--inline-bytes` rounded up to 64, at least
+    /// 8 when there are blocks); a larger payload takes a payload block (see
     /// [`Stats::payload_blocks`]). 0 from a daemon that predates payload blocks.
     #[serde(default)]
     pub inline_bytes: u32,

@@ -43,6 +43,11 @@ fn queue_metrics(
 }
 
 impl Registry {
+    /// Each payload-block class with blocks and how many are held now, as `stats` says.
+    pub fn payload_blocks(&self) -> Vec<proto::BlockClassStats> {
+        block_stats(&self.seg)
+    }
+
     /// Whether `slot`'s connection is open.
     pub fn is_connected(&self, slot: u32) -> bool {
         self.lock().slots.get(&slot).is_some_and(|k| k.connected)
@@ -195,7 +200,9 @@ fn segment_summary(seg: &Segment) -> proto::SegmentSummary {
         payload_bytes: c.payload_bytes,
         process_slots: c.process_slots,
         overflow_capacity: c.overflow_capacity,
-        inline_bytes: c.inline_bytes,
+        // The records' inline area (the flag rounded up to 64, at least 8 with blocks), not
+        // the flag: what decides which payloads take a block.
+        inline_bytes: seg.records().inline_capacity(),
     }
 }
 

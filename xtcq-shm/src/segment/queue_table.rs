@@ -112,6 +112,37 @@ impl QueueSpec {
             lease_ms: 0,
         }
     }
+
+    /// Refuses a spec a segment whose queues may have `deques_per_queue` deques of at most
+    /// `deque_capacity` slots cannot create (name, deques, capacity): what `create_queue`
+    /// checks first, for a caller that must know before it creates anything (an import).
+    pub fn check(&self, deques_per_queue: u32, deque_capacity: u32) -> Result<(), QueueError> {
+        if self.name.is_empty() || self.name.len() > MAX_QUEUE_NAME {
+            return Err(QueueError::BadSpec(format!(
+                "name must be 1 to {MAX_QUEUE_NAME} bytes, got {}",
+                self.name.len()
+            )));
+        }
+        if self.name.chars().any(|ch| ch.is_control() || ch.is_whitespace()) {
+            return Err(QueueError::BadSpec(format!(
+                "name {:?} contains whitespace or control characters",
+                self.name
+            )));
+        }
+        if self.deques == 0 || self.deques > deques_per_queue {
+            return Err(QueueError::BadSpec(format!(
+                "deques must be 1 to {} (the segment's deques per queue), got {}",
+                deques_per_queue, self.deques
+            )));
+        }
+        if !self.capacity.is_power_of_two() || self.capacity < 2 || self.capacity > deque_capacity {
+            return Err(QueueError::BadSpec(format!(
+                "capacity must be a power of two from 2 to {} (the segment's deque capacity), got {}",
+                deque_capacity, self.capacity
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// An active queue, as read from the table.
@@ -200,31 +231,7 @@ impl Segment {
 
     pub(super) fn check_spec(&self, spec: &QueueSpec) -> Result<(), QueueError> {
         let c = &self.desc.config;
-        if spec.name.is_empty() || spec.name.len() > MAX_QUEUE_NAME {
-            return Err(QueueError::BadSpec(format!(
-                "name must be 1 to {MAX_QUEUE_NAME} bytes, got {}",
-                spec.name.len()
-            )));
-        }
-        if spec.name.chars().any(|ch| ch.is_control() || ch.is_whitespace()) {
-            return Err(QueueError::BadSpec(format!(
-                "name {:?} contains whitespace or control characters",
-                spec.name
-            )));
-        }
-        if spec.deques == 0 || spec.deques > c.deques_per_queue {
-            return Err(QueueError::BadSpec(format!(
-                "deques must be 1 to {} (the segment's deques per queue), got {}",
-                c.deques_per_queue, spec.deques
-            )));
-        }
-        if !spec.capacity.is_power_of_two() || spec.capacity < 2 || spec.capacity > c.deque_capacity {
-            return Err(QueueError::BadSpec(format!(
-                "capacity must be a power of two from 2 to {} (the segment's deque capacity), got {}",
-                c.deque_capacity, spec.capacity
-            )));
-        }
-        Ok(())
+        spec.check(c.deques_per_queue, c.deque_capacity)
     }
 
     /// Reads and validates the queue at table entry `index`.
