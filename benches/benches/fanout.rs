@@ -30,8 +30,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
-use xtcq_client::{Client, Flavor, QueueParams};
+use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
+use xtcq_client::Client;
 use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
@@ -382,12 +382,7 @@ fn main() {
     let daemon = start_daemon(BENCH_SEGMENT);
     pin(0);
     let client = daemon.client();
-    let mut params = QueueParams::new(QUEUE);
-    params.deques = 1;
-    params.capacity = 65536;
-    params.flavor = Flavor::Fifo;
-    client.create_queue(&params).expect("create queue");
-    let owner = client.attach_owner(QUEUE).expect("attach_owner");
+    let owner = bench_queue(&client, QUEUE);
     let bench = Bench { daemon, owner, _client: client, n, batch, push_batch };
     let producer_how = if push_batch > 1 { format!("push_batch({push_batch})") } else { "push".to_string() };
 

@@ -73,6 +73,18 @@ pub fn start_daemon(sizes: &[&str]) -> xtcq_testkit::Daemon {
     xtcq_testkit::Daemon::builder().exe(daemon_exe()).in_dir(dir).flags(sizes).start()
 }
 
+/// Creates the one queue a cross-process bench runs over, `name`: FIFO (the consumers take
+/// jobs in the order pushed), one deque of 65,536 slots (a producer running ahead does not
+/// spill to the overflow ring), and attaches this process as its owner.
+pub fn bench_queue(client: &xtcq_client::Client, name: &str) -> xtcq_client::OwnerHandle {
+    let mut params = xtcq_client::QueueParams::new(name);
+    params.deques = 1;
+    params.capacity = 65536;
+    params.flavor = xtcq_client::Flavor::Fifo;
+    client.create_queue(&params).expect("create queue");
+    client.attach_owner(name).expect("attach_owner")
+}
+
 /// A `T` in a file that several processes map: `T` must be made of atomics only (a zeroed
 /// file is then every counter at 0).
 pub struct SharedPage<T> {

@@ -47,8 +47,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use xtcq_benches::line_chain::{dependent_chain_ns, in_dependent_lines, ns_per_line};
-use xtcq_benches::{env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
-use xtcq_client::{Client, Flavor, JobBatch, OwnerHandle, QueueParams};
+use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
+use xtcq_client::{Client, JobBatch, OwnerHandle};
 use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
@@ -377,12 +377,7 @@ fn main() {
     let redis = wanted(Transport::Redis).then(RedisServer::start);
     pin(0); // after starting the daemon, which should not be pinned with us
     let client = daemon.client();
-    let mut params = QueueParams::new(QUEUE);
-    params.deques = 1;
-    params.capacity = 65536;
-    params.flavor = Flavor::Fifo;
-    client.create_queue(&params).expect("create queue");
-    let owner = client.attach_owner(QUEUE).expect("attach_owner");
+    let owner = bench_queue(&client, QUEUE);
     let cal = calibrate(&owner, &client);
     let (redis, redis_skipped) = match redis {
         Some(Ok(server)) => (Some(server), None),
