@@ -145,8 +145,10 @@ fn a_class_table_past_the_largest_segment_is_refused_with_a_message() {
     assert!(!dir.path().join("seg").exists(), "a refused segment left its file behind");
 }
 
+/// `--inline-bytes 0` still keeps a record's inline area of 64 bytes (the flag is rounded up to a
+/// line): every payload size, inline or in a block, comes back whole.
 #[test]
-fn inline_bytes_0_puts_every_non_empty_payload_in_a_block() {
+fn inline_bytes_0_rounds_up_and_every_payload_size_comes_back_whole() {
     let d = Daemon::start_with(&[
         "--records",
         "64",
