@@ -55,12 +55,19 @@ fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(),
     let stats = client
         .stats(None)
         .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot read the daemon's stats: {e}")))?;
-    let overflow_len = |name: &str| stats.queues.iter().find(|q| q.info.name == name).map(|q| q.overflow_len);
+    let existing = |name: &str| {
+        let q = stats.queues.iter().find(|q| q.info.name == name)?;
+        Some(xtcqd::dump_check::QueueNow {
+            overflow_len: q.overflow_len,
+            dead: q.records.dead,
+            max_dead: q.quota.max_dead,
+        })
+    };
     let room = xtcqd::dump_check::Room {
         payload_capacity: stats.segment.payload_bytes,
         free_records: stats.records.free,
         overflow_capacity: u64::from(stats.segment.overflow_capacity),
-        overflow_len,
+        existing,
         queues: xtcqd::dump_check::QueueRoom {
             // Entries of queues being deleted are in use too, unseen here: the create's own
             // refusal stays the last word for those.

@@ -8,7 +8,8 @@
 //!   records, and the queue table has a free entry for each; every job's payload decodes
 //!   and fits the segment's largest payload; every job's queue is in the segment or defined
 //!   by the dump; the segment has a free record for every job; each queue's overflow ring
-//!   has room for its queued jobs (an import queues through the ring); each payload larger
+//!   has room for its queued jobs (an import queues through the ring), and its dead-letter
+//!   cap for its dead letters (past it the daemon drops the oldest); each payload larger
 //!   than a record's inline area finds a free block, taken as the import will take them (in
 //!   order, the smallest free class that holds it);
 //! - what cannot be known before (another process taking records or blocks meanwhile)
@@ -38,17 +39,28 @@ pub struct QueueRoom {
     pub portable_names: bool,
 }
 
+/// What one of the segment's queues holds now.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueNow {
+    /// Handles in its overflow ring.
+    pub overflow_len: u64,
+    /// Its dead letters.
+    pub dead: u64,
+    /// Its dead-letter cap (0: none).
+    pub max_dead: u32,
+}
+
 /// What the segment has room for, as its daemon last counted it.
 #[derive(Clone, Debug)]
-pub struct Room<F: Fn(&str) -> Option<u64>> {
+pub struct Room<F: Fn(&str) -> Option<QueueNow>> {
     /// The largest payload a job may have (`payload_bytes`).
     pub payload_capacity: u32,
     /// Records in the `Free` state.
     pub free_records: u64,
     /// Handles each queue's overflow ring holds.
     pub overflow_capacity: u64,
-    /// Handles in queue `name`'s overflow ring now; `None` when the segment has no such queue.
-    pub overflow_len: F,
+    /// What queue `name` holds now; `None` when the segment has no such queue.
+    pub existing: F,
     /// The queue table and sizes.
     pub queues: QueueRoom,
     /// Payload bytes a record holds inline; a larger payload takes a block.
@@ -58,9 +70,9 @@ pub struct Room<F: Fn(&str) -> Option<u64>> {
 }
 
 /// Refuses `dump` when writing it into a segment with `room` is bound to fail part-way.
-pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
+pub fn check<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
     check_queues(dump, room)?;
-    let mut queued: HashMap<&str, u64> = HashMap::new();
+    let (mut queued, mut dead): (HashMap<&str, u64>, HashMap<&str, u64>) = Default::default();
     let mut free_blocks = room.free_blocks.clone();
     for (n, j) in dump.jobs.iter().enumerate() {
         let bad = |what: String| {
@@ -96,11 +108,12 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
             *free -= 1;
         }
         let defined = dump.queues.iter().any(|q| q.name == j.queue);
-        if !defined && (room.overflow_len)(&j.queue).is_none() {
+        if !defined && (room.existing)(&j.queue).is_none() {
             return Err(bad("no such queue in the segment, and the dump does not define it".into()));
         }
-        if j.state == JobState::Queued {
-            *queued.entry(j.queue.as_str()).or_default() += 1;
+        match j.state {
+            JobState::Queued => *queued.entry(j.queue.as_str()).or_default() += 1,
+            JobState::Dead => *dead.entry(j.queue.as_str()).or_default() += 1,
         }
     }
     let jobs = dump.jobs.len() as u64;
@@ -113,7 +126,7 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
         )));
     }
     for (queue, n) in queued {
-        let there = (room.overflow_len)(queue).unwrap_or(0);
+        let there = (room.existing)(queue).map_or(0, |q| q.overflow_len);
         if there + n > room.overflow_capacity {
             return Err(DumpError::Import(format!(
                 "queue {queue}: the dump has {n} queued jobs and its overflow ring room for {} more \
@@ -124,15 +137,40 @@ pub fn check<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<
             )));
         }
     }
+    check_dead_letters(dump, room, &dead)
+}
+
+/// Refuses dead letters past a queue's cap: the daemon's next scan would drop the oldest of
+/// them, so the import would lose jobs while it said it had imported them.
+fn check_dead_letters<F: Fn(&str) -> Option<QueueNow>>(
+    dump: &Dump,
+    room: &Room<F>,
+    dead: &HashMap<&str, u64>,
+) -> Result<(), DumpError> {
+    for (&queue, &n) in dead {
+        // An existing queue keeps its own cap; a new one gets its first queue line's.
+        let (there, cap) = match (room.existing)(queue) {
+            Some(q) => (q.dead, q.max_dead),
+            None => (0, dump.queues.iter().find(|q| q.name == queue).map_or(0, |q| q.max_dead)),
+        };
+        if cap != 0 && there + n > u64::from(cap) {
+            return Err(DumpError::Import(format!(
+                "queue {queue}: the dump has {n} dead letters and the queue keeps at most {cap} \
+                 ({there} there now), so the daemon would drop the oldest; nothing was imported. \
+                 Requeue or purge its dead letters first (xtcq dead {queue} --requeue / --purge), \
+                 or raise the cap (max_dead in the dump's queue line, for a queue the import creates)"
+            )));
+        }
+    }
     Ok(())
 }
 
 /// Refuses the queues `dump` would create (the first line of each name the segment lacks,
 /// as the import creates them) when one cannot be created or the table has no entry left.
-fn check_queues<F: Fn(&str) -> Option<u64>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
+fn check_queues<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
     let mut new: Vec<&str> = Vec::new();
     for q in &dump.queues {
-        if new.contains(&q.name.as_str()) || (room.overflow_len)(&q.name).is_some() {
+        if new.contains(&q.name.as_str()) || (room.existing)(&q.name).is_some() {
             continue;
         }
         check_queue(q, &room.queues)

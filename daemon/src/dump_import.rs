@@ -18,7 +18,7 @@ use xtcq_shm::record::state::State;
 use xtcq_shm::Injector;
 
 use crate::dump::{self, Dump, DumpError, JobState};
-use crate::dump_check::{check, QueueRoom, Room};
+use crate::dump_check::{check, QueueNow, QueueRoom, Room};
 use crate::registry::{ProcessId, Registry};
 
 /// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
@@ -51,13 +51,21 @@ fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
     let free_records = (0..records.len())
         .filter(|&i| records.state(i).is_some_and(|st| st.load().state() == Some(State::Free)))
         .count() as u64;
-    let overflow_len =
-        |name: &str| reg.queue(name).ok().map(|q| seg.overflow(q.index).map_or(0, |o| o.len() as u64));
+    let existing = |name: &str| {
+        let q = reg.queue(name).ok()?;
+        // The dead count is the last scan's, as the quota's is.
+        let quota = seg.quota_state(q.index);
+        Some(QueueNow {
+            overflow_len: seg.overflow(q.index).map_or(0, |o| o.len() as u64),
+            dead: u64::from(quota.dead),
+            max_dead: quota.quota.max_dead,
+        })
+    };
     let room = Room {
         payload_capacity: records.payload_capacity(),
         free_records,
         overflow_capacity: u64::from(seg.config().overflow_capacity),
-        overflow_len,
+        existing,
         queues: QueueRoom {
             free_entries: (0..seg.config().queues)
                 .filter(|&i| seg.queue_state(i) == Some(xtcq_shm::layout::QUEUE_FREE))

@@ -230,15 +230,11 @@ fn more_block_payloads_than_free_blocks_writes_nothing() {
     assert!(e.contains("--payload-blocks"), "the error names the flag: {e}");
 }
 
-/// Five dead letters imported into a queue whose dump line caps them at 2: the import says
-/// "5 job(s) imported", and the daemon's next scan drops the 3 oldest (counted only in the
-/// queue's `dead_dropped`). Whether the import should refuse, raise the cap, or say so is a
-/// design question.
+/// Five dead letters for a queue whose dump line caps them at 2: imported, the daemon's next
+/// scan would drop the 3 oldest (counted only in the queue's `dead_dropped`) while the import
+/// said "5 job(s) imported". The import refuses them whole instead, saying why.
 #[test]
-#[ignore = "red-team break: dead letters past the queue's max_dead are imported and then \
-            dropped by the next scan, while the import reports them imported; refuse, warn \
-            or raise the cap is a design question"]
-fn dead_letters_past_max_dead_are_not_imported_then_dropped_unsaid() {
+fn dead_letters_past_max_dead_are_refused_not_imported_then_dropped() {
     let d = Daemon::start();
     let f = d.dir().join("dead.dump");
     let mut lines = vec![
@@ -250,19 +246,6 @@ fn dead_letters_past_max_dead_are_not_imported_then_dropped_unsaid() {
     }));
     lines.push(r#"{"kind":"end","queues":1,"jobs":5}"#.to_string());
     std::fs::write(&f, lines.join("\n") + "\n").expect("write dump");
-    let o = d.run(&["import", f.to_str().expect("utf-8")]);
-    if code(&o) == 0 {
-        // Imported: then all five must stay past the daemon's next scan (which counts the
-        // queue's records for its quota), or the import must have said otherwise.
-        wait_until(std::time::Duration::from_secs(20), "the daemon's quota scan", || {
-            d.stats()["queues"][0]["quota"]["records_used"].as_u64().unwrap_or(0) > 0
-        });
-        let dead = d.stats()["queues"][0]["records"]["dead"].as_u64();
-        assert!(
-            dead == Some(5) || stderr(&o).contains("max_dead"),
-            "{} dead letters kept of 5 imported, unsaid: {}",
-            dead.unwrap_or(0),
-            stderr(&o)
-        );
-    }
+    let e = refused(&d, &f, &["dead5"]);
+    assert!(e.contains("5 dead letters") && e.contains("at most 2"), "the error counts: {e}");
 }
