@@ -109,6 +109,8 @@ enum Command {
     Push(cmd::PushArgs),
     /// Steal jobs and print their payloads, one per line; each is acked once written.
     Steal(cmd::StealArgs),
+    /// Change a queue's record quota or dead-letter cap (the limits `create` sets).
+    Limits(quota::LimitsArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
     /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
@@ -159,6 +161,7 @@ pub fn main() {
         Command::Ls(a) => cmd::ls(socket, a),
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
+        Command::Limits(a) => quota::limits(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
         Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),

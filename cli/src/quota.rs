@@ -1,4 +1,5 @@
-//! `xtcq create --max-records / --max-dead` and the quota line of `xtcq stats`.
+//! `xtcq create --max-records / --max-dead`, `xtcq limits` (the same flags for a queue that
+//! exists), and the quota line of `xtcq stats`.
 //!
 //! Rules kept:
 //! - a quota is a count of records or a percentage of the segment's records, resolved here
@@ -10,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use xtcq_client::Client;
 
-/// The queue-limit flags of `xtcq create`.
+/// The queue-limit flags of `xtcq create` and `xtcq limits`.
 #[derive(Debug, Args)]
 pub struct QuotaArgs {
     /// The most job records the queue's jobs (queued, running and dead) may hold at once: a
@@ -71,9 +72,21 @@ impl QuotaArgs {
         Ok(())
     }
 
+    /// Whether no limit was given.
+    pub fn is_empty(&self) -> bool {
+        self.max_records.is_none() && self.max_dead.is_none()
+    }
+
     /// Sends the limits given, if any, for the queue just created.
     pub fn apply(&self, client: &Client, queue: &str) -> Result<()> {
-        if self.max_records.is_none() && self.max_dead.is_none() {
+        self.send(client, queue).with_context(|| {
+            format!("queue {queue} was created, but its --max-records / --max-dead could not be set")
+        })
+    }
+
+    /// Sends the limits given, if any, for `queue`.
+    fn send(&self, client: &Client, queue: &str) -> Result<()> {
+        if self.is_empty() {
             return Ok(());
         }
         let max_records = match self.max_records {
@@ -81,10 +94,36 @@ impl QuotaArgs {
             Some(q) => Some(resolve(q, 0)),
             None => None,
         };
-        client.set_queue_limits(queue, max_records, self.max_dead).with_context(|| {
-            format!("queue {queue} was created, but its --max-records / --max-dead could not be set")
-        })
+        Ok(client.set_queue_limits(queue, max_records, self.max_dead)?)
     }
+}
+
+/// `xtcq limits`: the arguments.
+#[derive(Debug, Args)]
+pub struct LimitsArgs {
+    /// Queue name.
+    queue: String,
+    #[command(flatten)]
+    quota: QuotaArgs,
+}
+
+/// `xtcq limits QUEUE --max-records ... --max-dead ...`: changes the limits of a queue that
+/// exists (those not given stay), as its owner or root may; prints the queue's quota line.
+pub fn limits(socket: Option<&std::path::Path>, args: LimitsArgs) -> Result<i32> {
+    if args.quota.is_empty() {
+        eprintln!("xtcq: error: give --max-records, --max-dead or both: the limits to set");
+        return Ok(crate::exit::USAGE);
+    }
+    let client = crate::cmd::connect(socket)?;
+    args.quota.check(&client)?;
+    args.quota
+        .send(&client, &args.queue)
+        .with_context(|| format!("cannot set the limits of queue {}", args.queue))?;
+    let stats = client.stats(Some(&args.queue))?;
+    if let Some(q) = stats.queues.iter().find(|q| q.info.name == args.queue) {
+        print!("{}", stats_line(&q.quota));
+    }
+    Ok(crate::exit::OK)
 }
 
 /// The quota line of a queue in `xtcq stats`.

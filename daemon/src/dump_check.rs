@@ -158,7 +158,8 @@ fn check_dead_letters<F: Fn(&str) -> Option<QueueNow>>(
                 "queue {queue}: the dump has {n} dead letters and the queue keeps at most {cap} \
                  ({there} there now), so the daemon would drop the oldest; nothing was imported. \
                  Requeue or purge its dead letters first (xtcq dead {queue} --requeue / --purge), \
-                 or raise the cap (max_dead in the dump's queue line, for a queue the import creates)"
+                 or raise the cap (xtcq limits {queue} --max-dead N; max_dead in the dump's queue \
+                 line for a queue the import creates)"
             )));
         }
     }

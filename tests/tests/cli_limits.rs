@@ -1,77 +1,60 @@
-//! Values the command line cannot honour are refused with a message (never a panic): how
-//! many commands `work` runs at once, lease durations below what the daemon can measure.
+//! `xtcq limits QUEUE --max-records ... --max-dead ...`: the limits of a queue that exists can
+//! change (before, only `create` set them, and the daemon's cap warning pointed there). Real
+//! xtcqd, real `xtcq` processes.
 
+use std::time::Duration;
 use xtcq_testkit::*;
 
+fn quota(d: &Daemon, q: &str) -> serde_json::Value {
+    let s = d.stats();
+    let all = s["queues"].as_array().cloned().unwrap_or_default();
+    let entry =
+        all.into_iter().find(|x| x["info"]["name"] == q).unwrap_or_else(|| panic!("no queue {q} in {s}"));
+    entry["quota"].clone()
+}
+
 #[test]
-fn work_refuses_more_jobs_than_it_can_serve_without_a_panic() {
+fn limits_change_what_is_given_and_keep_the_rest() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q", "--max-dead", "7"]));
+    let line = ok(&d.run(&["limits", "q", "--max-records", "50%"]));
+    assert!(line.contains("dead letters capped at 7"), "the cap stays when not given: {line}");
+    let records = d.stats()["segment"]["job_records"].as_u64().expect("job_records");
+    assert_eq!(quota(&d, "q")["max_records"].as_u64(), Some(records.div_ceil(2)));
+    ok(&d.run(&["limits", "q", "--max-dead", "0"]));
+    let q = quota(&d, "q");
+    assert_eq!((q["max_dead"].as_u64(), q["max_records"].as_u64()), (Some(0), Some(records.div_ceil(2))));
+}
+
+#[test]
+fn a_lowered_cap_drops_the_oldest_dead_letters_at_the_next_scan() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q", "--max-attempts", "1"]));
+    ok(&d.run(&["push", "q", "a", "b", "c", "d"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let t = c.attach_thief("q").expect("attach");
+    while let Some(j) = t.steal().expect("steal") {
+        j.fail("boom").expect("fail");
+    }
+    ok(&d.run(&["limits", "q", "--max-dead", "1"]));
+    wait_until(Duration::from_secs(30), "the scan to apply the new cap", || {
+        quota(&d, "q")["dead_dropped"].as_u64() == Some(3)
+    });
+    assert_eq!(d.stats()["records"]["dead"].as_u64(), Some(1));
+}
+
+#[test]
+fn limits_without_a_limit_or_for_no_queue_or_past_the_segment_are_refused() {
     let d = Daemon::start();
     ok(&d.run(&["create", "q"]));
-    for j in ["100000", "0", "4294967296"] {
-        let o = d.run(&["work", "q", "-j", j, "--idle-exit", "100ms", "--", "true"]);
-        let e = stderr(&o);
-        assert_eq!(code(&o), 2, "-j {j}: {e}");
-        assert!(!e.contains("panicked"), "-j {j}: {e}");
-        assert!(e.contains("1..=1024") || e.contains("1024"), "-j {j} names the bound: {e}");
-    }
-    // Under a file limit too low for the commands, an error that says what to do.
-    let mut cmd = d.xtcq();
-    cmd.args(["work", "q", "-j", "1024", "--idle-exit", "100ms", "--", "true"]);
-    set_nofile(&mut cmd, 128);
-    let o = run_bounded(&mut cmd, None);
-    let e = stderr(&o);
-    assert_eq!(code(&o), 1, "{e}");
-    assert!(e.contains("file descriptors") && e.contains("lower --jobs"), "{e}");
-    assert!(!e.contains("panicked"), "{e}");
-    // And the largest value it accepts does run.
-    ok(&d.run(&["push", "q", "a", "b"]));
-    let o = d.run(&["work", "q", "-j", "1024", "--max-jobs", "2", "--idle-exit", "200ms", "--", "true"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-}
-
-/// Sets RLIMIT_NOFILE (soft and hard) of the child to `n`.
-fn set_nofile(cmd: &mut std::process::Command, n: u64) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
-    unsafe {
-        cmd.pre_exec(move || {
-            let l = rustix::process::Rlimit { current: Some(n), maximum: Some(n) };
-            rustix::process::setrlimit(rustix::process::Resource::Nofile, l)
-                .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
-        });
-    }
-}
-
-#[test]
-fn leases_below_the_resolution_are_refused_naming_the_smallest() {
-    let d = Daemon::start();
-    for (lease, says) in [("500us", "smallest accepted is 1ms"), ("1.9ms", "1ms or 2ms"), ("0.0005", "1ms")] {
-        let o = d.run(&["create", "q", "--lease", lease]);
-        let e = stderr(&o);
-        assert_eq!(code(&o), 2, "--lease {lease}: {e}");
-        assert!(e.contains(says), "--lease {lease}: {e}");
-    }
-    assert!(!ok(&d.run(&["ls"])).contains("\nq "), "no queue was created with a wrong lease");
-    ok(&d.run(&["create", "q", "--lease", "1ms"]));
-    for lease in ["500us", "0", "2.5ms"] {
-        let o = d.run(&["work", "q", "--lease", lease, "--idle-exit", "100ms", "--", "true"]);
-        let e = stderr(&o);
-        assert_eq!(code(&o), 2, "work --lease {lease}: {e}");
-        assert!(e.contains("1ms"), "work --lease {lease}: {e}");
-    }
-}
-
-#[test]
-fn work_refuses_a_lease_it_cannot_keep_while_a_command_runs() {
-    let d = Daemon::start();
-    ok(&d.run(&["create", "short", "--lease", "5ms"]));
-    ok(&d.run(&["push", "short", "j"]));
-    for extra in [&[][..], &["--lease", "10ms"][..]] {
-        let o = d.run(&[&["work", "short", "--idle-exit", "100ms"][..], extra, &["--", "true"][..]].concat());
-        let e = stderr(&o);
-        assert_ne!(code(&o), 0, "work {extra:?}: {e}");
-        assert!(e.contains("--lease 50ms or more"), "work {extra:?}: {e}");
-    }
-    // The job was not taken: a worker with a lease it can keep runs it.
-    ok(&d.run(&["work", "short", "--lease", "200ms", "--max-jobs", "1", "--", "true"]));
+    let o = d.run(&["limits", "q"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--max-records") && stderr(&o).contains("--max-dead"), "{}", stderr(&o));
+    let o = d.run(&["limits", "nosuch", "--max-dead", "3"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("nosuch"), "{}", stderr(&o));
+    let o = d.run(&["limits", "q", "--max-records", "4294967295"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("records"), "{}", stderr(&o));
+    assert_eq!(quota(&d, "q")["max_records"].as_u64(), Some(0), "a refused quota was set");
 }

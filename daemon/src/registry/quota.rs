@@ -84,7 +84,7 @@ impl Registry {
                     dropped,
                     max_dead = cap,
                     "dead-letter cap reached: the oldest dead letters were dropped (raise it with \
-                     `xtcq create --max-dead`, or requeue or purge them sooner)"
+                     `xtcq limits QUEUE --max-dead N`, or requeue or purge them sooner)"
                 );
             }
             let dead = (c.dead.len() as u32).saturating_sub(dropped);
