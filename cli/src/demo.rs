@@ -163,7 +163,7 @@ pub fn demo(a: DemoArgs) -> Result<i32> {
                 eprintln!("xtcq demo: the daemon's log:\n{text}");
             }
         }
-        eprintln!("xtcq demo: failed: {e:#}");
+        eprintln!("xtcq demo: failed: {}", crate::exit::message(e));
     }
     if a.keep {
         let kept = tmp.keep();

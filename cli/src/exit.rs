@@ -44,3 +44,64 @@ pub fn for_error(e: &anyhow::Error) -> i32 {
         _ => ERROR,
     }
 }
+
+/// What an error that ended a command says: its message, then each cause the message does
+/// not already say. Several errors put their cause in their own message and also name it as
+/// their source, so printing the whole chain (`{:#}`) said it twice ("No such file or
+/// directory (os error 2): No such file or directory (os error 2)").
+pub fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.is_empty() {
+            text = c;
+        } else if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message;
+    use anyhow::Context;
+
+    /// As the thiserror types of the library crates are: the cause in the message, and as
+    /// the source too.
+    #[derive(Debug)]
+    struct Open {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open {}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_says_is_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = io.to_string();
+        let e = anyhow::Error::new(Open { path: "a.dump", source: io });
+        assert_eq!(message(&e), format!("cannot open a.dump: {said}"));
+    }
+
+    #[test]
+    fn a_cause_the_message_does_not_say_is_added() {
+        let e = Err::<(), _>(std::io::Error::from(std::io::ErrorKind::NotFound))
+            .context("cannot export the segment")
+            .unwrap_err();
+        let said = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+        assert_eq!(message(&e), format!("cannot export the segment: {said}"));
+    }
+}

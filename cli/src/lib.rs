@@ -182,7 +182,7 @@ pub fn main() {
         // The reader of stdout had enough (`| head`): not an error.
         Err(e) if out::is_closed(&e) => std::process::exit(exit::OK),
         Err(e) => {
-            eprintln!("xtcq: error: {e:#}");
+            eprintln!("xtcq: error: {}", exit::message(&e));
             std::process::exit(exit::for_error(&e));
         }
     }
