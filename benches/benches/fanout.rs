@@ -28,9 +28,9 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
+use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, wait_for, SharedPage, BENCH_SEGMENT};
 use xtcq_client::Client;
 use xtcq_testkit::{monotonic_ns, Daemon};
 
@@ -276,13 +276,14 @@ impl Bench {
         let ctl = ctl_map.get();
         let mut children = self.spawn_consumers(consumers, &ctl_path, &tag);
         let limit = Duration::from_secs(120);
-        wait_for(&mut children, "the consumers to attach", limit, || {
+        let mut procs: Vec<&mut Child> = children.iter_mut().map(|(c, _)| c).collect();
+        wait_for(&mut procs, "the consumers to attach", limit, || {
             ctl.ready.0.load(Ordering::Acquire) == consumers as u64
         });
         let t0 = monotonic_ns();
         self.push_all();
         let taken = || ctl.taken[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum::<u64>();
-        wait_for(&mut children, "every job to be taken", limit, || taken() >= self.n);
+        wait_for(&mut procs, "every job to be taken", limit, || taken() >= self.n);
         let t_end = monotonic_ns();
         ctl.stop.0.store(1, Ordering::Release);
         let counts = self.check_exactly_once(children);
@@ -315,29 +316,6 @@ impl Bench {
         }
         assert_eq!(counts.iter().sum::<u64>(), self.n, "jobs lost");
         counts
-    }
-}
-
-/// Spins until `f` holds; fails the run if a consumer exits or `limit` passes.
-fn wait_for(children: &mut [(Child, PathBuf)], what: &str, limit: Duration, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + limit;
-    let mut k = 0u32;
-    while !f() {
-        std::hint::spin_loop();
-        k = k.wrapping_add(1);
-        if k & 0xffff == 0 {
-            for (c, _) in children.iter_mut() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    panic!("a consumer exited ({st}) while waiting for {what}");
-                }
-            }
-            if Instant::now() > deadline {
-                for (c, _) in children.iter_mut() {
-                    let _ = c.kill();
-                }
-                panic!("timed out waiting for {what}");
-            }
-        }
     }
 }
 

@@ -85,6 +85,36 @@ pub fn bench_queue(client: &xtcq_client::Client, name: &str) -> xtcq_client::Own
     client.attach_owner(name).expect("attach_owner")
 }
 
+/// Spins until `f` holds, looking every 65,536 turns whether a consumer exited (the run
+/// fails, saying so) or `limit` passed (the consumers are killed and the run fails). A spin,
+/// not a sleep: the benches wait with it inside their timed phases.
+pub fn wait_for(
+    consumers: &mut [&mut std::process::Child],
+    what: &str,
+    limit: std::time::Duration,
+    f: impl Fn() -> bool,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    let mut k = 0u32;
+    while !f() {
+        std::hint::spin_loop();
+        k = k.wrapping_add(1);
+        if k & 0xffff == 0 {
+            for c in consumers.iter_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("a consumer exited ({st}) while waiting for {what}");
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                for c in consumers.iter_mut() {
+                    let _ = c.kill();
+                }
+                panic!("timed out waiting for {what}");
+            }
+        }
+    }
+}
+
 /// A `T` in a file that several processes map: `T` must be made of atomics only (a zeroed
 /// file is then every counter at 0).
 pub struct SharedPage<T> {

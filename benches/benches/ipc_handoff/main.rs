@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use xtcq_benches::line_chain::{dependent_chain_ns, in_dependent_lines, ns_per_line};
-use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, SharedPage, BENCH_SEGMENT};
+use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, wait_for, SharedPage, BENCH_SEGMENT};
 use xtcq_client::{Client, JobBatch, OwnerHandle};
 use xtcq_testkit::{monotonic_ns, Daemon};
 
@@ -154,25 +154,6 @@ struct Bench {
     push_batch: bool,
 }
 
-/// Spins until `f` holds, checking the clock and the child now and then.
-fn wait_for(child: &mut Child, what: &str, limit: Duration, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + limit;
-    let mut k = 0u32;
-    while !f() {
-        std::hint::spin_loop();
-        k = k.wrapping_add(1);
-        if k & 0xffff == 0 {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("consumer exited ({st}) while waiting for {what}");
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("timed out waiting for {what}");
-            }
-        }
-    }
-}
-
 fn spin_until(t: u64) {
     while monotonic_ns() < t {
         std::hint::spin_loop();
@@ -273,7 +254,9 @@ impl Bench {
         drop(cmd); // closes our copy of the consumer's end of a pipe or socket
 
         let limit = Duration::from_secs(120);
-        wait_for(&mut child, "the consumer to be ready", limit, || ctl.ready.load(Ordering::Acquire) == 1);
+        wait_for(&mut [&mut child], "the consumer to be ready", limit, || {
+            ctl.ready.load(Ordering::Acquire) == 1
+        });
         let mut m = [0xabu8; MSG];
         let t0 = monotonic_ns();
         if transport == Transport::Redis && batch > 1 {
@@ -292,7 +275,9 @@ impl Bench {
             }
         }
         let t_sent = monotonic_ns();
-        wait_for(&mut child, "the throughput phase", limit, || ctl.done.load(Ordering::Acquire) == n_thr);
+        wait_for(&mut [&mut child], "the throughput phase", limit, || {
+            ctl.done.load(Ordering::Acquire) == n_thr
+        });
         let mps = n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
         let send_mps = n_thr as f64 * 1e3 / (t_sent - t0) as f64;
 
@@ -303,7 +288,9 @@ impl Bench {
             let seq = n_thr + i;
             encode(seq, &mut m);
             tx.send(&m);
-            wait_for(&mut child, "a latency message", limit, || ctl.done.load(Ordering::Acquire) == seq + 1);
+            wait_for(&mut [&mut child], "a latency message", limit, || {
+                ctl.done.load(Ordering::Acquire) == seq + 1
+            });
             spin_until(monotonic_ns() + gap);
         }
 
