@@ -60,6 +60,21 @@ pub fn wait_bounded(child: Child, limit: Duration, what: &str) -> Output {
     }
 }
 
+/// Reads `child`'s piped stdout up to its first newline, the way a child that holds
+/// something (a claimed batch, a mapping) says it is ready; `false` when its stdout ended
+/// first (the caller says what that means). Byte by byte, so that nothing after the line is
+/// taken from the caller.
+pub fn first_line_seen(child: &mut Child) -> bool {
+    let out = child.stdout.as_mut().expect("the child's stdout is piped");
+    let mut byte = [0u8];
+    while byte[0] != b'\n' {
+        if std::io::Read::read(out, &mut byte).expect("read the child's stdout") != 1 {
+            return false;
+        }
+    }
+    true
+}
+
 /// Waits for `child` (output not piped, or read elsewhere) within `t`; past it, kills and
 /// reaps it and returns `None`.
 pub fn wait_timeout(child: &mut Child, t: Duration) -> Option<ExitStatus> {

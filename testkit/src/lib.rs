@@ -26,7 +26,8 @@ pub mod users;
 
 pub use c_program::{compile_c, workspace_root};
 pub use child::{
-    code, eventually, ok, run_bounded, run_within, stderr, stdout, wait_bounded, wait_timeout, wait_until,
+    code, eventually, first_line_seen, ok, run_bounded, run_within, stderr, stdout, wait_bounded,
+    wait_timeout, wait_until,
 };
 pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
 pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xtcq_testkit::{compile_c, run_within, Daemon};
+use xtcq_testkit::{compile_c, first_line_seen, run_within, Daemon};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -270,11 +270,7 @@ fn a_batch_into_a_segment_replaced_meanwhile_fails_and_queues_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the holder");
-    let mut byte = [0u8];
-    while byte[0] != b'\n' {
-        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
-        assert_eq!(n, 1, "the holder exited early");
-    }
+    assert!(first_line_seen(&mut holder), "the holder exited early");
     daemon.kill();
     daemon.restart_with(&[xtcq_testkit::SMALL_SEGMENT, &["--recreate"]].concat(), |_| {});
     holder.stdin.take().expect("stdin").write_all(b"go\n").expect("write");

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use xtcq_testkit::{code, compile_c, stderr, wait_bounded, Daemon};
+use xtcq_testkit::{code, compile_c, first_line_seen, stderr, wait_bounded, Daemon};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -24,11 +24,7 @@ fn hold_across(daemon: &Daemon, queue: &str, between: impl FnOnce()) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the holder");
-    let mut byte = [0u8];
-    while byte[0] != b'\n' {
-        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
-        assert_eq!(n, 1, "the holder exited early; daemon log:\n{}", daemon.log_text());
-    }
+    assert!(first_line_seen(&mut holder), "the holder exited early; daemon log:\n{}", daemon.log_text());
     between();
     holder.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
     let out = wait_bounded(holder, Duration::from_secs(60), "the holder");

@@ -114,11 +114,7 @@ fn recreate_while_a_client_maps_the_old_segment_removes_nothing_it_cannot_replac
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn the holder");
-    let mut byte = [0u8];
-    while byte[0] != b'\n' {
-        let n = std::io::Read::read(holder.stdout.as_mut().expect("stdout"), &mut byte).expect("read");
-        assert_eq!(n, 1, "the holder exited early: {}", d.log_text());
-    }
+    assert!(first_line_seen(&mut holder), "the holder exited early: {}", d.log_text());
     d.kill();
     let mut flags: Vec<&str> = SMALL_SEGMENT.to_vec();
     flags.extend(sizes);
