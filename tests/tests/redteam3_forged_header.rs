@@ -13,26 +13,30 @@ use xtcq_shm::layout::payload::PAYLOAD_CLASSES;
 use xtcq_shm::layout::{SegmentConfig, SegmentDescriptor};
 use xtcq_testkit::*;
 
+/// One queue of 64 records, payloads up to 128 bytes: 64 inline, the rest in one of 8
+/// blocks of 128 bytes (the class table the tests forge).
+const SEGMENT: &[&str] = &[
+    "--queues",
+    "1",
+    "--records",
+    "64",
+    "--process-slots",
+    "8",
+    "--payload-bytes",
+    "128",
+    "--inline-bytes",
+    "64",
+    "--payload-blocks",
+    "128=8",
+];
+
 fn payload(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|k| b'a' + ((k as u8).wrapping_mul(7).wrapping_add(seed) % 26)).collect()
 }
 
 #[test]
 fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole() {
-    let d = Daemon::start_with(&[
-        "--queues",
-        "1",
-        "--records",
-        "64",
-        "--process-slots",
-        "8",
-        "--payload-bytes",
-        "128",
-        "--inline-bytes",
-        "64",
-        "--payload-blocks",
-        "128=8",
-    ]);
+    let d = Daemon::start_with(SEGMENT);
     let c = d.client();
     let q = QueueParams {
         name: "q".into(),
@@ -99,22 +103,7 @@ fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole()
 
 #[test]
 fn the_daemon_writes_its_validated_header_back_over_a_forged_one() {
-    let d = Daemon::start_with(&[
-        "--queues",
-        "1",
-        "--records",
-        "64",
-        "--process-slots",
-        "8",
-        "--payload-bytes",
-        "128",
-        "--inline-bytes",
-        "64",
-        "--payload-blocks",
-        "128=8",
-        "--lease-scan-interval",
-        "20ms",
-    ]);
+    let d = Daemon::start_with(&[SEGMENT, &["--lease-scan-interval", "20ms"]].concat());
     ok(&d.run(&["create", "q", "--deques", "1"]));
     let at = (core::mem::offset_of!(SegmentDescriptor, config)
         + core::mem::offset_of!(SegmentConfig, payload_blocks)) as u64;
