@@ -69,6 +69,33 @@ pub struct Room<F: Fn(&str) -> Option<QueueNow>> {
     pub free_blocks: Vec<(u32, u64)>,
 }
 
+/// The room the daemon's `stats` describe (as `xtcq import` gets them, and the daemon's own
+/// import computes them): records, rings, queues, blocks and each queue's dead letters as
+/// counted now. `portable_names`: as [`QueueRoom::portable_names`]. The free queue-table
+/// entries are those without a queue in `stats` (a queue being deleted holds one unseen; a
+/// caller that can count them exactly sets [`QueueRoom::free_entries`] after).
+pub fn room_of(stats: &proto::Stats, portable_names: bool) -> Room<impl Fn(&str) -> Option<QueueNow> + '_> {
+    let existing = |name: &str| {
+        let q = stats.queues.iter().find(|q| q.info.name == name)?;
+        Some(QueueNow { overflow_len: q.overflow_len, dead: q.records.dead, max_dead: q.quota.max_dead })
+    };
+    Room {
+        payload_capacity: stats.segment.payload_bytes,
+        free_records: stats.records.free,
+        overflow_capacity: u64::from(stats.segment.overflow_capacity),
+        existing,
+        queues: QueueRoom {
+            free_entries: u64::from(stats.segment.queues).saturating_sub(stats.queues.len() as u64),
+            deques_per_queue: stats.segment.deques_per_queue,
+            deque_capacity: stats.segment.deque_capacity,
+            job_records: stats.segment.job_records,
+            portable_names,
+        },
+        inline_capacity: stats.segment.inline_bytes,
+        free_blocks: stats.payload_blocks.iter().map(|c| (c.size, u64::from(c.free))).collect(),
+    }
+}
+
 /// Refuses `dump` when writing it into a segment with `room` is bound to fail part-way.
 pub fn check<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) -> Result<(), DumpError> {
     check_queues(dump, room)?;

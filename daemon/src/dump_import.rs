@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 
 use tracing::info;
 use xtcq_proto as proto;
-use xtcq_shm::record::state::State;
 use xtcq_shm::Injector;
 
 use crate::dump::{self, Dump, DumpError, JobState};
-use crate::dump_check::{check, QueueNow, QueueRoom, Room};
+use crate::dump_check::{check, room_of};
 use crate::registry::{ProcessId, Registry};
 
 /// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
@@ -44,40 +43,17 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     Ok((created, result?))
 }
 
-/// Refuses `d` before anything is written when it cannot fit ([`crate::dump_check`]).
+/// Refuses `d` before anything is written when it cannot fit ([`crate::dump_check`]), by
+/// the daemon's own stats (each queue's dead letters as counted now, not as the last scan
+/// counted them, which an adopted segment's first scan has not yet done).
 fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
+    let stats = reg.stats(None, 0).map_err(|e| DumpError::Import(e.message))?;
     let seg = reg.segment();
-    let records = seg.records();
-    let free_records = (0..records.len())
-        .filter(|&i| records.state(i).is_some_and(|st| st.load().state() == Some(State::Free)))
+    let mut room = room_of(&stats, false);
+    // Counted exactly here: a queue being deleted holds its entry too.
+    room.queues.free_entries = (0..seg.config().queues)
+        .filter(|&i| seg.queue_state(i) == Some(xtcq_shm::layout::QUEUE_FREE))
         .count() as u64;
-    let existing = |name: &str| {
-        let q = reg.queue(name).ok()?;
-        // The dead count is the last scan's, as the quota's is.
-        let quota = seg.quota_state(q.index);
-        Some(QueueNow {
-            overflow_len: seg.overflow(q.index).map_or(0, |o| o.len() as u64),
-            dead: u64::from(quota.dead),
-            max_dead: quota.quota.max_dead,
-        })
-    };
-    let room = Room {
-        payload_capacity: records.payload_capacity(),
-        free_records,
-        overflow_capacity: u64::from(seg.config().overflow_capacity),
-        existing,
-        queues: QueueRoom {
-            free_entries: (0..seg.config().queues)
-                .filter(|&i| seg.queue_state(i) == Some(xtcq_shm::layout::QUEUE_FREE))
-                .count() as u64,
-            deques_per_queue: seg.config().deques_per_queue,
-            deque_capacity: seg.config().deque_capacity,
-            job_records: seg.config().job_records,
-            portable_names: false,
-        },
-        inline_capacity: records.inline_capacity(),
-        free_blocks: reg.payload_blocks().iter().map(|c| (c.size, u64::from(c.free))).collect(),
-    };
     check(d, &room)
 }
 
@@ -107,8 +83,9 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
-/// reads the dump, refuses it when `check` does (nothing imported, so it keeps its name), renames `FILE` to `FILE.importing` and returns that name and the dump;
-/// `None` when `FILE` does not exist. A file that does not read as a dump keeps its name
+/// reads the dump, refuses it when `check` does (nothing imported, so it keeps its name),
+/// renames `FILE` to `FILE.importing` and returns that name and the dump; `None` when `FILE`
+/// does not exist. A file that does not read as a dump keeps its name
 /// (nothing of it was imported), so it can be fixed and imported again.
 pub fn claim_file(
     path: &Path,
