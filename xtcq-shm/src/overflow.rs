@@ -12,11 +12,13 @@
 //!  cell at position p, lap L = p / capacity:   EMPTY(L) --push CAS--> FULL(L, idx)
 //!                                              FULL(L)  --pop  CAS--> EMPTY(L + 1)
 //!  tail: advanced past p by anyone who sees FULL(L) or EMPTY(L + 1) at p ("helping")
+//!        (a popper does so before it advances head past p)
 //!  head: advanced past p by anyone who sees EMPTY(L + 1) at p
 //! ```
 //!
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
-//! helps `tail` on. A popper that dies after its cell CAS leaves `head` behind an emptied
+//! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
+//! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its cell CAS leaves `head` behind an emptied
 //! cell: the next popper helps `head` on; the index it took is lost from the ring, but the
 //! record it names is still `Queued` and unreferenced, which is exactly what recovery looks
 //! for (a popper's death between taking an index and claiming the record is the same window
@@ -190,6 +192,14 @@ impl<'a> OverflowRef<'a> {
         Err(RingError::Corrupt("push made no progress in 2^20 rounds".to_string()))
     }
 
+    /// Moves `tail` from `pos` to `pos + 1` if it is still at `pos`: called by a popper that
+    /// saw the cell at `pos` pushed. Failure means `tail` is past `pos` already (it never
+    /// moves back, and `head <= tail` holds while `head == pos`).
+    #[inline]
+    fn help_tail_past(&self, pos: u64) {
+        let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+    }
+
     /// Removes the oldest record index, `None` when empty.
     pub fn pop(&self) -> Result<Option<u32>, RingError> {
         let mut stuck = 0;
@@ -200,6 +210,9 @@ impl<'a> OverflowRef<'a> {
             // Acquire pairs with the pusher's AcqRel cell CAS.
             let c = cell.load(Ordering::Acquire);
             if is_full(c) && lap_of(c) == lap {
+                // The cell is pushed, so `tail` belongs past it; its pusher may have died
+                // before moving it. Help first, so `head` never passes `tail`.
+                self.help_tail_past(h);
                 if cell
                     .compare_exchange(c, empty(lap.wrapping_add(1)), Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
@@ -219,7 +232,9 @@ impl<'a> OverflowRef<'a> {
                 continue;
             }
             if lap_of(c) == lap.wrapping_add(1) {
-                // Popped, head not yet advanced (maybe never: the popper died). Help.
+                // Popped, head not yet advanced (maybe never: the popper died). Help both
+                // on, `tail` first (see above).
+                self.help_tail_past(h);
                 let _ = self.head.compare_exchange(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
                 continue;
             }
@@ -269,4 +284,44 @@ impl HeapOverflow {
 /// `capacity`, for tests that simulate a pusher dying between its two CASes.
 pub fn full_cell_for(pos: u64, capacity: usize, index: u32) -> u64 {
     full((pos >> capacity.trailing_zeros()) as u32, index)
+}
+
+#[cfg(all(test, not(xtcq_loom)))]
+mod tests {
+    use super::*;
+
+    /// A pusher killed between its cell CAS and its `tail` CAS, then a pop: `head` must not
+    /// pass `tail` (the state `check` calls inconsistent), and the ring keeps working.
+    #[test]
+    fn a_pop_after_a_dead_pusher_keeps_head_behind_tail() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        v.push(7).unwrap();
+        ring.cells()[1].store(full_cell_for(1, 4, 8), Ordering::Release);
+        assert_eq!(v.positions(), (0, 1));
+        assert_eq!(v.pop().unwrap(), Some(7));
+        assert_eq!(v.pop().unwrap(), Some(8));
+        assert_eq!(v.positions(), (2, 2));
+        assert_eq!(v.pop().unwrap(), None);
+        v.push(9).unwrap();
+        assert_eq!(v.pop().unwrap(), Some(9));
+        assert_eq!(v.positions(), (3, 3));
+    }
+
+    /// The same after a popper died between its cell CAS and its `head` CAS: the helping
+    /// popper moves `tail` first.
+    #[test]
+    fn a_popper_helping_a_dead_popper_keeps_head_behind_tail() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        // Dead pusher at 0, then a dead popper of that cell: EMPTY(lap 1), head and tail 0.
+        ring.cells()[0].store(empty(1), Ordering::Release);
+        assert_eq!(v.positions(), (0, 0));
+        assert_eq!(v.pop().unwrap(), None);
+        let (h, t) = v.positions();
+        assert!(h <= t, "head {h} passed tail {t}");
+        v.push(5).unwrap();
+        assert_eq!(v.pop().unwrap(), Some(5));
+        assert_eq!(v.positions(), (2, 2));
+    }
 }

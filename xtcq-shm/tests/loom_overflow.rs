@@ -95,3 +95,37 @@ fn dead_pusher_is_helped_past() {
     });
     assert_eq!(seen, BTreeSet::from([Some(5)]));
 }
+
+/// A pusher died between its cell CAS and its `tail` CAS, and a popper races a live pusher.
+/// Whoever comes first, `head` never passes `tail` (each reads `head` before `tail`, and
+/// `tail` never moves back, so a read pair with `head > tail` would be a real crossing), and
+/// both indices come out once.
+#[test]
+fn a_popper_after_a_dead_pusher_never_passes_tail() {
+    let seen = explore("a_popper_after_a_dead_pusher_never_passes_tail", PREEMPTIONS, |start| {
+        let ring = advanced_ring();
+        ring.cells()[1].store(full_cell_for(1, 2, 5), Ordering::Release);
+        let r2 = ring.clone();
+        let popper = thread::spawn(move || {
+            let v = r2.view().unwrap();
+            let got = v.pop().unwrap();
+            let (h, t) = v.positions();
+            assert!(h <= t, "popper saw head {h} past tail {t}");
+            got
+        });
+        start.after_spawn();
+        let v = ring.view().unwrap();
+        v.push(6).unwrap();
+        let (h, t) = v.positions();
+        assert!(h <= t, "pusher saw head {h} past tail {t}");
+        let first = popper.join().unwrap();
+        let mut popped: Vec<u32> = first.into_iter().collect();
+        while let Some(i) = v.pop().unwrap() {
+            popped.push(i);
+        }
+        assert_eq!(popped, [5, 6], "first pop {first:?}");
+        assert_eq!(v.positions(), (3, 3));
+        first
+    });
+    assert_eq!(seen, BTreeSet::from([Some(5)]));
+}
