@@ -191,6 +191,7 @@ impl<'a> QueueCtx<'a> {
     }
 
     /// Claims record `index` if it is `Queued` for this queue (at `generation`, when given).
+    #[inline]
     fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
         let j = self.claim_uncounted(index, generation, me, self.lease_deadline())?;
         self.count(me, Counter::Claimed);

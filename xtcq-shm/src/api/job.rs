@@ -39,6 +39,7 @@ impl ClaimedJob<'_> {
     }
 
     /// Appends the payload to `out` (reuse one buffer across jobs).
+    #[inline]
     pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
         let st = self
             .ctx
@@ -132,6 +133,7 @@ impl ClaimedJob<'_> {
     }
 
     /// Done: frees the record.
+    #[inline]
     pub fn ack(mut self) -> Result<(), JobError> {
         self.ack_uncounted()?;
         self.ctx.count(self.me, Counter::Acked);
