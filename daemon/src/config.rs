@@ -90,9 +90,9 @@ pub struct Args {
     /// one when those are all in use), e.g. `4KiB=1024,64KiB=16`. Given, the classes it does
     /// not list have none. [default: every size from the first above --inline-bytes to the
     /// first that holds --payload-bytes gets a quarter of --records blocks, at most 8 MiB of
-    /// them]
-    #[arg(long, value_name = "SIZE=COUNT,...")]
-    pub payload_blocks: Option<String>,
+    /// them]. Repeatable: the lists add up, and a size given twice is refused.
+    #[arg(long, value_name = "SIZE=COUNT,...", action = clap::ArgAction::Append)]
+    pub payload_blocks: Vec<String>,
 
     /// Process slots (processes attached at once) [default: 256].
     #[arg(long, value_name = "N")]
@@ -328,8 +328,11 @@ fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), Co
             explicit.push((name, v));
         }
     }
-    if let Some(spec) = &args.payload_blocks {
-        c.payload_blocks = crate::payload_blocks::parse(spec).map_err(ConfigError::Invalid)?;
+    if !args.payload_blocks.is_empty() {
+        // Each repeat adds its classes (`parse` refuses a size named twice): last-wins, as
+        // the other flags do, would drop the earlier classes without a word.
+        let spec = args.payload_blocks.join(",");
+        c.payload_blocks = crate::payload_blocks::parse(&spec).map_err(ConfigError::Invalid)?;
         let names = xtcq_shm::layout::payload::CLASS_FIELDS;
         explicit.extend(names.iter().zip(c.payload_blocks).map(|(&name, n)| (name, n)));
     }

@@ -3,6 +3,7 @@
 //! - SIZE is a class's block size: a power of two from 128 bytes to 16 MiB, in bytes or with
 //!   a `K`/`KiB`/`M`/`MiB` suffix (powers of 1024);
 //! - a class the list does not name gets no blocks (the flag replaces the default wholly);
+//! - repeated flags add up, as one list joined by commas;
 //! - a size named twice, a size that is no class, or a count out of range is refused with a
 //!   message that says which.
 
@@ -25,7 +26,10 @@ pub fn parse(spec: &str) -> Result<[u32; PAYLOAD_CLASSES], String> {
             format!("--payload-blocks: {count:?} blocks of {size}: a count is 0 to {MAX_CLASS_BLOCKS}")
         })?;
         if std::mem::replace(&mut seen[class], true) {
-            return Err(format!("--payload-blocks: {bytes}-byte blocks are given twice"));
+            return Err(format!(
+                "--payload-blocks: {bytes}-byte blocks are given twice; give each size once \
+                 (the lists of repeated --payload-blocks flags add up)"
+            ));
         }
         out[class] = n;
     }

@@ -78,6 +78,10 @@ fn bad_payload_block_flags_are_refused_with_what_to_write() {
         (&["--payload-blocks", "3000=4"][..], "not a block size"),
         (&["--payload-blocks", "4KiB"][..], "SIZE=COUNT"),
         (&["--payload-bytes", "65536", "--payload-blocks", "4KiB=4"][..], "--payload-blocks SIZE=COUNT"),
+        (
+            &["--payload-blocks", "128=10", "--payload-blocks", "256=4,128=2"][..],
+            "128-byte blocks are given twice",
+        ),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let o = run_bounded(

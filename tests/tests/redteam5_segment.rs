@@ -3,14 +3,11 @@
 
 use xtcq_testkit::*;
 
-/// `--payload-blocks 128=10 --payload-blocks 256=10` gives only the 256-byte class: the
-/// daemon's flags override themselves (`args_override_self`: a later flag replaces an
-/// earlier one), and the first spec is dropped without a word, while the same two classes
-/// in one spec are refused as given twice.
+/// `--payload-blocks 128=10 --payload-blocks 256=10` gave only the 256-byte class: the
+/// daemon's flags override themselves (a later flag replaces an earlier one), and the first
+/// list was dropped without a word. The lists of repeated flags now add up (a size in two of
+/// them is refused: `cli_large_payloads.rs`).
 #[test]
-#[ignore = "red-team break: a repeated --payload-blocks silently drops the earlier classes; \
-            every xtcqd flag overrides itself by design (args_override_self, which the test \
-            harness relies on), so refusing or merging this one is a design question for the lead"]
 fn a_repeated_payload_blocks_flag_is_refused_or_merged_not_dropped() {
     let d = Daemon::start_with(&[
         "--payload-bytes",
