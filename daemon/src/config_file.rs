@@ -209,6 +209,21 @@ mod tests {
     }
 
     #[test]
+    fn payload_blocks_add_up_from_flags_and_from_a_list_in_the_file() {
+        use clap::Parser;
+        let a = crate::Args::parse_from(["xtcqd", "--payload-blocks", "128=1", "--payload-blocks", "4KiB=2"]);
+        assert_eq!(a.payload_blocks, ["128=1", "4KiB=2"]);
+        // `args` leaves out the file's path, so leave out `--config` too.
+        let parsed = |file: &str, cli: &[&str]| {
+            let argv = args(file, cli).unwrap().into_iter().filter(|a| a != "--config");
+            crate::Args::parse_from(argv.collect::<Vec<_>>()).payload_blocks
+        };
+        assert_eq!(parsed("payload-blocks = [\"128=1\", \"256=2\"]\n", &[]), ["128=1", "256=2"]);
+        // The command line's flag replaces the file's list rather than adding to it.
+        assert_eq!(parsed("payload-blocks = [\"128=1\"]\n", &["--payload-blocks", "256=2"]), ["256=2"]);
+    }
+
+    #[test]
     fn the_metrics_listener_comes_from_the_file_too() {
         use clap::Parser;
         let a = args("metrics = \"127.0.0.1:9187\"\n", &[]).unwrap();
