@@ -130,6 +130,12 @@
 #define XTCQ_E_IN_USE -15
 
 /**
+ * This process ran out of file descriptors or memory (`ulimit -n`, `RLIMIT_AS`): the
+ * daemon and the segment may be fine. Close something or raise the limit, then retry.
+ */
+#define XTCQ_E_RESOURCE -16
+
+/**
  * `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
  */
 #define XTCQ_WAIT_FOREVER UINT32_MAX

@@ -52,6 +52,9 @@ pub const XTCQ_E_OTHER: c_int = -14;
 /// A delete without force was refused: processes are attached to the queue, a job of it is
 /// running, or it holds jobs.
 pub const XTCQ_E_IN_USE: c_int = -15;
+/// This process ran out of file descriptors or memory (`ulimit -n`, `RLIMIT_AS`): the
+/// daemon and the segment may be fine. Close something or raise the limit, then retry.
+pub const XTCQ_E_RESOURCE: c_int = -16;
 
 /// Room for one message and its NUL; longer messages are cut at a character boundary.
 const MESSAGE_BYTES: usize = 1024;
@@ -85,6 +88,9 @@ pub(crate) fn fail(code: c_int, message: impl AsRef<str>) -> c_int {
 pub(crate) fn from_error(e: &Error) -> c_int {
     use ::xtcq_client::JobError;
     let code = match e {
+        // Before the others: the same EMFILE reads as "unreachable" from a connect and as a
+        // segment error from an attach, and neither is what is wrong.
+        _ if e.is_out_of_resources() => XTCQ_E_RESOURCE,
         Error::Unauthorized(_) | Error::UntrustedDaemon { .. } => XTCQ_E_UNAUTHORIZED,
         _ if e.is_unreachable() => XTCQ_E_UNREACHABLE,
         Error::NoSuchQueue(_) => XTCQ_E_NO_SUCH_QUEUE,
@@ -135,6 +141,7 @@ pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
         XTCQ_E_PANIC => b"internal error in libxtcq (caught)\0",
         XTCQ_E_OTHER => b"error\0",
         XTCQ_E_IN_USE => b"queue in use or not empty\0",
+        XTCQ_E_RESOURCE => b"this process is out of file descriptors or memory\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -6,6 +6,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use rustix::io::Errno;
 use xtcq_proto::{ErrorCode, ErrorReply, FrameError};
 use xtcq_shm::{JobError, PushError, QueueError, SegmentError};
 
@@ -275,6 +276,36 @@ impl Error {
                 | Error::DaemonLost { .. }
                 | Error::Timeout { .. }
         )
+    }
+
+    /// Whether this process ran out of file descriptors or memory on the way (`EMFILE`,
+    /// `ENFILE`, `ENOMEM` anywhere in the error's causes): the daemon and the segment may be
+    /// fine, and closing something or raising the limit (`ulimit -n`) is what helps.
+    ///
+    /// ```
+    /// use std::io;
+    /// let e = xtcq_client::Error::Connect {
+    ///     path: "/run/xtcq.sock".into(),
+    ///     source: io::Error::from_raw_os_error(24), // EMFILE
+    /// };
+    /// assert!(e.is_out_of_resources() && e.is_unreachable());
+    /// ```
+    pub fn is_out_of_resources(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<io::Error>() {
+                let errno = io.raw_os_error();
+                if io.kind() == io::ErrorKind::OutOfMemory
+                    || [Errno::MFILE, Errno::NFILE, Errno::NOMEM]
+                        .iter()
+                        .any(|e| errno == Some(e.raw_os_error()))
+                {
+                    return true;
+                }
+            }
+            cause = c.source();
+        }
+        false
     }
 
     /// Whether the daemon refused this user: not allowed (by the daemon or by the queue's

@@ -107,6 +107,28 @@ def test_errors_are_exceptions_with_the_message(daemon):
     again.release()
 
 
+def test_no_free_file_descriptor_is_out_of_resources_not_unreachable(daemon):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+    held = []
+    try:
+        while True:
+            try:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                break
+        with pytest.raises(xtcq.OutOfResources, match="Too many open files") as e:
+            xtcq.Client(daemon)
+        assert isinstance(e.value, OSError) and not isinstance(e.value, xtcq.Unreachable)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    xtcq.Client(daemon).create_queue("after", exist_ok=True)
+
+
 def test_a_batch_steal_takes_what_is_there_and_each_job_settles_alone(daemon):
     client = xtcq.Client(daemon)
     client.create_queue("batch", deques=1, fifo=True)

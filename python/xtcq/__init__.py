@@ -19,6 +19,7 @@ from .errors import (
     NoRoom,
     NoSuchQueue,
     NotHeld,
+    OutOfResources,
     Panic,
     QueueExists,
     SegmentError,
@@ -31,5 +32,5 @@ from .errors import (
 __all__ = [
     "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
     "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "Full", "TooLarge",
-    "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "Panic",
+    "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
 ]

@@ -64,6 +64,11 @@ class InUse(XtcqError):
     """A delete without force was refused: the queue is in use or holds jobs."""
 
 
+class OutOfResources(XtcqError, OSError):
+    """This process ran out of file descriptors or memory (XTCQ_E_RESOURCE): close some or
+    raise the limit (`ulimit -n`); the daemon and the segment may be fine."""
+
+
 class Panic(XtcqError):
     """A bug inside libxtcq was caught (XTCQ_E_PANIC); please report it."""
 
@@ -82,6 +87,7 @@ _BY_CODE = {
     -11: NoRoom,
     -13: Panic,
     -15: InUse,
+    -16: OutOfResources,
 }
 
 

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +123,31 @@ static void expired_lease(xtcq_client *client) {
     xtcq_owner_free(owner);
 }
 
+/* With every file descriptor of the process in use, a connect and an attach (which maps the
+ * segment from a copy of the fd the daemon passed) say so: not "unreachable", not "segment
+ * corrupt". The limit is lowered to keep the loop short, and restored after. */
+static void out_of_fds(const char *socket, xtcq_client *client) {
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    low = old;
+    if (low.rlim_cur > 256) low.rlim_cur = 256;
+    setrlimit(RLIMIT_NOFILE, &low);
+    int fds[256], n = 0;
+    while (n < 256) {
+        int fd = open("/dev/null", O_RDONLY);
+        if (fd < 0) break;
+        fds[n++] = fd;
+    }
+    xtcq_client *other = NULL;
+    xtcq_thief *thief = NULL;
+    EXPECT("connect with no fd free", xtcq_connect(socket, &other), XTCQ_E_RESOURCE);
+    EXPECT("attach with no fd free", xtcq_thief_attach(client, "one", &thief), XTCQ_E_RESOURCE);
+    while (n > 0) close(fds[--n]);
+    setrlimit(RLIMIT_NOFILE, &old);
+    OK("attach once fds are free again", xtcq_thief_attach(client, "one", &thief));
+    xtcq_thief_free(thief);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s SOCKET REFUSING_SOCKET\n", argv[0]);
@@ -139,6 +166,7 @@ int main(int argc, char **argv) {
     EXPECT("create one again", xtcq_create_queue(client, "one", 1, 0, 0, 0, 0), XTCQ_E_EXISTS);
     OK("create one again, exist_ok", xtcq_create_queue(client, "one", 1, 0, 0, 0, XTCQ_EXIST_OK));
     EXPECT("attach to a missing queue", xtcq_thief_attach(client, "missing", &thief), XTCQ_E_NO_SUCH_QUEUE);
+    out_of_fds(argv[1], client);
     OK("attach owner", xtcq_owner_attach(client, "one", &owner));
     EXPECT("a second owner of a one-deque queue", xtcq_owner_attach(client, "one", &second), XTCQ_E_NO_ROOM);
     OK("attach thief", xtcq_thief_attach(client, "one", &thief));
