@@ -32,6 +32,19 @@ fn advanced_ring() -> Arc<HeapOverflow> {
     ring
 }
 
+/// After the dead pusher's 5 (position 1) and a live push of 6, and `first` popped while
+/// they raced: the rest drains so that 5 and 6 each came out once, in FIFO order (6 can
+/// only go to position 2), and `head == tail` past both.
+fn drain_after_dead_pusher(ring: &HeapOverflow, first: Option<u32>) {
+    let v = ring.view().unwrap();
+    let mut popped: Vec<u32> = first.into_iter().collect();
+    while let Some(i) = v.pop().unwrap() {
+        popped.push(i);
+    }
+    assert_eq!(popped, [5, 6], "first pop {first:?}");
+    assert_eq!(v.positions(), (3, 3));
+}
+
 /// Two pushers and one popper: every index comes out exactly once.
 #[test]
 fn two_pushers_one_popper_each_index_once() {
@@ -84,13 +97,7 @@ fn dead_pusher_is_helped_past() {
         let v = ring.view().unwrap();
         let first = v.pop().unwrap();
         pusher.join().unwrap();
-        let mut popped: Vec<u32> = first.into_iter().collect();
-        while let Some(i) = v.pop().unwrap() {
-            popped.push(i);
-        }
-        // FIFO here: 5 is at position 1 and 6 can only go to position 2.
-        assert_eq!(popped, [5, 6], "first pop {first:?}");
-        assert_eq!(v.positions(), (3, 3));
+        drain_after_dead_pusher(&ring, first);
         first
     });
     assert_eq!(seen, BTreeSet::from([Some(5)]));
@@ -119,12 +126,7 @@ fn a_popper_after_a_dead_pusher_never_passes_tail() {
         let (h, t) = v.positions();
         assert!(h <= t, "pusher saw head {h} past tail {t}");
         let first = popper.join().unwrap();
-        let mut popped: Vec<u32> = first.into_iter().collect();
-        while let Some(i) = v.pop().unwrap() {
-            popped.push(i);
-        }
-        assert_eq!(popped, [5, 6], "first pop {first:?}");
-        assert_eq!(v.positions(), (3, 3));
+        drain_after_dead_pusher(&ring, first);
         first
     });
     assert_eq!(seen, BTreeSet::from([Some(5)]));
