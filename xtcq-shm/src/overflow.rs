@@ -18,7 +18,8 @@
 //!
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
 //! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
-//! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its cell CAS leaves `head` behind an emptied
+//! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its
+//! cell CAS leaves `head` behind an emptied
 //! cell: the next popper helps `head` on; the index it took is lost from the ring, but the
 //! record it names is still `Queued` and unreferenced, which is exactly what recovery looks
 //! for (a popper's death between taking an index and claiming the record is the same window
@@ -193,11 +194,16 @@ impl<'a> OverflowRef<'a> {
     }
 
     /// Moves `tail` from `pos` to `pos + 1` if it is still at `pos`: called by a popper that
-    /// saw the cell at `pos` pushed. Failure means `tail` is past `pos` already (it never
-    /// moves back, and `head <= tail` holds while `head == pos`).
+    /// read `head == pos` (Acquire) and saw the cell at `pos` pushed. The load first, so that
+    /// the usual pop, with `tail` well ahead, does not take the pushers' line for a CAS. A
+    /// value other than `pos` is past it: `tail` never moves back, and whoever moved `head`
+    /// to `pos` had `tail` past it first, which our Acquire of `head` makes us see.
     #[inline]
     fn help_tail_past(&self, pos: u64) {
-        let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        if self.tail.load(Ordering::Acquire) == pos {
+            // Failure means someone else helped.
+            let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        }
     }
 
     /// Removes the oldest record index, `None` when empty.
