@@ -19,11 +19,11 @@
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
 //! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
 //! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its
-//! cell CAS leaves `head` behind an emptied
-//! cell: the next popper helps `head` on; the index it took is lost from the ring, but the
-//! record it names is still `Queued` and unreferenced, which is exactly what recovery looks
-//! for (a popper's death between taking an index and claiming the record is the same window
-//! as a thief's between its CAS on `top` and its claim). No lock, so no lock holder to die.
+//! cell CAS leaves `head` behind an emptied cell: the next popper helps `head` on; the index
+//! it took is lost from the ring, but the record it names is still `Queued` and
+//! unreferenced, which is exactly what recovery looks for (a popper's death between taking
+//! an index and claiming the record is the same window as a thief's between its CAS on `top`
+//! and its claim). No lock, so no lock holder to die.
 //!
 //! Cells hold record *indices*, not full handles: the lap has to share the word. A consumer
 //! claims whatever generation the record holds if it is `Queued` for this queue, which is
