@@ -22,7 +22,7 @@ pub const FAILED: i32 = 5;
 pub const HELP: &str = "\
 Exit status:
   0  done
-  1  error (no such queue, queue full, payload too large, bad reply, ...)
+  1  error (no such queue, queue full, payload too large, bad reply, out of fds, ...)
   2  bad arguments
   3  nothing to do: steal found no job or timed out; dead found no dead letter
   4  xtcqd not reachable: not running at the socket, permission denied, connection lost,
@@ -40,6 +40,9 @@ Environment:
 /// The status for an error that ended a command.
 pub fn for_error(e: &anyhow::Error) -> i32 {
     match e.downcast_ref::<xtcq_client::Error>() {
+        // Out of fds or memory here is this process's trouble, not the daemon's (a connect
+        // failing with EMFILE is also "unreachable").
+        Some(c) if c.is_out_of_resources() => ERROR,
         Some(c) if c.is_unreachable() || c.is_refused() => UNREACHABLE,
         _ => ERROR,
     }

@@ -92,3 +92,29 @@ fn a_restart_under_a_low_fd_limit_takes_no_live_worker_for_dead() {
     assert!(twice.is_empty(), "jobs run twice: {twice:?}\n{log_after}");
     assert_eq!(starts.len(), BUSY, "{runs}");
 }
+
+/// `xtcq` with no file descriptor left for its socket says so and exits 1 (an error of
+/// this process), not 4 ("xtcqd not reachable"), which would send the operator to a daemon
+/// that is fine. The limit that leaves the loader and the runtime their fds but not the
+/// socket depends on the environment, so every limit from 3 up to one that works is tried.
+#[test]
+fn a_cli_out_of_fds_exits_1_not_unreachable() {
+    let d = Daemon::start();
+    let mut connect_failed = 0;
+    for n in 3..=16 {
+        let mut cmd = d.xtcq();
+        cmd.arg("stats");
+        with_nofile(&mut cmd, n);
+        let o = run_bounded(&mut cmd, None);
+        if code(&o) == 0 {
+            break;
+        }
+        let err = stderr(&o);
+        if err.contains("cannot connect") && err.contains("Too many open files") {
+            connect_failed += 1;
+            assert_eq!(code(&o), 1, "limit {n}: {err}");
+        }
+        assert_ne!(code(&o), 4, "limit {n}: the daemon is fine, but: {err}");
+    }
+    assert!(connect_failed > 0, "no limit made the connect fail with EMFILE");
+}
