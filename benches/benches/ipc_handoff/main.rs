@@ -189,137 +189,89 @@ impl Bench {
             .env("XTCQ_SOCKET", &self.daemon.socket)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut mq_name = None;
-        let mut tx = match transport {
-            Transport::Xtcq => {
-                cmd.stdin(Stdio::null());
-                Tx::Xtcq(&self.owner)
-            }
-            Transport::Pipe | Transport::Unix => {
-                let mut fds = [0; 2];
-                // SAFETY: pipe2 / socketpair fill two fds, which we own from here on.
-                let r = unsafe {
-                    if transport == Transport::Pipe {
-                        libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)
-                    } else {
-                        libc::socketpair(
-                            libc::AF_UNIX,
-                            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                            0,
-                            fds.as_mut_ptr(),
-                        )
-                    }
-                };
-                assert_eq!(r, 0, "pipe/socketpair: {}", errno());
-                // SAFETY: fresh fds from the call above.
-                let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-                cmd.stdin(Stdio::from(rd));
-                Tx::Fd(wr)
-            }
-            Transport::Mq => {
-                let name = format!("/xtcq-bench-{}-{}-{k}", std::process::id(), spin);
-                let c = std::ffi::CString::new(name.clone()).unwrap();
-                // SAFETY: a zeroed mq_attr with the fields mq_open reads set; a NUL-terminated
-                // name; the mode is passed as the variadic argument mq_open expects.
-                let mq = unsafe {
-                    let mut attr: libc::mq_attr = std::mem::zeroed();
-                    attr.mq_maxmsg = self.mq_depth;
-                    attr.mq_msgsize = MSG as i64;
-                    libc::mq_open(
-                        c.as_ptr(),
-                        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                        0o600 as libc::c_uint,
-                        &attr as *const libc::mq_attr,
-                    )
-                };
-                assert!(mq >= 0, "mq_open {name} depth {}: {}", self.mq_depth, errno());
-                cmd.env("XTCQ_BENCH_MQ", &name).stdin(Stdio::null());
-                mq_name = Some(c);
-                Tx::Mq(mq)
-            }
-            Transport::Redis => {
-                let server = self.redis.as_ref().expect("a redis transport without a server");
-                let key = format!("xtcq-bench:{spin}:{batch}:{k}");
-                let mut conn = resp::Conn::connect(&server.socket)
-                    .unwrap_or_else(|e| panic!("connect to redis at {}: {e}", server.socket.display()));
-                conn.queue(&[b"DEL", key.as_bytes()]);
-                conn.flush().and_then(|()| conn.read_int()).unwrap_or_else(|e| panic!("redis DEL: {e}"));
-                cmd.env("XTCQ_BENCH_REDIS_SOCKET", &server.socket)
-                    .env("XTCQ_BENCH_REDIS_KEY", &key)
-                    .stdin(Stdio::null());
-                Tx::Redis { conn, key: key.into_bytes() }
-            }
-        };
+        let (mut tx, mq_name) = open_tx(self, transport, (spin, batch, k), &mut cmd);
         let mut child = cmd.spawn().expect("spawn consumer");
         drop(cmd); // closes our copy of the consumer's end of a pipe or socket
 
-        let limit = Duration::from_secs(120);
-        wait_for(&mut [&mut child], "the consumer to be ready", limit, || {
+        wait_for(&mut [&mut child], "the consumer to be ready", CHILD_LIMIT, || {
             ctl.ready.load(Ordering::Acquire) == 1
         });
-        let mut m = [0xabu8; MSG];
         let t0 = monotonic_ns();
-        if transport == Transport::Redis && batch > 1 {
-            for i in (0..n_thr).step_by(batch) {
-                tx.send_pipelined(i..(i + batch as u64).min(n_thr), &mut m);
-            }
-        } else if transport == Transport::Xtcq && batch > 1 && self.push_batch {
-            let mut bufs = vec![[0xabu8; MSG]; batch];
-            for i in (0..n_thr).step_by(batch) {
-                tx.send_batched(i..(i + batch as u64).min(n_thr), &mut bufs);
-            }
-        } else {
-            for i in 0..n_thr {
-                encode(i, &mut m);
-                tx.send(&m);
-            }
-        }
+        self.send_all(&mut tx, transport, batch, n_thr);
         let t_sent = monotonic_ns();
-        wait_for(&mut [&mut child], "the throughput phase", limit, || {
+        wait_for(&mut [&mut child], "the throughput phase", CHILD_LIMIT, || {
             ctl.done.load(Ordering::Acquire) == n_thr
         });
         let mps = n_thr as f64 * 1e3 / (ctl.t_end.load(Ordering::Relaxed) - t0) as f64;
         let send_mps = n_thr as f64 * 1e3 / (t_sent - t0) as f64;
-
         // A sleeping consumer needs a few µs to be back asleep after it bumps `done`; give it
         // far more, so that each message finds it asleep.
         let gap = if spin { 2_000 } else { self.sleep_gap_ns };
-        for i in 0..n_lat {
-            let seq = n_thr + i;
-            encode(seq, &mut m);
-            tx.send(&m);
-            wait_for(&mut [&mut child], "a latency message", limit, || {
-                ctl.done.load(Ordering::Acquire) == seq + 1
-            });
-            spin_until(monotonic_ns() + gap);
-        }
+        send_one_at_a_time(&mut tx, &mut child, ctl, n_thr..n_thr + n_lat, gap);
 
-        let out = child.stdout.take().expect("stdout");
-        let mut line = None;
-        for l in BufReader::new(out).lines() {
-            let l = l.expect("consumer stdout");
-            if let Some(rest) = l.strip_prefix("@@ lat ") {
-                line = Some(rest.to_string());
-            }
-        }
-        let st = child.wait().expect("wait consumer");
-        assert!(st.success(), "consumer failed: {st}");
-        if let (Tx::Mq(mq), Some(c)) = (&tx, mq_name) {
-            // SAFETY: closing and unlinking the queue we created.
-            unsafe {
-                libc::mq_close(*mq);
-                libc::mq_unlink(c.as_ptr());
-            }
-        }
-        drop(tx);
+        let v = latency_line(&mut child);
+        close_tx(tx, mq_name);
         let _ = std::fs::remove_file(&ctl_path);
-        let v: Vec<u64> = line
-            .expect("consumer printed no latency line")
-            .split_whitespace()
-            .map(|x| x.parse().unwrap())
-            .collect();
         Run { mps, send_mps, p50: v[1], p99: v[2], p999: v[3] }
     }
+
+    /// The throughput phase's sends: messages `0..n`, as fast as the transport takes them.
+    fn send_all(&self, tx: &mut Tx<'_>, transport: Transport, batch: usize, n: u64) {
+        let mut m = [0xabu8; MSG];
+        if transport == Transport::Redis && batch > 1 {
+            for i in (0..n).step_by(batch) {
+                tx.send_pipelined(i..(i + batch as u64).min(n), &mut m);
+            }
+        } else if transport == Transport::Xtcq && batch > 1 && self.push_batch {
+            let mut bufs = vec![[0xabu8; MSG]; batch];
+            for i in (0..n).step_by(batch) {
+                tx.send_batched(i..(i + batch as u64).min(n), &mut bufs);
+            }
+        } else {
+            for i in 0..n {
+                encode(i, &mut m);
+                tx.send(&m);
+            }
+        }
+    }
+}
+
+/// How long the producer waits for a consumer process at each step before it fails.
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
+
+/// The latency phase's sends: each of `seqs` once the consumer has taken the one before,
+/// `gap_ns` after it did.
+fn send_one_at_a_time(
+    tx: &mut Tx<'_>,
+    child: &mut Child,
+    ctl: &Ctl,
+    seqs: std::ops::Range<u64>,
+    gap_ns: u64,
+) {
+    let mut m = [0xabu8; MSG];
+    for seq in seqs {
+        encode(seq, &mut m);
+        tx.send(&m);
+        wait_for(&mut [&mut *child], "a latency message", CHILD_LIMIT, || {
+            ctl.done.load(Ordering::Acquire) == seq + 1
+        });
+        spin_until(monotonic_ns() + gap_ns);
+    }
+}
+
+/// The consumer's `@@ lat` line (count, p50, p99, p99.9 in ns), once it exited successfully.
+fn latency_line(child: &mut Child) -> Vec<u64> {
+    let out = child.stdout.take().expect("stdout");
+    let mut line = None;
+    for l in BufReader::new(out).lines() {
+        let l = l.expect("consumer stdout");
+        if let Some(rest) = l.strip_prefix("@@ lat ") {
+            line = Some(rest.to_string());
+        }
+    }
+    let st = child.wait().expect("wait consumer");
+    assert!(st.success(), "consumer failed: {st}");
+    line.expect("consumer printed no latency line").split_whitespace().map(|x| x.parse().unwrap()).collect()
 }
 
 /// M msgs/s: two decimals, three significant digits below 1 (Redis runs at hundredths).
@@ -349,78 +301,10 @@ fn main() {
     }
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we need to act on.
     let quick = std::env::var("XTCQ_BENCH_QUICK").is_ok_and(|v| v != "0");
-    let n_thr = env_u64("XTCQ_BENCH_N").unwrap_or(if quick { 200_000 } else { 1_000_000 });
-    let n_lat = env_u64("XTCQ_BENCH_N_LAT").unwrap_or(if quick { 3_000 } else { 20_000 });
-    let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(if quick { 1 } else { 3 }) as u32;
     let only = std::env::var("XTCQ_BENCH_ONLY").ok();
-    let sleep_gap_ns = env_u64("XTCQ_BENCH_GAP_US").unwrap_or(50) * 1000;
-    let redis_n_thr = env_u64("XTCQ_BENCH_REDIS_N").unwrap_or(if quick { 20_000 } else { 100_000 });
-    let redis_n_lat = env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 });
     let wanted = |t: Transport| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == t.name()));
-
-    let daemon = start_daemon(BENCH_SEGMENT);
-    // Before pinning, so that the server is not pinned with us: it is a third process on
-    // whichever CPU the scheduler gives it.
-    let redis = wanted(Transport::Redis).then(RedisServer::start);
-    pin(0); // after starting the daemon, which should not be pinned with us
-    let client = daemon.client();
-    let owner = bench_queue(&client, QUEUE);
-    let cal = calibrate(&owner, &client);
-    let (redis, redis_skipped) = match redis {
-        Some(Ok(server)) => (Some(server), None),
-        Some(Err(why)) => (None, Some(why)),
-        None => (None, None),
-    };
-    let bench = Bench {
-        owner,
-        _client: client,
-        daemon,
-        n_thr,
-        n_lat,
-        mq_depth: mq_depth(),
-        runs,
-        sleep_gap_ns,
-        redis,
-        redis_n_thr,
-        redis_n_lat,
-        push_batch: std::env::var("XTCQ_BENCH_PUSH_BATCH").is_ok_and(|v| v == "1"),
-    };
-
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_default();
-    println!(
-        "ipc_handoff: {} CPUs ({cpu}), 64-byte messages, {} throughput + {} latency messages per run, \
-         median of {} run(s){}; POSIX mq depth {}{}",
-        ncpus(),
-        n_thr,
-        n_lat,
-        runs,
-        if quick { " (quick)" } else { "" },
-        bench.mq_depth,
-        if bench.push_batch { "; xtcq's batch row pushes with push_batch(32)" } else { "" }
-    );
-    for (what, ns) in &cal {
-        println!("  per op: {what:<40} {ns:>7.1} ns");
-    }
-    if let Some(server) = &bench.redis {
-        println!(
-            "redis: server {} on a Unix socket, not pinned (a third process); {} throughput + {} \
-             latency messages per run",
-            server.version, redis_n_thr, redis_n_lat
-        );
-    }
-    println!();
-    println!(
-        "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
-        "transport", "consumer", "M msgs/s", "sender M/s", "p50 µs", "p99 µs", "p99.9 µs"
-    );
-    println!("|{:-<13}|{:-<36}|{:->14}|{:->12}|{:->10}|{:->10}|{:->11}|", "", "", ":", ":", ":", ":", ":");
+    let (bench, cal, redis_skipped) = Bench::start(quick, wanted(Transport::Redis));
+    bench.print_header(&cal, quick);
     let handoff_before = if ncpus() >= 2 { line_handoff_ns(200_000) } else { 0.0 };
     let mut targets = Targets::default();
     for transport in [Transport::Xtcq, Transport::Pipe, Transport::Unix, Transport::Mq, Transport::Redis] {
@@ -431,57 +315,13 @@ fn main() {
             println!("| {:<11} | skipped: cannot create a POSIX message queue here |", transport.name());
             continue;
         }
-        let modes: &[(bool, usize)] = match transport {
-            Transport::Xtcq => &[(true, 1), (true, 32), (false, 1)],
-            Transport::Redis => &[(true, 1), (false, 1), (false, 32)],
-            _ => &[(true, 1), (false, 1)],
-        };
-        for &(spin, batch) in modes {
-            // The probe right before and right after the row whose latency is divided by it.
-            let probed = transport == Transport::Xtcq && spin && batch == 1 && ncpus() >= 2;
-            let probe_before = probed.then(|| line_handoff_ns(200_000));
-            let runs: Vec<Run> = (0..bench.runs).map(|k| bench.one(transport, spin, batch, k)).collect();
-            if let Some(before) = probe_before {
-                targets.probe = Some((before, line_handoff_ns(200_000)));
-                targets.chain = dependent_chain_ns(CHAIN_LINES, 100_000);
-            }
-            targets.record(transport, spin, batch, &runs);
-            let how = match (transport, spin) {
-                (Transport::Xtcq, true) if batch > 1 => "spinning on steal_batch(32)",
-                (Transport::Xtcq, true) => "spinning on steal",
-                (Transport::Xtcq, false) => "asleep in steal_wait (futex)",
-                (Transport::Mq, true) => "spinning, O_NONBLOCK mq_receive",
-                (Transport::Mq, false) => "asleep in mq_receive",
-                (Transport::Redis, true) => "spinning, RPOP loop",
-                (Transport::Redis, false) if batch > 1 => "BRPOP; producer pipelines 32",
-                (Transport::Redis, false) => "asleep in BRPOP",
-                (_, true) => "spinning, O_NONBLOCK read",
-                (_, false) => "asleep in read",
-            };
-            let us = |f: fn(&Run) -> u64| {
-                if bench.sizes(transport, batch).1 == 0 {
-                    "n/a".to_string()
-                } else {
-                    format!("{:.2}", median_u(runs.iter().map(f).collect()) as f64 / 1e3)
-                }
-            };
-            println!(
-                "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
-                transport.name(),
-                how,
-                rate(median_f(runs.iter().map(|r| r.mps).collect())),
-                rate(median_f(runs.iter().map(|r| r.send_mps).collect())),
-                us(|r| r.p50),
-                us(|r| r.p99),
-                us(|r| r.p999),
-            );
-        }
+        bench.rows(transport, &mut targets);
     }
     if bench.redis.is_some() {
         println!(
             "\nredis rows: {} throughput + {} latency messages per run (the others: {} + {}); the \
              pipelined row has no latency phase",
-            redis_n_thr, redis_n_lat, n_thr, n_lat
+            bench.redis_n_thr, bench.redis_n_lat, bench.n_thr, bench.n_lat
         );
     }
     if let Some(why) = &redis_skipped {
@@ -497,4 +337,134 @@ fn main() {
         );
     }
     targets.print();
+}
+
+impl Bench {
+    /// The daemon, the queue, the Redis server when one is wanted and found (else why not),
+    /// this process pinned, and the per-operation calibration; sizes from the environment.
+    fn start(quick: bool, want_redis: bool) -> (Bench, Vec<(&'static str, f64)>, Option<String>) {
+        let daemon = start_daemon(BENCH_SEGMENT);
+        // Before pinning, so that the server is not pinned with us: it is a third process on
+        // whichever CPU the scheduler gives it.
+        let redis = want_redis.then(RedisServer::start);
+        pin(0); // after starting the daemon, which should not be pinned with us
+        let client = daemon.client();
+        let owner = bench_queue(&client, QUEUE);
+        let cal = calibrate(&owner, &client);
+        let (redis, redis_skipped) = match redis {
+            Some(Ok(server)) => (Some(server), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
+        let bench = Bench {
+            owner,
+            _client: client,
+            daemon,
+            n_thr: env_u64("XTCQ_BENCH_N").unwrap_or(if quick { 200_000 } else { 1_000_000 }),
+            n_lat: env_u64("XTCQ_BENCH_N_LAT").unwrap_or(if quick { 3_000 } else { 20_000 }),
+            mq_depth: mq_depth(),
+            runs: env_u64("XTCQ_BENCH_RUNS").unwrap_or(if quick { 1 } else { 3 }) as u32,
+            sleep_gap_ns: env_u64("XTCQ_BENCH_GAP_US").unwrap_or(50) * 1000,
+            redis,
+            redis_n_thr: env_u64("XTCQ_BENCH_REDIS_N").unwrap_or(if quick { 20_000 } else { 100_000 }),
+            redis_n_lat: env_u64("XTCQ_BENCH_REDIS_N_LAT").unwrap_or(if quick { 1_000 } else { 5_000 }),
+            push_batch: std::env::var("XTCQ_BENCH_PUSH_BATCH").is_ok_and(|v| v == "1"),
+        };
+        (bench, cal, redis_skipped)
+    }
+
+    /// What runs where, the calibration, and the table's head.
+    fn print_header(&self, cal: &[(&'static str, f64)], quick: bool) {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_default();
+        println!(
+            "ipc_handoff: {} CPUs ({cpu}), 64-byte messages, {} throughput + {} latency messages per run, \
+             median of {} run(s){}; POSIX mq depth {}{}",
+            ncpus(),
+            self.n_thr,
+            self.n_lat,
+            self.runs,
+            if quick { " (quick)" } else { "" },
+            self.mq_depth,
+            if self.push_batch { "; xtcq's batch row pushes with push_batch(32)" } else { "" }
+        );
+        for (what, ns) in cal {
+            println!("  per op: {what:<40} {ns:>7.1} ns");
+        }
+        if let Some(server) = &self.redis {
+            println!(
+                "redis: server {} on a Unix socket, not pinned (a third process); {} throughput + {} \
+                 latency messages per run",
+                server.version, self.redis_n_thr, self.redis_n_lat
+            );
+        }
+        println!();
+        println!(
+            "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
+            "transport", "consumer", "M msgs/s", "sender M/s", "p50 µs", "p99 µs", "p99.9 µs"
+        );
+        println!(
+            "|{:-<13}|{:-<36}|{:->14}|{:->12}|{:->10}|{:->10}|{:->11}|",
+            "", "", ":", ":", ":", ":", ":"
+        );
+    }
+
+    /// The rows of one transport: each of its consumer modes, `runs` times, medians printed.
+    fn rows(&self, transport: Transport, targets: &mut Targets) {
+        let modes: &[(bool, usize)] = match transport {
+            Transport::Xtcq => &[(true, 1), (true, 32), (false, 1)],
+            Transport::Redis => &[(true, 1), (false, 1), (false, 32)],
+            _ => &[(true, 1), (false, 1)],
+        };
+        for &(spin, batch) in modes {
+            // The probe right before and right after the row whose latency is divided by it.
+            let probed = transport == Transport::Xtcq && spin && batch == 1 && ncpus() >= 2;
+            let probe_before = probed.then(|| line_handoff_ns(200_000));
+            let runs: Vec<Run> = (0..self.runs).map(|k| self.one(transport, spin, batch, k)).collect();
+            if let Some(before) = probe_before {
+                targets.probe = Some((before, line_handoff_ns(200_000)));
+                targets.chain = dependent_chain_ns(CHAIN_LINES, 100_000);
+            }
+            targets.record(transport, spin, batch, &runs);
+            let us = |f: fn(&Run) -> u64| {
+                if self.sizes(transport, batch).1 == 0 {
+                    "n/a".to_string()
+                } else {
+                    format!("{:.2}", median_u(runs.iter().map(f).collect()) as f64 / 1e3)
+                }
+            };
+            println!(
+                "| {:<11} | {:<34} | {:>12} | {:>10} | {:>8} | {:>8} | {:>9} |",
+                transport.name(),
+                consumer_label(transport, spin, batch),
+                rate(median_f(runs.iter().map(|r| r.mps).collect())),
+                rate(median_f(runs.iter().map(|r| r.send_mps).collect())),
+                us(|r| r.p50),
+                us(|r| r.p99),
+                us(|r| r.p999),
+            );
+        }
+    }
+}
+
+/// The table's "consumer" column.
+fn consumer_label(transport: Transport, spin: bool, batch: usize) -> &'static str {
+    match (transport, spin) {
+        (Transport::Xtcq, true) if batch > 1 => "spinning on steal_batch(32)",
+        (Transport::Xtcq, true) => "spinning on steal",
+        (Transport::Xtcq, false) => "asleep in steal_wait (futex)",
+        (Transport::Mq, true) => "spinning, O_NONBLOCK mq_receive",
+        (Transport::Mq, false) => "asleep in mq_receive",
+        (Transport::Redis, true) => "spinning, RPOP loop",
+        (Transport::Redis, false) if batch > 1 => "BRPOP; producer pipelines 32",
+        (Transport::Redis, false) => "asleep in BRPOP",
+        (_, true) => "spinning, O_NONBLOCK read",
+        (_, false) => "asleep in read",
+    }
 }

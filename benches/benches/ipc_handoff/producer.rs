@@ -100,3 +100,88 @@ impl Tx<'_> {
         }
     }
 }
+
+/// Opens `transport` for one run: the consumer's end goes to `cmd` (its stdin, or an
+/// environment variable naming it), ours is returned, with a POSIX queue's name to unlink
+/// once the run is over.
+pub(crate) fn open_tx<'a>(
+    bench: &'a Bench,
+    transport: Transport,
+    (spin, batch, k): (bool, usize, u32),
+    cmd: &mut Command,
+) -> (Tx<'a>, Option<std::ffi::CString>) {
+    match transport {
+        Transport::Xtcq => {
+            cmd.stdin(Stdio::null());
+            (Tx::Xtcq(&bench.owner), None)
+        }
+        Transport::Pipe | Transport::Unix => (fd_pair(transport == Transport::Pipe, cmd), None),
+        Transport::Mq => {
+            let name = format!("/xtcq-bench-{}-{}-{k}", std::process::id(), spin);
+            let (tx, c) = posix_mq(&name, bench.mq_depth);
+            cmd.env("XTCQ_BENCH_MQ", &name).stdin(Stdio::null());
+            (tx, Some(c))
+        }
+        Transport::Redis => {
+            let server = bench.redis.as_ref().expect("a redis transport without a server");
+            let key = format!("xtcq-bench:{spin}:{batch}:{k}");
+            let mut conn = resp::Conn::connect(&server.socket)
+                .unwrap_or_else(|e| panic!("connect to redis at {}: {e}", server.socket.display()));
+            conn.queue(&[b"DEL", key.as_bytes()]);
+            conn.flush().and_then(|()| conn.read_int()).unwrap_or_else(|e| panic!("redis DEL: {e}"));
+            cmd.env("XTCQ_BENCH_REDIS_SOCKET", &server.socket)
+                .env("XTCQ_BENCH_REDIS_KEY", &key)
+                .stdin(Stdio::null());
+            (Tx::Redis { conn, key: key.into_bytes() }, None)
+        }
+    }
+}
+
+/// A pipe (or a Unix stream socket pair): the read end becomes the consumer's stdin.
+fn fd_pair(pipe: bool, cmd: &mut Command) -> Tx<'static> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 / socketpair fill two fds, which we own from here on.
+    let r = unsafe {
+        if pipe {
+            libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)
+        } else {
+            libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+        }
+    };
+    assert_eq!(r, 0, "pipe/socketpair: {}", errno());
+    // SAFETY: fresh fds from the call above.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    cmd.stdin(Stdio::from(rd));
+    Tx::Fd(wr)
+}
+
+/// A new POSIX message queue `name` of `depth` 64-byte messages, opened for writing.
+fn posix_mq(name: &str, depth: i64) -> (Tx<'static>, std::ffi::CString) {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: a zeroed mq_attr with the fields mq_open reads set; a NUL-terminated name; the
+    // mode is passed as the variadic argument mq_open expects.
+    let mq = unsafe {
+        let mut attr: libc::mq_attr = std::mem::zeroed();
+        attr.mq_maxmsg = depth;
+        attr.mq_msgsize = MSG as i64;
+        libc::mq_open(
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+            &attr as *const libc::mq_attr,
+        )
+    };
+    assert!(mq >= 0, "mq_open {name} depth {depth}: {}", errno());
+    (Tx::Mq(mq), c)
+}
+
+/// Closes `tx`, and unlinks the POSIX queue named `mq_name` if it was one.
+pub(crate) fn close_tx(tx: Tx<'_>, mq_name: Option<std::ffi::CString>) {
+    if let (Tx::Mq(mq), Some(c)) = (&tx, mq_name) {
+        // SAFETY: closing and unlinking the queue we created.
+        unsafe {
+            libc::mq_close(*mq);
+            libc::mq_unlink(c.as_ptr());
+        }
+    }
+}
