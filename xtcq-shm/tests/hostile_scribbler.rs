@@ -17,66 +17,59 @@ use xtcq_shm::{Flavor, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 mod rng;
 use rng::Rng;
 
-fn run(seed: u64, flavor: Flavor) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("seg");
-    let cfg = SegmentConfig::small().with_deque_capacity(64);
-    let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
-    let q = seg
-        .create_queue(&QueueSpec {
-            name: "victim".into(),
-            flavor,
-            deques: 2,
-            capacity: 64,
-            max_attempts: 3,
-            lease_ms: 0,
-        })
-        .expect("queue");
-    let other = Arc::new(Segment::attach(&path).expect("attach"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let (done_tx, done_rx) = mpsc::channel::<&'static str>();
+/// What the workers share: the stop flag, their counts, and the channel each says it
+/// stopped on.
+#[derive(Clone)]
+struct Crew {
+    seg: Arc<Segment>,
+    q: xtcq_shm::QueueInfo,
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    done: mpsc::Sender<&'static str>,
+}
 
-    let mut handles = Vec::new();
-    {
-        let (seg, q, stop, ops, errors, tx) =
-            (other.clone(), q.clone(), stop.clone(), ops.clone(), errors.clone(), done_tx.clone());
-        handles.push(std::thread::spawn(move || {
-            let owner = Owner::new(seg, &q, 0, 0).expect("owner");
+impl Crew {
+    fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The owner of deque 0: pushes, and pops and acks every third round.
+    fn owner(self) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let owner = Owner::new(self.seg.clone(), &self.q, 0, 0).expect("owner");
             let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            while !self.stop.load(Ordering::Relaxed) {
                 i += 1;
                 if owner.push(&i.to_le_bytes()).is_err() {
-                    errors.fetch_add(1, Ordering::Relaxed);
+                    self.error();
                 }
                 if i.is_multiple_of(3) {
                     match owner.pop() {
                         Ok(Some(j)) => {
                             let _ = j.payload();
                             if j.ack().is_err() {
-                                errors.fetch_add(1, Ordering::Relaxed);
+                                self.error();
                             }
                         }
                         Ok(None) => {}
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
+                        Err(_) => self.error(),
                     }
                 }
-                ops.fetch_add(1, Ordering::Relaxed);
+                self.ops.fetch_add(1, Ordering::Relaxed);
             }
             let _ = owner.len();
-            let _ = tx.send("owner");
-        }));
+            let _ = self.done.send("owner");
+        })
     }
-    for t in 0..2u32 {
-        let (seg, q, stop, ops, errors, tx) =
-            (other.clone(), q.clone(), stop.clone(), ops.clone(), errors.clone(), done_tx.clone());
-        handles.push(std::thread::spawn(move || {
-            let thief = Thief::new(seg, &q, 1 + t).expect("thief");
+
+    /// Thief `t` (slot 1 + t): steals one (thief 0 acks it, thief 1 nacks it), a batch from
+    /// deque 1, waits briefly.
+    fn thief(self, t: u32) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let thief = Thief::new(self.seg.clone(), &self.q, 1 + t).expect("thief");
             let mut batch = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
+            while !self.stop.load(Ordering::Relaxed) {
                 match thief.steal() {
                     Ok(Some(j)) => match j.payload() {
                         Ok(_) if t == 0 => {
@@ -85,14 +78,10 @@ fn run(seed: u64, flavor: Flavor) {
                         Ok(_) => {
                             let _ = j.nack();
                         }
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
+                        Err(_) => self.error(),
                     },
                     Ok(None) => {}
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
+                    Err(_) => self.error(),
                 }
                 let _ = thief.steal_batch_from(1, 16, &mut batch);
                 for j in batch.drain(..) {
@@ -101,13 +90,16 @@ fn run(seed: u64, flavor: Flavor) {
                 }
                 let _ = thief.steal_wait(Some(Instant::now() + Duration::from_micros(50)));
                 let _ = thief.len();
-                ops.fetch_add(1, Ordering::Relaxed);
+                self.ops.fetch_add(1, Ordering::Relaxed);
             }
-            let _ = tx.send("thief");
-        }));
+            let _ = self.done.send("thief");
+        })
     }
+}
 
-    // The scribbler: raw words of the first mapping, chosen among the hot structures.
+/// Writes random words over the hot structures of queue `q` of `seg` for 700 ms; returns how
+/// many.
+fn scribble(seg: &Segment, q: &xtcq_shm::QueueInfo, seed: u64) -> u64 {
     let mut rng = Rng::new(seed);
     let records = seg.records();
     let ring = seg.overflow(q.index).expect("ring");
@@ -124,51 +116,67 @@ fn run(seed: u64, flavor: Flavor) {
         match rng.below(6) {
             0 => {
                 let h = seg.deque_header(q.index, d).expect("deque");
-                if rng.below(2) == 0 {
-                    h.top.store(value as i64, Ordering::Relaxed);
-                } else {
-                    h.bottom.store(value as i64, Ordering::Relaxed);
-                }
+                let word = if rng.below(2) == 0 { &h.top } else { &h.bottom };
+                word.store(value as i64, Ordering::Relaxed);
             }
             1 => {
-                let dq = seg.deque(&q, d).expect("deque");
-                dq.raw_slot(rng.below(64) as i64).store(value, Ordering::Relaxed);
+                seg.deque(q, d).expect("deque").raw_slot(rng.below(64) as i64).store(value, Ordering::Relaxed)
             }
-            2 => {
-                let hdr = records.header(rng.below(256) as u32).expect("header");
-                hdr.payload_len.store(value as u32, Ordering::Relaxed);
-            }
-            3 => {
-                let hdr = records.header(rng.below(256) as u32).expect("header");
-                hdr.queue.store(value as u32, Ordering::Relaxed);
-            }
-            4 => {
-                let pos = rng.below(256);
-                if rng.below(2) == 0 {
-                    ring.raw_cell(pos).store(value, Ordering::Relaxed);
-                } else {
-                    let hdr = records.header(rng.below(256) as u32).expect("header");
-                    hdr.attempts.store(value as u32, Ordering::Relaxed);
-                }
-            }
-            _ => {
-                let st = records.state(rng.below(256) as u32).expect("state");
-                st.0.store(value, Ordering::Relaxed);
-            }
+            2 => records
+                .header(rng.below(256) as u32)
+                .expect("header")
+                .payload_len
+                .store(value as u32, Ordering::Relaxed),
+            3 => records
+                .header(rng.below(256) as u32)
+                .expect("header")
+                .queue
+                .store(value as u32, Ordering::Relaxed),
+            4 if rng.below(2) == 0 => ring.raw_cell(rng.below(256)).store(value, Ordering::Relaxed),
+            4 => records
+                .header(rng.below(256) as u32)
+                .expect("header")
+                .attempts
+                .store(value as u32, Ordering::Relaxed),
+            _ => records.state(rng.below(256) as u32).expect("state").0.store(value, Ordering::Relaxed),
         }
         writes += 1;
         if writes.is_multiple_of(64) {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    drop(done_tx);
+    writes
+}
+
+fn run(seed: u64, flavor: Flavor) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("seg");
+    let cfg = SegmentConfig::small().with_deque_capacity(64);
+    let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
+    let spec =
+        QueueSpec { name: "victim".into(), flavor, deques: 2, capacity: 64, max_attempts: 3, lease_ms: 0 };
+    let q = seg.create_queue(&spec).expect("queue");
+    let (done_tx, done_rx) = mpsc::channel::<&'static str>();
+    let crew = Crew {
+        seg: Arc::new(Segment::attach(&path).expect("attach")),
+        q: q.clone(),
+        stop: Arc::new(AtomicBool::new(false)),
+        ops: Arc::new(AtomicU64::new(0)),
+        errors: Arc::new(AtomicU64::new(0)),
+        done: done_tx,
+    };
+    let handles = [crew.clone().owner(), crew.clone().thief(0), crew.clone().thief(1)];
+
+    // The scribbler: raw words of the first mapping, chosen among the hot structures.
+    let writes = scribble(&seg, &q, seed);
+    crew.stop.store(true, Ordering::Relaxed);
+    let (ops, errors) = (crew.ops.clone(), crew.errors.clone());
+    drop(crew);
     let deadline = Instant::now() + Duration::from_secs(20);
-    for _ in 0..3 {
+    for _ in 0..handles.len() {
         let left = deadline.saturating_duration_since(Instant::now());
-        match done_rx.recv_timeout(left) {
-            Ok(_) => {}
-            Err(_) => panic!("a worker wedged on the scribbled segment (seed {seed})"),
+        if done_rx.recv_timeout(left).is_err() {
+            panic!("a worker wedged on the scribbled segment (seed {seed})");
         }
     }
     for h in handles {
