@@ -1,0 +1,82 @@
+//! Red team 6: the C API's `XTCQ_E_RESOURCE` (-16) under this process's own limits, through
+//! `tests/c/redteam6_resource.c` against a real daemon.
+//!
+//! - With no fd free, the calls that use only the mapped segment (push, batch push, steal,
+//!   steal_wait, ack) work, and no job is lost or comes twice.
+//! - A reconnect after a daemon restart with 0, 1, 2 or 3 fds free either works or says
+//!   `XTCQ_E_RESOURCE`: never "unreachable" (the daemon is up) nor "segment" (it is the same
+//!   segment); once fds are free again every job is there, each once.
+//! - A connect with the address space used up says `XTCQ_E_RESOURCE`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use xtcq_testkit::{compile_c, run_within, Daemon};
+
+const RESOURCE: i32 = -16;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_segment_only_calls_work_with_no_fd_free() {
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let out = run_within(Command::new(&exe).arg(&daemon.socket).args(["shm", "nofd"]), Duration::from_secs(60));
+    assert!(
+        out.status.success() && text(&out.stdout).contains("shm ok, 1 left after"),
+        "({}):\n{}\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report = daemon.client().check(false).expect("xtcq check");
+    assert!(report.is_consistent(), "xtcq check: {:?}", report.problems);
+}
+
+#[test]
+fn a_reconnect_with_few_fds_free_says_resource_and_loses_nothing() {
+    let mut daemon = Daemon::start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let mut child = Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["reconnect", "again"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line").expect("read");
+    assert_eq!(first, "ready");
+    daemon.kill();
+    daemon.restart_with(xtcq_testkit::SMALL_SEGMENT, |_| {});
+    child.stdin.take().expect("stdin").write_all(b"go\n").expect("write");
+    let rest: Vec<String> = lines.map(|l| l.expect("read")).collect();
+    let out = xtcq_testkit::wait_bounded(child, Duration::from_secs(60), "the C program");
+    let all = rest.join("\n");
+    assert!(out.status.success(), "({}):\n{all}\n{}", out.status, text(&out.stderr));
+    for l in rest.iter().filter(|l| l.starts_with("free ")) {
+        let rc: i32 = l.split_whitespace().nth(2).and_then(|s| s.parse().ok()).expect("rc");
+        assert!(rc == 0 || rc == RESOURCE, "a reconnect out of fds said {rc}, not -16:\n{all}");
+    }
+    assert!(all.contains("acked 3"), "jobs lost or repeated:\n{all}");
+}
+
+#[test]
+fn a_connect_with_no_address_space_left_says_resource() {
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let out = run_within(Command::new(&exe).arg(&daemon.socket).arg("address_space"), Duration::from_secs(60));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
+    let rc: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("connect: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("connect: RC");
+    assert!(rc == 0 || rc == RESOURCE, "a connect out of address space said {rc}, not -16:\n{stdout}");
+}
