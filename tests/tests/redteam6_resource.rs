@@ -24,7 +24,8 @@ fn text(bytes: &[u8]) -> String {
 fn the_segment_only_calls_work_with_no_fd_free() {
     let daemon = Daemon::start();
     let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
-    let out = run_within(Command::new(&exe).arg(&daemon.socket).args(["shm", "nofd"]), Duration::from_secs(60));
+    let out =
+        run_within(Command::new(&exe).arg(&daemon.socket).args(["shm", "nofd"]), Duration::from_secs(60));
     assert!(
         out.status.success() && text(&out.stdout).contains("shm ok, 1 left after"),
         "({}):\n{}\n{}",
@@ -69,7 +70,8 @@ fn a_reconnect_with_few_fds_free_says_resource_and_loses_nothing() {
 fn a_connect_with_no_address_space_left_says_resource() {
     let daemon = Daemon::start();
     let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
-    let out = run_within(Command::new(&exe).arg(&daemon.socket).arg("address_space"), Duration::from_secs(60));
+    let out =
+        run_within(Command::new(&exe).arg(&daemon.socket).arg("address_space"), Duration::from_secs(60));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
     let rc: i32 = stdout
