@@ -14,12 +14,14 @@
 //!  tail: advanced past p by anyone who sees FULL(L) or EMPTY(L + 1) at p ("helping")
 //!        (a popper does so before it advances head past p)
 //!  head: advanced past p by anyone who sees EMPTY(L + 1) at p
+//!        (a pusher does so before it fills p + capacity)
 //! ```
 //!
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
 //! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
 //! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its cell CAS leaves `head` behind an emptied
-//! cell: the next popper helps `head` on; the index it took is lost from the ring, but the
+//! cell: the next popper helps `head` on, and so does a pusher before it fills that cell for
+//! the next lap, so that `tail <= head + capacity` holds too; the index it took is lost from the ring, but the
 //! record it names is still `Queued` and unreferenced, which is exactly what recovery looks
 //! for (a popper's death between taking an index and claiming the record is the same window
 //! as a thief's between its CAS on `top` and its claim). No lock, so no lock holder to die.
@@ -154,6 +156,10 @@ impl<'a> OverflowRef<'a> {
             // of the old index is done before we overwrite it.
             let c = cell.load(Ordering::Acquire);
             if c == empty(lap) {
+                // The cell is free for this lap, so the last lap's index there was popped and
+                // `head` belongs past it; its popper may have died before moving it. Help
+                // first, so `tail` never passes `head + capacity`.
+                self.help_head_past(t.wrapping_sub(self.mask + 1));
                 // AcqRel: Release publishes nothing extra here (the record was published by
                 // its own state CAS) but orders us after the popper of the previous lap.
                 if cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok() {
@@ -198,6 +204,15 @@ impl<'a> OverflowRef<'a> {
     #[inline]
     fn help_tail_past(&self, pos: u64) {
         let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// Moves `head` from `pos` to `pos + 1` if it is still at `pos`: called by a pusher that
+    /// saw the cell at `pos + capacity` free, so the cell at `pos` was popped. Failure means
+    /// `head` is past `pos` already (`tail <= head + capacity` holds while `tail` is
+    /// `pos + capacity`); for `pos` "below 0" (the first lap) it never matches.
+    #[inline]
+    fn help_head_past(&self, pos: u64) {
+        let _ = self.head.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Removes the oldest record index, `None` when empty.
@@ -306,6 +321,26 @@ mod tests {
         v.push(9).unwrap();
         assert_eq!(v.pop().unwrap(), Some(9));
         assert_eq!(v.positions(), (3, 3));
+    }
+
+    /// A popper killed between its cell CAS and its `head` CAS in a full ring, then a push
+    /// into the cell it freed: `tail` must not pass `head + capacity` (`check` calls that
+    /// inconsistent, and scans only `capacity` cells from `head`).
+    #[test]
+    fn a_push_after_a_dead_popper_of_a_full_ring_keeps_tail_within_capacity() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        for i in 0..4 {
+            v.push(i).unwrap();
+        }
+        ring.cells()[0].store(empty(1), Ordering::Release);
+        assert_eq!(v.positions(), (0, 4));
+        v.push(9).unwrap();
+        let (h, t) = v.positions();
+        assert!(t - h <= 4, "tail {t} passed head {h} + capacity 4");
+        let popped: Vec<u32> = std::iter::from_fn(|| v.pop().unwrap()).collect();
+        assert_eq!(popped, [1, 2, 3, 9]);
+        assert_eq!(v.positions(), (5, 5));
     }
 
     /// The same after a popper died between its cell CAS and its `head` CAS: the helping

@@ -39,7 +39,9 @@ fn id_of(p: &[u8]) -> u64 {
 #[test]
 fn redteam6_child() {
     let Ok(role) = std::env::var("XTCQ_RT6_ROLE") else { return };
-    let seg = Arc::new(Segment::attach(Path::new(&std::env::var("XTCQ_RT6_SEGMENT").expect("seg"))).expect("attach"));
+    let seg = Arc::new(
+        Segment::attach(Path::new(&std::env::var("XTCQ_RT6_SEGMENT").expect("seg"))).expect("attach"),
+    );
     let q = seg.queue_by_name("rt6").expect("queue");
     assert_eq!(role, "pop_ring");
     let thief = Thief::new(seg.clone(), &q, CHILD_SLOT).expect("thief");
