@@ -13,6 +13,8 @@
  *          redteam6_resource SOCKET address_space
  *            lowers RLIMIT_AS to just above what the process maps and connects: prints
  *            "connect: RC".
+ *          redteam6_resource SOCKET connect
+ *            connects with no limit lowered (the daemon may be out of fds): "connect: RC".
  *   exit: 0 unless a call that must work failed (1).
  */
 #define _GNU_SOURCE
@@ -153,13 +155,23 @@ static int address_space(const char *socket) {
     return 0;
 }
 
+/* A plain connect, with no limit of this process's own lowered. */
+static int plain_connect(const char *socket) {
+    xtcq_client *c = NULL;
+    int rc = xtcq_connect(socket, &c);
+    printf("connect: %d %s\n", rc, rc == XTCQ_OK ? "" : xtcq_last_error());
+    if (rc == XTCQ_OK) xtcq_client_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s SOCKET shm|reconnect QUEUE | SOCKET address_space\n", argv[0]);
+        fprintf(stderr, "usage: %s SOCKET shm|reconnect QUEUE | SOCKET address_space|connect\n", argv[0]);
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(argv[2], "address_space") == 0) return address_space(argv[1]);
+    if (strcmp(argv[2], "connect") == 0) return plain_connect(argv[1]);
     if (argc != 4) return 1;
     xtcq_client *client = NULL;
     must("connect", xtcq_connect(argv[1], &client));

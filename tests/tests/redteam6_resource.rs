@@ -7,6 +7,9 @@
 //!   `XTCQ_E_RESOURCE`: never "unreachable" (the daemon is up) nor "segment" (it is the same
 //!   segment); once fds are free again every job is there, each once.
 //! - A connect with the address space used up says `XTCQ_E_RESOURCE`.
+//! - A connect to a daemon that is itself out of fds (its `RLIMIT_NOFILE` lowered, every fd
+//!   taken by idle connections) is not `XTCQ_E_RESOURCE`: this process has fds to spare;
+//!   the daemon's refusal names the connection limit its fds set, and `ulimit -n`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -74,11 +77,56 @@ fn a_connect_with_no_address_space_left_says_resource() {
         run_within(Command::new(&exe).arg(&daemon.socket).arg("address_space"), Duration::from_secs(60));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
-    let rc: i32 = stdout
+    let rc = connect_rc(&stdout);
+    assert!(rc == 0 || rc == RESOURCE, "a connect out of address space said {rc}, not -16:\n{stdout}");
+}
+
+/// `connect: RC` from the C program's output.
+fn connect_rc(stdout: &str) -> i32 {
+    stdout
         .lines()
         .find_map(|l| l.strip_prefix("connect: "))
         .and_then(|l| l.split_whitespace().next())
         .and_then(|s| s.parse().ok())
-        .expect("connect: RC");
-    assert!(rc == 0 || rc == RESOURCE, "a connect out of address space said {rc}, not -16:\n{stdout}");
+        .expect("connect: RC")
+}
+
+#[test]
+fn a_daemon_out_of_fds_is_not_this_process_out_of_resources() {
+    use std::os::unix::process::CommandExt;
+    let daemon = Daemon::builder()
+        .flags(["--io-timeout", "10m", "--max-connections", "4096"])
+        .command(|c| {
+            // SAFETY: setrlimit is async-signal-safe; the child is about to exec.
+            unsafe {
+                c.pre_exec(|| {
+                    let l = libc::rlimit { rlim_cur: 48, rlim_max: 48 };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+            };
+        })
+        .start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    // Idle connections (no Hello) the daemon holds for --io-timeout: more than it has fds.
+    let held: Vec<_> =
+        (0..64).filter_map(|_| std::os::unix::net::UnixStream::connect(&daemon.socket).ok()).collect();
+    assert!(held.len() > 48, "only {} connections made", held.len());
+    xtcq_testkit::wait_until(Duration::from_secs(60), "the daemon to run out of fds", || {
+        daemon.log_text().contains("accept failed")
+    });
+    let out = run_within(Command::new(&exe).arg(&daemon.socket).arg("connect"), Duration::from_secs(120));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
+    let rc = connect_rc(&stdout);
+    assert!(rc != RESOURCE, "the daemon's lack of fds was reported as this process's:\n{stdout}");
+    // The daemon lowered --max-connections to what its fds allow: its refusal must say that
+    // limit and what raises it, not the 4096 asked for and "a higher --max-connections".
+    assert!(
+        !stdout.contains("has 4096 connections") && stdout.contains("ulimit -n"),
+        "the refusal names the wrong limit:\n{stdout}"
+    );
+    drop(held);
 }
