@@ -13,6 +13,9 @@
  *          redteam6_resource SOCKET address_space
  *            lowers RLIMIT_AS to just above what the process maps and connects: prints
  *            "connect: RC".
+ *          redteam6_resource SOCKET fresh QUEUE
+ *            for k = 0..3 fds free: a connect, and a first attach (which maps the segment) and
+ *            push on a new connection: prints "connect K: RC", "attach K: RC", "pushed N".
  *          redteam6_resource SOCKET connect
  *            connects with no limit lowered (the daemon may be out of fds): "connect: RC".
  *   exit: 0 unless a call that must work failed (1).
@@ -155,6 +158,36 @@ static int address_space(const char *socket) {
     return 0;
 }
 
+/* For k = 0..3 fds free: a connect, then (on a fresh connection, so that the segment is
+ * mapped by this call) an owner attach and a push; prints "connect K: RC" and "attach K: RC". */
+static int fresh(const char *socket, const char *queue) {
+    xtcq_client *c = NULL;
+    must("connect", xtcq_connect(socket, &c));
+    must("create", xtcq_create_queue(c, queue, 1, 64, 0, 0, XTCQ_EXIST_OK));
+    xtcq_client_free(c);
+    int pushed = 0;
+    for (int k = 0; k <= 3; k++) {
+        c = NULL;
+        leave_free(k);
+        int rc = xtcq_connect(socket, &c);
+        free_all();
+        printf("connect %d: %d %s\n", k, rc, rc == XTCQ_OK ? "" : xtcq_last_error());
+        if (rc == XTCQ_OK) xtcq_client_free(c);
+        must("connect, fds free", xtcq_connect(socket, &c));
+        xtcq_owner *owner = NULL;
+        leave_free(k);
+        rc = xtcq_owner_attach(c, queue, &owner);
+        int prc = rc == XTCQ_OK ? xtcq_owner_push(owner, JOB, 3) : rc;
+        free_all();
+        printf("attach %d: %d %s\n", k, rc, rc == XTCQ_OK ? "" : xtcq_last_error());
+        if (prc == XTCQ_OK) pushed++;
+        if (owner) xtcq_owner_free(owner);
+        xtcq_client_free(c);
+    }
+    printf("pushed %d\n", pushed);
+    return 0;
+}
+
 /* A plain connect, with no limit of this process's own lowered. */
 static int plain_connect(const char *socket) {
     xtcq_client *c = NULL;
@@ -166,12 +199,13 @@ static int plain_connect(const char *socket) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s SOCKET shm|reconnect QUEUE | SOCKET address_space|connect\n", argv[0]);
+        fprintf(stderr, "usage: %s SOCKET shm|reconnect|fresh QUEUE | SOCKET address_space|connect\n", argv[0]);
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(argv[2], "address_space") == 0) return address_space(argv[1]);
     if (strcmp(argv[2], "connect") == 0) return plain_connect(argv[1]);
+    if (strcmp(argv[2], "fresh") == 0 && argc == 4) return fresh(argv[1], argv[3]);
     if (argc != 4) return 1;
     xtcq_client *client = NULL;
     must("connect", xtcq_connect(argv[1], &client));

@@ -6,6 +6,8 @@
 //! - A reconnect after a daemon restart with 0, 1, 2 or 3 fds free either works or says
 //!   `XTCQ_E_RESOURCE`: never "unreachable" (the daemon is up) nor "segment" (it is the same
 //!   segment); once fds are free again every job is there, each once.
+//! - A connect, and a first attach (which maps the segment), with 0 to 3 fds free either
+//!   work or say `XTCQ_E_RESOURCE`; a job pushed is there.
 //! - A connect with the address space used up says `XTCQ_E_RESOURCE`.
 //! - A connect to a daemon that is itself out of fds (its `RLIMIT_NOFILE` lowered, every fd
 //!   taken by idle connections) is not `XTCQ_E_RESOURCE`: this process has fds to spare;
@@ -129,4 +131,24 @@ fn a_daemon_out_of_fds_is_not_this_process_out_of_resources() {
         "the refusal names the wrong limit:\n{stdout}"
     );
     drop(held);
+}
+
+#[test]
+fn a_connect_and_a_first_attach_with_few_fds_free_say_resource() {
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let out =
+        run_within(Command::new(&exe).arg(&daemon.socket).args(["fresh", "fresh"]), Duration::from_secs(60));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
+    for l in stdout.lines().filter(|l| l.starts_with("connect ") || l.starts_with("attach ")) {
+        let rc: i32 = l.split_whitespace().nth(2).and_then(|s| s.parse().ok()).expect("rc");
+        assert!(rc == 0 || rc == RESOURCE, "{l}\n{stdout}");
+    }
+    let pushed: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("pushed "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("pushed N");
+    assert_eq!(daemon.drain("fresh").len(), pushed, "{stdout}");
 }
