@@ -16,6 +16,9 @@
  *          redteam6_resource SOCKET fresh QUEUE
  *            for k = 0..3 fds free: a connect, and a first attach (which maps the segment) and
  *            push on a new connection: prints "connect K: RC", "attach K: RC", "pushed N".
+ *          redteam6_resource SOCKET attach_address_space QUEUE
+ *            a first attach (it maps the segment) with the address space used up:
+ *            "attach: RC".
  *          redteam6_resource SOCKET connect
  *            connects with no limit lowered (the daemon may be out of fds): "connect: RC".
  *   exit: 0 unless a call that must work failed (1).
@@ -197,15 +200,38 @@ static int plain_connect(const char *socket) {
     return 0;
 }
 
+/* A first attach (which maps the segment) with the address space used up: "attach: RC". */
+static int attach_address_space(const char *socket, const char *queue) {
+    xtcq_client *c = NULL;
+    must("connect", xtcq_connect(socket, &c));
+    must("create", xtcq_create_queue(c, queue, 1, 64, 0, 0, XTCQ_EXIST_OK));
+    /* A new connection, which has not mapped the segment yet. */
+    xtcq_client_free(c);
+    must("connect again", xtcq_connect(socket, &c));
+    struct rlimit old, low;
+    getrlimit(RLIMIT_AS, &old);
+    low = old;
+    low.rlim_cur = mapped_bytes() + (1u << 20);
+    setrlimit(RLIMIT_AS, &low);
+    xtcq_thief *thief = NULL;
+    int rc = xtcq_thief_attach(c, queue, &thief);
+    setrlimit(RLIMIT_AS, &old);
+    printf("attach: %d %s\n", rc, rc == XTCQ_OK ? "" : xtcq_last_error());
+    if (thief) xtcq_thief_free(thief);
+    xtcq_client_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s SOCKET shm|reconnect|fresh QUEUE | SOCKET address_space|connect\n", argv[0]);
+        fprintf(stderr, "usage: %s SOCKET shm|reconnect|fresh|attach_address_space QUEUE | SOCKET address_space|connect\n", argv[0]);
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (strcmp(argv[2], "address_space") == 0) return address_space(argv[1]);
     if (strcmp(argv[2], "connect") == 0) return plain_connect(argv[1]);
     if (strcmp(argv[2], "fresh") == 0 && argc == 4) return fresh(argv[1], argv[3]);
+    if (strcmp(argv[2], "attach_address_space") == 0 && argc == 4) return attach_address_space(argv[1], argv[3]);
     if (argc != 4) return 1;
     xtcq_client *client = NULL;
     must("connect", xtcq_connect(argv[1], &client));

@@ -8,7 +8,8 @@
 //!   segment); once fds are free again every job is there, each once.
 //! - A connect, and a first attach (which maps the segment), with 0 to 3 fds free either
 //!   work or say `XTCQ_E_RESOURCE`; a job pushed is there.
-//! - A connect with the address space used up says `XTCQ_E_RESOURCE`.
+//! - A connect, and a first attach (which maps the segment), with the address space used up
+//!   say `XTCQ_E_RESOURCE`.
 //! - A connect to a daemon that is itself out of fds (its `RLIMIT_NOFILE` lowered, every fd
 //!   taken by idle connections) is not `XTCQ_E_RESOURCE`: this process has fds to spare;
 //!   the daemon's refusal names the connection limit its fds set, and `ulimit -n`.
@@ -151,4 +152,27 @@ fn a_connect_and_a_first_attach_with_few_fds_free_say_resource() {
         .and_then(|n| n.trim().parse().ok())
         .expect("pushed N");
     assert_eq!(daemon.drain("fresh").len(), pushed, "{stdout}");
+}
+
+#[test]
+fn a_first_attach_with_no_address_space_left_says_resource() {
+    // A segment of several MiB, past the 1 MiB of address space the program leaves itself.
+    let mut sizes = xtcq_testkit::SMALL_SEGMENT.to_vec();
+    let records = sizes.iter().position(|&f| f == "--records").expect("--records") + 1;
+    sizes[records] = "65536";
+    let daemon = Daemon::builder().flags(sizes).start();
+    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let out = run_within(
+        Command::new(&exe).arg(&daemon.socket).args(["attach_address_space", "mapped"]),
+        Duration::from_secs(60),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "({}):\n{stdout}\n{}", out.status, text(&out.stderr));
+    let rc: i32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("attach: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("attach: RC");
+    assert_eq!(rc, RESOURCE, "an attach out of address space:\n{stdout}");
 }
