@@ -231,9 +231,12 @@ impl<'s> Checker<'s> {
 
     fn overflow(&mut self, q: &QueueInfo, ring: &OverflowRef<'_>) {
         let name = &q.spec.name;
-        let (head, tail) = ring.positions();
+        // On a live ring both ends move between the loads: each bound is checked against the
+        // `head` read on its side of `tail` (see `span`), so that no crossing is reported
+        // that did not happen.
+        let (head, tail, head_after) = ring.span();
         let cap = ring.capacity() as u64;
-        if tail < head || tail - head > cap {
+        if tail < head || tail.saturating_sub(head_after) > cap {
             self.problem(format!("queue {name} overflow ring: head {head} tail {tail} capacity {cap}"));
         }
         for k in 0..tail.saturating_sub(head).min(cap) {

@@ -134,6 +134,16 @@ impl<'a> OverflowRef<'a> {
         (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire))
     }
 
+    /// `(head, tail, head_after)`: `head`, then `tail`, then `head` again, for checks of a
+    /// live ring. Both only grow, so `head <= tail` holds against the first read and
+    /// `tail <= head + capacity` against the last; a `head` read before `tail` may be one
+    /// the ring has since left more than `capacity` behind.
+    pub fn span(&self) -> (u64, u64, u64) {
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Acquire);
+        (head, tail, self.head.load(Ordering::Acquire))
+    }
+
     /// The record index at ring position `pos` if that cell is full for `pos`'s lap.
     pub fn index_at(&self, pos: u64) -> Option<u32> {
         let c = self.cell(pos).load(Ordering::Acquire);

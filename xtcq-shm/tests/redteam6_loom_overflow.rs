@@ -9,6 +9,8 @@
 //!   no thread sees `tail` past `head + capacity` (each reads `tail` before `head`: `head`
 //!   never moves back, so a pair past it would be a real crossing), and the indices left in
 //!   the ring come out once.
+//! - `check`'s reads of a live ring (`OverflowRef::span`) see neither invariant broken while a
+//!   pusher and a popper move the ring on.
 #![cfg(xtcq_loom)]
 
 mod loom_support;
@@ -68,4 +70,34 @@ fn a_pusher_after_a_dead_popper_of_a_full_ring_never_passes_head_plus_capacity()
         first
     });
     assert_eq!(seen, BTreeSet::from([Some(6)]));
+}
+
+/// `check` on a live ring: a reader takes `span` (as `check` does) while a pusher and popper
+/// move on. Neither invariant may look broken to it when none is: `head <= tail` against its
+/// first `head`, `tail <= head + capacity` against the `head` read after `tail`. (With the
+/// one `head` read before `tail` that `check` compared against, loom finds tail 4, head 1.)
+#[test]
+fn a_check_of_a_live_ring_sees_no_crossing_that_did_not_happen() {
+    explore("a_check_of_a_live_ring", PREEMPTIONS, |start| {
+        let ring = Arc::new(HeapOverflow::new(2));
+        {
+            let v = ring.view().unwrap();
+            v.push(9).unwrap();
+            assert_eq!(v.pop().unwrap(), Some(9));
+        }
+        let r2 = ring.clone();
+        let worker = thread::spawn(move || {
+            let v = r2.view().unwrap();
+            v.push(1).unwrap();
+            v.push(2).unwrap();
+            assert_eq!(v.pop().unwrap(), Some(1));
+            v.push(3).unwrap();
+        });
+        start.after_spawn();
+        let v = ring.view().unwrap();
+        let (head, tail, head_after) = v.span();
+        assert!(head <= tail, "check saw head {head} past tail {tail}");
+        assert!(tail <= head_after + 2, "check saw tail {tail} past head {head_after} + 2");
+        worker.join().unwrap();
+    });
 }
