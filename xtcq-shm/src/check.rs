@@ -191,15 +191,17 @@ impl<'s> Checker<'s> {
     fn deque(&mut self, q: &QueueInfo, d: u32, dq: &DequeRef<'_>) {
         let name = &q.spec.name;
         self.report.counts.deques += 1;
-        let (top, bottom) = dq.indices();
+        // On a live deque thieves move `top` and the owner `bottom` between the loads: each
+        // bound is checked against the `top` read on its side of `bottom` (see `span`).
+        let (top, bottom, top_after) = dq.span();
         let cap = dq.capacity() as i64;
         if top > bottom.saturating_add(1) {
             self.problem(format!("queue {name} deque {d}: top {top} > bottom {bottom} + 1"));
         }
-        if bottom.saturating_sub(top) > cap {
+        if bottom.saturating_sub(top_after) > cap {
             self.problem(format!(
                 "queue {name} deque {d}: {} handles > capacity {cap}",
-                bottom.saturating_sub(top)
+                bottom.saturating_sub(top_after)
             ));
         }
         if let Some(h) = self.seg.deque_header(q.index, d) {
