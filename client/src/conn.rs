@@ -112,7 +112,17 @@ impl Link {
             std::thread::Builder::new()
                 .name("xtcq-control".into())
                 .spawn(move || read_loop(reader, tx, status))
-                .map_err(io_err)?;
+                // pthread_create says EAGAIN when it cannot map the thread's stack (RLIMIT_AS)
+                // or the user is at RLIMIT_NPROC: this process's limits, not an unreachable
+                // daemon, so `is_out_of_resources` must see it.
+                .map_err(|e| {
+                    io_err(std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        format!(
+                            "cannot start the connection's reader thread (out of memory or threads?): {e}"
+                        ),
+                    ))
+                })?;
         }
         Ok(Link { hello, segment_fd, writer: stream, replies: rx, status })
     }
@@ -241,18 +251,29 @@ impl Conn {
             Ok(new) => new,
             // Someone else now listens at the socket: say so, not merely "lost".
             Err(e @ Error::UntrustedDaemon { .. }) => return Err(e),
+            // This process is out of fds or memory (EMFILE from the socket or from the copy
+            // of it): that, not "lost", is what to fix; the daemon may be up.
+            Err(e) if e.is_out_of_resources() => return Err(e),
             Err(e) if e.is_unreachable() => return Err(self.lost()),
             Err(e) => return Err(e),
         };
         // A daemon restarted with --recreate serves a new segment file: the mapping our
         // handles use is the old one, whose jobs no consumer of the new daemon will see.
         if let Some(old) = lock(&self.segment).as_ref() {
-            if !same_file(old.file(), new.segment_fd.as_deref(), &new.hello.segment_path) {
-                let _ = new.writer.shutdown(std::net::Shutdown::Both);
-                return Err(Error::SegmentReplaced {
-                    path: self.path.clone(),
-                    segment: old.path().to_path_buf(),
-                });
+            match same_file(old.file(), new.segment_fd.as_deref(), &new.hello.segment_path) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = new.writer.shutdown(std::net::Shutdown::Both);
+                    return Err(Error::SegmentReplaced {
+                        path: self.path.clone(),
+                        segment: old.path().to_path_buf(),
+                    });
+                }
+                // Out of fds or memory: say so (the segment may well be the same one).
+                Err(source) => {
+                    let _ = new.writer.shutdown(std::net::Shutdown::Both);
+                    return Err(Error::Connect { path: self.path.clone(), source });
+                }
             }
         }
         let held = *lock(&self.held_slot);
@@ -408,16 +429,22 @@ impl Conn {
 }
 
 /// Whether `file` (open) and the daemon's segment (the fd it passed, else the file at `path`)
-/// are one file (device and inode).
-fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
+/// are one file (device and inode). The passed fd is read with `fstat` in place: a copy of it
+/// would need a free fd, and a process out of them must not take its segment for replaced.
+/// An error of the process's own (out of fds or memory) is returned, not taken for "no".
+fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Path) -> std::io::Result<bool> {
+    let ours = rustix::fs::fstat(file).map(|s| (s.st_dev, s.st_ino));
     let theirs = match fd {
-        Some(fd) => fd.try_clone().and_then(|f| std::fs::File::from(f).metadata()),
-        None => std::fs::metadata(path),
+        Some(fd) => rustix::fs::fstat(fd).map(|s| (s.st_dev, s.st_ino)),
+        None => rustix::fs::stat(path).map(|s| (s.st_dev, s.st_ino)),
     };
-    match (file.metadata(), theirs) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
+    let own_limit = |e: &rustix::io::Errno| {
+        [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE, rustix::io::Errno::NOMEM].contains(e)
+    };
+    match (ours, theirs) {
+        (Ok(a), Ok(b)) => Ok(a == b),
+        (Err(e), _) | (_, Err(e)) if own_limit(&e) => Err(e.into()),
+        _ => Ok(false),
     }
 }
 

@@ -309,7 +309,7 @@ async fn accept_until_stopped(
         tokio::select! {
             r = shutdown_requested(&mut stop_rx) => return r,
             a = listener.accept() => match a {
-                Ok((stream, _)) => accept_one(st, stream, &permits, &refusals, tasks),
+                Ok((stream, _)) => accept_one(st, stream, (&permits, max_connections), &refusals, tasks),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     warn!(error = %e, "accept failed");
@@ -322,13 +322,16 @@ async fn accept_until_stopped(
 }
 
 /// Serves `stream` in a task, or refuses it (its user's share, or every place, is taken).
+/// `places` is the semaphore of connection places and how many it has (`--max-connections`,
+/// or fewer where the fd limit lowered it).
 fn accept_one(
     st: &Arc<Shared>,
     stream: UnixStream,
-    permits: &Arc<Semaphore>,
+    places: (&Arc<Semaphore>, usize),
     refusals: &Arc<Semaphore>,
     tasks: &mut JoinSet<()>,
 ) {
+    let (permits, limit) = places;
     let cfg = &st.cfg;
     // The per-user limit first, by the kernel's uid for the peer: one user's
     // connections beyond its share must not take the places under
@@ -351,14 +354,8 @@ fn accept_one(
             });
         }
         Err(_) => {
-            let n = cfg.max_connections;
-            let reply = ErrorReply::new(
-                ErrorCode::LimitReached,
-                format!(
-                    "xtcqd has {n} connections, its limit (--max-connections {n}); try again \
-                         later, or restart xtcqd with a higher --max-connections"
-                ),
-            );
+            let reply =
+                ErrorReply::new(ErrorCode::LimitReached, connections_full(limit, cfg.max_connections));
             refuse_bounded(refusals, stream, reply, cfg.io_timeout);
         }
     }
@@ -400,6 +397,23 @@ async fn sleep_or_never(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The refusal when all `limit` connection places are taken: where the fd limit lowered
+/// `--max-connections` (`asked`), a higher one would change nothing, so it names `ulimit -n`.
+fn connections_full(limit: usize, asked: usize) -> String {
+    if limit < asked {
+        format!(
+            "xtcqd has {limit} connections, its limit (--max-connections {asked}, lowered to {limit} \
+             by xtcqd's file-descriptor limit); try again later, or raise that limit \
+             (LimitNOFILE= in its unit, ulimit -n) and restart xtcqd"
+        )
+    } else {
+        format!(
+            "xtcqd has {limit} connections, its limit (--max-connections {limit}); try again later, \
+             or restart xtcqd with a higher --max-connections"
+        )
     }
 }
 

@@ -191,15 +191,17 @@ impl<'s> Checker<'s> {
     fn deque(&mut self, q: &QueueInfo, d: u32, dq: &DequeRef<'_>) {
         let name = &q.spec.name;
         self.report.counts.deques += 1;
-        let (top, bottom) = dq.indices();
+        // On a live deque thieves move `top` and the owner `bottom` between the loads: each
+        // bound is checked against the `top` read on its side of `bottom` (see `span`).
+        let (top, bottom, top_after) = dq.span();
         let cap = dq.capacity() as i64;
         if top > bottom.saturating_add(1) {
             self.problem(format!("queue {name} deque {d}: top {top} > bottom {bottom} + 1"));
         }
-        if bottom.saturating_sub(top) > cap {
+        if bottom.saturating_sub(top_after) > cap {
             self.problem(format!(
                 "queue {name} deque {d}: {} handles > capacity {cap}",
-                bottom.saturating_sub(top)
+                bottom.saturating_sub(top_after)
             ));
         }
         if let Some(h) = self.seg.deque_header(q.index, d) {
@@ -231,9 +233,12 @@ impl<'s> Checker<'s> {
 
     fn overflow(&mut self, q: &QueueInfo, ring: &OverflowRef<'_>) {
         let name = &q.spec.name;
-        let (head, tail) = ring.positions();
+        // On a live ring both ends move between the loads: each bound is checked against the
+        // `head` read on its side of `tail` (see `span`), so that no crossing is reported
+        // that did not happen.
+        let (head, tail, head_after) = ring.span();
         let cap = ring.capacity() as u64;
-        if tail < head || tail - head > cap {
+        if tail < head || tail.saturating_sub(head_after) > cap {
             self.problem(format!("queue {name} overflow ring: head {head} tail {tail} capacity {cap}"));
         }
         for k in 0..tail.saturating_sub(head).min(cap) {

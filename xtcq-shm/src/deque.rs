@@ -147,6 +147,16 @@ impl<'a> DequeRef<'a> {
         &self.slots[(index & self.mask) as usize]
     }
 
+    /// `(top, bottom, top_after)`: `top`, then `bottom`, then `top` again, for checks of a
+    /// live deque. `top` only grows, so `top <= bottom + 1` holds against the first read and
+    /// `bottom - top <= capacity` against the last; a `top` read before `bottom` may be one
+    /// that thieves have since moved on from while the owner pushed past it.
+    pub fn span(&self) -> (i64, i64, i64) {
+        let top = self.top.load(Ordering::Acquire);
+        let bottom = self.bottom.load(Ordering::Acquire);
+        (top, bottom, self.top.load(Ordering::Acquire))
+    }
+
     /// Raw `(top, bottom)` as read now, for checks and recovery. Not a consistent snapshot.
     pub fn indices(&self) -> (i64, i64) {
         (self.top.load(Ordering::Acquire), self.bottom.load(Ordering::Acquire))

@@ -14,16 +14,18 @@
 //!  tail: advanced past p by anyone who sees FULL(L) or EMPTY(L + 1) at p ("helping")
 //!        (a popper does so before it advances head past p)
 //!  head: advanced past p by anyone who sees EMPTY(L + 1) at p
+//!        (a pusher does so before it fills p + capacity)
 //! ```
 //!
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
 //! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
 //! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its
-//! cell CAS leaves `head` behind an emptied cell: the next popper helps `head` on; the index
-//! it took is lost from the ring, but the record it names is still `Queued` and
-//! unreferenced, which is exactly what recovery looks for (a popper's death between taking
-//! an index and claiming the record is the same window as a thief's between its CAS on `top`
-//! and its claim). No lock, so no lock holder to die.
+//! cell CAS leaves `head` behind an emptied cell: the next popper helps `head` on, and so
+//! does a pusher before it fills that cell for the next lap, so that `tail <= head +
+//! capacity` holds too; the index it took is lost from the ring, but the record it names is
+//! still `Queued` and unreferenced, which is exactly what recovery looks for (a popper's
+//! death between taking an index and claiming the record is the same window as a thief's
+//! between its CAS on `top` and its claim). No lock, so no lock holder to die.
 //!
 //! Cells hold record *indices*, not full handles: the lap has to share the word. A consumer
 //! claims whatever generation the record holds if it is `Queued` for this queue, which is
@@ -133,6 +135,16 @@ impl<'a> OverflowRef<'a> {
         (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire))
     }
 
+    /// `(head, tail, head_after)`: `head`, then `tail`, then `head` again, for checks of a
+    /// live ring. Both only grow, so `head <= tail` holds against the first read and
+    /// `tail <= head + capacity` against the last; a `head` read before `tail` may be one
+    /// the ring has since left more than `capacity` behind.
+    pub fn span(&self) -> (u64, u64, u64) {
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Acquire);
+        (head, tail, self.head.load(Ordering::Acquire))
+    }
+
     /// The record index at ring position `pos` if that cell is full for `pos`'s lap.
     pub fn index_at(&self, pos: u64) -> Option<u32> {
         let c = self.cell(pos).load(Ordering::Acquire);
@@ -155,6 +167,10 @@ impl<'a> OverflowRef<'a> {
             // of the old index is done before we overwrite it.
             let c = cell.load(Ordering::Acquire);
             if c == empty(lap) {
+                // The cell is free for this lap, so the last lap's index there was popped and
+                // `head` belongs past it; its popper may have died before moving it. Help
+                // first, so `tail` never passes `head + capacity`.
+                self.help_head_past(t.wrapping_sub(self.mask + 1));
                 // AcqRel: Release publishes nothing extra here (the record was published by
                 // its own state CAS) but orders us after the popper of the previous lap.
                 if cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok() {
@@ -197,12 +213,28 @@ impl<'a> OverflowRef<'a> {
     /// read `head == pos` (Acquire) and saw the cell at `pos` pushed. The load first, so that
     /// the usual pop, with `tail` well ahead, does not take the pushers' line for a CAS. A
     /// value other than `pos` is past it: `tail` never moves back, and whoever moved `head`
-    /// to `pos` had `tail` past it first, which our Acquire of `head` makes us see.
+    /// to `pos` had made `tail` reach `pos` first, which our Acquire of `head` makes us see.
     #[inline]
     fn help_tail_past(&self, pos: u64) {
         if self.tail.load(Ordering::Acquire) == pos {
             // Failure means someone else helped.
             let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves `head` from `pos` to `pos + 1` if it is still at `pos`: called by a pusher that
+    /// read `tail == pos + capacity` (Acquire) and saw that cell free, so the cell at `pos`
+    /// was popped. For `pos` "below 0" (the first lap) it never matches. The load first, as
+    /// in [`help_tail_past`](Self::help_tail_past), so that the usual push, with `head` well
+    /// ahead, does not take the poppers' line for a CAS. A value other than `pos` is past it:
+    /// `head` never moves back, and whoever filled the cell before `pos + capacity` had
+    /// made `head` reach `pos` first, which the move of `tail` past that cell and our
+    /// Acquire of `tail` make us see.
+    #[inline]
+    fn help_head_past(&self, pos: u64) {
+        if self.head.load(Ordering::Acquire) == pos {
+            // Failure means someone else helped.
+            let _ = self.head.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 
@@ -312,6 +344,26 @@ mod tests {
         v.push(9).unwrap();
         assert_eq!(v.pop().unwrap(), Some(9));
         assert_eq!(v.positions(), (3, 3));
+    }
+
+    /// A popper killed between its cell CAS and its `head` CAS in a full ring, then a push
+    /// into the cell it freed: `tail` must not pass `head + capacity` (`check` calls that
+    /// inconsistent, and scans only `capacity` cells from `head`).
+    #[test]
+    fn a_push_after_a_dead_popper_of_a_full_ring_keeps_tail_within_capacity() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        for i in 0..4 {
+            v.push(i).unwrap();
+        }
+        ring.cells()[0].store(empty(1), Ordering::Release);
+        assert_eq!(v.positions(), (0, 4));
+        v.push(9).unwrap();
+        let (h, t) = v.positions();
+        assert!(t - h <= 4, "tail {t} passed head {h} + capacity 4");
+        let popped: Vec<u32> = std::iter::from_fn(|| v.pop().unwrap()).collect();
+        assert_eq!(popped, [1, 2, 3, 9]);
+        assert_eq!(v.positions(), (5, 5));
     }
 
     /// The same after a popper died between its cell CAS and its `head` CAS: the helping
