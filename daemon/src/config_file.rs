@@ -44,6 +44,18 @@ pub enum ConfigFileError {
         /// The keys there are.
         known: String,
     },
+    /// Two keys that spell one flag (`_` for `-`): which one meant what cannot be told.
+    #[error("config file {}: {first:?} and {second:?} both name --{flag}; keep one of them", path.display())]
+    SameFlagTwice {
+        /// The file.
+        path: PathBuf,
+        /// The flag's long name.
+        flag: String,
+        /// The key that came first.
+        first: String,
+        /// The other.
+        second: String,
+    },
     /// A value of the wrong kind for its flag.
     #[error("config file {}: {key}: {why}", path.display())]
     BadValue {
@@ -93,8 +105,17 @@ pub fn argv(argv: impl IntoIterator<Item = OsString>) -> Result<Vec<OsString>, C
     let mut cmd = crate::Args::command();
     cmd.build();
     let mut flags = Vec::new();
+    let mut seen: std::collections::BTreeMap<String, &String> = Default::default();
     for (key, value) in &table {
         let long = key.replace('_', "-");
+        if let Some(first) = seen.insert(long.clone(), key) {
+            return Err(ConfigFileError::SameFlagTwice {
+                path: path.clone(),
+                flag: long,
+                first: first.clone(),
+                second: key.clone(),
+            });
+        }
         let arg = cmd
             .get_arguments()
             .find(|a| a.get_long() == Some(long.as_str()) && long != "config" && !a.is_hide_set())
@@ -206,6 +227,14 @@ mod tests {
         ]);
         assert_eq!(a.records, Some(2));
         assert_eq!(a.allow_uid, ["1", "2"]);
+    }
+
+    #[test]
+    fn two_spellings_of_one_flag_are_refused() {
+        let e = args("payload_blocks = \"128=1\"\npayload-blocks = \"256=2\"\n", &[]).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("\"payload-blocks\" and \"payload_blocks\" both name --payload-blocks"), "{m}");
+        assert!(args("records = 1\nrecords_x = 2\n", &[]).is_err_and(|e| e.to_string().contains("unknown")));
     }
 
     #[test]
