@@ -5,10 +5,32 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer, stream};
 
 use crate::error::BridgeError;
+use crate::Stop;
 
 /// Connects, retrying the first connection too, with exponential backoff capped at 5 s: a
-/// bridge started before its server, or cut off from it, waits instead of exiting.
-pub async fn connect(url: &str) -> Result<async_nats::Client, BridgeError> {
+/// bridge started before its server, or cut off from it, waits instead of exiting. Returns
+/// once connected (no request is sent before: it would time out and end the bridge), or
+/// `None` when `stop` comes first.
+pub async fn connect(url: &str, stop: &Stop) -> Result<Option<async_nats::Client>, BridgeError> {
+    let client = client(url).await?;
+    let mut stop = stop.clone();
+    let mut warned = false;
+    while client.connection_state() != async_nats::connection::State::Connected {
+        if *stop.borrow() > 0 {
+            return Ok(None);
+        }
+        if !warned {
+            tracing::warn!(%url, "NATS does not answer yet (is nats-server running there?); waiting for it");
+            warned = true;
+        }
+        // Woken by a stop, else looked at again shortly.
+        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+    }
+    Ok(Some(client))
+}
+
+/// The client, its first connection made in the background.
+async fn client(url: &str) -> Result<async_nats::Client, BridgeError> {
     let url_owned = url.to_string();
     async_nats::ConnectOptions::new()
         .name("xtcq-bridge")
