@@ -14,17 +14,22 @@ use crate::Stop;
 pub async fn connect(url: &str, stop: &Stop) -> Result<Option<async_nats::Client>, BridgeError> {
     let client = client(url).await?;
     let mut stop = stop.clone();
-    let mut warned = false;
-    while client.connection_state() != async_nats::connection::State::Connected {
+    // Looks every 100 ms; says what it waits for once the first connection is not quick.
+    for looks in 0u32.. {
+        if client.connection_state() == async_nats::connection::State::Connected {
+            break;
+        }
         if *stop.borrow() > 0 {
             return Ok(None);
         }
-        if !warned {
-            tracing::warn!(%url, "NATS does not answer yet (is nats-server running there?); waiting for it");
-            warned = true;
+        if looks == 5 {
+            tracing::warn!(%url, "NATS does not answer yet (is nats-server up there?); waiting for it");
         }
-        // Woken by a stop, else looked at again shortly.
-        let _ = tokio::time::timeout(Duration::from_millis(100), stop.changed()).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            // A sender gone cannot wake us again: the sleep paces the next look.
+            r = stop.changed() => if r.is_err() { tokio::time::sleep(Duration::from_millis(100)).await },
+        }
     }
     Ok(Some(client))
 }
