@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::CreateStreamErrorKind;
 use async_nats::jetstream::{self, consumer, stream};
 
 use crate::error::BridgeError;
@@ -85,8 +86,19 @@ pub async fn ensure_stream(js: &jetstream::Context, spec: &StreamSpec<'_>) -> Re
         ..Default::default()
     };
     let bad = |message: String| BridgeError::Stream { stream: spec.name.to_string(), message };
-    let mut s =
-        js.get_or_create_stream(cfg).await.map_err(|e| bad(format!("cannot create or read it: {e}")))?;
+    let mut s = js.get_or_create_stream(cfg).await.map_err(|e| {
+        let hint = match e.kind() {
+            CreateStreamErrorKind::JetStreamUnavailable => {
+                ": the server answers but has no JetStream; start nats-server with -js (or enable \
+                 jetstream in its configuration)"
+            }
+            CreateStreamErrorKind::EmptyStreamName | CreateStreamErrorKind::InvalidStreamName => {
+                ": give --stream a name of letters, digits, '-' or '_'"
+            }
+            _ => "",
+        };
+        bad(format!("cannot create or read it: {e}{hint}"))
+    })?;
     let info = s.info().await.map_err(|e| bad(format!("cannot read its settings: {e}")))?;
     if info.config.retention != stream::RetentionPolicy::WorkQueue {
         return Err(bad(format!(

@@ -86,3 +86,33 @@ fn sigterm_while_waiting_for_nats_ends_the_bridge_cleanly() {
     assert!(st.success(), "{st}: {}", b.log_text());
     assert_eq!(a.live("q"), 1, "the job stays queued locally");
 }
+
+/// A NATS server without JetStream: the bridge must say so and how to enable it (before:
+/// "cannot create or read it: jetstream unavailable", and nothing on what to do).
+#[test]
+fn a_server_without_jetstream_is_named_as_such() {
+    let Some(mut nats) = Nats::start("a_server_without_jetstream_is_named_as_such") else { return };
+    nats.kill();
+    let url = nats.url();
+    let port = url.rsplit(':').next().expect("port").to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = std::fs::File::create(dir.path().join("nats.log")).expect("log");
+    let plain = Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port])
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("start nats-server");
+    let mut plain = Proc { child: Some(plain), log: dir.path().join("nats.log") };
+    wait_until(Duration::from_secs(10), "plain nats-server ready", || {
+        std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port"))).is_ok()
+    });
+    let a = Host::start("A");
+    a.ok(&["create", "q"], b"");
+    let mut b = bridge_out(&a, &nats, &a.dir().join("bridge-out.json"));
+    let st = b.wait(Duration::from_secs(60));
+    let log = b.log_text();
+    assert!(!st.success(), "{log}");
+    assert!(log.contains("has no JetStream") && log.contains("-js"), "say what to do:\n{log}");
+    plain.kill9();
+}
