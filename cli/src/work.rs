@@ -105,10 +105,15 @@ fn check_jobs_fit(jobs: u32) -> Result<()> {
     let fds = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     let need = FDS_BASE + FDS_PER_JOB * u64::from(jobs);
     if need > fds {
+        let fit = fds.saturating_sub(FDS_BASE) / FDS_PER_JOB;
+        let what = if fit == 0 {
+            format!("raise the limit to at least {need} (even --jobs 1 needs {})", FDS_BASE + FDS_PER_JOB)
+        } else {
+            format!("lower --jobs to at most {fit} or raise the limit")
+        };
         bail!(
             "--jobs {jobs} needs about {need} file descriptors, but this process may open {fds} \
-             (ulimit -n); lower --jobs to at most {} or raise the limit",
-            fds.saturating_sub(FDS_BASE) / FDS_PER_JOB
+             (ulimit -n); {what}"
         );
     }
     Ok(())
