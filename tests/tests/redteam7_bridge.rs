@@ -116,3 +116,24 @@ fn a_server_without_jetstream_is_named_as_such() {
     assert!(log.contains("has no JetStream") && log.contains("-js"), "say what to do:\n{log}");
     plain.kill9();
 }
+
+/// `in --max-inflight 0` held nothing, so it fetched nothing, for ever and silently; now it
+/// is refused as a bad argument (exit 2) saying why.
+#[test]
+fn in_refuses_max_inflight_0() {
+    let o = run_bounded(
+        Command::new(exe::bridge_exe()).args([
+            "in",
+            "q",
+            "--stream",
+            "S",
+            "--consumer",
+            "c",
+            "--max-inflight",
+            "0",
+        ]),
+        None,
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--max-inflight") && stderr(&o).contains("1 or more"), "{}", stderr(&o));
+}
