@@ -94,7 +94,10 @@ struct Bridge<'a> {
 
 /// Runs until a stop, then drains (see `--drain-timeout`).
 pub async fn run(args: &InArgs, stop: Stop, counters: Arc<Counters>) -> Result<(), BridgeError> {
-    let mut b = Bridge::start(args, counters).await?;
+    let Some(mut b) = Bridge::start(args, counters, &stop).await? else {
+        tracing::info!("bridge in stopped before NATS answered: no message was fetched");
+        return Ok(());
+    };
     b.serve(stop).await;
     let _ = b.nats.flush().await;
     if b.held.is_empty() {
@@ -109,10 +112,15 @@ pub async fn run(args: &InArgs, stop: Stop, counters: Arc<Counters>) -> Result<(
 impl<'a> Bridge<'a> {
     /// Sets up the streams and the consumer, checks the consumer's AckWait against the local
     /// lease, attaches locally and loads the state file.
-    async fn start(args: &'a InArgs, counters: Arc<Counters>) -> Result<Bridge<'a>, BridgeError> {
+    /// `None` when a stop came before NATS answered.
+    async fn start(
+        args: &'a InArgs,
+        counters: Arc<Counters>,
+        stop: &Stop,
+    ) -> Result<Option<Bridge<'a>>, BridgeError> {
         let c = &args.common;
         let subject = c.subject();
-        let nats = nats::connect(&c.nats).await?;
+        let Some(nats) = nats::connect(&c.nats, stop).await? else { return Ok(None) };
         let js = jetstream::new(nats.clone());
         let spec =
             StreamSpec { name: &c.stream, subject: &subject, duplicate_window: Duration::from_secs(600) };
@@ -144,7 +152,7 @@ impl<'a> Bridge<'a> {
                 "jobs pushed before a restart: their redeliveries will not be pushed again"
             );
         }
-        Ok(Bridge {
+        Ok(Some(Bridge {
             args,
             js,
             nats,
@@ -157,7 +165,7 @@ impl<'a> Bridge<'a> {
             orphans,
             orphans_until: Instant::now() + ack_wait * 2,
             counters,
-        })
+        }))
     }
 
     /// Fetches and settles until a stop; after the first signal only settles, until nothing

@@ -113,8 +113,8 @@ pub struct InArgs {
     /// The limits stream that keeps those copies, created if missing (default: STREAM_DEAD).
     #[arg(long)]
     pub dead_stream: Option<String>,
-    /// The most messages held (pushed, not settled) at once.
-    #[arg(long, default_value_t = 256)]
+    /// The most messages held (pushed, not settled) at once (at least 1).
+    #[arg(long, default_value_t = 256, value_parser = at_least_one)]
     pub max_inflight: usize,
     /// How often held jobs are looked at (and the longest a fetch waits).
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
@@ -162,6 +162,15 @@ fn init_logging() {
         fmt.without_time().init();
     } else {
         fmt.init();
+    }
+}
+
+/// A count of at least 1: `--max-inflight 0` would hold nothing, so fetch nothing, for ever.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would let the bridge take no message at all; give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?} is not a count: {e}")),
     }
 }
 

@@ -2,13 +2,41 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::context::CreateStreamErrorKind;
 use async_nats::jetstream::{self, consumer, stream};
 
 use crate::error::BridgeError;
+use crate::Stop;
 
 /// Connects, retrying the first connection too, with exponential backoff capped at 5 s: a
-/// bridge started before its server, or cut off from it, waits instead of exiting.
-pub async fn connect(url: &str) -> Result<async_nats::Client, BridgeError> {
+/// bridge started before its server, or cut off from it, waits instead of exiting. Returns
+/// once connected (no request is sent before: it would time out and end the bridge), or
+/// `None` when `stop` comes first.
+pub async fn connect(url: &str, stop: &Stop) -> Result<Option<async_nats::Client>, BridgeError> {
+    let client = client(url).await?;
+    let mut stop = stop.clone();
+    // Looks every 100 ms; says what it waits for once the first connection is not quick.
+    for looks in 0u32.. {
+        if client.connection_state() == async_nats::connection::State::Connected {
+            break;
+        }
+        if *stop.borrow() > 0 {
+            return Ok(None);
+        }
+        if looks == 5 {
+            tracing::warn!(%url, "NATS does not answer yet (is nats-server up there?); waiting for it");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            // A sender gone cannot wake us again: the sleep paces the next look.
+            r = stop.changed() => if r.is_err() { tokio::time::sleep(Duration::from_millis(100)).await },
+        }
+    }
+    Ok(Some(client))
+}
+
+/// The client, its first connection made in the background.
+async fn client(url: &str) -> Result<async_nats::Client, BridgeError> {
     let url_owned = url.to_string();
     async_nats::ConnectOptions::new()
         .name("xtcq-bridge")
@@ -58,8 +86,19 @@ pub async fn ensure_stream(js: &jetstream::Context, spec: &StreamSpec<'_>) -> Re
         ..Default::default()
     };
     let bad = |message: String| BridgeError::Stream { stream: spec.name.to_string(), message };
-    let mut s =
-        js.get_or_create_stream(cfg).await.map_err(|e| bad(format!("cannot create or read it: {e}")))?;
+    let mut s = js.get_or_create_stream(cfg).await.map_err(|e| {
+        let hint = match e.kind() {
+            CreateStreamErrorKind::JetStreamUnavailable => {
+                ": the server answers but has no JetStream; start nats-server with -js (or enable \
+                 jetstream in its configuration)"
+            }
+            CreateStreamErrorKind::EmptyStreamName | CreateStreamErrorKind::InvalidStreamName => {
+                ": give --stream a name of letters, digits, '-' or '_'"
+            }
+            _ => "",
+        };
+        bad(format!("cannot create or read it: {e}{hint}"))
+    })?;
     let info = s.info().await.map_err(|e| bad(format!("cannot read its settings: {e}")))?;
     if info.config.retention != stream::RetentionPolicy::WorkQueue {
         return Err(bad(format!(

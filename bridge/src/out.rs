@@ -71,7 +71,10 @@ async fn attach_retry(
 pub async fn run(args: &OutArgs, stop: Stop, counters: Arc<Counters>) -> Result<(), BridgeError> {
     let c = &args.common;
     let subject = c.subject();
-    let client = nats::connect(&c.nats).await?;
+    let Some(client) = nats::connect(&c.nats, &stop).await? else {
+        tracing::info!("bridge out stopped before NATS answered: no job was taken");
+        return Ok(());
+    };
     let js = jetstream::new(client);
     let spec = StreamSpec { name: &c.stream, subject: &subject, duplicate_window: args.duplicate_window };
     nats::ensure_stream(&js, &spec).await?;

@@ -67,9 +67,13 @@ pub struct CreateArgs {
 }
 
 /// The segment's deques per queue and deque capacity: the most a queue may ask for.
+/// The segment's deques per queue and deque capacity, read from its validated descriptor
+/// (not from a whole-segment `stats`, whose answer outgrows a frame with hundreds of queues).
+/// Only defaults are clamped to them: the daemon checks what `create` asks for.
 fn segment_limits(client: &Client) -> Result<(u32, u32)> {
-    let s = client.stats(None)?.segment;
-    Ok((s.deques_per_queue, s.deque_capacity))
+    let seg = client.segment()?;
+    let c = seg.config();
+    Ok((c.deques_per_queue, c.deque_capacity))
 }
 
 pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {

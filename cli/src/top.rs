@@ -5,6 +5,8 @@
 //! - The terminal is put back (raw mode off, main screen) on every way out: `q`, Esc,
 //!   Ctrl-C (a key in raw mode, not a signal), an error, a panic (the guard's `Drop`).
 //! - Not on a terminal it refuses at once and points at `stats --watch`.
+//! - At most [`MAX_COLS`] x [`MAX_ROWS`] cells are drawn, whatever size the terminal claims:
+//!   the memory a frame takes is bounded.
 //! - Rates come from the totals' deltas between two answers (as `stats --watch`).
 //! - The second line shows the payload blocks held per size, when the segment has any.
 
@@ -16,10 +18,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::Args;
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::{Block, Paragraph, Row, Table};
-use ratatui::{DefaultTerminal, Frame};
+use ratatui::{DefaultTerminal, Frame, TerminalOptions, Viewport};
 use xtcq_proto::msg::{QueueMetrics, Stats};
 use xtcq_proto::queue_name::escaped;
 
@@ -50,8 +52,10 @@ pub fn top(socket: Option<&Path>, args: TopArgs) -> Result<i32> {
         bail!("xtcq top needs a terminal; for a pipe or a log use `xtcq stats --watch`");
     }
     let client = connect(socket)?;
-    let mut terminal = ratatui::try_init()?;
+    let mut area = drawn_area()?;
+    let mut terminal = ratatui::try_init_with_options(TerminalOptions { viewport: Viewport::Fixed(area) })?;
     let _restore = Restore;
+    crossterm::execute!(std::io::stdout(), crossterm::terminal::EnterAlternateScreen)?;
     let mut before: HashMap<String, QueueMetrics> = HashMap::new();
     let mut last = Instant::now();
     loop {
@@ -60,11 +64,29 @@ pub fn top(socket: Option<&Path>, args: TopArgs) -> Result<i32> {
         last = Instant::now();
         let rows = rows(&s, &before, secs);
         before = s.queues.iter().map(|q| (q.info.name.clone(), q.metrics.clone())).collect();
+        let now = drawn_area()?;
+        if now != area {
+            terminal.resize(now)?;
+            area = now;
+        }
         draw(&mut terminal, &s, &rows)?;
         if quit_within(args.interval)? {
             return Ok(exit::OK);
         }
     }
+}
+
+/// The most columns and rows drawn: ratatui keeps two buffers of the drawn area (tens of
+/// bytes a cell), and a terminal may claim 10000 x 10000 (tmux allows it), which cost
+/// gigabytes and seconds a frame. Past these the screen stays blank; the table fits well
+/// within.
+const MAX_COLS: u16 = 512;
+const MAX_ROWS: u16 = 1024;
+
+/// The terminal's area, capped at [`MAX_COLS`] x [`MAX_ROWS`].
+fn drawn_area() -> Result<Rect> {
+    let (cols, rows) = crossterm::terminal::size()?;
+    Ok(Rect::new(0, 0, cols.min(MAX_COLS), rows.min(MAX_ROWS)))
 }
 
 /// Whether a quit key comes within `wait`.

@@ -105,10 +105,15 @@ fn check_jobs_fit(jobs: u32) -> Result<()> {
     let fds = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
     let need = FDS_BASE + FDS_PER_JOB * u64::from(jobs);
     if need > fds {
+        let fit = fds.saturating_sub(FDS_BASE) / FDS_PER_JOB;
+        let what = if fit == 0 {
+            format!("raise the limit to at least {need} (even --jobs 1 needs {})", FDS_BASE + FDS_PER_JOB)
+        } else {
+            format!("lower --jobs to at most {fit} or raise the limit")
+        };
         bail!(
             "--jobs {jobs} needs about {need} file descriptors, but this process may open {fds} \
-             (ulimit -n); lower --jobs to at most {} or raise the limit",
-            fds.saturating_sub(FDS_BASE) / FDS_PER_JOB
+             (ulimit -n); {what}"
         );
     }
     Ok(())
@@ -462,8 +467,16 @@ fn jitter_bits(id: xtcq_client::JobId) -> u64 {
 
 /// Acks, gives back or fails (with the queue's retry backoff) a job by how its command
 /// ended, counts it, and says so; `Err` when the worker must stop (a refused fence).
-fn settle(a: &WorkArgs, queue: &QueueInfo, n: &Counters, job: Job<'_>, outcome: Result<Ran>) -> Result<()> {
-    let (id, attempt) = (job.id(), job.attempts());
+/// `attempt` is the job's attempt count read when it was claimed: the record's may have
+/// moved on since (its lease ran out and the daemon re-queued it, counting an attempt).
+fn settle(
+    a: &WorkArgs,
+    queue: &QueueInfo,
+    n: &Counters,
+    (job, attempt): (Job<'_>, u32),
+    outcome: Result<Ran>,
+) -> Result<()> {
+    let id = job.id();
     // `unusual`: killed or not run, reported even without --verbose.
     let (what, succeeded, unusual) = match &outcome {
         Ok(Ran::Exited(st)) => (describe(st), st.success(), false),
@@ -565,7 +578,7 @@ pub(crate) fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, 
             idle_since = Instant::now();
             continue;
         }
-        settle(a, thief.queue(), n, job, outcome)?;
+        settle(a, thief.queue(), n, (job, attempt), outcome)?;
         idle_since = Instant::now();
     }
     Ok(())

@@ -54,13 +54,43 @@ struct Link {
     status: Arc<Status>,
 }
 
+/// What `p` is when it exists and is no socket (a directory, a regular file, a FIFO...):
+/// connecting to it is refused like connecting to a socket nobody listens on.
+fn not_a_socket(p: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(p).ok()?.file_type();
+    Some(if t.is_socket() {
+        return None;
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_file() {
+        "regular file"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    })
+}
+
 impl Link {
     /// Connects and performs the handshake.
     fn open(p: &Path, client_name: &str, timeout: Duration, trusted: &[u32]) -> Result<Link, Error> {
         let mut stream = UnixStream::connect(p).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                Error::DaemonNotRunning { path: p.to_path_buf(), source }
-            }
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => match not_a_socket(p) {
+                Some(kind) => {
+                    let why = format!(
+                        "{} is a {kind}, not a socket: point --socket (or XTCQ_SOCKET) at xtcqd's \
+                         control socket",
+                        p.display()
+                    );
+                    Error::Connect { path: p.to_path_buf(), source: std::io::Error::other(why) }
+                }
+                None => Error::DaemonNotRunning { path: p.to_path_buf(), source },
+            },
             std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { path: p.to_path_buf(), source },
             _ => Error::Connect { path: p.to_path_buf(), source },
         })?;

@@ -14,7 +14,8 @@
 //!   (`payload_hex`);
 //! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
 //!   under the name; that name is created exclusively (`O_EXCL`), never through a link
-//!   planted there;
+//!   planted there; a `FILE` that exists and is not a regular file (a device, a FIFO, a
+//!   link, a directory) is refused first, never replaced;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
 //!   `FILE.importing` (a daemon killed during the import) refuses to guess which of its jobs
@@ -148,6 +149,18 @@ pub enum DumpError {
         /// What is wrong.
         what: String,
     },
+    /// The dump's path names something a dump must not replace.
+    #[error(
+        "{path} is a {kind}, not a regular file: a dump is written whole and renamed over its \
+         path, which would replace the {kind} itself; give the path of a new file (or of an \
+         older dump to replace)"
+    )]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: &'static str,
+    },
     /// A segment file that could not be read.
     #[error(transparent)]
     Segment(#[from] xtcq_shm::SegmentError),
@@ -218,6 +231,7 @@ pub fn dump_of(copy: &SegmentCopy) -> Dump {
 
 /// Writes `dump` to `path` (through `path.tmp.PID`, synced, then renamed).
 pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpError> {
+    refuse_non_file(path)?;
     // FILE.tmp.PID: a suffix, not `with_extension` (which made a.dump's temporary a.tmp,
     // clobbering an unrelated file), and the pid keeps two exports apart.
     let mut tmp = path.as_os_str().to_owned();
@@ -245,6 +259,32 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
     })?;
     f.sync_all().map_err(io("cannot sync", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path))
+}
+
+/// Refuses a `path` that exists and is not a regular file: the rename would replace it
+/// itself (a device such as `/dev/null` when run as root, a FIFO, a link's own name).
+fn refuse_non_file(path: &Path) -> Result<(), DumpError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    };
+    Err(DumpError::NotAFile { path: path.to_path_buf(), kind })
 }
 
 /// Creates `tmp`, a file that must not exist: `O_EXCL` never follows a link planted at the

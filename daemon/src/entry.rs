@@ -44,8 +44,25 @@ pub fn main() -> ! {
             std::process::exit(2);
         }
         Err(e) => {
-            eprintln!("xtcqd: error: {:#}", anyhow::Error::from(e));
+            eprintln!("xtcqd: error: {}", said_once(&anyhow::Error::from(e)));
             std::process::exit(1);
         }
     }
+}
+
+/// The error and its causes, `: `-joined, leaving out a cause its message already quotes (many
+/// errors here name their cause in their own text and keep it as `source` too).
+fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

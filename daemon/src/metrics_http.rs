@@ -71,18 +71,24 @@ async fn serve_one(reg: Registry, mut stream: TcpStream) -> std::io::Result<()> 
     let head = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return Err(e),
-        Err(_) => return respond(&mut stream, "408 Request Timeout", "request not finished in time\n").await,
+        Err(_) => {
+            return respond(&mut stream, "408 Request Timeout", "request not finished in time\n", true).await
+        }
     };
     let Some(head) = head else {
-        return respond(&mut stream, "431 Request Header Fields Too Large", "request too large\n").await;
+        return respond(&mut stream, "431 Request Header Fields Too Large", "request too large\n", true)
+            .await;
     };
+    // A HEAD answer has the headers a GET would get and no body (RFC 9110 9.3.2).
+    let body = !head.starts_with(b"HEAD ");
+    let respond = |stream, status, text| respond(stream, status, text, body);
     match route(&head) {
         Route::Metrics => {
-            let body = tokio::task::spawn_blocking(move || reg.stats(None, 0).map(|s| render(&s)))
+            let text = tokio::task::spawn_blocking(move || reg.stats(None, 0).map(|s| render(&s)))
                 .await
                 .map_err(std::io::Error::other)?;
-            match body {
-                Ok(b) => respond_with(&mut stream, "200 OK", "text/plain; version=0.0.4", &b).await,
+            match text {
+                Ok(b) => respond_with(&mut stream, "200 OK", "text/plain; version=0.0.4", &b, body).await,
                 Err(e) => {
                     respond(&mut stream, "500 Internal Server Error", &format!("{}\n", e.message)).await
                 }
@@ -142,11 +148,18 @@ fn route(head: &[u8]) -> Route {
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    respond_with(stream, status, "text/plain; charset=utf-8", body).await
+/// A plain-text answer; `with_body` false for a HEAD request (the headers alone).
+async fn respond(stream: &mut TcpStream, status: &str, body: &str, with_body: bool) -> std::io::Result<()> {
+    respond_with(stream, status, "text/plain; charset=utf-8", body, with_body).await
 }
 
-async fn respond_with(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+async fn respond_with(
+    stream: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &str,
+    with_body: bool,
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -154,7 +167,9 @@ async fn respond_with(stream: &mut TcpStream, status: &str, ctype: &str, body: &
     // A client that stops reading cannot hold the task for long either.
     let write = async {
         stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
+        if with_body {
+            stream.write_all(body.as_bytes()).await?;
+        }
         stream.shutdown().await
     };
     tokio::time::timeout(REQUEST_TIMEOUT, write).await.unwrap_or(Ok(()))

@@ -252,6 +252,10 @@ fn a_killed_in_bridge_restarted_does_not_push_its_jobs_twice() {
     let args = ["--consumer", "B", "--ack-wait", "2s", "--state", state];
     let mut first = Bridge::start(&b, &nats, "in", "q", "JOBS", &args, &[]);
     wait_until(LONG, "the first bridge holds every job", || first.stat("held") == n);
+    // The state file is written after each batch's pushes, not with each push (a crash
+    // between may push a job again, as journal.rs says): kill once it records every job.
+    let recorded = || std::fs::read_to_string(state).unwrap_or_default().lines().count() as u64;
+    wait_until(LONG, "the state file records every job held", || recorded() == n + 1);
     first.proc.kill9();
     let mut second = Bridge::start(&b, &nats, "in", "q", "JOBS", &args, &[]);
     wait_until(LONG, "the redeliveries are adopted", || second.stat("adopted") == n);

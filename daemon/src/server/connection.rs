@@ -186,10 +186,12 @@ impl Conn {
                 return false;
             }
         };
-        matches!(
-            tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(&bytes)).await,
-            Ok(Ok(()))
-        )
+        self.write_frame(&bytes).await
+    }
+
+    /// Writes an encoded frame within the io-timeout; false when it could not.
+    async fn write_frame(&mut self, bytes: &[u8]) -> bool {
+        matches!(tokio::time::timeout(self.st.cfg.io_timeout, self.stream.write_all(bytes)).await, Ok(Ok(())))
     }
 
     /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
@@ -447,6 +449,23 @@ impl Conn {
                 (id, Err(ErrorReply::new(ErrorCode::BadRequest, e.to_string())))
             }
         };
+        self.send_reply(id, result).await
+    }
+
+    /// Sends the reply to request `id`. An answer over the frame limit (a whole-segment
+    /// `Stats` or `ListQueues` of a big queue table) is replaced by an error that says so
+    /// and what to ask instead, so the client learns why and its connection goes on.
+    async fn send_reply(&mut self, id: u64, result: Result<Response, ErrorReply>) -> bool {
+        let e = match framing::encode(&ServerMessage::Reply { id, result }) {
+            Ok(bytes) => return self.write_frame(&bytes).await,
+            Err(e) => e,
+        };
+        warn!(pid = self.peer.pid, client = %self.name, error = %e, "answer too large; sending an error instead");
+        let message = format!(
+            "the answer is too large to send ({e}): there are too many queues or processes to \
+             describe in one answer; ask about one queue instead (e.g. `xtcq stats QUEUE`)"
+        );
+        let result = Err(ErrorReply::new(ErrorCode::FrameTooLarge, message));
         self.send(&ServerMessage::Reply { id, result }).await
     }
 }
