@@ -59,21 +59,7 @@ struct Link {
 fn not_a_socket(p: &Path) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     let t = std::fs::metadata(p).ok()?.file_type();
-    Some(if t.is_socket() {
-        return None;
-    } else if t.is_dir() {
-        "directory"
-    } else if t.is_file() {
-        "regular file"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else {
-        "special file"
-    })
+    (!t.is_socket()).then(|| xtcq_proto::paths::file_kind(t))
 }
 
 impl Link {

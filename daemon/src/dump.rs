@@ -264,27 +264,14 @@ pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpEr
 /// Refuses a `path` that exists and is not a regular file: the rename would replace it
 /// itself (a device such as `/dev/null` when run as root, a FIFO, a link's own name).
 fn refuse_non_file(path: &Path) -> Result<(), DumpError> {
-    use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
-    let t = meta.file_type();
-    let kind = if t.is_file() {
+    if meta.file_type().is_file() {
         return Ok(());
-    } else if t.is_dir() {
-        "directory"
-    } else if t.is_symlink() {
-        "symbolic link"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_socket() {
-        "socket"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else {
-        "special file"
-    };
-    Err(DumpError::NotAFile { path: path.to_path_buf(), kind })
+    }
+    Err(DumpError::NotAFile {
+        path: path.to_path_buf(),
+        kind: xtcq_proto::paths::file_kind(meta.file_type()),
+    })
 }
 
 /// Creates `tmp`, a file that must not exist: `O_EXCL` never follows a link planted at the

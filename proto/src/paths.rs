@@ -110,6 +110,34 @@ pub fn default_segment_path() -> PathBuf {
     default_segment_path_for(uid())
 }
 
+/// What a file is, in words, for a message that refuses it: "regular file", "directory",
+/// "symbolic link", "FIFO", "socket", "character device", "block device" or "special file".
+///
+/// ```
+/// let t = std::fs::metadata("/").unwrap().file_type();
+/// assert_eq!(xtcq_proto::paths::file_kind(t), "directory");
+/// ```
+pub fn file_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "regular file"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
