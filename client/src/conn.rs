@@ -473,7 +473,7 @@ impl Drop for Conn {
 
 fn read_loop(mut s: UnixStream, tx: Sender<Reply>, status: Arc<Status>) {
     loop {
-        match frame::read_frame::<_, ServerMessage>(&mut s) {
+        match frame::read_frame_within::<_, ServerMessage>(&mut s, xtcq_proto::MAX_REPLY_LEN) {
             Ok(ServerMessage::Reply { id, result }) => {
                 if tx.send((id, result)).is_err() {
                     break;

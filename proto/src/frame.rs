@@ -23,8 +23,15 @@ use std::io::{self, Read, Write};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// Largest body a frame may carry (64 KiB). Every message of the protocol is far below it.
+/// Largest body a frame may carry (64 KiB): every request, every handshake message, and
+/// every answer but the two below. A peer the daemon does not trust can make it read no more.
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
+
+/// Largest body of an answer from the daemon (16 MiB): a whole-segment `Stats` or
+/// `ListQueues` grows with the queue table (about 700 bytes a queue; `--queues` takes up to
+/// 4096) and the processes attached. Only a client reads frames this large, from a daemon it
+/// checked it trusts.
+pub const MAX_REPLY_LEN: usize = 16 * 1024 * 1024;
 
 /// Bytes of the length prefix.
 pub const HEADER_LEN: usize = 4;
@@ -32,12 +39,13 @@ pub const HEADER_LEN: usize = 4;
 /// A frame could not be read, written or understood.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    /// The peer announced a body larger than [`MAX_FRAME_LEN`].
+    /// The peer announced a body larger than the limit ([`MAX_FRAME_LEN`], or
+    /// [`MAX_REPLY_LEN`] for a daemon's answer).
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge {
         /// Announced length.
         len: u64,
-        /// [`MAX_FRAME_LEN`].
+        /// The limit.
         max: usize,
     },
     /// The stream ended at a frame boundary.
@@ -64,9 +72,14 @@ pub enum FrameError {
 
 /// Checks an announced body length against [`MAX_FRAME_LEN`].
 pub fn check_len(len: u32) -> Result<usize, FrameError> {
+    check_len_within(len, MAX_FRAME_LEN)
+}
+
+/// Checks an announced body length against `max`.
+pub fn check_len_within(len: u32, max: usize) -> Result<usize, FrameError> {
     let len = len as usize;
-    if len > MAX_FRAME_LEN {
-        return Err(FrameError::TooLarge { len: len as u64, max: MAX_FRAME_LEN });
+    if len > max {
+        return Err(FrameError::TooLarge { len: len as u64, max });
     }
     Ok(len)
 }
@@ -112,15 +125,20 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-/// Reads one frame's body (blocking).
+/// Reads one frame's body (blocking), of at most [`MAX_FRAME_LEN`] bytes.
 pub fn read_body<R: Read>(r: &mut R) -> Result<Vec<u8>, FrameError> {
+    read_body_within(r, MAX_FRAME_LEN)
+}
+
+/// Reads one frame's body (blocking), of at most `max` bytes.
+pub fn read_body_within<R: Read>(r: &mut R, max: usize) -> Result<Vec<u8>, FrameError> {
     let mut hdr = [0u8; HEADER_LEN];
     match read_full(r, &mut hdr)? {
         0 => return Err(FrameError::Closed),
         HEADER_LEN => {}
         got => return Err(FrameError::Truncated { expected: HEADER_LEN, got }),
     }
-    let len = check_len(u32::from_be_bytes(hdr))?;
+    let len = check_len_within(u32::from_be_bytes(hdr), max)?;
     let mut body = vec![0u8; len];
     let got = read_full(r, &mut body)?;
     if got != len {
@@ -132,6 +150,12 @@ pub fn read_body<R: Read>(r: &mut R) -> Result<Vec<u8>, FrameError> {
 /// Reads and decodes one frame (blocking).
 pub fn read_frame<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, FrameError> {
     decode(&read_body(r)?)
+}
+
+/// Reads and decodes one frame of at most `max` bytes (blocking): a client reading the
+/// daemon's answers passes [`MAX_REPLY_LEN`].
+pub fn read_frame_within<R: Read, T: DeserializeOwned>(r: &mut R, max: usize) -> Result<T, FrameError> {
+    decode(&read_body_within(r, max)?)
 }
 
 #[cfg(test)]
@@ -229,6 +253,21 @@ mod tests {
         assert_eq!(len, bytes.len() - 4);
         let v: serde_json::Value = serde_json::from_slice(&bytes[4..]).unwrap();
         assert_eq!(v["id"], 1);
+    }
+
+    #[test]
+    fn an_answer_over_64_kib_is_read_within_the_reply_limit_only() {
+        let big = serde_json::Value::String("x".repeat(MAX_FRAME_LEN + 10));
+        let mut bytes = ((MAX_FRAME_LEN + 12) as u32).to_be_bytes().to_vec();
+        bytes.extend_from_slice(&serde_json::to_vec(&big).unwrap());
+        assert!(matches!(read_body(&mut Cursor::new(bytes.clone())), Err(FrameError::TooLarge { .. })));
+        let back: serde_json::Value = read_frame_within(&mut Cursor::new(bytes), MAX_REPLY_LEN).unwrap();
+        assert_eq!(back, big);
+        let over = ((MAX_REPLY_LEN + 1) as u32).to_be_bytes().to_vec();
+        assert!(matches!(
+            read_body_within(&mut Cursor::new(over), MAX_REPLY_LEN),
+            Err(FrameError::TooLarge { max: MAX_REPLY_LEN, .. })
+        ));
     }
 
     #[test]

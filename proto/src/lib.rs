@@ -38,7 +38,7 @@ pub mod queue_name;
 mod stats_msg;
 
 pub use backoff::{Jitter, RetryBackoff};
-pub use frame::{FrameError, MAX_FRAME_LEN};
+pub use frame::{FrameError, MAX_FRAME_LEN, MAX_REPLY_LEN};
 pub use msg::*;
 
 /// The protocol version this build speaks. Bumped on any incompatible change to [`msg`]

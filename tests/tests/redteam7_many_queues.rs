@@ -6,9 +6,9 @@
 //!   encode a reply" and dropped the connection, so `xtcq ls`, `xtcq stats` and `top` said
 //!   only "lost the connection to xtcqd", and `xtcq create` (which asks for the segment's
 //!   limits that way) could not create another queue.
-//! - Kept here: a reply the daemon cannot send is answered with an error that says so and
-//!   what to ask instead, on a connection that stays usable; `create` works whatever the
-//!   number of queues.
+//! - Kept here: `ls` and `stats` list every queue (an answer may be up to 16 MiB, a request
+//!   still only 64 KiB), and `create` works whatever the number of queues. An answer over
+//!   even that would be replaced by an error that says so and what to ask instead.
 
 use xtcq_testkit::*;
 
@@ -40,28 +40,9 @@ fn create_without_sizes_works_with_many_queues() {
     assert_eq!(d.drain("one-more"), ["job"]);
 }
 
+/// Answers may be larger than requests (`proto::MAX_REPLY_LEN`, 16 MiB): 160 queues take
+/// about 110 KiB, and the whole table's 4096 about 3 MiB.
 #[test]
-fn an_answer_too_large_says_so_and_the_connection_goes_on() {
-    let d = daemon_with_many_queues();
-    let c = d.client();
-    let e = c.stats(None).expect_err("a whole-segment answer of this size is over the frame limit");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("frame limit") && msg.contains("one queue"),
-        "the error must say the answer is too large and what to ask instead: {msg}"
-    );
-    // The same connection still answers.
-    let one = c.stats(Some("queue-007")).expect("stats of one queue on the same connection");
-    assert_eq!(one.queues.len(), 1);
-    let o = d.run(&["stats", "queue-007"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-}
-
-#[test]
-#[ignore = "red-team break: `xtcq ls` / `xtcq stats` / `top` cannot list a segment of ~100+ \
-            queues: Stats and ListQueues answers are not paginated and outgrow the 64 KiB \
-            frame (needs a paged answer or a larger daemon-to-client frame limit; a protocol \
-            decision)"]
 fn ls_and_stats_list_every_queue() {
     let d = daemon_with_many_queues();
     let o = d.run(&["ls"]);

@@ -456,7 +456,7 @@ impl Conn {
     /// `Stats` or `ListQueues` of a big queue table) is replaced by an error that says so
     /// and what to ask instead, so the client learns why and its connection goes on.
     async fn send_reply(&mut self, id: u64, result: Result<Response, ErrorReply>) -> bool {
-        let e = match framing::encode(&ServerMessage::Reply { id, result }) {
+        let e = match framing::encode_reply(&ServerMessage::Reply { id, result }) {
             Ok(bytes) => return self.write_frame(&bytes).await,
             Err(e) => e,
         };

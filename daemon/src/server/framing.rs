@@ -6,6 +6,8 @@
 //!   ([`proto::MAX_FRAME_LEN`]): a longer announced body is refused from its 4 length bytes,
 //!   before anything is allocated; `tests/tests/daemon_framing.rs` runs it against proto's blocking
 //!   side both ways;
+//! - answers may be larger, up to [`proto::MAX_REPLY_LEN`] ([`encode_reply`]): only clients
+//!   read them, and a whole-segment `Stats` of a big queue table needs more than 64 KiB;
 //! - two deadlines: a connection may wait as long as it likes before a frame's first byte,
 //!   but once that byte arrived the frame must be whole within the io-timeout (a half-written
 //!   frame cannot hold a task for ever). The reader records when the first byte came;
@@ -21,18 +23,23 @@ use tokio::time::Instant;
 use tokio_util::bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 use xtcq_proto::frame::{FrameError, HEADER_LEN};
-use xtcq_proto::MAX_FRAME_LEN;
+use xtcq_proto::{MAX_FRAME_LEN, MAX_REPLY_LEN};
 
 /// The codec of proto's wire format: a `u32` big-endian length at offset 0 counting the body
 /// only, skipped from what is returned; bodies up to [`MAX_FRAME_LEN`].
 pub fn codec() -> LengthDelimitedCodec {
+    codec_within(MAX_FRAME_LEN)
+}
+
+/// The same codec with bodies up to `max`.
+fn codec_within(max: usize) -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .big_endian()
         .length_field_offset(0)
         .length_field_length(HEADER_LEN)
         .length_adjustment(0)
         .num_skip(HEADER_LEN)
-        .max_frame_length(MAX_FRAME_LEN)
+        .max_frame_length(max)
         .new_codec()
 }
 
@@ -44,10 +51,22 @@ pub fn encode<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
 
 /// Frames `body`, refusing one over the limit.
 pub fn encode_body(body: Vec<u8>) -> Result<Vec<u8>, FrameError> {
+    encode_body_within(body, MAX_FRAME_LEN)
+}
+
+/// Encodes an answer to a request ([`MAX_REPLY_LEN`]: a client reads the daemon's answers up
+/// to that; a whole-segment `Stats` of a big queue table needs more than [`MAX_FRAME_LEN`]).
+pub fn encode_reply<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
+    encode_body_within(body, MAX_REPLY_LEN)
+}
+
+/// Frames `body`, refusing one over `max`.
+fn encode_body_within(body: Vec<u8>, max: usize) -> Result<Vec<u8>, FrameError> {
     let len = body.len();
     let mut out = BytesMut::with_capacity(HEADER_LEN + len);
-    codec().encode(Bytes::from(body), &mut out).map_err(|_| {
-        FrameError::Encode(format!("message of {len} bytes exceeds the frame limit of {MAX_FRAME_LEN} bytes"))
+    codec_within(max).encode(Bytes::from(body), &mut out).map_err(|_| {
+        FrameError::Encode(format!("message of {len} bytes exceeds the frame limit of {max} bytes"))
     })?;
     Ok(out.to_vec())
 }
