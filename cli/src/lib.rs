@@ -36,6 +36,7 @@ mod out;
 mod progress;
 mod quota;
 mod room;
+mod runnable;
 mod stats;
 mod top;
 mod work;

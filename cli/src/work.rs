@@ -315,7 +315,9 @@ fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u
             kill_group(&mut child);
             Ok(Started::Refused("its registration was lost".into()))
         }
-        (Err(e), _) => Err(e).with_context(|| format!("cannot run {:?}", a.cmd[0])),
+        // Not the job's fault (the program went away, its interpreter line names nothing):
+        // given back uncounted, and this worker stops (see `runnable`).
+        (Err(e), _) => Ok(Started::Refused(format!("cannot run {:?}: {e}", a.cmd[0]))),
     }
 }
 
@@ -588,6 +590,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     if a.jobs == 0 || a.jobs > MAX_JOBS {
         bail!("--jobs must be between 1 and {MAX_JOBS}, not {}", a.jobs);
     }
+    crate::runnable::check(&a.cmd[0])?;
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
     let stop = Arc::new(Stop::default());
