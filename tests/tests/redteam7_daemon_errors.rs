@@ -26,3 +26,14 @@ fn a_segment_that_is_a_directory_is_said_once() {
 fn an_unknown_group_is_said_once() {
     said_once(&["--group", "no-such-group-xyz"], false, "no such group \"no-such-group-xyz\"");
 }
+
+/// A `--segment` in a directory that does not exist says so and what to do, not only
+/// "cannot create: No such file or directory" (red team 7 noticed it).
+#[test]
+fn a_segment_in_a_missing_directory_says_to_create_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let segment = dir.path().join("no-such-dir").join("segment");
+    let (st, err) = run_daemon_once(&dir.path().join("s.sock"), &segment, &[]);
+    assert!(!st.success(), "{err}");
+    assert!(err.contains("a directory that does not exist (create the directory first)"), "{err}");
+}

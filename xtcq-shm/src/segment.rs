@@ -91,16 +91,24 @@ impl Segment {
                 what: format!("mode {mode:o} would make the segment world-accessible"),
             });
         }
-        let file =
-            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path).map_err(
-                |e| {
-                    if e.kind() == io::ErrorKind::AlreadyExists {
-                        SegmentError::Exists { path: path.to_path_buf() }
-                    } else {
-                        io_err(path, "cannot create")(e)
-                    }
-                },
-            )?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    SegmentError::Exists { path: path.to_path_buf() }
+                } else if e.kind() == io::ErrorKind::NotFound && path.parent().is_some_and(|d| !d.is_dir()) {
+                    io_err(
+                        path,
+                        "cannot create it in a directory that does not exist (create the directory first)",
+                    )(e)
+                } else {
+                    io_err(path, "cannot create")(e)
+                }
+            })?;
         // Remove the half-made file on any error below, so a retry is not refused.
         let result = Self::init(file, path, config, regions, mode);
         if result.is_err() {
