@@ -351,7 +351,13 @@ pub fn steal(socket: Option<&Path>, args: StealArgs) -> Result<i32> {
             }
             return Err(anyhow::Error::from(e).context("cannot write the job to stdout; it was re-queued"));
         }
-        job.ack()?;
+        let id = job.id();
+        // Written, but not ours any more (the lease ran out while stdout was slow): the job
+        // will be delivered again, and whoever reads our output must know this copy was
+        // not the one that counted.
+        job.ack().with_context(|| {
+            format!("job {id} was written to stdout, but the queue will deliver it again")
+        })?;
         taken += 1;
     }
     Ok(if taken == 0 { exit::EMPTY } else { exit::OK })
