@@ -80,6 +80,16 @@ fn io_err<'p>(path: &'p Path, what: &'static str) -> impl FnOnce(io::Error) -> S
     move |source| SegmentError::Io { path: path.to_path_buf(), what, source }
 }
 
+/// Why a new segment file could not be created at `path`.
+fn create_error(path: &Path, e: io::Error) -> SegmentError {
+    const NO_DIR: &str = "cannot create it in a directory that does not exist (create the directory first)";
+    match e.kind() {
+        io::ErrorKind::AlreadyExists => SegmentError::Exists { path: path.to_path_buf() },
+        io::ErrorKind::NotFound if path.parent().is_some_and(|d| !d.is_dir()) => io_err(path, NO_DIR)(e),
+        _ => io_err(path, "cannot create")(e),
+    }
+}
+
 impl Segment {
     /// Creates a new segment file at `path` (which must not exist) with `config`, readable
     /// and writable by the modes in `mode` (e.g. `0o600`, or `0o660` for a group).
@@ -97,18 +107,7 @@ impl Segment {
             .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    SegmentError::Exists { path: path.to_path_buf() }
-                } else if e.kind() == io::ErrorKind::NotFound && path.parent().is_some_and(|d| !d.is_dir()) {
-                    io_err(
-                        path,
-                        "cannot create it in a directory that does not exist (create the directory first)",
-                    )(e)
-                } else {
-                    io_err(path, "cannot create")(e)
-                }
-            })?;
+            .map_err(|e| create_error(path, e))?;
         // Remove the half-made file on any error below, so a retry is not refused.
         let result = Self::init(file, path, config, regions, mode);
         if result.is_err() {
