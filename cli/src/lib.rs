@@ -154,6 +154,11 @@ enum Command {
 }
 
 pub fn main() {
+    // An empty `XTCQ_SOCKET` means unset, as xtcqd and the client library read it; clap
+    // would take it for `--socket` given no value and name the flag, not the variable.
+    if std::env::var_os(xtcq_proto::paths::SOCKET_ENV).is_some_and(|v| v.is_empty()) {
+        std::env::remove_var(xtcq_proto::paths::SOCKET_ENV);
+    }
     let cli = Cli::parse();
     let socket = cli.socket.as_deref();
     let result = match cli.command {
