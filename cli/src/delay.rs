@@ -13,8 +13,19 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use xtcq_client::{Jitter, RetryBackoff};
 
-/// Parses `--at`: RFC 3339 (`Z` or an offset), or `@` and seconds since the Unix epoch.
+/// Parses `--at`: RFC 3339 (`Z` or an offset), or `@` and seconds since the Unix epoch; at
+/// most 100 years ahead, as `--delay` (a job due later would never come).
 pub fn parse_at(s: &str) -> Result<SystemTime, String> {
+    let t = parse_time(s)?;
+    let ahead = t.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+    if ahead > xtcq_proto::duration::MAX {
+        return Err(format!("{s:?} is too far ahead: at most 100 years from now, as for --delay"));
+    }
+    Ok(t)
+}
+
+/// `--at`'s forms, without the 100-year bound.
+fn parse_time(s: &str) -> Result<SystemTime, String> {
     if let Some(secs) = s.strip_prefix('@') {
         return secs
             .parse::<u64>()
@@ -73,6 +84,8 @@ mod tests {
         assert_eq!(parse_at("2030-01-02T05:04:05+02:00").unwrap(), z);
         assert_eq!(parse_at("2030-01-01T23:34:05-03:30").unwrap(), z);
         assert_eq!(parse_at("@1893553445").unwrap(), z);
+        assert!(parse_at("9999-01-01T00:00:00Z").unwrap_err().contains("at most 100 years"));
+        assert!(parse_at("@99999999999").unwrap_err().contains("at most 100 years"));
         for bad in
             ["2030-01-02T03:04:05", "2030-01-02T03:04:05+25:00", "x+01:00", "", "@", "+01:00", "é12345"]
         {
