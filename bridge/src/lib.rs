@@ -63,7 +63,7 @@ pub struct Common {
     #[arg(long, env = "XTCQ_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
     /// The JetStream stream.
-    #[arg(long)]
+    #[arg(long, value_parser = nats_name)]
     pub stream: String,
     /// The subject jobs travel on (default: xtcq.jobs.QUEUE).
     #[arg(long)]
@@ -102,7 +102,7 @@ pub struct InArgs {
     #[command(flatten)]
     pub common: Common,
     /// The durable pull consumer (created if missing).
-    #[arg(long)]
+    #[arg(long, value_parser = nats_name)]
     pub consumer: String,
     /// AckWait of the consumer when the bridge creates it; must exceed the queue's lease.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -111,7 +111,7 @@ pub struct InArgs {
     #[arg(long)]
     pub dead_subject: Option<String>,
     /// The limits stream that keeps those copies, created if missing (default: STREAM_DEAD).
-    #[arg(long)]
+    #[arg(long, value_parser = nats_name)]
     pub dead_stream: Option<String>,
     /// The most messages held (pushed, not settled) at once (at least 1).
     #[arg(long, default_value_t = 256, value_parser = at_least_one)]
@@ -166,6 +166,20 @@ fn init_logging() {
 }
 
 /// A count of at least 1: `--max-inflight 0` would hold nothing, so fetch nothing, for ever.
+/// A JetStream stream or consumer name: NATS refuses whitespace, `.`, `*`, `>` and path
+/// separators in them, and a create with one only timed out ("timed out", after 10 s).
+fn nats_name(s: &str) -> Result<String, String> {
+    let bad = s.chars().find(|c| c.is_whitespace() || c.is_control() || ".*>/\\".contains(*c));
+    match bad {
+        _ if s.is_empty() => Err("an empty name; give one".into()),
+        Some(c) => Err(format!(
+            "{s:?} has {c:?}, which JetStream does not take in a stream or consumer name (nor \
+             whitespace, '.', '*', '>', '/', '\\')"
+        )),
+        None => Ok(s.to_string()),
+    }
+}
+
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("0 would let the bridge take no message at all; give 1 or more".into()),
