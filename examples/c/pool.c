@@ -7,8 +7,10 @@
  * stop request between them, runs them and acks them, reporting each ack to the parent on
  * a pipe. One backend (backend 0) stops while holding a job, as a backend stuck in a long
  * job would; the parent kill -9s it, notices its death with waitpid, and xtcqd gives the
- * job back, so another backend runs it. The parent checks that every job was acked exactly
- * once and that xtcq check finds the segment consistent.
+ * job back, so another backend runs it. The other backends wait (connected and attached)
+ * until then: started together, two fast ones could take every job before backend 0 got
+ * its first, and it would never hold one. The parent checks that every job was acked
+ * exactly once and that xtcq check finds the segment consistent.
  *
  *   usage: pool SOCKET [JOBS [BACKENDS]]        (defaults: 10000 jobs, 3 backends)
  *   exit:  0 all jobs acked exactly once; 1 a check failed; 2 an xtcq call failed
@@ -53,8 +55,10 @@ static void write_all(int fd, const void *buf, size_t len) {
     }
 }
 
-/* A backend: connect after fork, steal, run, ack, report. Never returns. */
-static void backend_main(int me, const char *socket, xtcq_client *inherited, int ack_fd, int held_fd) {
+/* A backend: connect after fork, (backends 1.. wait for go_fd to close,) steal, run, ack,
+ * report. Never returns. */
+static void backend_main(int me, const char *socket, xtcq_client *inherited, int ack_fd, int held_fd,
+                         int go_fd) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;
@@ -78,6 +82,12 @@ static void backend_main(int me, const char *socket, xtcq_client *inherited, int
     if (rc == XTCQ_OK) rc = xtcq_thief_attach(client, QUEUE, &thief);
     if (rc == XTCQ_OK) rc = xtcq_job_new(&job);
     if (rc != XTCQ_OK) _exit(failed("backend setup", rc));
+    if (me != 0) {
+        char go;
+        while (read(go_fd, &go, 1) < 0 && errno == EINTR && !stop_requested) {
+        }
+    }
+    close(go_fd);
 
     uint32_t acks = 0;
     while (!stop_requested) {
@@ -149,8 +159,8 @@ int main(int argc, char **argv) {
     if (rc == XTCQ_OK) rc = xtcq_owner_attach(client, QUEUE, &owner);
     if (rc != XTCQ_OK) return failed("setup", rc);
 
-    int ack_pipe[2], held_pipe[2];
-    if (pipe(ack_pipe) != 0 || pipe(held_pipe) != 0) {
+    int ack_pipe[2], held_pipe[2], go_pipe[2];
+    if (pipe(ack_pipe) != 0 || pipe(held_pipe) != 0 || pipe(go_pipe) != 0) {
         perror("pool: pipe");
         return 2;
     }
@@ -165,11 +175,15 @@ int main(int argc, char **argv) {
         if (pids[b] == 0) {
             close(ack_pipe[0]);
             close(held_pipe[0]);
-            backend_main(b, socket, client, ack_pipe[1], held_pipe[1]);
+            close(go_pipe[1]);
+            if (b != 0) close(held_pipe[1]); /* only backend 0 reports: its death ends the pipe */
+            backend_main(b, socket, client, ack_pipe[1], b == 0 ? held_pipe[1] : -1, go_pipe[0]);
         }
     }
     close(ack_pipe[1]);
     close(held_pipe[1]);
+    close(go_pipe[0]);
+    int go = go_pipe[1]; /* closed once backend 0 is gone: the others start */
 
     struct tally t = {jobs, calloc(jobs, 1), calloc(jobs, sizeof(uint32_t)), 0, 0};
     struct pollfd fds[2] = {{ack_pipe[0], POLLIN, 0}, {held_pipe[0], POLLIN, 0}};
@@ -193,7 +207,8 @@ int main(int argc, char **argv) {
         }
         if (ready > 0) quiet_rounds = 0;
         if (fds[0].revents & POLLIN) read_acks(ack_pipe[0], &t);
-        if (fds[1].revents & POLLIN) {
+        if (fds[1].revents & (POLLIN | POLLHUP)) {
+            /* Backend 0 holds its job, or died first (then the run fails below). */
             struct ack a;
             if (read(held_pipe[0], &a, sizeof a) == (ssize_t)sizeof a) {
                 held_job = a.job;
@@ -206,10 +221,17 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
             fds[1].fd = -1;
+            close(go);
+            go = -1;
         }
     }
 
     int bad = 0;
+    if (go >= 0) close(go);
+    if (pids[0] > 0) { /* never held a job: stop it, so that the ack pipe can end */
+        kill(pids[0], SIGKILL);
+        waitpid(pids[0], NULL, 0);
+    }
     for (int b = 1; b < backends; b++) kill(pids[b], SIGTERM);
     for (int b = 1; b < backends; b++) {
         int status = 0;

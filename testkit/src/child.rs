@@ -53,8 +53,12 @@ pub fn wait_bounded(child: Child, limit: Duration, what: &str) -> Output {
             // SAFETY: kill has no memory preconditions; `pid` is our child, not yet reaped
             // (the waiter thread reaps it only after it exits).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            let out = rx.recv().ok().and_then(Result::ok);
-            let (o, e) = out.map(|o| (stdout(&o), stderr(&o))).unwrap_or_default();
+            // Bounded too: a process the child started may hold its pipes open for good
+            // (a forked backend of a hung pool held a CI run for ten minutes).
+            let out = rx.recv_timeout(Duration::from_secs(10)).ok().and_then(Result::ok);
+            let (o, e) = out.map(|o| (stdout(&o), stderr(&o))).unwrap_or_else(|| {
+                ("(not read: a process it started still holds its output open)".into(), String::new())
+            });
             panic!("{what} did not finish in {limit:?}; stdout:\n{o}\nstderr:\n{e}");
         }
     }
