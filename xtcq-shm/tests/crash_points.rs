@@ -201,8 +201,9 @@ fn libc_sigabrt() -> i32 {
     6
 }
 
-/// Pushes the parent's jobs, lets the child crash at `point`, recovers, drains, checks.
-fn crash_at(point: &str, role: &str, flavor: Flavor, capacity: u32, nth: u32) {
+/// Pushes the parent's jobs, lets the child crash at `point`, recovers, drains, checks;
+/// returns the jobs recovery re-indexed as orphans.
+fn crash_at(point: &str, role: &str, flavor: Flavor, capacity: u32, nth: u32) -> Vec<xtcq_shm::JobHandle> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("seg");
     let seg = Arc::new(Segment::create(&path, &config(), 0o600).expect("create"));
@@ -228,6 +229,9 @@ fn crash_at(point: &str, role: &str, flavor: Flavor, capacity: u32, nth: u32) {
     let rec = recover_holder(&seg, CHILD_SLOT);
     release_deque_leases(&seg, CHILD_SLOT);
     let orphans = reindex_orphans(&seg);
+    // What `xtcq check` says of the recovered segment before anyone drains it.
+    let report = check_segment(&seg, true);
+    assert!(report.is_consistent(), "{point}: check right after recovery: {:?}", report.problems);
 
     let thief = Thief::new(seg.clone(), &q, 1).expect("thief");
     let mut parent_acked: BTreeMap<u64, u32> = BTreeMap::new();
@@ -267,6 +271,7 @@ fn crash_at(point: &str, role: &str, flavor: Flavor, capacity: u32, nth: u32) {
         orphans.len(),
         rec
     );
+    orphans
 }
 
 #[test]
@@ -294,8 +299,10 @@ fn push_after_slot_write() {
 
 #[test]
 fn overflow_push_after_cell() {
-    // Deque 1 holds 16; push 20 gets to the overflow ring.
-    crash_at("overflow.push.after_cell", "produce", Flavor::Lifo, 16, 4);
+    // Deque 1 holds 16; push 20 gets to the overflow ring. Its cell is full, `tail` not yet
+    // past it: the job is indexed, and recovery must not index it a second time.
+    let orphans = crash_at("overflow.push.after_cell", "produce", Flavor::Lifo, 16, 4);
+    assert!(orphans.is_empty(), "a job its dead pusher had put in a ring cell was re-indexed: {orphans:?}");
 }
 
 #[test]
