@@ -241,29 +241,17 @@ impl<'s> Checker<'s> {
         if tail < head || tail.saturating_sub(head_after) > cap {
             self.problem(format!("queue {name} overflow ring: head {head} tail {tail} capacity {cap}"));
         }
-        let n = tail.saturating_sub(head).min(cap);
-        for k in 0..n {
-            // A cell not (yet) full for its lap is a push in flight; nothing to check.
-            if let Some(i) = ring.index_at(head + k) {
-                self.ring_index(name, head + k, i);
+        // The jobs recovery counts as indexed too (`held`): a cell not (yet) full for its lap
+        // is a push in flight, nothing to check; one full past `tail` is a push whose pusher
+        // stopped before moving `tail`.
+        for (pos, i) in ring.held(head, tail) {
+            self.report.counts.ring_indices += 1;
+            match self.referenced.get_mut(i as usize) {
+                Some(s) => *s = true,
+                None => {
+                    self.problem(format!("queue {name} overflow position {pos}: record {i} out of range"))
+                }
             }
-        }
-        // From `tail` on, the cells full for their lap are pushes whose pusher stopped (or
-        // died) before moving `tail`: indexed, as recovery counts them (`ring_indices`).
-        if head <= tail {
-            for p in (0..cap - n).map(|k| tail.wrapping_add(k)) {
-                let Some(i) = ring.index_at(p) else { break };
-                self.ring_index(name, p, i);
-            }
-        }
-    }
-
-    /// Record `i`, named by the overflow cell at position `pos` of queue `name`'s ring.
-    fn ring_index(&mut self, name: &str, pos: u64, i: u32) {
-        self.report.counts.ring_indices += 1;
-        match self.referenced.get_mut(i as usize) {
-            Some(s) => *s = true,
-            None => self.problem(format!("queue {name} overflow position {pos}: record {i} out of range")),
         }
     }
 

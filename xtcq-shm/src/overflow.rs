@@ -216,10 +216,7 @@ impl<'a> OverflowRef<'a> {
     /// to `pos` had made `tail` reach `pos` first, which our Acquire of `head` makes us see.
     #[inline]
     fn help_tail_past(&self, pos: u64) {
-        if self.tail.load(Ordering::Acquire) == pos {
-            // Failure means someone else helped.
-            let _ = self.tail.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
-        }
+        help_past(self.tail, pos);
     }
 
     /// Moves `head` from `pos` to `pos + 1` if it is still at `pos`: called by a pusher that
@@ -232,10 +229,24 @@ impl<'a> OverflowRef<'a> {
     /// Acquire of `tail` make us see.
     #[inline]
     fn help_head_past(&self, pos: u64) {
-        if self.head.load(Ordering::Acquire) == pos {
-            // Failure means someone else helped.
-            let _ = self.head.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
-        }
+        help_past(self.head, pos);
+    }
+
+    /// Position and record index of each job the ring holds between `head` and `tail` as
+    /// the caller read them: the cells in `[head, tail)` full for their lap, then those from
+    /// `tail` on that are, up to the capacity. The second run is a push whose pusher filled
+    /// its cell and stopped (or died) before moving `tail`: its job is indexed (the next push
+    /// or pop moves `tail` past it). Not when `head` is past `tail` (a corrupt ring): pops
+    /// would never reach those cells.
+    pub fn held(&self, head: u64, tail: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let cap = self.capacity() as u64;
+        let n = tail.saturating_sub(head).min(cap);
+        let past_tail = if head <= tail { cap - n } else { 0 };
+        let within = (0..n).filter_map(move |k| self.index_at(head + k).map(|i| (head + k, i)));
+        let beyond = (0..past_tail)
+            .map(move |k| tail.wrapping_add(k))
+            .map_while(move |p| self.index_at(p).map(|i| (p, i)));
+        within.chain(beyond)
     }
 
     /// Removes the oldest record index, `None` when empty.
@@ -286,6 +297,17 @@ impl<'a> OverflowRef<'a> {
             }
         }
         Err(RingError::Corrupt("pop made no progress in 2^20 rounds".to_string()))
+    }
+}
+
+/// Moves `word` (`head` or `tail`) from `pos` to `pos + 1` if it is still at `pos`. The load
+/// first: the usual caller finds it well ahead and must not take its line for a CAS. Each
+/// caller says why a value other than `pos` is past it.
+#[inline]
+fn help_past(word: &AtomicU64, pos: u64) {
+    if word.load(Ordering::Acquire) == pos {
+        // Failure means someone else helped.
+        let _ = word.compare_exchange(pos, pos.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 

@@ -317,7 +317,8 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
             }
         }
         if let Some(ring) = seg.overflow(q.index) {
-            for i in ring_indices(&ring) {
+            let (head, tail) = ring.positions();
+            for (_, i) in ring.held(head, tail) {
                 if let Some(s) = seen.get_mut(i as usize) {
                     *s = true;
                 }
@@ -325,23 +326,6 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
         }
     }
     seen
-}
-
-/// The record indices overflow ring `ring` holds: the cells in `[head, tail)` that are full
-/// for their lap, then those from `tail` on that are, up to the ring's capacity. The second
-/// run is a push whose pusher filled its cell and stopped (or died) before moving `tail`:
-/// its job is indexed (the next push or pop moves `tail` past it), and a scan that stopped
-/// at `tail` would index it a second time. Not when `head` is past `tail` (a corrupt ring):
-/// pops would never reach those cells.
-pub(crate) fn ring_indices(ring: &crate::overflow::OverflowRef<'_>) -> Vec<u32> {
-    let (head, tail) = ring.positions();
-    let cap = ring.capacity() as u64;
-    let n = tail.saturating_sub(head).min(cap);
-    let mut out: Vec<u32> = (0..n).filter_map(|k| ring.index_at(head + k)).collect();
-    if head <= tail {
-        out.extend((0..cap - n).map_while(|k| ring.index_at(tail.wrapping_add(k))));
-    }
-    out
 }
 
 /// Finds `Queued` records that no deque or overflow ring references (twice, with the same
