@@ -454,12 +454,9 @@ fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Pat
         Some(fd) => rustix::fs::fstat(fd).map(|s| (s.st_dev, s.st_ino)),
         None => rustix::fs::stat(path).map(|s| (s.st_dev, s.st_ino)),
     };
-    let own_limit = |e: &rustix::io::Errno| {
-        [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE, rustix::io::Errno::NOMEM].contains(e)
-    };
     match (ours, theirs) {
         (Ok(a), Ok(b)) => Ok(a == b),
-        (Err(e), _) | (_, Err(e)) if own_limit(&e) => Err(e.into()),
+        (Err(e), _) | (_, Err(e)) if crate::error::is_own_limit(e) => Err(e.into()),
         _ => Ok(false),
     }
 }

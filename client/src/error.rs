@@ -294,11 +294,8 @@ impl Error {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
         while let Some(c) = cause {
             if let Some(io) = c.downcast_ref::<io::Error>() {
-                let errno = io.raw_os_error();
                 if io.kind() == io::ErrorKind::OutOfMemory
-                    || [Errno::MFILE, Errno::NFILE, Errno::NOMEM]
-                        .iter()
-                        .any(|e| errno == Some(e.raw_os_error()))
+                    || io.raw_os_error().is_some_and(|e| is_own_limit(Errno::from_raw_os_error(e)))
                 {
                     return true;
                 }
@@ -357,4 +354,10 @@ impl Error {
             other => Error::Protocol { path: path.to_path_buf(), message: other.to_string() },
         }
     }
+}
+
+/// Whether `e` says this process reached a limit of its own (file descriptors, the system's
+/// file table, memory), not that its peer or its file failed.
+pub(crate) fn is_own_limit(e: Errno) -> bool {
+    [Errno::MFILE, Errno::NFILE, Errno::NOMEM].contains(&e)
 }

@@ -45,24 +45,18 @@ fn codec_within(max: usize) -> LengthDelimitedCodec {
 
 /// Encodes `msg` as one whole frame (prefix included), refusing a body over the limit.
 pub fn encode<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
-    encode_body(body)
-}
-
-/// Frames `body`, refusing one over the limit.
-pub fn encode_body(body: Vec<u8>) -> Result<Vec<u8>, FrameError> {
-    encode_body_within(body, MAX_FRAME_LEN)
+    encode_within(msg, MAX_FRAME_LEN)
 }
 
 /// Encodes an answer to a request ([`MAX_REPLY_LEN`]: a client reads the daemon's answers up
 /// to that; a whole-segment `Stats` of a big queue table needs more than [`MAX_FRAME_LEN`]).
 pub fn encode_reply<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
-    encode_body_within(body, MAX_REPLY_LEN)
+    encode_within(msg, MAX_REPLY_LEN)
 }
 
-/// Frames `body`, refusing one over `max`.
-fn encode_body_within(body: Vec<u8>, max: usize) -> Result<Vec<u8>, FrameError> {
+/// Encodes `msg` as one whole frame, refusing a body over `max`.
+fn encode_within<T: serde::Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, FrameError> {
+    let body = serde_json::to_vec(msg).map_err(|e| FrameError::Encode(e.to_string()))?;
     let len = body.len();
     let mut out = BytesMut::with_capacity(HEADER_LEN + len);
     codec_within(max).encode(Bytes::from(body), &mut out).map_err(|_| {
