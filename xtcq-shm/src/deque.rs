@@ -141,6 +141,15 @@ impl<'a> DequeRef<'a> {
         self.flavor
     }
 
+    /// Starts the transfer of slot `index`'s line (a hint; see `prefetch`).
+    #[inline(always)]
+    fn prefetch_slot(&self, index: i64) {
+        #[cfg(not(xtcq_loom))]
+        crate::prefetch::for_read(self.slot(index) as *const AtomicU64 as *const u8);
+        #[cfg(xtcq_loom)]
+        let _ = index;
+    }
+
     #[inline]
     fn slot(&self, index: i64) -> &'a AtomicU64 {
         // The mask keeps any index, however corrupt, inside the slot array.
@@ -193,6 +202,9 @@ impl<'a> DequeRef<'a> {
         // thief's or the owner's — so the slot read below is ordered after that consumer's
         // slot read, as in crossbeam-deque.
         let t = self.top.load(Ordering::Acquire);
+        // Slot `t` is the one to read if `bottom` says there is a job: start its transfer now
+        // so that it overlaps `bottom`'s instead of following it.
+        self.prefetch_slot(t);
 
         // Pairs with the fence in the owner's LIFO pop (see the module comment): either the
         // owner sees our `top`, or we see its lowered `bottom`.
