@@ -479,12 +479,17 @@ pub struct ProcessSlot {
 pub const METRIC_COUNTERS: usize = 8;
 
 /// A block of running totals for one (process slot, queue), or the daemon's own totals of a
-/// queue, or a queue's reset baseline (see `metrics`). Its own line: only one writer.
+/// queue, or a queue's reset baseline (see `metrics`). Its own two lines: only one process
+/// writes it. A total is the sum of the two lanes.
 #[repr(C, align(128))]
 #[derive(Debug)]
 pub struct MetricsBlock {
-    /// Indexed by `metrics::Counter`.
+    /// The shared lane, indexed by `metrics::Counter`: any thread of the process, `fetch_add`.
     pub counters: [AtomicU64; METRIC_COUNTERS],
+    /// The handle lane: one handle of the process at a time, a plain load and store
+    /// (`metrics::handle_lane`). Zero in the daemon's block and the baseline. (The second
+    /// line was padding before: segments made before it was used read zero here.)
+    pub handle_lane: [AtomicU64; METRIC_COUNTERS],
 }
 
 // The layout is a file format: pin it.

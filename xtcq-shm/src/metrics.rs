@@ -2,18 +2,22 @@
 //! daemon restart and cost no system call to keep.
 //!
 //! - Each queue has `process_slots + 2` blocks: one per process slot, written only by the
-//!   process holding that slot (its threads share it, hence `fetch_add`, on a line no other
-//!   process writes); then [`DAEMON`] (the daemon's own events: lease expiries, recoveries,
+//!   process holding that slot (on lines no other process writes), in two lanes: the shared
+//!   one, where its threads `fetch_add`, and the handle lane, where one thread of one handle
+//!   counts with a plain load and store (`handle_lane.rs`); then [`DAEMON`] (the daemon's own events: lease expiries, recoveries,
 //!   dead letters it makes); then [`BASELINE`] (what the per-slot blocks held when the queue
 //!   was last deleted).
 //! - A slot's block belongs to the slot, not to the process: the next process given the slot
 //!   adds to what its predecessor left. So a process that detaches or dies needs no fold,
 //!   and a daemon killed at any point can neither lose nor double-count its totals.
-//! - A queue's total is `sum(slots) + daemon - baseline`. Deleting a queue sets the baseline
+//! - A block's total is the sum of its lanes; a queue's is `sum(slots) + daemon - baseline`. Deleting a queue sets the baseline
 //!   to the slots' sum and zeroes the daemon block (both idempotent), so a queue created
 //!   anew in that entry starts from zero.
 //! - Nothing read from the region is trusted: sums saturate, a baseline above the sum reads
 //!   as zero; garbage gives wrong figures, never a panic.
+
+mod handle_lane;
+pub(crate) use handle_lane::HandleLane;
 
 use crate::layout::{MetricsBlock, METRIC_COUNTERS};
 use crate::segment::Segment;
@@ -86,8 +90,11 @@ pub fn add(block: Option<&MetricsBlock>, c: Counter, n: u64) {
     }
 }
 
+/// A block's totals: its two lanes added.
 fn read(b: &MetricsBlock) -> [u64; METRIC_COUNTERS] {
-    core::array::from_fn(|i| b.counters[i].load(Ordering::Relaxed))
+    core::array::from_fn(|i| {
+        b.counters[i].load(Ordering::Relaxed).saturating_add(b.handle_lane[i].load(Ordering::Relaxed))
+    })
 }
 
 impl Segment {
@@ -145,6 +152,9 @@ impl Segment {
         }
         for (i, s) in sum.into_iter().enumerate() {
             blocks[slots + 1].counters[i].store(s, Ordering::Relaxed);
+            for b in &blocks[slots..] {
+                b.handle_lane[i].store(0, Ordering::Relaxed);
+            }
             blocks[slots].counters[i].store(0, Ordering::Relaxed);
         }
     }

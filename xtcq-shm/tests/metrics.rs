@@ -1,9 +1,11 @@
 //! The metrics region: totals counted by the job path, summed across slots, reset by a
 //! delete, and garbage in the region read without a panic.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use xtcq_shm::metrics::Counter;
-use xtcq_shm::{Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::{ClaimedJob, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn segment() -> (tempfile::TempDir, Arc<Segment>) {
     let dir = tempfile::tempdir().unwrap();
@@ -102,4 +104,66 @@ fn recovery_and_lease_expiry_count_in_the_daemon_block() {
     assert_eq!(expired.len(), 1);
     let t = seg.queue_totals(q.index);
     assert_eq!((t.get(Counter::LeaseExpiries), t.get(Counter::Dead), t.get(Counter::Claimed)), (1, 1, 2));
+}
+
+/// Steals until `JOBS` are taken in all, acking every other job itself and sending the rest
+/// to `acker`, another thread.
+fn take_and_ack<'t>(t: &'t Thief, taken: &AtomicU32, acker: Sender<ClaimedJob<'t>>) {
+    let mut mine = 0u32;
+    while taken.load(Ordering::Relaxed) < JOBS {
+        let Some(job) = t.steal().unwrap() else { continue };
+        taken.fetch_add(1, Ordering::Relaxed);
+        mine += 1;
+        if mine.is_multiple_of(2) {
+            acker.send(job).unwrap();
+        } else {
+            job.ack().unwrap();
+        }
+    }
+}
+
+const JOBS: u32 = 40_000;
+
+/// A thief shared by threads, its clone, and jobs acked on a thread that did not claim them:
+/// only one thread may count into a handle's lane with its plain load and store, so every
+/// count must survive (a second writer would lose some of the concurrent ones).
+#[test]
+fn threads_sharing_a_thief_and_acking_elsewhere_lose_no_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SegmentConfig::small()
+        .with_deque_capacity(1024)
+        .with_records(4096)
+        .with_overflow_capacity(65536)
+        .with_process_slots(4);
+    let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap());
+    let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+    let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+    let clone = thief.clone();
+    let taken = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        let (to_acker, acker) = std::sync::mpsc::channel::<ClaimedJob<'_>>();
+        for t in [&thief, &thief, &clone] {
+            let (tx, taken) = (to_acker.clone(), &taken);
+            s.spawn(move || take_and_ack(t, taken, tx));
+        }
+        drop(to_acker);
+        s.spawn(move || acker.iter().for_each(|j| j.ack().unwrap()));
+        for i in 0..JOBS {
+            while owner.push(&i.to_le_bytes()).is_err() {
+                std::thread::yield_now();
+            }
+            if i.is_multiple_of(3) {
+                if let Some(j) = owner.pop().unwrap() {
+                    taken.fetch_add(1, Ordering::Relaxed);
+                    j.ack().unwrap();
+                }
+            }
+        }
+    });
+    let t = seg.queue_totals(q.index);
+    assert_eq!(taken.into_inner(), JOBS);
+    assert_eq!(t.get(Counter::Pushed), u64::from(JOBS));
+    assert_eq!(t.get(Counter::Claimed), u64::from(JOBS));
+    assert_eq!(t.get(Counter::Acked), u64::from(JOBS));
 }

@@ -72,7 +72,7 @@ impl Owner {
         // lifetimes bounded by `&self`.
         let s = unsafe { extend(&seg) };
         let d = s.deque(queue, deque)?;
-        let ctx = QueueCtx::new(s, queue)?;
+        let ctx = QueueCtx::for_handle(s, queue, me)?;
         Ok(Self {
             deque: DequeOwner::adopt(d),
             ctx,
@@ -346,7 +346,13 @@ impl Injector {
     pub fn new(seg: Arc<Segment>, queue: &QueueInfo, me: u32) -> Result<Self, QueueError> {
         // SAFETY: as in `Owner::new`.
         let s = unsafe { extend(&seg) };
-        Ok(Self { ctx: QueueCtx::new(s, queue)?, info: queue.clone(), me, cursor: Cursors::new(me, s), seg })
+        Ok(Self {
+            ctx: QueueCtx::for_handle(s, queue, me)?,
+            info: queue.clone(),
+            me,
+            cursor: Cursors::new(me, s),
+            seg,
+        })
     }
 
     /// The segment.
