@@ -165,7 +165,8 @@ impl Owner {
     // Inlined, as the rest of the job path (`claim`, `read_payload`, `ack`): returned
     // through memory, the ~40-byte result is written field by field and read back in 16-byte
     // loads, a store-forwarding stall that cost a third of a push+pop pair (BENCHMARKS).
-    #[inline]
+    // Always: with the counters' handle lane the body grew past what `#[inline]` got inlined.
+    #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // Only we push, so at most `capacity` handles can come out during one call; more
         // means corrupt indices (`bottom` far past `top`): stop walking garbage slots.
@@ -179,7 +180,7 @@ impl Owner {
     }
 
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
-    #[inline]
+    #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // Bounded as in `pop`.
         for _ in 0..=self.deque.deque().capacity() {
