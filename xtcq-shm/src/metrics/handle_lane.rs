@@ -94,7 +94,7 @@ impl<'a> HandleLane<'a> {
     /// thread is yet): one load and one store, no locked instruction, since nobody else
     /// writes the lane; a reader in another process sees the old or the new total. `false`:
     /// another thread's lane, count into the shared one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add(&self, c: Counter, n: u64) -> bool {
         // Relaxed: a thread only compares the id with its own; `bind` writes it once.
         if self.thread.load(std::sync::atomic::Ordering::Relaxed) != thread_id() && !self.bind() {
