@@ -10,12 +10,16 @@
 //!   `FullWait`), one at a time or
 //!   `XTCQ_BENCH_PUSH_BATCH=K` at a time (`push_batch`: one store of `bottom` a batch).
 //! - Each consumer (this binary again, pinned to CPU k, k = 1..) loops on `steal` (or on
-//!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`), copies the payload out and acks. When a
+//!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`; `steal_into(B)` and one `ack_all` a batch
+//!   with `XTCQ_BENCH_BATCH_INTO=1` too), copies the payload out and acks. When a
 //!   look finds nothing it looks again at once (`XTCQ_BENCH_POLL=spin`, the default), after
 //!   an exponential backoff of pause instructions (`backoff`), or it calls `steal_wait`
 //!   instead of `steal` (`wait`). `XTCQ_BENCH_WORK_NS=N`: each job also costs N ns of the
 //!   consumer's time (a spin) before its ack, as real jobs do.
 //! - Rate = N / (time the last job was acked - time before the first push).
+//!   `XTCQ_BENCH_PREFILL=1`: the producer queues all N jobs (at most 100,000) before the
+//!   consumers may start, so the rate is the consumers' drain alone: what a job costs the
+//!   consumer side, batch or single, with no producer to wait for.
 //! - Exactly once: each consumer writes the sequence numbers it took to a file; the producer
 //!   merges them into a bitmap and fails the run on a job taken twice or never.
 //! - Every row says whether it was oversubscribed (more processes than CPUs online): with
@@ -31,13 +35,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, wait_for, SharedPage, BENCH_SEGMENT};
-use xtcq_client::Client;
+use xtcq_client::{Client, JobBatch};
 use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "fanout";
 /// Consumers we can track: one line each in the shared control page.
 const MAX_CONSUMERS: usize = 30;
+/// The most jobs a prefilled run queues: the bench queue's deque (65,536) and overflow ring
+/// hold them, and the segment's records (131,072).
+const PREFILL_MAX: u64 = 100_000;
 
 /// The page producer and consumers share: a line per word so that no two writers share one.
 #[repr(C, align(128))]
@@ -49,6 +56,9 @@ struct Ctl {
     ready: Line,
     /// Set by the producer once every job was taken: consumers write their files and exit.
     stop: Line,
+    /// Set by the producer when the consumers may start: at once, or once every job is
+    /// queued (`XTCQ_BENCH_PREFILL=1`).
+    go: Line,
     /// Jobs taken by consumer k, stored (not added) by k alone.
     taken: [Line; MAX_CONSUMERS],
 }
@@ -133,56 +143,132 @@ fn consumer() {
     let index: usize = env_u64("XTCQ_BENCH_INDEX").expect("index") as usize;
     pin(index + 1);
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1) as usize;
-    let work_ns = env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0);
+    let into = std::env::var("XTCQ_BENCH_BATCH_INTO").is_ok_and(|v| v == "1");
     let ctl_map =
         SharedPage::<Ctl>::open(Path::new(&std::env::var_os("XTCQ_BENCH_CTL").expect("ctl")), false);
     let ctl = ctl_map.get();
     let socket = PathBuf::from(std::env::var_os("XTCQ_SOCKET").expect("socket"));
     let client = Client::connect(Some(&socket)).expect("connect");
     let thief = client.attach_thief(QUEUE).expect("attach_thief");
-    let mut poll = Poll::from_env();
-    let mut seqs: Vec<u64> = Vec::with_capacity(1 << 20);
-    let mut buf = Vec::with_capacity(MSG);
+    let mut taker = Taker {
+        ctl,
+        index,
+        work_ns: env_u64("XTCQ_BENCH_WORK_NS").unwrap_or(0),
+        poll: Poll::from_env(),
+        seqs: Vec::with_capacity(1 << 20),
+        buf: Vec::with_capacity(MSG),
+    };
     ctl.ready.0.fetch_add(1, Ordering::AcqRel);
-    loop {
-        let jobs = if batch > 1 {
-            thief.steal_batch(batch).expect("steal_batch")
-        } else if poll == Poll::Wait {
-            thief.steal_wait(Some(Duration::from_millis(1))).expect("steal_wait").into_iter().collect()
-        } else {
-            thief.steal().expect("steal").into_iter().collect()
-        };
-        if jobs.is_empty() {
-            if ctl.stop.0.load(Ordering::Acquire) == 1 {
-                break;
-            }
-            poll.idle();
-            continue;
-        }
-        poll.reset();
-        for job in jobs {
-            buf.clear();
-            job.read_payload(&mut buf).expect("payload");
-            assert_eq!(buf.len(), MSG, "payload length");
-            seqs.push(u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")));
-            if work_ns > 0 {
-                // The job's own work, as a spin: a consumer busy with a job is not looking.
-                let until = monotonic_ns() + work_ns;
-                while monotonic_ns() < until {
-                    std::hint::spin_loop();
-                }
-            }
-            job.ack().expect("ack");
-        }
-        // Own line, one writer: a plain store, not a shared counter every consumer bumps.
-        ctl.taken[index].0.store(seqs.len() as u64, Ordering::Release);
+    wait_for_go(ctl);
+    if batch > 1 && into {
+        taker.run_into(&thief, batch);
+    } else {
+        taker.run(&thief, batch);
     }
     let path = std::env::var_os("XTCQ_BENCH_SEQS").expect("seqs path");
     let mut out = BufWriter::new(File::create(path).expect("seqs file"));
-    for s in &seqs {
+    for s in &taker.seqs {
         out.write_all(&s.to_le_bytes()).expect("write seqs");
     }
     out.flush().expect("flush seqs");
+}
+
+/// A consumer's loop state: what it took, and how it waits.
+struct Taker<'c> {
+    ctl: &'c Ctl,
+    index: usize,
+    work_ns: u64,
+    poll: Poll,
+    seqs: Vec<u64>,
+    buf: Vec<u8>,
+}
+
+impl Taker<'_> {
+    /// `steal`, `steal_wait` or `steal_batch(batch)`, each job acked on its own.
+    fn run(&mut self, thief: &xtcq_client::ThiefHandle, batch: usize) {
+        loop {
+            let jobs = if batch > 1 {
+                thief.steal_batch(batch).expect("steal_batch")
+            } else if self.poll == Poll::Wait {
+                thief.steal_wait(Some(Duration::from_millis(1))).expect("steal_wait").into_iter().collect()
+            } else {
+                thief.steal().expect("steal").into_iter().collect()
+            };
+            if jobs.is_empty() {
+                if self.idle() {
+                    return;
+                }
+                continue;
+            }
+            self.poll.reset();
+            for job in jobs {
+                self.buf.clear();
+                job.read_payload(&mut self.buf).expect("payload");
+                self.took();
+                job.ack().expect("ack");
+            }
+            self.publish();
+        }
+    }
+
+    /// `steal_into(batch)` and one `ack_all` a batch (`XTCQ_BENCH_BATCH_INTO=1`): the claims'
+    /// clock read and counts once a batch, every record prefetched before the first claim.
+    fn run_into(&mut self, thief: &xtcq_client::ThiefHandle, batch: usize) {
+        let mut jobs = JobBatch::new();
+        loop {
+            if thief.steal_into(batch, &mut jobs).expect("steal_into") == 0 {
+                if self.idle() {
+                    return;
+                }
+                continue;
+            }
+            self.poll.reset();
+            for i in 0..jobs.len() {
+                self.buf.clear();
+                jobs.read_payload(i, &mut self.buf).expect("payload");
+                self.took();
+            }
+            jobs.ack_all().expect("ack_all");
+            self.publish();
+        }
+    }
+
+    /// Nothing found: `true` once the producer said stop, else a wait as `poll` says.
+    fn idle(&mut self) -> bool {
+        if self.ctl.stop.0.load(Ordering::Acquire) == 1 {
+            return true;
+        }
+        self.poll.idle();
+        false
+    }
+
+    /// Records the job whose payload is in `buf`, then spends its work time.
+    fn took(&mut self) {
+        assert_eq!(self.buf.len(), MSG, "payload length");
+        self.seqs.push(u64::from_le_bytes(self.buf[..8].try_into().expect("8 bytes")));
+        if self.work_ns > 0 {
+            // The job's own work, as a spin: a consumer busy with a job is not looking.
+            let until = monotonic_ns() + self.work_ns;
+            while monotonic_ns() < until {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Tells the producer how many we took: own line, one writer, a plain store (not a
+    /// shared counter every consumer bumps).
+    fn publish(&self) {
+        self.ctl.taken[self.index].0.store(self.seqs.len() as u64, Ordering::Release);
+    }
+}
+
+/// Spins until the producer says go; fails after two minutes (a producer that died).
+fn wait_for_go(ctl: &Ctl) {
+    let deadline = monotonic_ns() + 120_000_000_000;
+    while ctl.go.0.load(Ordering::Acquire) == 0 {
+        assert!(monotonic_ns() < deadline, "the producer never said go");
+        std::hint::spin_loop();
+    }
 }
 
 /// One run's figures.
@@ -200,6 +286,8 @@ struct Bench {
     batch: u64,
     /// Jobs the producer queues per `push_batch` (1: single pushes).
     push_batch: usize,
+    /// Every job queued before the consumers start: the rate is the drain's alone.
+    prefill: bool,
 }
 
 impl Bench {
@@ -280,8 +368,14 @@ impl Bench {
         wait_for(&mut procs, "the consumers to attach", limit, || {
             ctl.ready.0.load(Ordering::Acquire) == consumers as u64
         });
+        if self.prefill {
+            self.push_all();
+        }
         let t0 = monotonic_ns();
-        self.push_all();
+        ctl.go.0.store(1, Ordering::Release);
+        if !self.prefill {
+            self.push_all();
+        }
         let taken = || ctl.taken[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum::<u64>();
         wait_for(&mut procs, "every job to be taken", limit, || taken() >= self.n);
         let t_end = monotonic_ns();
@@ -346,7 +440,12 @@ fn main() {
         return;
     }
     let cpus = ncpus();
-    let n = env_u64("XTCQ_BENCH_N").unwrap_or(1_000_000);
+    let prefill = std::env::var("XTCQ_BENCH_PREFILL").is_ok_and(|v| v == "1");
+    let n = env_u64("XTCQ_BENCH_N").unwrap_or(if prefill { PREFILL_MAX } else { 1_000_000 });
+    assert!(
+        !prefill || n <= PREFILL_MAX,
+        "XTCQ_BENCH_PREFILL: at most {PREFILL_MAX} jobs (the queue holds them all)"
+    );
     let runs = env_u64("XTCQ_BENCH_RUNS").unwrap_or(3).max(1) as u32;
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1);
     let push_batch = env_u64("XTCQ_BENCH_PUSH_BATCH").unwrap_or(1).clamp(1, 128) as usize;
@@ -361,18 +460,21 @@ fn main() {
     pin(0);
     let client = daemon.client();
     let owner = bench_queue(&client, QUEUE);
-    let bench = Bench { daemon, owner, _client: client, n, batch, push_batch };
+    let bench = Bench { daemon, owner, _client: client, n, batch, push_batch, prefill };
     let producer_how = if push_batch > 1 { format!("push_batch({push_batch})") } else { "push".to_string() };
 
     let poll = Poll::from_env();
+    let into = std::env::var("XTCQ_BENCH_BATCH_INTO").is_ok_and(|v| v == "1");
     let consumer_how = match (batch > 1, poll) {
+        (true, _) if into => format!("steal_into({batch}) + ack_all, {} when empty", poll.name()),
         (true, _) => format!("steal_batch({batch}), {} when empty", poll.name()),
         (false, Poll::Wait) => "steal_wait".to_string(),
         (false, _) => format!("steal, {} when empty", poll.name()),
     };
     println!(
         "fanout: {cpus} CPUs online, 1 producer ({producer_how}) -> N consumers ({consumer_how} + payload + {work} ack), \
-         64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once"
+         64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once{}",
+        if prefill { "; prefilled: all queued before the consumers start, the rate is the drain's" } else { "" }
     );
     println!();
     println!("| consumers | M jobs/s | x 1 consumer | smallest-largest share | processes / CPUs |");
