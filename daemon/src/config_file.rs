@@ -159,6 +159,11 @@ fn to_flags(long: &str, value: &toml::Value, action: &ArgAction) -> Result<Vec<O
         (ArgAction::SetTrue, toml::Value::Boolean(true)) => Ok(vec![flag]),
         (ArgAction::SetTrue, toml::Value::Boolean(false)) => Ok(vec![]),
         (ArgAction::SetTrue, v) => Err(format!("expected true or false, not {}", v.type_str())),
+        // An empty list is the flag given empty (`--payload-blocks ""`: no classes), as on
+        // the command line, not the flag left out (the default classes).
+        (ArgAction::Append, toml::Value::Array(items)) if items.is_empty() => {
+            Ok(vec![joined(long, "".into())])
+        }
         (ArgAction::Append, toml::Value::Array(items)) => {
             items.iter().map(|v| Ok(joined(long, scalar(v)?))).collect()
         }
@@ -248,6 +253,8 @@ mod tests {
             crate::Args::parse_from(argv.collect::<Vec<_>>()).payload_blocks
         };
         assert_eq!(parsed("payload-blocks = [\"128=1\", \"256=2\"]\n", &[]), ["128=1", "256=2"]);
+        // An empty list in the file means what an empty flag means: no classes.
+        assert_eq!(parsed("payload-blocks = []\n", &[]), [""]);
         // The command line's flag replaces the file's list rather than adding to it.
         assert_eq!(parsed("payload-blocks = [\"128=1\"]\n", &["--payload-blocks", "256=2"]), ["256=2"]);
     }
