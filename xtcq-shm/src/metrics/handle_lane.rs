@@ -130,11 +130,17 @@ mod tests {
     use super::*;
     use crate::layout::SegmentConfig;
 
-    #[test]
-    fn one_handle_at_a_time_holds_a_lane() {
+    /// A segment of two queues in a directory of its own (kept while the test runs).
+    fn segment() -> (tempfile::TempDir, Segment) {
         let dir = tempfile::tempdir().unwrap();
         let config = SegmentConfig::small().with_queues(2, 1).with_records(16);
         let seg = Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap();
+        (dir, seg)
+    }
+
+    #[test]
+    fn one_handle_at_a_time_holds_a_lane() {
+        let (_dir, seg) = segment();
         let first = HandleLane::take(&seg, 0, 1).expect("a free lane");
         assert!(HandleLane::take(&seg, 0, 1).is_none(), "held by the first");
         let other_slot = HandleLane::take(&seg, 0, 2).expect("another slot's lane");
@@ -149,9 +155,7 @@ mod tests {
 
     #[test]
     fn a_lane_counts_for_the_first_thread_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(16);
-        let seg = Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap();
+        let (_dir, seg) = segment();
         let lane = HandleLane::take(&seg, 0, 0).expect("a free lane");
         assert!(lane.add(Counter::Acked, 1), "the first thread binds it");
         std::thread::scope(|s| {
