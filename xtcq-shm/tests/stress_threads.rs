@@ -4,7 +4,8 @@
 //! overflow ring, and thieves on a second mapping of the same file.
 //!
 //! Every job's payload is its id; every consumer counts what it claimed in one shared array,
-//! and the test asserts every id was consumed exactly once and every record is free again.
+//! and the test asserts every id was consumed exactly once, every record is free again, and
+//! the queue's pushed, claimed and acked totals are exactly the job count.
 //!
 //! `XTCQ_STRESS_JOBS` overrides the job count (default 1,000,000).
 
@@ -13,8 +14,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use xtcq_shm::metrics::Counter;
 use xtcq_shm::{
-    ClaimedJob, Flavor, Owner, PushError, QueueSpec, Segment, SegmentConfig, State, Steal, Thief,
+    ClaimedJob, Flavor, Owner, PushError, QueueInfo, QueueSpec, Segment, SegmentConfig, State, Steal, Thief,
 };
 
 const THIEVES: u32 = 3;
@@ -50,39 +52,56 @@ impl Tally {
     }
 }
 
-fn run(case: Case) {
-    let n = jobs();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("seg");
-    let cfg =
-        SegmentConfig::small().with_deque_capacity(1024).with_records(8192).with_overflow_capacity(8192);
-    let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
-    let q = seg
-        .create_queue(&QueueSpec {
-            name: "stress".into(),
-            flavor: case.flavor,
-            deques: 1,
-            capacity: case.capacity,
-            max_attempts: 0,
-            lease_ms: 0,
-        })
-        .expect("queue");
-    let thief_seg = if case.second_mapping {
-        let s = Arc::new(Segment::attach(&path).expect("attach"));
-        assert_ne!(s.base_addr(), seg.base_addr());
-        s
-    } else {
-        seg.clone()
-    };
-    let thief_q = thief_seg.queue_by_name("stress").expect("queue by name");
+/// What one run's threads share: the owner's segment and queue, the thieves' (a second
+/// mapping or the same), the tally and the owner's "all pushed" flag.
+struct Run {
+    case: Case,
+    n: u64,
+    seg: Arc<Segment>,
+    q: QueueInfo,
+    thief_seg: Arc<Segment>,
+    thief_q: QueueInfo,
+    tally: Arc<Tally>,
+    pushed_all: Arc<AtomicBool>,
+}
 
-    let tally =
-        Arc::new(Tally { counts: (0..n).map(|_| AtomicU8::new(0)).collect(), consumed: AtomicU64::new(0) });
-    let pushed_all = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
+impl Run {
+    fn new(case: Case, path: &std::path::Path) -> Run {
+        let n = jobs();
+        let cfg =
+            SegmentConfig::small().with_deque_capacity(1024).with_records(8192).with_overflow_capacity(8192);
+        let seg = Arc::new(Segment::create(path, &cfg, 0o600).expect("create"));
+        let q = seg
+            .create_queue(&QueueSpec {
+                name: "stress".into(),
+                flavor: case.flavor,
+                deques: 1,
+                capacity: case.capacity,
+                max_attempts: 0,
+                lease_ms: 0,
+            })
+            .expect("queue");
+        let thief_seg = if case.second_mapping {
+            let s = Arc::new(Segment::attach(path).expect("attach"));
+            assert_ne!(s.base_addr(), seg.base_addr());
+            s
+        } else {
+            seg.clone()
+        };
+        let thief_q = thief_seg.queue_by_name("stress").expect("queue by name");
+        let tally = Arc::new(Tally {
+            counts: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            consumed: AtomicU64::new(0),
+        });
+        Run { case, n, seg, q, thief_seg, thief_q, tally, pushed_all: Arc::new(AtomicBool::new(false)) }
+    }
 
-    let owner = {
-        let (seg, q, tally, pushed_all) = (seg.clone(), q.clone(), tally.clone(), pushed_all.clone());
+    /// The owner thread: pushes every job (helping drain when the queue is full), pops one
+    /// in seven itself, then pops what is left.
+    fn spawn_owner(&self) -> thread::JoinHandle<()> {
+        let (seg, q, tally, pushed_all) =
+            (self.seg.clone(), self.q.clone(), self.tally.clone(), self.pushed_all.clone());
+        let (case, n) = (self.case, self.n);
         thread::spawn(move || {
             let owner = Owner::new(seg, &q, 0, 0).expect("owner");
             let mut buf = Vec::new();
@@ -118,50 +137,84 @@ fn run(case: Case) {
             pushed_all.store(true, Ordering::Release);
             while own_pop(&mut buf) {}
         })
-    };
+    }
 
-    let thieves: Vec<_> = (0..THIEVES)
-        .map(|t| {
-            let (seg, q, tally, pushed_all) =
-                (thief_seg.clone(), thief_q.clone(), tally.clone(), pushed_all.clone());
-            thread::spawn(move || {
-                let thief = Thief::new(seg, &q, 1 + t).expect("thief");
-                let mut buf = Vec::new();
-                let mut batch = Vec::new();
-                loop {
-                    let got = if case.batch {
-                        let mut got = false;
-                        if let Steal::Success(_) = thief.steal_batch_from(0, 32, &mut batch) {
-                            got = true;
-                        }
-                        if let Some(j) = thief.steal_overflow().expect("overflow") {
-                            batch.push(j);
-                            got = true;
-                        }
-                        for j in batch.drain(..) {
-                            tally.record(j, &mut buf);
-                        }
-                        got
-                    } else {
-                        match thief.steal().expect("steal") {
-                            Some(j) => {
-                                tally.record(j, &mut buf);
-                                true
-                            }
-                            None => false,
-                        }
-                    };
-                    if !got {
-                        if pushed_all.load(Ordering::Acquire) && tally.consumed.load(Ordering::Relaxed) == n {
-                            return;
-                        }
-                        thread::yield_now();
+    /// Thief thread `t` (process slot 1 + t): steals, single or in batches, until every job
+    /// was consumed.
+    fn spawn_thief(&self, t: u32) -> thread::JoinHandle<()> {
+        let (seg, q, tally, pushed_all) =
+            (self.thief_seg.clone(), self.thief_q.clone(), self.tally.clone(), self.pushed_all.clone());
+        let (batch_steals, n) = (self.case.batch, self.n);
+        thread::spawn(move || {
+            let thief = Thief::new(seg, &q, 1 + t).expect("thief");
+            let mut buf = Vec::new();
+            let mut batch = Vec::new();
+            loop {
+                let got = if batch_steals {
+                    let mut got = false;
+                    if let Steal::Success(_) = thief.steal_batch_from(0, 32, &mut batch) {
+                        got = true;
                     }
+                    if let Some(j) = thief.steal_overflow().expect("overflow") {
+                        batch.push(j);
+                        got = true;
+                    }
+                    for j in batch.drain(..) {
+                        tally.record(j, &mut buf);
+                    }
+                    got
+                } else {
+                    match thief.steal().expect("steal") {
+                        Some(j) => {
+                            tally.record(j, &mut buf);
+                            true
+                        }
+                        None => false,
+                    }
+                };
+                if !got {
+                    if pushed_all.load(Ordering::Acquire) && tally.consumed.load(Ordering::Relaxed) == n {
+                        return;
+                    }
+                    thread::yield_now();
                 }
-            })
+            }
         })
-        .collect();
+    }
 
+    /// Every job consumed exactly once, every record free, every count exact (the owner and
+    /// each thief count into their slots' handle lanes), and the ring used when it must be.
+    fn check(&self) -> u64 {
+        let n = self.n;
+        let missing: Vec<u64> =
+            (0..n).filter(|&i| self.tally.counts[i as usize].load(Ordering::Relaxed) != 1).take(10).collect();
+        assert!(missing.is_empty(), "jobs not consumed exactly once: {missing:?}");
+        assert_eq!(self.tally.consumed.load(Ordering::Relaxed), n);
+        let records = self.seg.records();
+        for i in 0..records.len() {
+            let st = records.state(i).expect("state").load();
+            assert_eq!(st.state(), Some(State::Free), "record {i} left in {st:?}");
+        }
+        let totals = self.seg.queue_totals(self.q.index);
+        for c in [Counter::Pushed, Counter::Claimed, Counter::Acked] {
+            assert_eq!(totals.get(c), n, "{c:?}");
+        }
+        // Only the owner's pushes reach the ring here (nothing is nacked), so its tail
+        // position counts the pushes that found the deque full.
+        let of = self.seg.overflow(self.q.index).expect("overflow ring").positions().1;
+        if self.case.capacity <= 16 {
+            assert!(of > 0, "the small-deque case never used the overflow ring");
+        }
+        of
+    }
+}
+
+fn run(case: Case) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = Run::new(case, &dir.path().join("seg"));
+    let started = Instant::now();
+    let owner = run.spawn_owner();
+    let thieves: Vec<_> = (0..THIEVES).map(|t| run.spawn_thief(t)).collect();
     let deadline = Instant::now() + Duration::from_secs(300);
     owner.join().expect("owner thread");
     for t in thieves {
@@ -169,23 +222,8 @@ fn run(case: Case) {
     }
     assert!(Instant::now() < deadline, "stress run took too long");
     let elapsed = started.elapsed();
-
-    let missing: Vec<u64> =
-        (0..n).filter(|&i| tally.counts[i as usize].load(Ordering::Relaxed) != 1).take(10).collect();
-    assert!(missing.is_empty(), "jobs not consumed exactly once: {missing:?}");
-    assert_eq!(tally.consumed.load(Ordering::Relaxed), n);
-    let records = seg.records();
-    for i in 0..records.len() {
-        let st = records.state(i).expect("state").load();
-        assert_eq!(st.state(), Some(State::Free), "record {i} left in {st:?}");
-    }
-    // Only the owner's pushes reach the ring here (nothing is nacked), so its tail position
-    // counts the pushes that found the deque full.
-    let of = seg.overflow(q.index).expect("overflow ring").positions().1;
-    if case.capacity <= 16 {
-        assert!(of > 0, "the small-deque case never used the overflow ring");
-    }
-    eprintln!("{case:?}: {n} jobs in {elapsed:?}, {of} via the overflow ring");
+    let of = run.check();
+    eprintln!("{case:?}: {} jobs in {elapsed:?}, {of} via the overflow ring", run.n);
 }
 
 #[test]
