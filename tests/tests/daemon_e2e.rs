@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use xtcq_client::{Client, Error, Flavor, QueueParams};
@@ -26,83 +26,8 @@ fn run_role(role: &str) -> Result<(), Error> {
     let n = env_or("XTCQ_TEST_N", N);
     let c = Client::connect(None)?;
     match role {
-        // Push n jobs (payload: the job number) from our own deque, then exit (or hold).
-        "owner-push" => {
-            let owner = c.attach_owner(&queue)?;
-            out(format_args!("deque {}", owner.deque()));
-            for i in 0..n {
-                let p = i.to_string();
-                loop {
-                    match owner.push(p.as_bytes()) {
-                        Ok(_) => break,
-                        Err(Error::QueueFull { .. } | Error::RecordsFull(_)) => {
-                            std::thread::sleep(Duration::from_micros(200))
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-            out(format_args!("pushed {n}"));
-            if std::env::var_os("XTCQ_TEST_HOLD").is_some() {
-                hold();
-            }
-            Ok(())
-        }
-        // Steal n jobs with two threads (one single steals with futex waits, one batches),
-        // ack each, report every job number.
-        "thief-drain" => {
-            let thief = c.attach_thief(&queue)?;
-            out("attached");
-            let seen = Arc::new(Mutex::new(Vec::with_capacity(n)));
-            let count = Arc::new(AtomicUsize::new(0));
-            let deadline = Instant::now() + Duration::from_secs(25);
-            let errors = std::thread::scope(|s| {
-                let workers: Vec<_> = (0..2)
-                    .map(|w| {
-                        let thief = thief.clone();
-                        let (seen, count) = (seen.clone(), count.clone());
-                        s.spawn(move || -> Result<(), Error> {
-                            let mut mine = Vec::new();
-                            while count.load(Ordering::Relaxed) < n && Instant::now() < deadline {
-                                let jobs = if w == 0 {
-                                    thief.steal_wait(Some(Duration::from_millis(100)))?.into_iter().collect()
-                                } else {
-                                    thief.steal_batch(16)?
-                                };
-                                if jobs.is_empty() && w == 1 {
-                                    std::thread::yield_now();
-                                }
-                                for j in jobs {
-                                    let p = j.payload()?;
-                                    let id: usize = String::from_utf8_lossy(&p)
-                                        .parse()
-                                        .map_err(|_| Error::Corrupt(format!("bad payload {p:?}")))?;
-                                    j.ack()?;
-                                    mine.push(id);
-                                    count.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            seen.lock().unwrap().extend(mine);
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                workers.into_iter().map(|h| h.join().expect("worker panicked")).collect::<Vec<_>>()
-            });
-            for e in errors {
-                e?;
-            }
-            let seen = seen.lock().unwrap();
-            // Nothing more to find: every job was delivered once.
-            if let Some(extra) = thief.steal()? {
-                return Err(Error::Corrupt(format!("job {:?} delivered after the last", extra.payload()?)));
-            }
-            out(format_args!("count {}", seen.len()));
-            for id in seen.iter() {
-                out(format_args!("job {id}"));
-            }
-            Ok(())
-        }
+        "owner-push" => owner_push(&c, &queue, n),
+        "thief-drain" => thief_drain(&c, &queue, n),
         // Own a deque, say so, and hold it until stdin closes (or we are killed).
         "owner-hold" => {
             let owner = c.attach_owner(&queue)?;
@@ -110,32 +35,8 @@ fn run_role(role: &str) -> Result<(), Error> {
             hold();
             Ok(())
         }
-        // Claim one job and die without acking it.
-        "claim-and-die" => {
-            let thief = c.attach_thief(&queue)?;
-            let j =
-                thief.steal_wait(Some(Duration::from_secs(10)))?.ok_or(Error::Corrupt("no job".into()))?;
-            out(format_args!("claimed {}", String::from_utf8_lossy(&j.payload()?)));
-            let _ = std::io::stdout().flush();
-            // SAFETY: _exit(2) ends the process at once: no destructor runs, so the claimed
-            // job is neither acked nor nacked, as after a crash.
-            unsafe { libc::_exit(0) }
-        }
-        // Rounds of: say "waiting k", block in steal_wait, report how long it took.
-        "waiter" => {
-            let thief = c.attach_thief(&queue)?;
-            for k in 0..n {
-                out(format_args!("waiting {k}"));
-                let t0 = Instant::now();
-                let j = thief
-                    .steal_wait(Some(Duration::from_secs(5)))?
-                    .ok_or_else(|| Error::Corrupt(format!("round {k}: no job within 5 s (lost wake-up)")))?;
-                let p = j.payload()?;
-                j.ack()?;
-                out(format_args!("got {} {}", String::from_utf8_lossy(&p), t0.elapsed().as_micros()));
-            }
-            Ok(())
-        }
+        "claim-and-die" => claim_and_die(&c, &queue),
+        "waiter" => waiter(&c, &queue, n),
         // Try to connect (as whatever uid we were started with) and report the error.
         "connect" => {
             out("connected");
@@ -143,6 +44,111 @@ fn run_role(role: &str) -> Result<(), Error> {
         }
         other => Err(Error::Corrupt(format!("unknown role {other}"))),
     }
+}
+
+/// Pushes n jobs (payload: the job number) from our own deque, then exits (or holds).
+fn owner_push(c: &Client, queue: &str, n: usize) -> Result<(), Error> {
+    let owner = c.attach_owner(queue)?;
+    out(format_args!("deque {}", owner.deque()));
+    for i in 0..n {
+        let p = i.to_string();
+        loop {
+            match owner.push(p.as_bytes()) {
+                Ok(_) => break,
+                Err(Error::QueueFull { .. } | Error::RecordsFull(_)) => {
+                    std::thread::sleep(Duration::from_micros(200))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    out(format_args!("pushed {n}"));
+    if std::env::var_os("XTCQ_TEST_HOLD").is_some() {
+        hold();
+    }
+    Ok(())
+}
+
+/// Steals n jobs with two threads (one single steals with futex waits, one batches), acks
+/// each, reports every job number.
+fn thief_drain(c: &Client, queue: &str, n: usize) -> Result<(), Error> {
+    let thief = c.attach_thief(queue)?;
+    out("attached");
+    let seen = Mutex::new(Vec::with_capacity(n));
+    let count = AtomicUsize::new(0);
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let errors = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let (thief, seen, count) = (thief.clone(), &seen, &count);
+                s.spawn(move || -> Result<(), Error> {
+                    let mut mine = Vec::new();
+                    while count.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+                        let jobs = if w == 0 {
+                            thief.steal_wait(Some(Duration::from_millis(100)))?.into_iter().collect()
+                        } else {
+                            thief.steal_batch(16)?
+                        };
+                        if jobs.is_empty() && w == 1 {
+                            std::thread::yield_now();
+                        }
+                        for j in jobs {
+                            let p = j.payload()?;
+                            let id: usize = String::from_utf8_lossy(&p)
+                                .parse()
+                                .map_err(|_| Error::Corrupt(format!("bad payload {p:?}")))?;
+                            j.ack()?;
+                            mine.push(id);
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    seen.lock().unwrap().extend(mine);
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().map(|h| h.join().expect("worker panicked")).collect::<Vec<_>>()
+    });
+    for e in errors {
+        e?;
+    }
+    let seen = seen.into_inner().unwrap();
+    // Nothing more to find: every job was delivered once.
+    if let Some(extra) = thief.steal()? {
+        return Err(Error::Corrupt(format!("job {:?} delivered after the last", extra.payload()?)));
+    }
+    out(format_args!("count {}", seen.len()));
+    for id in seen.iter() {
+        out(format_args!("job {id}"));
+    }
+    Ok(())
+}
+
+/// Claims one job and dies without acking it.
+fn claim_and_die(c: &Client, queue: &str) -> Result<(), Error> {
+    let thief = c.attach_thief(queue)?;
+    let j = thief.steal_wait(Some(Duration::from_secs(10)))?.ok_or(Error::Corrupt("no job".into()))?;
+    out(format_args!("claimed {}", String::from_utf8_lossy(&j.payload()?)));
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit(2) ends the process at once: no destructor runs, so the claimed job is
+    // neither acked nor nacked, as after a crash.
+    unsafe { libc::_exit(0) }
+}
+
+/// Rounds of: say "waiting k", block in steal_wait, report how long it took.
+fn waiter(c: &Client, queue: &str, n: usize) -> Result<(), Error> {
+    let thief = c.attach_thief(queue)?;
+    for k in 0..n {
+        out(format_args!("waiting {k}"));
+        let t0 = Instant::now();
+        let j = thief
+            .steal_wait(Some(Duration::from_secs(5)))?
+            .ok_or_else(|| Error::Corrupt(format!("round {k}: no job within 5 s (lost wake-up)")))?;
+        let p = j.payload()?;
+        j.ack()?;
+        out(format_args!("got {} {}", String::from_utf8_lossy(&p), t0.elapsed().as_micros()));
+    }
+    Ok(())
 }
 
 fn queue(c: &Client, name: &str, deques: u32, capacity: u32) {
