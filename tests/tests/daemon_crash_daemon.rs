@@ -76,29 +76,7 @@ fn run_role(role: &str) -> Result<(), Error> {
     let base: u64 = env_or("XTCQ_TEST_BASE", 0);
     let c = Client::connect(None)?;
     match role {
-        // Owner: push ids base..base+n; with XTCQ_TEST_POP, then pop (LIFO) and ack them all.
-        "producer" => {
-            let mut log = Log::open();
-            let owner = c.attach_owner(QUEUE)?;
-            for id in base..base + n {
-                log.line(format_args!("T {id}"));
-                push_retrying(|p| owner.push(p), id.to_string().as_bytes())?;
-                log.line(format_args!("P {id}"));
-            }
-            if std::env::var_os("XTCQ_TEST_POP").is_some() {
-                while let Some(j) = owner.pop()? {
-                    let id = parse_id(&j.payload()?)?;
-                    log.line(format_args!("R {id} {}", j.attempts()));
-                    j.ack()?;
-                    log.line(format_args!("A {id}"));
-                }
-            }
-            if std::env::var_os("XTCQ_TEST_HOLD").is_some() {
-                out("pushed");
-                hold();
-            }
-            Ok(())
-        }
+        "producer" => producer(&c, base..base + n),
         // Injector: every push goes to the overflow ring.
         "injector" => {
             let mut log = Log::open();
@@ -110,89 +88,126 @@ fn run_role(role: &str) -> Result<(), Error> {
             }
             Ok(())
         }
-        // Thief: steal (single steals and batches in turn), run, ack — or, with XTCQ_TEST_NACK,
-        // nack every third job on its first attempt. Stops when nothing comes for 1 s.
-        // With XTCQ_TEST_DIE_HOLDING: claims three jobs, logs them and exits without acking.
-        "consumer" => {
-            let mut log = Log::open();
-            let thief = c.attach_thief(QUEUE)?;
-            if std::env::var_os("XTCQ_TEST_DIE_HOLDING").is_some() {
-                let mut held = Vec::new();
-                while held.len() < 3 {
-                    let j = thief
-                        .steal_wait(Some(Duration::from_secs(5)))?
-                        .ok_or(Error::Corrupt("no job".into()))?;
-                    log.line(format_args!("R {} {}", parse_id(&j.payload()?)?, j.attempts()));
-                    held.push(j);
-                }
-                // SAFETY: _exit(2) ends the process at once, with the claimed jobs neither
-                // acked nor nacked, as after a crash.
-                unsafe { libc::_exit(0) }
-            }
-            let nack = std::env::var_os("XTCQ_TEST_NACK").is_some();
-            let mut round = 0u64;
-            // XTCQ_TEST_ACK_ALL: batch rounds run a `JobBatch`, settled with `ack_all`.
-            let ack_all = std::env::var_os("XTCQ_TEST_ACK_ALL").is_some();
-            let mut batch = xtcq_client::JobBatch::new();
-            loop {
-                round += 1;
-                if round.is_multiple_of(2) && ack_all {
-                    // No nacks in this mode. `ack_batch.mid` dies right after ack_all's first
-                    // ack, so that one is logged before it: the log stays true at that death.
-                    thief.steal_into(BATCH, &mut batch)?;
-                    let ids = (0..batch.len())
-                        .map(|i| parse_id(&batch.payload(i)?))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    for (i, id) in ids.iter().enumerate() {
-                        log.line(format_args!("R {id} {}", batch.attempts(i).unwrap_or(0)));
-                    }
-                    ids.iter().take(1).for_each(|id| log.line(format_args!("A {id}")));
-                    batch.ack_all()?;
-                    ids.iter().skip(1).for_each(|id| log.line(format_args!("A {id}")));
-                    continue;
-                }
-                let jobs = if round.is_multiple_of(2) {
-                    thief.steal_batch(BATCH)?
-                } else {
-                    thief.steal_wait(Some(Duration::from_secs(1)))?.into_iter().collect()
-                };
-                if jobs.is_empty() && !round.is_multiple_of(2) {
-                    return Ok(());
-                }
-                for j in jobs {
-                    let id = parse_id(&j.payload()?)?;
-                    let attempts = j.attempts();
-                    log.line(format_args!("R {id} {attempts}"));
-                    if nack && attempts == 0 && id % 3 == 0 {
-                        j.nack()?;
-                        log.line(format_args!("N {id}"));
-                    } else {
-                        j.ack()?;
-                        log.line(format_args!("A {id}"));
-                    }
-                }
-            }
-        }
-        // Claim one job, say so, hang until stdin closes, then try to ack it.
-        "hang" => {
-            let thief = c.attach_thief(QUEUE)?;
-            let j =
-                thief.steal_wait(Some(Duration::from_secs(10)))?.ok_or(Error::Corrupt("no job".into()))?;
-            out(format_args!(
-                "claimed {} deadline {}",
-                String::from_utf8_lossy(&j.payload()?),
-                j.lease_deadline_ns().unwrap_or(0)
-            ));
-            hold();
-            match j.ack() {
-                Ok(()) => out("ack ok"),
-                Err(Error::Job(JobError::LeaseExpired { .. })) => out("ack lease-expired"),
-                Err(e) => out(format_args!("ack other-error {e}")),
-            }
-            Ok(())
-        }
+        "consumer" => consumer(&c),
+        "hang" => hang(&c),
         other => Err(Error::Corrupt(format!("unknown role {other}"))),
     }
+}
+
+/// Owner: pushes `ids`; with XTCQ_TEST_POP, then pops (LIFO) and acks them all.
+fn producer(c: &Client, ids: std::ops::Range<u64>) -> Result<(), Error> {
+    let mut log = Log::open();
+    let owner = c.attach_owner(QUEUE)?;
+    for id in ids {
+        log.line(format_args!("T {id}"));
+        push_retrying(|p| owner.push(p), id.to_string().as_bytes())?;
+        log.line(format_args!("P {id}"));
+    }
+    if std::env::var_os("XTCQ_TEST_POP").is_some() {
+        while let Some(j) = owner.pop()? {
+            let id = parse_id(&j.payload()?)?;
+            log.line(format_args!("R {id} {}", j.attempts()));
+            j.ack()?;
+            log.line(format_args!("A {id}"));
+        }
+    }
+    if std::env::var_os("XTCQ_TEST_HOLD").is_some() {
+        out("pushed");
+        hold();
+    }
+    Ok(())
+}
+
+/// Thief: steals (single steals and batches in turn), runs, acks — or, with XTCQ_TEST_NACK,
+/// nacks every third job on its first attempt. Stops when nothing comes for 1 s.
+/// With XTCQ_TEST_DIE_HOLDING: claims three jobs, logs them and exits without acking.
+fn consumer(c: &Client) -> Result<(), Error> {
+    let mut log = Log::open();
+    let thief = c.attach_thief(QUEUE)?;
+    if std::env::var_os("XTCQ_TEST_DIE_HOLDING").is_some() {
+        die_holding_three(&thief, &mut log)?;
+    }
+    let nack = std::env::var_os("XTCQ_TEST_NACK").is_some();
+    // XTCQ_TEST_ACK_ALL: batch rounds run a `JobBatch`, settled with `ack_all`.
+    let ack_all = std::env::var_os("XTCQ_TEST_ACK_ALL").is_some();
+    let mut batch = xtcq_client::JobBatch::new();
+    for round in 1u64.. {
+        if round.is_multiple_of(2) && ack_all {
+            batch_round(&thief, &mut batch, &mut log)?;
+            continue;
+        }
+        let jobs = if round.is_multiple_of(2) {
+            thief.steal_batch(BATCH)?
+        } else {
+            thief.steal_wait(Some(Duration::from_secs(1)))?.into_iter().collect()
+        };
+        if jobs.is_empty() && !round.is_multiple_of(2) {
+            return Ok(());
+        }
+        for j in jobs {
+            let id = parse_id(&j.payload()?)?;
+            let attempts = j.attempts();
+            log.line(format_args!("R {id} {attempts}"));
+            if nack && attempts == 0 && id % 3 == 0 {
+                j.nack()?;
+                log.line(format_args!("N {id}"));
+            } else {
+                j.ack()?;
+                log.line(format_args!("A {id}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Claims three jobs, logs them, and exits at once without acking them.
+fn die_holding_three(thief: &xtcq_client::ThiefHandle, log: &mut Log) -> Result<(), Error> {
+    let mut held = Vec::new();
+    while held.len() < 3 {
+        let j = thief.steal_wait(Some(Duration::from_secs(5)))?.ok_or(Error::Corrupt("no job".into()))?;
+        log.line(format_args!("R {} {}", parse_id(&j.payload()?)?, j.attempts()));
+        held.push(j);
+    }
+    // SAFETY: _exit(2) ends the process at once, with the claimed jobs neither acked nor
+    // nacked, as after a crash.
+    unsafe { libc::_exit(0) }
+}
+
+/// One `steal_into` round settled with `ack_all` (no nacks in this mode).
+fn batch_round<'t>(
+    thief: &'t xtcq_client::ThiefHandle,
+    batch: &mut xtcq_client::JobBatch<'t>,
+    log: &mut Log,
+) -> Result<(), Error> {
+    thief.steal_into(BATCH, batch)?;
+    let ids = (0..batch.len()).map(|i| parse_id(&batch.payload(i)?)).collect::<Result<Vec<_>, _>>()?;
+    for (i, id) in ids.iter().enumerate() {
+        log.line(format_args!("R {id} {}", batch.attempts(i).unwrap_or(0)));
+    }
+    // `ack_batch.mid` dies right after ack_all's first ack, so that one is logged before it:
+    // the log stays true at that death.
+    ids.iter().take(1).for_each(|id| log.line(format_args!("A {id}")));
+    batch.ack_all()?;
+    ids.iter().skip(1).for_each(|id| log.line(format_args!("A {id}")));
+    Ok(())
+}
+
+/// Claims one job, says so, hangs until stdin closes, then tries to ack it.
+fn hang(c: &Client) -> Result<(), Error> {
+    let thief = c.attach_thief(QUEUE)?;
+    let j = thief.steal_wait(Some(Duration::from_secs(10)))?.ok_or(Error::Corrupt("no job".into()))?;
+    out(format_args!(
+        "claimed {} deadline {}",
+        String::from_utf8_lossy(&j.payload()?),
+        j.lease_deadline_ns().unwrap_or(0)
+    ));
+    hold();
+    match j.ack() {
+        Ok(()) => out("ack ok"),
+        Err(Error::Job(JobError::LeaseExpired { .. })) => out("ack lease-expired"),
+        Err(e) => out(format_args!("ack other-error {e}")),
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
