@@ -981,24 +981,38 @@ fn group_d(c: &mut Criterion, s: &Settings) {
 // ---------------------------------------------------------------------------------------
 // The table.
 
+/// Whether group `g` is measured per pair ((a)) rather than per run of `jobs`.
+fn per_pair(g: &str) -> bool {
+    g.starts_with("a_")
+}
+
+/// ns per iteration of group `g` in the unit shown: ns per pair for (a), million jobs/s
+/// otherwise.
+fn shown(s: &Settings, g: &str, ns: f64) -> String {
+    if per_pair(g) {
+        format!("{ns:.2} ns/pair")
+    } else {
+        format!("{:.2} M/s", s.jobs as f64 / ns * 1e3)
+    }
+}
+
+/// The "cores busy" of bench `name` of group `g` ("-" for (a), "?" when unknown).
+fn cores_shown(g: &str, name: &str) -> String {
+    if per_pair(g) {
+        return "-".to_string();
+    }
+    let id = format!("{g}/{name}");
+    let samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).get(&id).map(|e| e.0);
+    samples.and_then(|n| cores_busy(&id, n)).map(|c| format!("{c:.2}")).unwrap_or_else(|| "?".into())
+}
+
+/// One table line: a label and six columns.
+fn table_line(label: &str, cols: [&str; 6]) {
+    let [a, b, c, d, e, f] = cols;
+    println!("{label:<33} {a:>14} {b:>14} {c:>7} {d:>7} {e:>4} {f:>13}");
+}
+
 fn print_table(s: &Settings) {
-    let per_pair = |g: &str| g.starts_with("a_");
-    // ns per iteration -> the unit shown: ns per pair for (a), million jobs/s otherwise.
-    let show = |g: &str, ns: f64| {
-        if per_pair(g) {
-            format!("{ns:.2} ns/pair")
-        } else {
-            format!("{:.2} M/s", s.jobs as f64 / ns * 1e3)
-        }
-    };
-    let samples = |id: &str| SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|e| e.0);
-    let cores = |g: &str, name: &str| {
-        let id = format!("{g}/{name}");
-        if per_pair(g) {
-            return "-".to_string();
-        }
-        samples(&id).and_then(|n| cores_busy(&id, n)).map(|c| format!("{c:.2}")).unwrap_or_else(|| "?".into())
-    };
     println!();
     println!("== deque: xtcq vs crossbeam-deque 0.8.8 (medians of criterion's measured samples) ==");
     println!(
@@ -1006,10 +1020,22 @@ fn print_table(s: &Settings) {
         s.jobs,
         if s.quick { ", XTCQ_BENCH_QUICK" } else { "" }
     );
-    println!(
-        "{:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-        "workload", "xtcq_raw", "crossbeam", "ratio", "target", "met", "cores busy"
-    );
+    print_rivals(s);
+    println!();
+    print_layout_probe(s);
+    println!();
+    print_job_path(s);
+    println!("layout probe: the same deque code over heap words with `top` and `bottom` on one cache");
+    println!("    line (as crossbeam keeps `front` and `back`) or on two (as layout v1 did).");
+    println!("(d) has no crossbeam rival (its deque cannot be shared between processes); its raw row is");
+    println!("    the handle deque alone across the two processes. cores busy: CPU time of owner and");
+    println!("    thief over wall time (first / second column); near 2 = they ran at once on two cores,");
+    println!("    near 1 = they took turns on a busy machine and the figure is not a parallel hand-off.");
+}
+
+/// The raw deque against crossbeam-deque, with the targets.
+fn print_rivals(s: &Settings) {
+    table_line("workload", ["xtcq_raw", "crossbeam", "ratio", "target", "met", "cores busy"]);
     for (label, g, target) in [
         ("(a) push+pop pair, 1 thread", "a_push_pop_pair", 1.0),
         ("(b) push, 1 thief steals", "b_push_one_thief", 1.2),
@@ -1021,20 +1047,25 @@ fn print_table(s: &Settings) {
             continue;
         };
         let ratio = cb / x;
-        println!(
-            "{label:<33} {:>14} {:>14} {:>6.2}x {:>6.1}x {:>4} {:>13}",
-            show(g, x),
-            show(g, cb),
-            ratio,
-            target,
-            if ratio >= target { "yes" } else { "NO" },
-            format!("{} / {}", cores(g, "xtcq_raw"), cores(g, "crossbeam")),
+        table_line(
+            label,
+            [
+                &shown(s, g, x),
+                &shown(s, g, cb),
+                &format!("{ratio:.2}x"),
+                &format!("{target:.1}x"),
+                if ratio >= target { "yes" } else { "NO" },
+                &format!("{} / {}", cores_shown(g, "xtcq_raw"), cores_shown(g, "crossbeam")),
+            ],
         );
     }
-    println!();
-    println!(
-        "{:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-        "layout probe (xtcq code, heap)", "top+bottom 1", "2 lines", "1 / cb", "2 / cb", "", "cores busy"
+}
+
+/// The same deque code over heap words, `top` and `bottom` on one line or two.
+fn print_layout_probe(s: &Settings) {
+    table_line(
+        "layout probe (xtcq code, heap)",
+        ["top+bottom 1", "2 lines", "1 / cb", "2 / cb", "", "cores busy"],
     );
     for (label, g) in [
         ("(b) push, 1 thief steals", "b_push_one_thief"),
@@ -1049,23 +1080,29 @@ fn print_table(s: &Settings) {
         let vs = |x: f64| {
             median_ns(&format!("{g}/crossbeam")).map(|cb| format!("{:.2}x", cb / x)).unwrap_or_default()
         };
-        println!(
-            "{label:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-            show(g, one),
-            show(g, two),
-            vs(one),
-            vs(two),
-            "",
-            format!("{} / {}", cores(g, "xtcq_raw_heap_1line"), cores(g, "xtcq_raw_heap_2lines")),
+        table_line(
+            label,
+            [
+                &shown(s, g, one),
+                &shown(s, g, two),
+                &vs(one),
+                &vs(two),
+                "",
+                &format!(
+                    "{} / {}",
+                    cores_shown(g, "xtcq_raw_heap_1line"),
+                    cores_shown(g, "xtcq_raw_heap_2lines")
+                ),
+            ],
         );
     }
-    println!();
-    println!(
-        "{:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-        "full job path (records)", "xtcq_jobs", "xtcq_raw", "ratio", "target", "met", "cores busy"
-    );
-    // Targets of issue 13, as speed of the job path / speed of the raw deque: (a) at most 3x
-    // the raw pair's time, (b) at least half its rate, (d) single steals at least 0.6 of it.
+}
+
+/// The full job path against the raw deque. Targets of issue 13, as speed of the job path /
+/// speed of the raw deque: (a) at most 3x the raw pair's time, (b) at least half its rate,
+/// (d) single steals at least 0.6 of it.
+fn print_job_path(s: &Settings) {
+    table_line("full job path (records)", ["xtcq_jobs", "xtcq_raw", "ratio", "target", "met", "cores busy"]);
     for (label, g, name, target) in [
         ("(a) push+pop pair, 1 thread", "a_push_pop_pair", "xtcq_jobs", Some(1.0 / 3.0)),
         ("(b) push, 1 thief steals", "b_push_one_thief", "xtcq_jobs", Some(0.5)),
@@ -1082,22 +1119,18 @@ fn print_table(s: &Settings) {
             (Some(_), Some(_)) => "NO",
             _ => "",
         };
-        println!(
-            "{label:<33} {:>14} {:>14} {:>7} {:>7} {:>4} {:>13}",
-            show(g, j),
-            raw.map(|r| show(g, r)).unwrap_or_default(),
-            ratio.map(|r| format!("{r:.2}x")).unwrap_or_default(),
-            target.map(|t| format!("{t:.2}x")).unwrap_or_default(),
-            met,
-            format!("{} / {}", cores(g, name), cores(g, "xtcq_raw")),
+        table_line(
+            label,
+            [
+                &shown(s, g, j),
+                &raw.map(|r| shown(s, g, r)).unwrap_or_default(),
+                &ratio.map(|r| format!("{r:.2}x")).unwrap_or_default(),
+                &target.map(|t| format!("{t:.2}x")).unwrap_or_default(),
+                met,
+                &format!("{} / {}", cores_shown(g, name), cores_shown(g, "xtcq_raw")),
+            ],
         );
     }
-    println!("layout probe: the same deque code over heap words with `top` and `bottom` on one cache");
-    println!("    line (as crossbeam keeps `front` and `back`) or on two (as layout v1 did).");
-    println!("(d) has no crossbeam rival (its deque cannot be shared between processes); its raw row is");
-    println!("    the handle deque alone across the two processes. cores busy: CPU time of owner and");
-    println!("    thief over wall time (first / second column); near 2 = they ran at once on two cores,");
-    println!("    near 1 = they took turns on a busy machine and the figure is not a parallel hand-off.");
 }
 
 fn main() {
