@@ -12,6 +12,14 @@
 //!   thief may be shared by threads; a job may be acked on another thread than the one that
 //!   claimed it). Every other thread counts into the shared lane. Thread ids are never
 //!   reused, so a lane has one writer for its whole life.
+//! - A forked child shares its parent's slot through the handles it inherits (the C API
+//!   refuses them, the engine and the Rust client do not): it must not write the parent's
+//!   lanes. A `pthread_atfork` child hook gives the forking thread a fresh id (so no lane
+//!   bound before the fork is its) and bumps a generation that `bind` checks (so no lane
+//!   taken before the fork is bound in the child); a child gives a new handle a lane only
+//!   for a slot the daemon registered to the child's own pid (not the parent's slot, which
+//!   it may attach to again over the inherited connection): the child counts into the
+//!   shared lane of the parent's slot.
 //! - Nothing read is trusted: readers add the two lanes with saturation.
 
 use std::cell::Cell;
@@ -42,6 +50,26 @@ thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Bumped in each forked child: a lane taken in another generation is not this process's.
+static FORK_GENERATION: StdAtomicU64 = StdAtomicU64::new(0);
+
+extern "C" fn in_child_after_fork() {
+    // Async-signal-safe: an atomic add and a store to a thread-local without destructor, in
+    // the child's only thread. Its id was the forking thread's: a fresh one is drawn later.
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    THREAD_ID.with(|id| id.set(0));
+}
+
+/// The fork generation now, the child hook installed first (once per process).
+fn fork_generation() -> u64 {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: registers a handler that only touches an atomic and a thread-local cell.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
+    });
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// This thread's id, unique in the process for its life (never reused).
 #[inline]
 fn thread_id() -> u64 {
@@ -60,6 +88,12 @@ fn new_thread_id() -> u64 {
     new
 }
 
+/// Whether the segment shows process slot `slot` registered to this process's pid (asked
+/// only in a forked child, whose parent's slot it must not count into by a lane).
+fn registered_to_this_process(seg: &Segment, slot: u32) -> bool {
+    seg.process_slot(slot).is_some_and(|p| p.pid.load(Ordering::Relaxed) == std::process::id())
+}
+
 /// Exclusive use, in this process, of one block's handle lane; given back on drop.
 #[derive(Debug)]
 pub(crate) struct HandleLane<'a> {
@@ -67,6 +101,8 @@ pub(crate) struct HandleLane<'a> {
     key: LaneKey,
     /// The thread that counts into the lane (0: none yet).
     thread: StdAtomicU64,
+    /// The fork generation the lane was taken in: a forked child never binds it.
+    born: u64,
 }
 
 impl<'a> HandleLane<'a> {
@@ -76,13 +112,17 @@ impl<'a> HandleLane<'a> {
         let block = seg.slot_metrics(queue, slot)?;
         let d = seg.descriptor();
         let key = LaneKey { created_unix_ns: d.created_unix_ns, creator_pid: d.creator_pid, queue, slot };
+        let born = fork_generation();
+        if born != 0 && !registered_to_this_process(seg, slot) {
+            return None;
+        }
         // A poisoned lock only means a holder panicked; the list itself is whole.
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if held.contains(&key) {
             return None;
         }
         held.push(key);
-        Some(Self { block, key, thread: StdAtomicU64::new(0) })
+        Some(Self { block, key, thread: StdAtomicU64::new(0), born })
     }
 
     /// The slot whose block this is.
@@ -105,12 +145,16 @@ impl<'a> HandleLane<'a> {
         true
     }
 
-    /// Binds the lane to this thread if no thread has it yet.
+    /// Binds the lane to this thread if no thread has it yet (and this is the process that
+    /// took it, not a forked child).
     #[cold]
     #[inline(never)]
     fn bind(&self) -> bool {
         let me = thread_id();
         let relaxed = std::sync::atomic::Ordering::Relaxed;
+        if FORK_GENERATION.load(relaxed) != self.born {
+            return false;
+        }
         match self.thread.compare_exchange(0, me, relaxed, relaxed) {
             Ok(_) => true,
             Err(bound) => bound == me,
