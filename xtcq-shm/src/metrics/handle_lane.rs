@@ -20,11 +20,15 @@
 //!   for a slot the daemon registered to the child's own pid (not the parent's slot, which
 //!   it may attach to again over the inherited connection): the child counts into the
 //!   shared lane of the parent's slot.
+//! - The registry's lock is taken before a fork and let go after it, in the parent and the
+//!   child: a child forked while another thread held it (making or dropping a handle) would
+//!   otherwise hang on its first handle, the holder not being there to let it go.
 //! - Nothing read is trusted: readers add the two lanes with saturation.
 
 use std::cell::Cell;
+use std::cell::RefCell;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::layout::MetricsBlock;
 use crate::metrics::Counter;
@@ -43,19 +47,48 @@ struct LaneKey {
 /// The lanes held in this process. A handful at a time: a `Vec` searched linearly.
 static HELD: Mutex<Vec<LaneKey>> = Mutex::new(Vec::new());
 
+/// The registry, locked. A poisoned lock only means a holder panicked; the list is whole.
+fn held() -> MutexGuard<'static, Vec<LaneKey>> {
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The next thread id: 0 means "none yet", in a thread and in a lane.
 static NEXT_THREAD_ID: StdAtomicU64 = StdAtomicU64::new(1);
 
 thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+    /// The registry's lock, held by the forking thread across `fork()`.
+    static HELD_ACROSS_FORK: RefCell<Option<MutexGuard<'static, Vec<LaneKey>>>> =
+        const { RefCell::new(None) };
 }
 
 /// Bumped in each forked child: a lane taken in another generation is not this process's.
 static FORK_GENERATION: StdAtomicU64 = StdAtomicU64::new(0);
 
+/// Before a fork: no other thread is inside the registry when the child's copy is made.
+extern "C" fn before_fork() {
+    // `try_with`: a fork from a thread-local destructor just goes without the lock.
+    let _ = HELD_ACROSS_FORK.try_with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut() {
+            *h = Some(held());
+        }
+    });
+}
+
+/// After a fork, in the parent or the child: the lock `before_fork` took is let go.
+fn release_after_fork() {
+    let _ = HELD_ACROSS_FORK.try_with(|h| h.try_borrow_mut().map(|mut h| drop(h.take())));
+}
+
+extern "C" fn in_parent_after_fork() {
+    release_after_fork();
+}
+
 extern "C" fn in_child_after_fork() {
-    // Async-signal-safe: an atomic add and a store to a thread-local without destructor, in
-    // the child's only thread. Its id was the forking thread's: a fresh one is drawn later.
+    // The child's only thread, the copy of the forking one: an unlock (an atomic swap, a
+    // futex wake at most), an atomic add, a store to a thread-local cell. Its id was the
+    // forking thread's: a fresh one is drawn later.
+    release_after_fork();
     FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     THREAD_ID.with(|id| id.set(0));
 }
@@ -64,8 +97,11 @@ extern "C" fn in_child_after_fork() {
 fn fork_generation() -> u64 {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
-        // SAFETY: registers a handler that only touches an atomic and a thread-local cell.
-        unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
+        // SAFETY: registers handlers that take and let go the registry's lock and touch an
+        // atomic and thread-local cells.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(in_parent_after_fork), Some(in_child_after_fork))
+        };
     });
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -116,8 +152,7 @@ impl<'a> HandleLane<'a> {
         if born != 0 && !registered_to_this_process(seg, slot) {
             return None;
         }
-        // A poisoned lock only means a holder panicked; the list itself is whole.
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = held();
         if held.contains(&key) {
             return None;
         }
@@ -164,8 +199,7 @@ impl<'a> HandleLane<'a> {
 
 impl Drop for HandleLane<'_> {
     fn drop(&mut self) {
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|k| *k != self.key);
+        held().retain(|k| *k != self.key);
     }
 }
 
