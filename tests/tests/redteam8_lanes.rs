@@ -376,3 +376,41 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     ok(&d.run(&["stats", "--json"]));
     scrape(&addr);
 }
+
+/// `xtcq top` (under tmux, skipped without it) while the handle lanes go from small values
+/// to garbage and back to zero between its refreshes: its rates saturate, it keeps drawing,
+/// and quits on `q` with status 0.
+#[test]
+fn top_draws_through_garbage_in_the_handle_lanes() {
+    if !Tmux::installed() {
+        return;
+    }
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "lanesq"]));
+    ok(&d.run(&["push", "lanesq", "a", "b"]));
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
+    let q = seg.queue_by_name("lanesq").unwrap();
+    let t = Tmux::top(&d, "red8top");
+    let mut screen = String::new();
+    wait_until(Duration::from_secs(30), "top to draw the queue", || {
+        screen = t.capture();
+        screen.contains("lanesq")
+    });
+    for fill in [u64::MAX, 0, u64::MAX - 7, 0] {
+        for b in seg.metrics_blocks(q.index).unwrap() {
+            for c in &b.handle_lane {
+                c.store(fill, Ordering::Relaxed);
+            }
+        }
+        // Each value on screen for a refresh or two.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    screen = t.capture();
+    assert!(screen.contains("PUSH/s"), "top stopped drawing: {screen}");
+    t.keys(&["q"]);
+    wait_until(Duration::from_secs(30), "top to quit", || {
+        screen = t.capture();
+        screen.contains("TOP-EXITED")
+    });
+    assert!(screen.contains("TOP-EXITED 0"), "{screen}");
+}
