@@ -17,9 +17,9 @@
 //!   lanes. A `pthread_atfork` child hook gives the forking thread a fresh id (so no lane
 //!   bound before the fork is its) and bumps a generation that `bind` checks (so no lane
 //!   taken before the fork is bound in the child); a child gives a new handle a lane only
-//!   for a slot the daemon registered to the child's own pid (not the parent's slot, which
-//!   it may attach to again over the inherited connection): the child counts into the
-//!   shared lane of the parent's slot.
+//!   for a slot the daemon registered to the child's own pid (not for the parent's slot,
+//!   which a handle the child makes from what it inherited names): the child counts into
+//!   the shared lane of the parent's slot.
 //! - The registry's lock is taken before a fork and let go after it, in the parent and the
 //!   child: a child forked while another thread held it (making or dropping a handle) would
 //!   otherwise hang on its first handle, the holder not being there to let it go.
