@@ -12,11 +12,23 @@
 //!   thief may be shared by threads; a job may be acked on another thread than the one that
 //!   claimed it). Every other thread counts into the shared lane. Thread ids are never
 //!   reused, so a lane has one writer for its whole life.
+//! - A forked child shares its parent's slot through the handles it inherits (the C API
+//!   refuses them, the engine and the Rust client do not): it must not write the parent's
+//!   lanes. A `pthread_atfork` child hook gives the forking thread a fresh id (so no lane
+//!   bound before the fork is its) and bumps a generation that `bind` checks (so no lane
+//!   taken before the fork is bound in the child); a child gives a new handle a lane only
+//!   for a slot the daemon registered to the child's own pid (not for the parent's slot,
+//!   which a handle the child makes from what it inherited names): the child counts into
+//!   the shared lane of the parent's slot.
+//! - The registry's lock is taken before a fork and let go after it, in the parent and the
+//!   child: a child forked while another thread held it (making or dropping a handle) would
+//!   otherwise hang on its first handle, the holder not being there to let it go.
 //! - Nothing read is trusted: readers add the two lanes with saturation.
 
 use std::cell::Cell;
+use std::cell::RefCell;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::layout::MetricsBlock;
 use crate::metrics::Counter;
@@ -35,11 +47,63 @@ struct LaneKey {
 /// The lanes held in this process. A handful at a time: a `Vec` searched linearly.
 static HELD: Mutex<Vec<LaneKey>> = Mutex::new(Vec::new());
 
+/// The registry, locked. A poisoned lock only means a holder panicked; the list is whole.
+fn held() -> MutexGuard<'static, Vec<LaneKey>> {
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The next thread id: 0 means "none yet", in a thread and in a lane.
 static NEXT_THREAD_ID: StdAtomicU64 = StdAtomicU64::new(1);
 
 thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+    /// The registry's lock, held by the forking thread across `fork()`.
+    static HELD_ACROSS_FORK: RefCell<Option<MutexGuard<'static, Vec<LaneKey>>>> =
+        const { RefCell::new(None) };
+}
+
+/// Bumped in each forked child: a lane taken in another generation is not this process's.
+static FORK_GENERATION: StdAtomicU64 = StdAtomicU64::new(0);
+
+/// Before a fork: no other thread is inside the registry when the child's copy is made.
+extern "C" fn before_fork() {
+    // `try_with`: a fork from a thread-local destructor just goes without the lock.
+    let _ = HELD_ACROSS_FORK.try_with(|h| {
+        if let Ok(mut h) = h.try_borrow_mut() {
+            *h = Some(held());
+        }
+    });
+}
+
+/// After a fork, in the parent or the child: the lock `before_fork` took is let go.
+fn release_after_fork() {
+    let _ = HELD_ACROSS_FORK.try_with(|h| h.try_borrow_mut().map(|mut h| drop(h.take())));
+}
+
+extern "C" fn in_parent_after_fork() {
+    release_after_fork();
+}
+
+extern "C" fn in_child_after_fork() {
+    // The child's only thread, the copy of the forking one: an unlock (an atomic swap, a
+    // futex wake at most), an atomic add, a store to a thread-local cell. Its id was the
+    // forking thread's: a fresh one is drawn later.
+    release_after_fork();
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    THREAD_ID.with(|id| id.set(0));
+}
+
+/// The fork generation now, the child hook installed first (once per process).
+fn fork_generation() -> u64 {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: registers handlers that take and let go the registry's lock and touch an
+        // atomic and thread-local cells.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(in_parent_after_fork), Some(in_child_after_fork))
+        };
+    });
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// This thread's id, unique in the process for its life (never reused).
@@ -60,6 +124,12 @@ fn new_thread_id() -> u64 {
     new
 }
 
+/// Whether the segment shows process slot `slot` registered to this process's pid (asked
+/// only in a forked child, whose parent's slot it must not count into by a lane).
+fn registered_to_this_process(seg: &Segment, slot: u32) -> bool {
+    seg.process_slot(slot).is_some_and(|p| p.pid.load(Ordering::Relaxed) == std::process::id())
+}
+
 /// Exclusive use, in this process, of one block's handle lane; given back on drop.
 #[derive(Debug)]
 pub(crate) struct HandleLane<'a> {
@@ -67,6 +137,8 @@ pub(crate) struct HandleLane<'a> {
     key: LaneKey,
     /// The thread that counts into the lane (0: none yet).
     thread: StdAtomicU64,
+    /// The fork generation the lane was taken in: a forked child never binds it.
+    born: u64,
 }
 
 impl<'a> HandleLane<'a> {
@@ -76,13 +148,16 @@ impl<'a> HandleLane<'a> {
         let block = seg.slot_metrics(queue, slot)?;
         let d = seg.descriptor();
         let key = LaneKey { created_unix_ns: d.created_unix_ns, creator_pid: d.creator_pid, queue, slot };
-        // A poisoned lock only means a holder panicked; the list itself is whole.
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let born = fork_generation();
+        if born != 0 && !registered_to_this_process(seg, slot) {
+            return None;
+        }
+        let mut held = held();
         if held.contains(&key) {
             return None;
         }
         held.push(key);
-        Some(Self { block, key, thread: StdAtomicU64::new(0) })
+        Some(Self { block, key, thread: StdAtomicU64::new(0), born })
     }
 
     /// The slot whose block this is.
@@ -105,12 +180,16 @@ impl<'a> HandleLane<'a> {
         true
     }
 
-    /// Binds the lane to this thread if no thread has it yet.
+    /// Binds the lane to this thread if no thread has it yet (and this is the process that
+    /// took it, not a forked child).
     #[cold]
     #[inline(never)]
     fn bind(&self) -> bool {
         let me = thread_id();
         let relaxed = std::sync::atomic::Ordering::Relaxed;
+        if FORK_GENERATION.load(relaxed) != self.born {
+            return false;
+        }
         match self.thread.compare_exchange(0, me, relaxed, relaxed) {
             Ok(_) => true,
             Err(bound) => bound == me,
@@ -120,8 +199,7 @@ impl<'a> HandleLane<'a> {
 
 impl Drop for HandleLane<'_> {
     fn drop(&mut self) {
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-        held.retain(|k| *k != self.key);
+        held().retain(|k| *k != self.key);
     }
 }
 
