@@ -11,23 +11,8 @@ use std::time::Duration;
 
 fn metrics_flags() -> Vec<&'static str> {
     let mut f = SMALL_SEGMENT.to_vec();
-    f.extend(["--metrics", "127.0.0.1:0"]);
+    f.extend(METRICS_ON_ANY_PORT);
     f
-}
-
-/// The address the daemon's latest start logged for `/metrics`.
-fn metrics_addr(d: &Daemon) -> String {
-    let mut found = None;
-    wait_until(Duration::from_secs(10), "the metrics address in the log", || {
-        let log = d.log_text();
-        found = log
-            .rsplit("http://")
-            .next()
-            .filter(|_| log.contains("http://"))
-            .and_then(|s| s.split("/metrics").next().map(str::to_string));
-        found.is_some()
-    });
-    found.unwrap()
 }
 
 /// Sends `request` raw and returns the whole answer.
@@ -38,12 +23,6 @@ fn http(addr: &str, request: &[u8]) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).expect("an answer within 30 s");
     out
-}
-
-fn scrape(addr: &str) -> String {
-    let a = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(a.starts_with("HTTP/1.1 200"), "{a}");
-    a
 }
 
 /// The value of `name{queue="q"}` in a scrape.
@@ -73,7 +52,7 @@ fn run_some_jobs(d: &Daemon) {
 fn the_scrape_and_stats_agree_with_the_jobs_run_and_survive_a_daemon_kill() {
     let mut d = Daemon::builder().in_dir(tempfile::tempdir().unwrap()).flags(metrics_flags()).start();
     run_some_jobs(&d);
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     assert!(body.contains("# TYPE xtcq_jobs_pushed_total counter"), "{body}");
     assert!(body.contains("# HELP xtcq_oldest_queued_seconds "), "{body}");
     assert_eq!(sample(&body, "xtcq_jobs_pushed_total", "q"), 11.0);
@@ -93,7 +72,7 @@ fn the_scrape_and_stats_agree_with_the_jobs_run_and_survive_a_daemon_kill() {
     d.kill();
     d.restart_with(&metrics_flags(), |_| {});
     assert_eq!(totals(&d, "q"), before, "{}", d.log_text());
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     assert_eq!(sample(&body, "xtcq_jobs_acked_total", "q"), 10.0);
 
     // A queue deleted and created anew starts from zero.
@@ -158,7 +137,7 @@ fn garbage_in_the_metrics_region_crashes_nothing() {
     }
     ok(&d.run(&["stats"]));
     ok(&d.run(&["stats", "--json"]));
-    scrape(&metrics_addr(&d));
+    scrape_metrics(&d.metrics_addr());
     ok(&d.run(&["push", "q", "b"]));
     ok(&d.run(&["steal", "q", "-n", "2"]));
     ok(&d.run(&["stats", "q"]));
@@ -168,7 +147,7 @@ fn garbage_in_the_metrics_region_crashes_nothing() {
 fn garbage_and_stalled_http_clients_block_no_one() {
     let d = Daemon::builder().in_dir(tempfile::tempdir().unwrap()).flags(metrics_flags()).start();
     ok(&d.run(&["create", "q"]));
-    let addr = metrics_addr(&d);
+    let addr = d.metrics_addr();
     // A client that starts a request and never finishes it, held open meanwhile.
     let mut stalled = TcpStream::connect(&addr).unwrap();
     stalled.write_all(b"GET /metr").unwrap();
@@ -182,7 +161,7 @@ fn garbage_and_stalled_http_clients_block_no_one() {
     let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(100_000));
     let a = http(&addr, huge.as_bytes());
     assert!(a.is_empty() || a.starts_with("HTTP/1.1 431"), "{a}");
-    assert!(scrape(&addr).contains("xtcq_jobs_queued{queue=\"q\"} 0"));
+    assert!(scrape_metrics(&addr).contains("xtcq_jobs_queued{queue=\"q\"} 0"));
     // The control socket is unaffected too.
     ok(&d.run(&["push", "q", "x"]));
     drop(silent);

@@ -4,8 +4,6 @@
 //! jobs, show a full class as full when a push is refused for want of a block, and go back to
 //! 0 once every job is acked; garbage in the owner table crashes nothing and is swept.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use xtcq_testkit::*;
@@ -44,28 +42,6 @@ fn payload(fill: u8, len: usize) -> Vec<u8> {
     vec![fill; len]
 }
 
-/// The address the daemon logged for `/metrics`.
-fn metrics_addr(d: &Daemon) -> String {
-    let mut found = None;
-    wait_until(Duration::from_secs(10), "the metrics address in the log", || {
-        let log = d.log_text();
-        found = log.split("http://").nth(1).and_then(|s| s.split("/metrics").next()).map(str::to_string);
-        found.is_some()
-    });
-    found.unwrap()
-}
-
-/// The `/metrics` body.
-fn scrape(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("an answer within 30 s");
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
-}
-
 #[test]
 fn block_use_follows_queued_and_held_large_jobs_and_returns_to_zero_once_acked() {
     let d = Daemon::builder().flags(flags()).start();
@@ -96,7 +72,7 @@ fn block_use_follows_queued_and_held_large_jobs_and_returns_to_zero_once_acked()
         table.lines().find(|l| l.trim_start().starts_with("64KiB")).unwrap_or_else(|| panic!("{table}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells, ["64KiB", "3", "3", "0", "FULL"], "{table}");
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     assert!(body.contains("# TYPE xtcq_payload_blocks gauge"), "{body}");
     assert!(body.contains("xtcq_payload_blocks{size=\"65536\"} 3\n"), "{body}");
     assert!(body.contains("xtcq_payload_blocks_in_use{size=\"65536\"} 3\n"), "{body}");
@@ -124,7 +100,7 @@ fn block_use_follows_queued_and_held_large_jobs_and_returns_to_zero_once_acked()
     assert_eq!(held(&d), [0, 0]);
     let table = ok(&d.run(&["stats"]));
     assert!(!table.contains("FULL"), "{table}");
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     assert!(body.contains("xtcq_payload_blocks_in_use{size=\"65536\"} 0\n"), "{body}");
 }
 
@@ -159,7 +135,7 @@ fn garbage_in_the_owner_table_crashes_nothing_and_is_swept() {
         let [small, large] = held(&d);
         assert!(small <= 8 && large <= 3, "{small} {large}");
         ok(&d.run(&["stats"]));
-        let body = scrape(&metrics_addr(&d));
+        let body = scrape_metrics(&d.metrics_addr());
         assert!(body.contains("xtcq_payload_blocks{size=\"4096\"} 8\n"), "{body}");
     }
     wait_until(Duration::from_secs(20), "the daemon's sweep to free the scribbled blocks", || {

@@ -9,8 +9,6 @@
 //!   a claim's CAS and its count is a window the lanes neither open nor close).
 //! - Every wait has a deadline.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -20,33 +18,8 @@ use xtcq_testkit::*;
 
 fn flags() -> Vec<&'static str> {
     let mut f = SMALL_SEGMENT.to_vec();
-    f.extend(["--metrics", "127.0.0.1:0"]);
+    f.extend(METRICS_ON_ANY_PORT);
     f
-}
-
-/// The address the daemon's latest start logged for `/metrics`.
-fn metrics_addr(d: &Daemon) -> String {
-    let mut found = None;
-    wait_until(Duration::from_secs(10), "the metrics address in the log", || {
-        let log = d.log_text();
-        found = log
-            .rsplit("http://")
-            .next()
-            .filter(|_| log.contains("http://"))
-            .and_then(|s| s.split("/metrics").next().map(str::to_string));
-        found.is_some()
-    });
-    found.unwrap()
-}
-
-fn scrape(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to /metrics");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("an answer within 30 s");
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
 }
 
 /// The value of the sample `name{queue="q"}` in a scrape.
@@ -149,7 +122,7 @@ fn a_client_used_from_many_threads_is_counted_exactly() {
     assert_eq!(acked.into_inner(), CLIENT_JOBS);
     let n = CLIENT_JOBS;
     assert_eq!(counts(&d, "q"), [n, n, n, 0]);
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     for (name, want) in
         [("xtcq_jobs_pushed_total", n), ("xtcq_jobs_claimed_total", n), ("xtcq_jobs_acked_total", n)]
     {
@@ -331,7 +304,7 @@ fn a_killed_worker_and_a_restarted_daemon_keep_the_totals_exact() {
     assert_eq!(d.drain("q").len(), left);
     let pushed = FIRST + MORE;
     assert_eq!(counts(&d, "q"), [pushed, pushed + WORKER_HELD, pushed, WORKER_HELD]);
-    let body = scrape(&metrics_addr(&d));
+    let body = scrape_metrics(&d.metrics_addr());
     assert_eq!(sample(&body, "xtcq_jobs_acked_total", "q"), pushed);
 }
 
@@ -344,7 +317,7 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     let d = Daemon::start_with(&flags());
     ok(&d.run(&["create", "q"]));
     ok(&d.run(&["push", "q", "a"]));
-    let addr = metrics_addr(&d);
+    let addr = d.metrics_addr();
     let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
     let q = seg.queue_by_name("q").unwrap();
     for fill in [u64::MAX, 0xAAAA_AAAA_AAAA_AAAA, u64::MAX - 1] {
@@ -356,7 +329,7 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
         ok(&d.run(&["stats"]));
         ok(&d.run(&["stats", "--json"]));
         ok(&d.run(&["stats", "q"]));
-        scrape(&addr);
+        scrape_metrics(&addr);
         ok(&d.run(&["push", "q", "b", "c"]));
         ok(&d.run(&["steal", "q", "-n", "2"]));
     }
@@ -374,7 +347,7 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     // Wrong figures, as documented: the slots' lanes still hold the garbage (only their own
     // process writes them), so the saturated sum minus the saturated baseline stays 0.
     ok(&d.run(&["stats", "--json"]));
-    scrape(&addr);
+    scrape_metrics(&addr);
 }
 
 /// `xtcq top` (under tmux, skipped without it) while the handle lanes go from small values
