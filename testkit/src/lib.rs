@@ -17,6 +17,7 @@ pub mod c_program;
 pub mod child;
 pub mod daemon;
 pub mod exe;
+pub mod fork;
 pub mod rng;
 pub mod role;
 pub mod runs;
@@ -31,6 +32,7 @@ pub use child::{
 };
 pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
 pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
+pub use fork::in_forked_child;
 pub use rng::Rng;
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
 pub use sizes::{large_payload_segment, MEDIUM_SEGMENT, SMALL_SEGMENT, TINY_SEGMENT};
