@@ -20,7 +20,7 @@
 //!   daemon then sees the connection close.
 //! - in a child forked after connect ([`crate::fork`]) every request fails at once with
 //!   [`Error::Forked`], before any lock is taken, and the drop does not shut down the
-//!   socket (the parent's too): it only closes the child's copies of the fds.
+//!   socket (the parent's too); the child's copies of its fds go at exit or exec.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

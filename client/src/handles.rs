@@ -274,8 +274,7 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        // Not in a forked child: the lease is the parent's (and `is_connected` takes a lock
-        // a parent's thread may have held at the fork).
+        // Not in a forked child: the lease is the parent's (`is_connected` locks, too).
         if !self.released && self.conn.not_forked().is_ok() && self.conn.is_connected() {
             // Best effort: if the daemon is gone the lease ends when this process exits.
             let _ = self.release(Duration::from_secs(2));
