@@ -7,7 +7,7 @@
 //! - never allocates on push, pop or steal: a job handle is made once and reused, and its
 //!   payload buffer keeps its capacity;
 //! - on a handle inherited across `fork()`, does nothing and returns `XTCQ_E_FORKED`
-//!   ([`fork`]); freeing such a handle in the child releases nothing the parent uses;
+//!   (`xtcq_client::fork`); freeing such a handle in the child releases nothing the parent uses;
 //! - blocking waits take a timeout in milliseconds, so a backend can wait in short steps and
 //!   check for interrupts between them.
 //!
@@ -19,7 +19,8 @@
 
 mod client;
 mod entry;
-mod fork;
+/// Fork detection, shared with the Rust client.
+use ::xtcq_client::fork;
 mod job;
 mod producer;
 mod status;

@@ -7,7 +7,9 @@
 //! - What a batch saves: one CAS on the deque's `top` for the whole batch (FIFO queues), one
 //!   handle check, one clock read and one update of each counter per batch, and no
 //!   allocation once the batch's buffer has grown.
-//! - A job left unsettled is nacked when the batch is refilled, cleared or dropped.
+//! - A job left unsettled is nacked when the batch is refilled, cleared or dropped; in a
+//!   forked child ([`crate::fork`]) nothing is: every call fails with `Error::Forked` and
+//!   the drop leaks the parent's claims.
 //! - A pushed batch is published record by record as single pushes are; only the deque
 //!   sees it at once (a thief sees none of it or all of it). A producer killed before that
 //!   store leaves queued records in no index, which the daemon's stray scan indexes.
@@ -19,19 +21,22 @@ use xtcq_shm::{ClaimedBatch, JobHandle, JobId, Segment};
 use crate::conn::Conn;
 use crate::handles::{overflow_ring_error, usable, Job, OwnerHandle, ThiefHandle};
 use crate::Error;
+use xtcq_shm::fork::Held;
 
 /// Claimed jobs from one batch steal: run them by index, then [`ack_all`](Self::ack_all).
 /// Keep one batch and refill it with [`ThiefHandle::steal_into`]: its buffer is reused.
 #[derive(Default)]
 pub struct JobBatch<'a> {
-    inner: ClaimedBatch<'a>,
+    inner: Held<ClaimedBatch<'a>>,
     /// The handle that filled it: what [`into_jobs`](Self::into_jobs) needs.
     from: Option<(&'a Arc<Segment>, &'a Arc<Conn>)>,
 }
 
 impl std::fmt::Debug for JobBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobBatch").field("jobs", &self.inner.handles().collect::<Vec<_>>()).finish()
+        f.debug_struct("JobBatch")
+            .field("jobs", &self.inner.unchecked().handles().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -43,17 +48,17 @@ impl<'a> JobBatch<'a> {
 
     /// Jobs in the batch, settled ones included, until the next refill or clear.
     pub fn len(&self) -> usize {
-        self.inner.len()
+        self.inner.unchecked().len()
     }
 
     /// `len() == 0`.
     pub fn is_empty(&self) -> bool {
-        self.inner.is_empty()
+        self.inner.unchecked().is_empty()
     }
 
     /// Appends job `i`'s payload to `out`; starts moving job `i + 1`'s payload meanwhile.
     pub fn read_payload(&self, i: usize, out: &mut Vec<u8>) -> Result<(), Error> {
-        Ok(self.inner.read_payload(i, out)?)
+        Ok(self.inner.get().ok_or(Error::Forked)?.read_payload(i, out)?)
     }
 
     /// A copy of job `i`'s payload.
@@ -65,55 +70,61 @@ impl<'a> JobBatch<'a> {
 
     /// Job `i`'s `(record index, generation)`; `None` out of range.
     pub fn handle(&self, i: usize) -> Option<JobHandle> {
-        self.inner.get(i).map(|j| j.handle())
+        self.inner.unchecked().get(i).map(|j| j.handle())
     }
 
     /// Job `i`'s stable id; `None` out of range.
     pub fn id(&self, i: usize) -> Option<JobId> {
-        self.inner.get(i).map(|j| j.id())
+        self.inner.unchecked().get(i).map(|j| j.id())
     }
 
     /// Times job `i` was given back before this claim; `None` out of range.
     pub fn attempts(&self, i: usize) -> Option<u32> {
-        self.inner.get(i).map(|j| j.attempts())
+        self.inner.unchecked().get(i).map(|j| j.attempts())
     }
 
     /// Acks job `i` now (its counter is updated with the batch's).
     pub fn ack(&mut self, i: usize) -> Result<(), Error> {
-        Ok(self.inner.ack(i)?)
+        Ok(self.inner.get_mut().ok_or(Error::Forked)?.ack(i)?)
     }
 
     /// Nacks job `i`: re-queued, attempt + 1 (dead-lettered at the queue's limit).
     pub fn nack(&mut self, i: usize) -> Result<(), Error> {
-        Ok(self.inner.nack(i)?)
+        Ok(self.inner.get_mut().ok_or(Error::Forked)?.nack(i)?)
     }
 
     /// Like [`nack`](Self::nack), keeping `reason` as the job's last error.
     pub fn fail(&mut self, i: usize, reason: &str) -> Result<(), Error> {
-        Ok(self.inner.fail(i, reason)?)
+        Ok(self.inner.get_mut().ok_or(Error::Forked)?.fail(i, reason)?)
     }
 
     /// Gives job `i` back without counting an attempt.
     pub fn release(&mut self, i: usize) -> Result<(), Error> {
-        Ok(self.inner.release(i)?)
+        Ok(self.inner.get_mut().ok_or(Error::Forked)?.release(i)?)
     }
 
     /// Acks every job not yet settled and empties the batch; the counters move once.
     /// Returns how many were acked. A job no longer ours (lease expired) is skipped, and the
     /// first such error returned once the others are acked.
     pub fn ack_all(&mut self) -> Result<usize, Error> {
-        Ok(self.inner.ack_all()?)
+        Ok(self.inner.get_mut().ok_or(Error::Forked)?.ack_all()?)
     }
 
     /// Nacks the jobs not yet settled and empties the batch.
+    /// Does nothing in a forked child (the jobs are the parent's).
     pub fn clear(&mut self) {
-        self.inner.clear();
+        if let Some(b) = self.inner.get_mut() {
+            b.clear();
+        }
     }
 
-    /// The jobs as single [`Job`]s, to settle one by one.
+    /// The jobs as single [`Job`]s, to settle one by one. None in a forked child.
     pub fn into_jobs(self) -> Vec<Job<'a>> {
         match self.from {
-            Some((seg, conn)) => self.inner.into_jobs().into_iter().map(Job::new(seg, conn)).collect(),
+            Some((seg, conn)) => match self.inner.take() {
+                Some(b) => b.into_jobs().into_iter().map(Job::new(seg, conn)).collect(),
+                None => Vec::new(),
+            },
             // Never filled: nothing in it.
             None => Vec::new(),
         }
@@ -129,7 +140,9 @@ impl ThiefHandle {
     pub fn steal_into<'s>(&'s self, limit: usize, batch: &mut JobBatch<'s>) -> Result<usize, Error> {
         usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
         batch.from = Some((&self.seg, &self.conn));
-        self.thief.steal_batch_claimed(limit, &mut batch.inner).map_err(overflow_ring_error)
+        self.thief
+            .steal_batch_claimed(limit, batch.inner.get_mut().ok_or(Error::Forked)?)
+            .map_err(overflow_ring_error)
     }
 
     /// Up to `limit` jobs at once, as [`steal_into`](Self::steal_into) takes them, as single

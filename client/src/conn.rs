@@ -18,6 +18,9 @@
 //!   reported once as [`Error::SlotNotResumed`]; the next attach takes a fresh slot.
 //! - dropping the last [`Conn`] shuts the socket down, which ends the reader thread; the
 //!   daemon then sees the connection close.
+//! - in a child forked after connect ([`crate::fork`]) every request fails at once with
+//!   [`Error::Forked`], before any lock is taken, and the drop does not shut down the
+//!   socket (the parent's too); the child's copies of its fds go at exit or exec.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -150,6 +153,8 @@ pub(crate) struct Conn {
     client_name: String,
     /// The current link; held for the whole of a request, so requests go one at a time.
     link: Mutex<Link>,
+    /// The fork generation at connect ([`crate::fork`]).
+    born: u64,
     /// The current link's status and handshake, readable without waiting for a request in
     /// flight.
     current: Mutex<Current>,
@@ -192,8 +197,11 @@ impl Conn {
         timeout: Duration,
         trusted: Vec<u32>,
     ) -> Result<Conn, Error> {
+        // Read first: it installs the fork hook before any fork this connection must see.
+        let born = crate::fork::generation();
         let link = Link::open(path, client_name, timeout, &trusted)?;
         Ok(Conn {
+            born,
             path: path.to_path_buf(),
             client_name: client_name.to_string(),
             current: Mutex::new(Current {
@@ -210,6 +218,22 @@ impl Conn {
             held_slot: Mutex::new(None),
             slots_lost: AtomicU64::new(0),
         })
+    }
+
+    /// Fails with [`Error::Forked`] in a child forked since connect: the socket and the
+    /// process slot are the parent's.
+    #[inline]
+    pub(crate) fn not_forked(&self) -> Result<(), Error> {
+        if crate::fork::forked_since(self.born) {
+            return Err(Error::Forked);
+        }
+        Ok(())
+    }
+
+    /// The fork generation at connect: what a [`crate::fork::Held`] claim compares.
+    #[inline]
+    pub(crate) fn born(&self) -> u64 {
+        self.born
     }
 
     /// How many times a held slot was lost (see `slots_lost`). Relaxed: a handle only needs
@@ -345,6 +369,8 @@ impl Conn {
         queue: Option<&str>,
         t: Duration,
     ) -> Result<Response, Error> {
+        // Before the lock: a parent's thread may have held it at the fork, for good here.
+        self.not_forked()?;
         let mut link = lock(&self.link);
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
@@ -463,6 +489,14 @@ fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Pat
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        if crate::fork::forked_since(self.born) {
+            // A forked child: shutdown(2) would cut the parent's connection. The reply
+            // channel is leaked: the parent's reader thread (which the child does not have)
+            // may have been mid-send at the fork, and a drop would wait for that send.
+            let link = self.link.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(std::mem::replace(&mut link.replies, mpsc::channel().1));
+            return;
+        }
         // Ends the reader thread (its read returns 0) and tells the daemon we are gone.
         let _ = lock(&self.link).writer.shutdown(std::net::Shutdown::Both);
     }

@@ -67,7 +67,7 @@ impl Job<'_> {
     /// as its last error when given.
     pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<(), Error> {
         let conn = self.conn;
-        if let Some(h) = self.inner.fail_after(reason, delay)? {
+        if let Some(h) = self.inner.take().ok_or(Error::Forked)?.fail_after(reason, delay)? {
             announce(conn, h);
         }
         Ok(())
@@ -83,7 +83,7 @@ impl OwnedJob {
     /// Failed, retried after `delay` at the earliest (see [`Job::fail_after`]).
     pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<(), Error> {
         let conn = self._conn.clone();
-        if let Some(h) = self.inner.fail_after(reason, delay)? {
+        if let Some(h) = self.inner.take().ok_or(Error::Forked)?.fail_after(reason, delay)? {
             announce(&conn, h);
         }
         Ok(())

@@ -242,6 +242,13 @@ pub enum Error {
     /// A dead letter could not be re-queued or purged.
     #[error("{0}")]
     DeadLetter(String),
+    /// The client or handle was made before `fork()` and this is the child: it shares the
+    /// parent's socket and process slot, so it does nothing here (see [`crate::fork`]).
+    #[error(
+        "this client or handle was made before fork(); it belongs to the parent process and does \
+         nothing in the child: connect again in the child (Client::connect)"
+    )]
+    Forked,
 }
 
 impl Error {

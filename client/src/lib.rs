@@ -55,6 +55,8 @@ pub use xtcq_proto::{
 };
 pub use xtcq_shm::check::CheckReport;
 pub use xtcq_shm::dead_letter::DeadLetter;
+/// Fork detection ([`Error::Forked`]), shared with the C API.
+pub use xtcq_shm::fork;
 pub use xtcq_shm::segment::monotonic_ns;
 pub use xtcq_shm::{JobError, JobHandle, JobId};
 

@@ -10,6 +10,7 @@
 //! - recovery of what a dead process held ([`recovery`]) and an invariant walk ([`check`]);
 //! - delayed jobs, put in line by the daemon once due ([`delayed`]);
 //! - futex waiting on a queue's wait word ([`wait`]);
+//! - fork detection, so a child leaves its parent's claims alone ([`fork`]);
 //! - the typed API the client builds on ([`api`]: `Owner`, `Thief`, `Injector`,
 //!   `ClaimedJob`).
 //!
@@ -30,6 +31,9 @@
 pub mod cache_line;
 pub mod deque;
 pub mod failpoint;
+/// Fork detection, shared by the client and the C API.
+#[cfg(not(xtcq_loom))]
+pub mod fork;
 pub mod overflow;
 pub mod record;
 pub mod sync;

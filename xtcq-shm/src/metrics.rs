@@ -17,7 +17,7 @@
 //!   as zero; garbage gives wrong figures, never a panic.
 
 mod handle_lane;
-pub(crate) use handle_lane::HandleLane;
+pub(crate) use handle_lane::{fork_generation, fork_generation_now, HandleLane};
 
 use crate::layout::{MetricsBlock, METRIC_COUNTERS};
 use crate::segment::Segment;

@@ -93,8 +93,9 @@ extern "C" fn in_child_after_fork() {
     THREAD_ID.with(|id| id.set(0));
 }
 
-/// The fork generation now, the child hook installed first (once per process).
-fn fork_generation() -> u64 {
+/// The fork generation now, the child hook installed first (once per process); also what
+/// [`crate::fork`] compares.
+pub(crate) fn fork_generation() -> u64 {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         // SAFETY: registers handlers that take and let go the registry's lock and touch an
@@ -103,6 +104,12 @@ fn fork_generation() -> u64 {
             libc::pthread_atfork(Some(before_fork), Some(in_parent_after_fork), Some(in_child_after_fork))
         };
     });
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The fork generation now, without the install (one relaxed load).
+#[inline]
+pub(crate) fn fork_generation_now() -> u64 {
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
