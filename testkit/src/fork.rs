@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 /// Runs `child` in a forked child and returns its exit code (101: it panicked).
 pub fn in_forked_child(child: impl FnOnce() -> i32) -> i32 {
+    wait_forked(fork_child(child))
+}
+
+/// Starts `child` in a forked child and returns its pid at once, for a parent that works
+/// while the child runs; [`wait_forked`] gives its exit code (101: it panicked).
+pub fn fork_child(child: impl FnOnce() -> i32) -> libc::pid_t {
     // SAFETY: the child runs `child`, then `_exit`s without unwinding.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
@@ -20,6 +26,12 @@ pub fn in_forked_child(child: impl FnOnce() -> i32) -> i32 {
         // SAFETY: leaves the child at once, as a forked child of a threaded process must.
         unsafe { libc::_exit(code) };
     }
+    pid
+}
+
+/// Waits for the forked child `pid` (of [`fork_child`]) and returns its exit code; a child
+/// still running after 60 s is killed and the test fails.
+pub fn wait_forked(pid: libc::pid_t) -> i32 {
     let start = Instant::now();
     loop {
         let mut status = 0;

@@ -33,7 +33,7 @@ pub use child::{
 };
 pub use daemon::{run_daemon_once, spawn_daemon, Daemon, DaemonBuilder};
 pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
-pub use fork::in_forked_child;
+pub use fork::{fork_child, in_forked_child, wait_forked};
 pub use metrics_http::{scrape_metrics, METRICS_ON_ANY_PORT};
 pub use rng::Rng;
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
