@@ -200,12 +200,6 @@ impl<'a> QueueCtx<'a> {
                 return;
             }
         }
-        self.add_shared(me, c, n);
-    }
-
-    /// Adds `n` to `c` in the shared lane of slot `me`'s block.
-    #[inline]
-    fn add_shared(&self, me: u32, c: Counter, n: u64) {
         crate::metrics::add(self.slots.get(me as usize), c, n);
     }
 
