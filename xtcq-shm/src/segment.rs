@@ -227,13 +227,25 @@ impl Segment {
         Self::attach_mode(file, path, false)
     }
 
-    /// Maps the segment file at `path` read-only, to copy its jobs out ([`crate::transfer`]):
-    /// this layout version or an older one whose regions are laid out as this build's are
-    /// ([`READABLE_LAYOUT_VERSIONS`]). Nothing may be written through it (a store faults),
-    /// and it is not guarded against truncation: read a file no one else is using.
+    /// Maps a copy of the segment file at `path` read-only, to copy its jobs out
+    /// ([`crate::transfer`]): this layout version or an older one whose regions are laid out
+    /// as this build's are ([`READABLE_LAYOUT_VERSIONS`]). Nothing may be written through it
+    /// (a store faults).
+    ///
+    /// The file is read into a private memfd first and that is mapped: a mapping of the
+    /// file itself faults with SIGBUS on every page past a truncation made while it is read
+    /// (by anyone who may write the file), where `read` only comes up short, which the
+    /// length check then refuses. The copy is also a snapshot: jobs moving in a live
+    /// segment move no more while it is read. It costs memory the size of the segment.
     pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
         let file = OpenOptions::new().read(true).open(path).map_err(io_err(path, "cannot open"))?;
-        Self::attach_mode(file, path, true)
+        let len = file.metadata().map_err(io_err(path, "cannot stat"))?.len();
+        let copy = rustix::fs::memfd_create("xtcq-segment-copy", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| io_err(path, "cannot create a memfd to copy it into")(e.into()))?;
+        let mut copy = File::from(copy);
+        // `take`: a file that grows while it is read is copied up to the length it had.
+        io::copy(&mut io::Read::take(&file, len), &mut copy).map_err(io_err(path, "cannot read"))?;
+        Self::attach_mode(copy, path, true)
     }
 
     fn attach_mode(file: File, path: &Path, read_only: bool) -> Result<Segment, SegmentError> {
