@@ -57,8 +57,28 @@ fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(),
         .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot read the daemon's stats: {e}")))?;
     // A queue being deleted holds a table entry that stats do not show: the create's own
     // refusal stays the last word for those.
-    let room = xtcqd::dump_check::room_of(&stats, true);
+    let room = xtcqd::dump_check::room_of(&stats);
     xtcqd::dump_check::check(d, &room)
+}
+
+/// Refuses a dump of the very segment the daemon serves: it holds those jobs already, or
+/// what became of them (run, acked), and an import would run each a second time.
+fn refuse_same_segment(
+    client: &xtcq_client::Client,
+    d: &xtcqd::dump::Dump,
+) -> Result<(), xtcqd::dump::DumpError> {
+    let seg = client
+        .segment()
+        .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot map the daemon's segment: {e}")))?;
+    if d.segment == Some(xtcqd::dump::SegmentId::of(&seg)) {
+        return Err(xtcqd::dump::DumpError::Import(
+            "the dump was taken of the segment this daemon serves now, which still holds its jobs (or \
+             what became of them): importing it would run them twice; nothing was imported. Import it \
+             only into another segment (after a reboot, or into a daemon started with --recreate)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Attaches an injector to each queue of `d`'s jobs that the segment has, before anything
@@ -94,6 +114,7 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
     let client = crate::cmd::connect(socket)?;
     let mut injectors: Vec<(String, xtcq_client::InjectorHandle)> = Vec::new();
     let claimed = xtcqd::dump_import::claim_file(&args.file, |d| {
+        refuse_same_segment(&client, d)?;
         check_room(&client, d)?;
         attach_existing(&client, d, &mut injectors)
     })?;

@@ -3,18 +3,26 @@
 //! build with another layout version.
 //!
 //! Rules kept:
-//! - JSON lines: a header first (`{"kind":"header","format":"xtcq-dump","version":2,...}`),
+//! - JSON lines: a header first (`{"kind":"header","format":"xtcq-dump","version":3,...}`),
 //!   then one line per queue and one per job; a reader refuses another format and a newer
 //!   version, and names the line of any error;
+//! - from version 3 the header names the segment the jobs were copied from ([`SegmentId`]):
+//!   a daemon that adopted that very segment (it survived the restart) already holds those
+//!   jobs, or what became of them, and never imports them a second time; and each queue line
+//!   keeps its owner, the users and groups it is shared with and its retry backoff, where the
+//!   writer knew them (`--export-on-stop`);
+//! - a dump is readable by its writer only (0600): it holds every payload, and the segment it
+//!   came from is no more open than that to those outside the daemon's group;
 //! - from version 2 the last line is `{"kind":"end","queues":N,"jobs":M}`: a dump cut at a
 //!   line boundary (a copy that stopped early, a full disk) parses, and only the missing end
 //!   line (or its counts) tells; a reader refuses it. Version 1 dumps have no end line;
 //! - a line is at most [`MAX_LINE`] bytes: a reader refuses a longer one without holding it;
 //! - a payload that is UTF-8 is written as a JSON string (`payload`), any other as hex
 //!   (`payload_hex`);
-//! - a dump is written to `FILE.tmp.PID`, synced, then renamed: a crash never leaves half a dump
-//!   under the name; that name is created exclusively (`O_EXCL`), never through a link
-//!   planted there; a `FILE` that exists and is not a regular file (a device, a FIFO, a
+//! - a dump is written to `FILE.tmp.RANDOM`, synced, then renamed: a crash never leaves half a
+//!   dump under the name; that name is unpredictable and created exclusively (`O_EXCL`,
+//!   never through a link), so nothing planted ahead of it (a directory, a link) can stop or
+//!   redirect the write; a `FILE` that exists and is not a regular file (a device, a FIFO, a
 //!   link, a directory) is refused first, never replaced;
 //! - an import at start renames `FILE` to `FILE.importing` first and to `FILE.imported` once
 //!   every job is in: a restart never imports a file twice, and a start that finds
@@ -24,6 +32,7 @@
 //!   (`xtcq_shm::segment::READABLE_LAYOUT_VERSIONS`), mapped read-only.
 
 use std::io::{BufRead, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -31,10 +40,12 @@ use xtcq_proto as proto;
 use xtcq_shm::transfer::{copy_segment, SegmentCopy};
 use xtcq_shm::{Flavor, Segment};
 
+use crate::state::QueueAcl;
+
 /// The `format` of a dump's header.
 pub const FORMAT: &str = "xtcq-dump";
 /// The dump version this build writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The first version that ends with [`Line::End`].
 const FIRST_VERSION_WITH_END: u32 = 2;
 
@@ -50,6 +61,9 @@ pub enum Line {
         version: u32,
         /// Layout version of the segment the jobs came from.
         layout_version: u32,
+        /// The segment the jobs came from (version 3 on).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        segment: Option<SegmentId>,
     },
     /// A queue.
     Queue(QueueLine),
@@ -85,6 +99,37 @@ pub struct QueueLine {
     /// Dead-letter cap (0: none).
     #[serde(default)]
     pub max_dead: u32,
+    /// The uid that owns it (version 3 on, where the writer knew it; else the importer owns it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<u32>,
+    /// Further uids allowed to use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_uids: Vec<u32>,
+    /// Gids whose members may use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_gids: Vec<u32>,
+    /// Its retry backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_backoff: Option<proto::RetryBackoff>,
+}
+
+/// Which segment a dump was copied from: its creation time and creator's pid, as its
+/// descriptor holds them, which no two segments share (a segment made anew, `--recreate`
+/// or after a reboot, has another).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentId {
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// The creator's pid.
+    pub creator_pid: u32,
+}
+
+impl SegmentId {
+    /// The identity of `seg`.
+    pub fn of(seg: &Segment) -> SegmentId {
+        let d = seg.descriptor();
+        SegmentId { created_unix_ns: d.created_unix_ns, creator_pid: d.creator_pid }
+    }
 }
 
 /// A job.
@@ -120,6 +165,8 @@ pub enum JobState {
 /// A dump read back: its queues and jobs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dump {
+    /// The segment the jobs came from, when the dump says (version 3 on).
+    pub segment: Option<SegmentId>,
     /// Queue definitions.
     pub queues: Vec<QueueLine>,
     /// Jobs.
@@ -191,21 +238,29 @@ impl JobLine {
     }
 }
 
-/// The dump of a copied segment.
-pub fn dump_of(copy: &SegmentCopy) -> Dump {
+/// The dump of a copied segment, each queue with the owner, grants and backoff `acl` knows
+/// of it (the daemon's own record, by queue name).
+pub fn dump_of(copy: &SegmentCopy, acl: impl Fn(&str) -> Option<QueueAcl>) -> Dump {
     let name = |i: u32| copy.queues.iter().find(|(q, _)| q.index == i).map(|(q, _)| q.spec.name.clone());
     let queues = copy
         .queues
         .iter()
-        .map(|(q, l)| QueueLine {
-            name: q.spec.name.clone(),
-            flavor: if q.spec.flavor == Flavor::Fifo { "fifo" } else { "lifo" }.into(),
-            deques: q.spec.deques,
-            capacity: q.spec.capacity,
-            max_attempts: q.spec.max_attempts,
-            lease_ms: q.spec.lease_ms,
-            max_records: l.quota.max_records,
-            max_dead: l.quota.max_dead,
+        .map(|(q, l)| {
+            let acl = acl(&q.spec.name);
+            QueueLine {
+                name: q.spec.name.clone(),
+                flavor: if q.spec.flavor == Flavor::Fifo { "fifo" } else { "lifo" }.into(),
+                deques: q.spec.deques,
+                capacity: q.spec.capacity,
+                max_attempts: q.spec.max_attempts,
+                lease_ms: q.spec.lease_ms,
+                max_records: l.quota.max_records,
+                max_dead: l.quota.max_dead,
+                owner: acl.as_ref().map(|a| a.owner),
+                allow_uids: acl.as_ref().map(|a| a.uids.clone()).unwrap_or_default(),
+                allow_gids: acl.as_ref().map(|a| a.gids.clone()).unwrap_or_default(),
+                retry_backoff: acl.and_then(|a| a.retry_backoff),
+            }
         })
         .collect();
     let jobs = copy
@@ -226,39 +281,41 @@ pub fn dump_of(copy: &SegmentCopy) -> Dump {
             })
         })
         .collect();
-    Dump { queues, jobs }
+    Dump { segment: None, queues, jobs }
 }
 
-/// Writes `dump` to `path` (through `path.tmp.PID`, synced, then renamed).
+/// Writes `dump` to `path` (through `path.tmp.RANDOM`, synced, then renamed).
 pub fn write(dump: &Dump, layout_version: u32, path: &Path) -> Result<(), DumpError> {
     refuse_non_file(path)?;
-    // FILE.tmp.PID: a suffix, not `with_extension` (which made a.dump's temporary a.tmp,
-    // clobbering an unrelated file), and the pid keeps two exports apart.
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp.{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
     let io = |what, p: &Path| {
         let p = p.to_path_buf();
         move |source| DumpError::Io { what, path: p, source }
     };
-    let f = create_new(&tmp).map_err(io("cannot create", &tmp))?;
+    let (tmp, f) = create_temporary(path).map_err(io("cannot create a temporary file beside", path))?;
+    let written = write_lines(dump, layout_version, &tmp, f)
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Writes the lines of `dump` to `f` (the temporary `tmp`) and syncs it.
+fn write_lines(dump: &Dump, layout_version: u32, tmp: &Path, f: std::fs::File) -> Result<(), DumpError> {
+    let io = |what| move |source| DumpError::Io { what, path: tmp.to_path_buf(), source };
     let mut w = BufWriter::new(f);
-    let header = Line::Header { format: FORMAT.into(), version: VERSION, layout_version };
+    let header =
+        Line::Header { format: FORMAT.into(), version: VERSION, layout_version, segment: dump.segment };
     let lines = std::iter::once(header)
         .chain(dump.queues.iter().cloned().map(Line::Queue))
         .chain(dump.jobs.iter().cloned().map(Line::Job))
         .chain(std::iter::once(Line::End { queues: dump.queues.len() as u64, jobs: dump.jobs.len() as u64 }));
     for l in lines {
         let s = serde_json::to_string(&l).map_err(|e| DumpError::Import(e.to_string()))?;
-        writeln!(w, "{s}").map_err(io("cannot write", &tmp))?;
+        writeln!(w, "{s}").map_err(io("cannot write"))?;
     }
-    let f = w.into_inner().map_err(|e| DumpError::Io {
-        what: "cannot write",
-        path: tmp.clone(),
-        source: e.into_error(),
-    })?;
-    f.sync_all().map_err(io("cannot sync", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("cannot rename into place", path))
+    let f = w.into_inner().map_err(|e| io("cannot write")(e.into_error()))?;
+    f.sync_all().map_err(io("cannot sync"))
 }
 
 /// Refuses a `path` that exists and is not a regular file: the rename would replace it
@@ -274,33 +331,51 @@ fn refuse_non_file(path: &Path) -> Result<(), DumpError> {
     })
 }
 
-/// Creates `tmp`, a file that must not exist: `O_EXCL` never follows a link planted at the
-/// name (the pid in it is public, and the writer often root), so what is there (a link, a
-/// leftover of an earlier process of the same pid) is removed, itself, and the creation
-/// tried once more.
-fn create_new(tmp: &Path) -> std::io::Result<std::fs::File> {
-    let open = || std::fs::OpenOptions::new().write(true).create_new(true).open(tmp);
-    match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::remove_file(tmp)?;
-            open()
+/// Creates `FILE.tmp.RANDOM` beside `path`, owner-only (0600, whatever the umask), with a
+/// name nobody can plant anything at ahead of time: 64 random bits, `O_EXCL` (which never
+/// follows a link) and `O_NOFOLLOW`, and a fresh name if one is taken all the same. A suffix,
+/// not `with_extension`, which made a.dump's temporary a.tmp, clobbering an unrelated file.
+fn create_temporary(path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let mut r = [0u8; 8];
+        rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty())?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp.{:016x}", u64::from_ne_bytes(r)));
+        let tmp = PathBuf::from(tmp);
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp);
+        match opened {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
         }
-        r => r,
     }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
 }
 
-/// Copies the jobs of `seg` into a dump at `path`; returns the copy's (queues, jobs, skipped).
-pub fn export(seg: &Segment, path: &Path) -> Result<(usize, usize, u32), DumpError> {
+/// Copies the jobs of `seg` into a dump at `path`, with the owner, grants and backoff
+/// `acl` knows of each queue; returns the copy's (queues, jobs, skipped).
+pub fn export(
+    seg: &Segment,
+    path: &Path,
+    acl: impl Fn(&str) -> Option<QueueAcl>,
+) -> Result<(usize, usize, u32), DumpError> {
     let copy = copy_segment(seg);
-    let dump = dump_of(&copy);
+    let dump = Dump { segment: Some(SegmentId::of(seg)), ..dump_of(&copy, acl) };
     write(&dump, seg.descriptor().layout_version, path)?;
     Ok((dump.queues.len(), dump.jobs.len(), copy.skipped))
 }
 
-/// Copies the jobs of the segment file at `segment` (mapped read-only; this or an older
-/// readable layout version) into a dump at `path`; as [`export`].
+/// Copies the jobs of the segment file at `segment` (a read-only copy of it; this or an
+/// older readable layout version) into a dump at `path`; as [`export`], without owners
+/// (they live in the daemon, not the segment).
 pub fn export_file(segment: &Path, path: &Path) -> Result<(usize, usize, u32), DumpError> {
-    export(&Segment::open_read_only(segment)?, path)
+    export(&Segment::open_read_only(segment)?, path, |_| None)
 }
 
 /// Reads the dump at `path`, or the jobs of the segment file at `path` (by its magic).
@@ -311,7 +386,7 @@ pub fn read(path: &Path) -> Result<Dump, DumpError> {
     let n = std::io::Read::read(&mut f, &mut magic).map_err(io("cannot read"))?;
     if n == 8 && magic == xtcq_shm::layout::MAGIC {
         let seg = Segment::open_read_only(path)?;
-        return Ok(dump_of(&copy_segment(&seg)));
+        return Ok(Dump { segment: Some(SegmentId::of(&seg)), ..dump_of(&copy_segment(&seg), |_| None) });
     }
     let f = std::fs::File::open(path).map_err(io("cannot open"))?;
     let mut reader = LineReader { path, version: None, end: None, last: 0, dump: Dump::default() };
@@ -369,19 +444,34 @@ impl LineReader<'_> {
         }
         self.last = n;
         match (self.version, line) {
-            (None, Line::Header { format, version, .. }) => {
+            (None, Line::Header { format, version, segment, .. }) => {
                 if format != FORMAT || version > VERSION {
                     return Err(self.bad(n, format!(
                         "a {format:?} dump of version {version}; this xtcq reads {FORMAT:?} dumps up to version {VERSION}"
                     )));
                 }
                 self.version = Some(version);
+                self.dump.segment = segment;
             }
             (None, _) => return Err(self.bad(n, format!("no header: not an {FORMAT} file"))),
             (Some(_), Line::Header { .. }) => return Err(self.bad(n, "a second header".into())),
             (Some(_), Line::Queue(q)) if q.flavor != "lifo" && q.flavor != "fifo" => {
                 return Err(self
                     .bad(n, format!("queue {}: flavor {:?}; give \"lifo\" or \"fifo\"", q.name, q.flavor)))
+            }
+            // The rule every create keeps: a name from a file is no more trusted than one
+            // typed (a `../` or a right-to-left override would reach logs, paths and screens).
+            (Some(_), Line::Queue(QueueLine { name, .. }) | Line::Job(JobLine { queue: name, .. }))
+                if proto::queue_name::check(&name).is_err() =>
+            {
+                let why = proto::queue_name::check(&name).err().map(|e| e.to_string()).unwrap_or_default();
+                return Err(self.bad(
+                    n,
+                    format!(
+                        "queue {}: {why}; rename it in the dump (its queue line and its jobs' lines)",
+                        proto::queue_name::escaped(&name)
+                    ),
+                ));
             }
             (Some(_), Line::Queue(q)) => self.dump.queues.push(q),
             (Some(_), Line::Job(j)) => self.dump.jobs.push(j),

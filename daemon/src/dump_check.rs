@@ -33,10 +33,6 @@ pub struct QueueRoom {
     pub deque_capacity: u32,
     /// Job records (the most a record quota may be).
     pub job_records: u32,
-    /// Whether a new queue's name must be portable (`proto::queue_name`): so for `xtcq
-    /// import`, whose creates the daemon checks so; not for `--import-on-start`, which
-    /// keeps the names an older daemon allowed (an upgrade).
-    pub portable_names: bool,
 }
 
 /// What one of the segment's queues holds now.
@@ -71,10 +67,10 @@ pub struct Room<F: Fn(&str) -> Option<QueueNow>> {
 
 /// The room the daemon's `stats` describe (as `xtcq import` gets them, and the daemon's own
 /// import computes them): records, rings, queues, blocks and each queue's dead letters as
-/// counted now. `portable_names`: as [`QueueRoom::portable_names`]. The free queue-table
+/// counted now. The free queue-table
 /// entries are those without a queue in `stats` (a queue being deleted holds one unseen; a
 /// caller that can count them exactly sets [`QueueRoom::free_entries`] after).
-pub fn room_of(stats: &proto::Stats, portable_names: bool) -> Room<impl Fn(&str) -> Option<QueueNow> + '_> {
+pub fn room_of(stats: &proto::Stats) -> Room<impl Fn(&str) -> Option<QueueNow> + '_> {
     let existing = |name: &str| {
         let q = stats.queues.iter().find(|q| q.info.name == name)?;
         Some(QueueNow { overflow_len: q.overflow_len, dead: q.records.dead, max_dead: q.quota.max_dead })
@@ -89,7 +85,6 @@ pub fn room_of(stats: &proto::Stats, portable_names: bool) -> Room<impl Fn(&str)
             deques_per_queue: stats.segment.deques_per_queue,
             deque_capacity: stats.segment.deque_capacity,
             job_records: stats.segment.job_records,
-            portable_names,
         },
         inline_capacity: stats.segment.inline_bytes,
         free_blocks: stats.payload_blocks.iter().map(|c| (c.size, u64::from(c.free))).collect(),
@@ -218,9 +213,7 @@ fn check_queues<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) ->
 
 /// Why the segment would refuse to create `q`, if it would.
 fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
-    if room.portable_names {
-        proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
-    }
+    proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
     let p = crate::dump::params(q);
     let spec = QueueSpec {
         name: p.name,

@@ -3,7 +3,11 @@
 //! Rules kept:
 //! - nothing is written when the dump cannot fit ([`crate::dump_check`]);
 //! - a queue the segment already has is used as it is; a missing one is created with the
-//!   dump's definition and limits, owned by the daemon's uid;
+//!   dump's definition, limits, owner, grants and retry backoff (a dump that names no owner,
+//!   older or from `xtcq export`, gives it to the daemon's uid, with a warning);
+//! - `--import-on-start` never imports a dump of the very segment the daemon adopted (a
+//!   plain restart, where the segment survived): those jobs are in it already, or ran; the
+//!   file becomes `FILE.superseded` and the log says so;
 //! - the jobs are written as a process slot the daemon registers for itself and releases
 //!   after (recovered like any dead process's if the daemon dies meanwhile), each with its
 //!   attempts and last error, queued or dead as in the dump;
@@ -12,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tracing::info;
+use tracing::{info, warn};
 use xtcq_proto as proto;
 use xtcq_shm::Injector;
 
@@ -24,10 +28,19 @@ use crate::registry::{ProcessId, Registry};
 pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     let refused = |e: proto::ErrorReply| DumpError::Import(e.message);
     let mut created = 0;
+    let me = rustix::process::getuid().as_raw();
     for q in &d.queues {
         if reg.queue(&q.name).is_err() {
-            reg.create_queue(&dump::params(q)).map_err(refused)?;
+            let owner = q.owner.unwrap_or_else(|| {
+                warn!(queue = %q.name, "the dump names no owner of this queue (an older dump, or one `xtcq export` \
+                      wrote): xtcqd's own uid owns it now; delete it and create it again to share it");
+                me
+            });
+            reg.create_queue_as(&dump::params(q), owner, &q.allow_uids, &q.allow_gids).map_err(refused)?;
             reg.set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead), None).map_err(refused)?;
+            if q.retry_backoff.is_some() {
+                reg.set_retry_backoff(&q.name, q.retry_backoff, None).map_err(refused)?;
+            }
             created += 1;
         }
     }
@@ -49,7 +62,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
 fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
     let stats = reg.stats(None, 0).map_err(|e| DumpError::Import(e.message))?;
     let seg = reg.segment();
-    let mut room = room_of(&stats, false);
+    let mut room = room_of(&stats);
     // Counted exactly here: a queue being deleted holds its entry too.
     room.queues.free_entries = (0..seg.config().queues)
         .filter(|&i| seg.queue_state(i) == Some(xtcq_shm::layout::QUEUE_FREE))
@@ -128,7 +141,12 @@ pub fn claim_file(
 
 /// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
 pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
-    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, ".imported"));
+    finish_file_as(path, ".imported")
+}
+
+/// Renames `FILE.importing` to `FILE` + `suffix`; returns the new name.
+fn finish_file_as(path: &Path, suffix: &str) -> Result<PathBuf, DumpError> {
+    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, suffix));
     std::fs::rename(&importing, &done).map_err(|source| DumpError::Io {
         what: "cannot rename",
         path: importing.clone(),
@@ -138,12 +156,25 @@ pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
 }
 
 /// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
-/// readable layout) once. A missing file is nothing to import.
-pub fn import_on_start(reg: &Registry, path: &Path) -> Result<(), DumpError> {
-    let Some((_, d)) = claim_file(path, |d| check_room(reg, d))? else {
+/// readable layout) once. A missing file is nothing to import; a dump of the segment the
+/// daemon `adopted` is not imported (see the module docs).
+pub fn import_on_start(reg: &Registry, path: &Path, adopted: bool) -> Result<(), DumpError> {
+    let here = dump::SegmentId::of(reg.segment());
+    let same = |d: &Dump| adopted && d.segment == Some(here);
+    let Some((_, d)) = claim_file(path, |d| if same(d) { Ok(()) } else { check_room(reg, d) })? else {
         info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
         return Ok(());
     };
+    if same(&d) {
+        let kept = finish_file_as(path, ".superseded")?;
+        warn!(
+            file = %path.display(),
+            renamed_to = %kept.display(),
+            "--import-on-start: not imported: the dump was taken of this very segment, which survived the \
+             restart and still holds its jobs (or what became of them); importing it would run them twice"
+        );
+        return Ok(());
+    }
     let (created, jobs) = import(reg, &d)?;
     let done = finish_file(path)?;
     info!(file = %path.display(), queues_created = created, jobs, renamed_to = %done.display(), "imported");

@@ -115,6 +115,13 @@ impl Registry {
         ))
     }
 
+    /// The recorded owner, grants and backoff of the active queue `name`, if any (for a dump).
+    pub fn acl_of(&self, name: &str) -> Option<QueueAcl> {
+        let t = self.lock();
+        let q = self.queue(name).ok()?;
+        t.queues.get(&q.index).filter(|a| a.name == q.spec.name).cloned()
+    }
+
     /// Records the permissions of a queue just created at `index` (under the lock).
     pub(super) fn record_acl(&self, t: &mut Bookkeeping, index: u32, acl: QueueAcl) {
         t.queues.insert(index, acl);
