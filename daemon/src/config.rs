@@ -157,6 +157,11 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
 
+    /// How long one scan of the records answers `/metrics` scrapes, e.g. 1s, 250ms; 0: each
+    /// scrape scans. However many scrape, the daemon scans at most once in this time.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration::parse)]
+    pub metrics_max_age: Duration,
+
     /// How log lines on stderr are written: text, or json (one object per line, the event's
     /// fields at the top level).
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
@@ -236,6 +241,8 @@ pub struct Config {
     pub import_on_start: Option<PathBuf>,
     /// Where to serve `/metrics` (`--metrics`), if anywhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// How long one scan answers scrapes (`--metrics-max-age`).
+    pub metrics_max_age: Duration,
 }
 
 /// Bad arguments.
@@ -291,6 +298,7 @@ impl Config {
             export_on_stop: args.export_on_stop.clone(),
             import_on_start: args.import_on_start.clone(),
             metrics: args.metrics,
+            metrics_max_age: args.metrics_max_age,
         })
     }
 

@@ -1,25 +1,36 @@
 //! `xtcqd --metrics ADDR`: the queues' totals and gauges in the Prometheus text format at
 //! `GET /metrics` over plain HTTP/1.x (one request per connection, then close).
 //!
-//! - Opt-in: without `--metrics` nothing listens.
+//! Anyone who can reach ADDR can talk to this listener, users the daemon does not serve
+//! included; so nothing they do may slow the job path or recovery, or shut out a real
+//! scraper:
+//! - Opt-in: without `--metrics` nothing listens. The port is bound before anything else
+//!   is made (`startup`): one taken by someone else stops the start at once, naming it.
+//! - One full record scan per `--metrics-max-age` at most, whatever the number of
+//!   scrapers: a scrape within that age of the last scan gets the last answer, and
+//!   scrapes that arrive during a scan wait for that one scan.
 //! - A request is read up to [`MAX_REQUEST`] bytes and for at most [`REQUEST_TIMEOUT`]; a
-//!   bigger, slower or garbled one gets a 4xx (or is dropped), never a stall: each
-//!   connection is its own task, and at most [`MAX_CLIENTS`] run at once (more are closed
-//!   at once), so a client that never finishes holds one task for a few seconds and nothing
-//!   else.
-//! - The figures are a `stats` answer (a record scan), computed on a blocking thread so the
-//!   runtime's other tasks go on meanwhile.
+//!   bigger, slower or garbled one gets a 4xx (or is dropped), never a stall. At most
+//!   [`MAX_CLIENTS`] connections are served at once and at most [`MAX_WAITING_PER_PEER`]
+//!   of one address wait for their request; past either, the connection that has waited
+//!   longest for its request (of that address, or of all) is closed for the new one, so
+//!   idle connections cannot hold every place while a scraper that sends its request at
+//!   once is served.
 //! - Queue names go into label values escaped as the format says (`\\`, `\"`, `\n`).
 //! - Payload blocks are per segment, not per queue: one series per block size (label
 //!   `size`, in bytes) for each class the segment has blocks of.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
 use xtcq_proto::msg::{BlockClassStats, QueueMetrics, Stats};
 
@@ -31,13 +42,90 @@ pub const MAX_REQUEST: usize = 8 * 1024;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once.
 pub const MAX_CLIENTS: usize = 32;
+/// Connections of one address waiting for their request at once.
+pub const MAX_WAITING_PER_PEER: usize = 8;
 
-/// Accepts scrapes on `listener` until `stop` says so.
-pub async fn run(reg: Registry, listener: TcpListener, mut stop: watch::Receiver<Option<String>>) {
+/// A scan's text, or why there is none.
+type ScanText = Result<Arc<String>, String>;
+
+/// The last answer, and how many scans were made.
+struct Scans {
+    max_age: Duration,
+    last: tokio::sync::Mutex<Option<(Instant, ScanText)>>,
+    made: AtomicU64,
+}
+
+impl Scans {
+    /// The text of a scan at most `max_age` old; makes one if there is none.
+    async fn text(&self, reg: &Registry) -> std::io::Result<ScanText> {
+        // Held across the scan: scrapes that come meanwhile wait for this one's answer.
+        let mut last = self.last.lock().await;
+        if let Some((at, text)) = &*last {
+            if at.elapsed() < self.max_age {
+                return Ok(text.clone());
+            }
+        }
+        let made = self.made.fetch_add(1, Ordering::Relaxed) + 1;
+        let reg = reg.clone();
+        let text = tokio::task::spawn_blocking(move || reg.stats(None, 0).map(|s| render(&s, made)))
+            .await
+            .map_err(std::io::Error::other)?
+            .map(Arc::new)
+            .map_err(|e| e.message);
+        *last = Some((Instant::now(), text.clone()));
+        Ok(text)
+    }
+}
+
+/// A connection still waiting for its request: it may be closed for a newer one.
+struct Waiting {
+    peer: IpAddr,
+    reading: Arc<AtomicBool>,
+    task: AbortHandle,
+}
+
+/// The connections waiting for their request, oldest first.
+#[derive(Default)]
+struct WaitingList(Mutex<VecDeque<Waiting>>);
+
+impl WaitingList {
+    /// Closes the oldest waiting connection of `peer` (`None`: of anyone); whether it did.
+    fn evict_oldest(&self, peer: Option<IpAddr>) -> bool {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.reading.load(Ordering::Relaxed) && !w.task.is_finished());
+        let Some(i) = list.iter().position(|w| peer.is_none_or(|p| p == w.peer)) else { return false };
+        if let Some(w) = list.remove(i) {
+            w.task.abort();
+        }
+        true
+    }
+
+    /// How many connections of `peer` wait.
+    fn count(&self, peer: IpAddr) -> usize {
+        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter()
+            .filter(|w| w.peer == peer && w.reading.load(Ordering::Relaxed) && !w.task.is_finished())
+            .count()
+    }
+
+    fn push(&self, w: Waiting) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(w);
+    }
+}
+
+/// Accepts scrapes on `listener` until `stop` says so; a scan serves scrapes for `max_age`.
+pub async fn run(
+    reg: Registry,
+    listener: TcpListener,
+    max_age: Duration,
+    mut stop: watch::Receiver<Option<String>>,
+) {
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "serving metrics at http://{a}/metrics");
     }
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let scans = Arc::new(Scans { max_age, last: tokio::sync::Mutex::new(None), made: AtomicU64::new(0) });
+    let waiting = Arc::new(WaitingList::default());
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -52,23 +140,39 @@ pub async fn run(reg: Registry, listener: TcpListener, mut stop: watch::Receiver
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            debug!(%peer, "metrics: too many clients, closing");
+        if waiting.count(peer.ip()) >= MAX_WAITING_PER_PEER {
+            waiting.evict_oldest(Some(peer.ip()));
+        }
+        if slots.available_permits() == 0 && !waiting.evict_oldest(None) {
+            debug!(%peer, "metrics: every place is taken by a scrape being answered, closing");
             continue;
-        };
-        let reg = reg.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(e) = serve_one(reg, stream).await {
+        }
+        let reading = Arc::new(AtomicBool::new(true));
+        let (reg, scans, slots, flag) = (reg.clone(), scans.clone(), slots.clone(), reading.clone());
+        let task = tokio::spawn(async move {
+            // The place an evicted connection frees comes back as its task is dropped.
+            let Ok(Ok(_permit)) = tokio::time::timeout(Duration::from_secs(1), slots.acquire_owned()).await
+            else {
+                return;
+            };
+            if let Err(e) = serve_one(&reg, &scans, stream, &flag).await {
                 debug!(%peer, "metrics client: {e}");
             }
         });
+        waiting.push(Waiting { peer: peer.ip(), reading, task: task.abort_handle() });
     }
 }
 
-/// Reads one request, writes one answer, closes.
-async fn serve_one(reg: Registry, mut stream: TcpStream) -> std::io::Result<()> {
-    let head = match tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await {
+/// Reads one request, writes one answer, closes; clears `reading` once the request is in.
+async fn serve_one(
+    reg: &Registry,
+    scans: &Scans,
+    mut stream: TcpStream,
+    reading: &AtomicBool,
+) -> std::io::Result<()> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await;
+    reading.store(false, Ordering::Relaxed);
+    let head = match head {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return Err(e),
         Err(_) => {
@@ -83,17 +187,10 @@ async fn serve_one(reg: Registry, mut stream: TcpStream) -> std::io::Result<()> 
     let body = !head.starts_with(b"HEAD ");
     let respond = |stream, status, text| respond(stream, status, text, body);
     match route(&head) {
-        Route::Metrics => {
-            let text = tokio::task::spawn_blocking(move || reg.stats(None, 0).map(|s| render(&s)))
-                .await
-                .map_err(std::io::Error::other)?;
-            match text {
-                Ok(b) => respond_with(&mut stream, "200 OK", "text/plain; version=0.0.4", &b, body).await,
-                Err(e) => {
-                    respond(&mut stream, "500 Internal Server Error", &format!("{}\n", e.message)).await
-                }
-            }
-        }
+        Route::Metrics => match scans.text(reg).await? {
+            Ok(b) => respond_with(&mut stream, "200 OK", "text/plain; version=0.0.4", &b, body).await,
+            Err(e) => respond(&mut stream, "500 Internal Server Error", &format!("{e}\n")).await,
+        },
         Route::NotFound => respond(&mut stream, "404 Not Found", "not found; try /metrics\n").await,
         Route::BadMethod => respond(&mut stream, "405 Method Not Allowed", "GET only\n").await,
         Route::Garbage => respond(&mut stream, "400 Bad Request", "not an HTTP request\n").await,
@@ -203,9 +300,14 @@ const FAMILIES: [Family; 14] = [
     ("xtcq_sleepers", "gauge", "Consumers asleep waiting for a job.", |m| m.sleepers.to_string()),
 ];
 
-/// The Prometheus text exposition of `s`.
-pub fn render(s: &Stats) -> String {
+/// The Prometheus text exposition of `s`, the `scans`-th scan made for a scrape.
+pub fn render(s: &Stats, scans: u64) -> String {
     let mut out = String::new();
+    let name = "xtcq_metrics_scans_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Record scans made to answer scrapes.\n# TYPE {name} counter\n{name} {scans}"
+    );
     for (name, kind, help, value) in FAMILIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for q in &s.queues {

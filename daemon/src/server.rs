@@ -110,7 +110,18 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         watch_adopted(&st, &mut tasks);
     }
     spawn_background(&st, &mut tasks);
-    spawn_metrics(&st, &mut tasks).await?;
+    // The `/metrics` listener, bound at start-up (a taken port is an error before READY=1,
+    // not a silent gap in the metrics).
+    if let Some(listener) = prep.metrics {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| DaemonError::Io {
+            what: "cannot register the --metrics listener".into(),
+            path: cfg.metrics.map(|a| a.to_string()).unwrap_or_default().into(),
+            source: e,
+        })?;
+        let run =
+            crate::metrics_http::run(st.reg.clone(), listener, cfg.metrics_max_age, st.shutdown.subscribe());
+        tasks.spawn(run);
+    }
 
     let listener = UnixListener::from_std(prep.listener).map_err(|e| DaemonError::Io {
         what: "cannot register the socket".into(),
@@ -198,20 +209,6 @@ fn spawn_background(st: &Arc<Shared>, tasks: &mut JoinSet<()>) {
     tasks.spawn(scan(st.clone(), every, st.cfg.lease_scan_interval.is_some()));
     tasks.spawn(watch_segment(st.clone()));
     tasks.spawn(crate::delayed::run(st.reg.clone(), st.shutdown.subscribe()));
-}
-
-/// The `/metrics` listener, when `--metrics` asks for one; binding it is part of starting up
-/// (a taken port is an error before READY=1, not a silent gap in the metrics).
-async fn spawn_metrics(st: &Arc<Shared>, tasks: &mut JoinSet<()>) -> Result<(), DaemonError> {
-    if let Some(addr) = st.cfg.metrics {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| DaemonError::Io {
-            what: "cannot listen for --metrics on".into(),
-            path: addr.to_string().into(),
-            source: e,
-        })?;
-        tasks.spawn(crate::metrics_http::run(st.reg.clone(), listener, st.shutdown.subscribe()));
-    }
-    Ok(())
 }
 
 /// Lets the connection tasks see the shutdown, tell their clients and close (3 s at most).

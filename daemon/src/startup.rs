@@ -40,6 +40,8 @@ pub struct Prepared {
     pub created: bool,
     /// The bound, listening socket (non-blocking).
     pub listener: UnixListener,
+    /// The `--metrics` listener (non-blocking), bound before anything else.
+    pub metrics: Option<std::net::TcpListener>,
     /// `(dev, ino)` of the socket file, to remove only our own at exit.
     pub socket_id: (u64, u64),
     /// The daemon-private state file beside the socket.
@@ -68,6 +70,9 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     // First: the fds systemd passed must be taken (and their variables cleared) before
     // anything else, and are closed on any refusal below.
     let listen = crate::fdstore::take_listen_fds();
+    // Before anything is made: a port someone else holds stops the start here, with nothing
+    // to undo, instead of after the segment and socket exist.
+    let metrics = cfg.metrics.map(bind_metrics).transpose()?;
     let dir = cfg.socket.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dir_fd = ensure_socket_dir(dir, cfg.group)?;
     let socket_lock = lock_socket(&dir_fd, &cfg.socket)?;
@@ -88,10 +93,27 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
         segment,
         created,
         listener,
+        metrics,
         socket_id,
         state,
         _socket_lock: socket_lock,
         _segment_lock: segment_lock,
+    })
+}
+
+/// Binds the `--metrics` listener at `addr`.
+fn bind_metrics(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, DaemonError> {
+    let bound = std::net::TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
+    bound.map_err(|source| DaemonError::Io {
+        what: if source.kind() == io::ErrorKind::AddrInUse {
+            "cannot listen for --metrics: another process holds the port; give --metrics another \
+             address (or `metrics =` in the config file), one only xtcqd uses, on"
+                .into()
+        } else {
+            "cannot listen for --metrics on".into()
+        },
+        path: addr.to_string().into(),
+        source,
     })
 }
 

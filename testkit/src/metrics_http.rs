@@ -12,8 +12,9 @@ use std::time::Duration;
 use crate::child::wait_until;
 use crate::daemon::Daemon;
 
-/// The `--metrics` flags tests add to a segment size: the kernel picks the port.
-pub const METRICS_ON_ANY_PORT: [&str; 2] = ["--metrics", "127.0.0.1:0"];
+/// The `--metrics` flags tests add to a segment size: the kernel picks the port, and each
+/// scrape scans (a test that changes something and scrapes sees the change at once).
+pub const METRICS_ON_ANY_PORT: [&str; 4] = ["--metrics", "127.0.0.1:0", "--metrics-max-age", "0"];
 
 impl Daemon {
     /// The address (`host:port`) the daemon's latest start logged for `/metrics`; waits up to

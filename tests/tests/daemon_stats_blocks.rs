@@ -11,7 +11,7 @@ use xtcq_testkit::*;
 /// Records keep 64 bytes inline; 8 blocks of 4 KiB and 3 of 64 KiB; metrics on a free port.
 fn flags() -> Vec<String> {
     let mut f = large_payload_segment(64, "4KiB=8,64KiB=3");
-    f.extend(["--metrics".to_string(), "127.0.0.1:0".to_string()]);
+    f.extend(METRICS_ON_ANY_PORT.map(str::to_string));
     f
 }
 

@@ -14,7 +14,7 @@ use xtcq_testkit::*;
 
 fn daemon_with_metrics() -> (Daemon, String) {
     let mut flags = SMALL_SEGMENT.to_vec();
-    flags.extend(["--metrics", "127.0.0.1:0"]);
+    flags.extend(METRICS_ON_ANY_PORT);
     let d = Daemon::start_with(&flags);
     let mut addr = None;
     wait_until(Duration::from_secs(10), "the metrics address in the log", || {
