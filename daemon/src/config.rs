@@ -136,6 +136,17 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub process_slots_per_uid: Option<u32>,
 
+    /// Most queues one user may own [default: half the segment's --queues]. The daemon's
+    /// own uid and root are not limited.
+    #[arg(long, value_name = "N")]
+    pub queues_per_uid: Option<u32>,
+
+    /// Most job records the queues of one user may hold, as the sum of their record quotas
+    /// (each of its queues gets an even slice unless `xtcq limits` gives it more) [default:
+    /// half the segment's --records]. The daemon's own uid and root are not limited.
+    #[arg(long, value_name = "N")]
+    pub records_per_uid: Option<u32>,
+
     /// How long a connection that holds no process slot may stay silent before xtcqd closes
     /// it (clients reconnect by themselves), e.g. 60s, 5m; 0: never. A bare number is seconds.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration::parse)]
@@ -229,6 +240,10 @@ pub struct Config {
     pub max_connections_per_uid: usize,
     /// Process-slot cap of one uid (`None`: half the segment's, known once it is open).
     pub process_slots_per_uid: Option<u32>,
+    /// Queues one uid may own (`None`: half the segment's).
+    pub queues_per_uid: Option<u32>,
+    /// Records one uid's queues may hold (`None`: half the segment's).
+    pub records_per_uid: Option<u32>,
     /// How long a connection holding no slot may be silent (`None`: forever).
     pub idle_timeout: Option<Duration>,
     /// Hello / frame-completion timeout.
@@ -292,6 +307,8 @@ impl Config {
                 .max_connections_per_uid
                 .unwrap_or((args.max_connections / 2).max(1)),
             process_slots_per_uid: args.process_slots_per_uid,
+            queues_per_uid: args.queues_per_uid,
+            records_per_uid: args.records_per_uid,
             idle_timeout: Some(args.idle_timeout).filter(|d| !d.is_zero()),
             io_timeout: args.io_timeout,
             lease_scan_interval: Some(args.lease_scan_interval).filter(|d| !d.is_zero()),
@@ -401,6 +418,9 @@ fn check_connection_limits(args: &Args) -> Result<(), ConfigError> {
         return Err(ConfigError::Invalid(
             "--max-connections-per-uid and --process-slots-per-uid must be at least 1".into(),
         ));
+    }
+    if args.queues_per_uid == Some(0) || args.records_per_uid == Some(0) {
+        return Err(ConfigError::Invalid("--queues-per-uid and --records-per-uid must be at least 1".into()));
     }
     Ok(())
 }

@@ -36,7 +36,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
                       wrote): xtcqd's own uid owns it now; delete it and create it again to share it");
                 me
             });
-            reg.create_queue_as(&dump::params(q), owner, &q.allow_uids, &q.allow_gids).map_err(refused)?;
+            reg.import_queue_as(&dump::params(q), owner, &q.allow_uids, &q.allow_gids).map_err(refused)?;
             reg.set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead), None).map_err(refused)?;
             if q.retry_backoff.is_some() {
                 reg.set_retry_backoff(&q.name, q.retry_backoff, None).map_err(refused)?;

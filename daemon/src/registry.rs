@@ -56,7 +56,10 @@ mod persist;
 mod quota;
 mod recover;
 mod scan;
+mod share;
 mod stats;
+
+pub use share::UidShare;
 
 pub use crate::convert::{queue_error, queue_info};
 pub use delete::DeleteRefused;
@@ -108,6 +111,8 @@ pub struct Registry {
     state: Option<Arc<StateFile>>,
     /// Most slots one uid may hold, and the uids without a limit (`None`: no limit).
     slot_limit: Option<(u32, [u32; 2])>,
+    /// What one uid may own of the queues and records (`None`: no limit).
+    share: Option<UidShare>,
     /// The delayed jobs this daemon knows of (see `crate::delayed`).
     timers: Arc<crate::delayed::Timers>,
 }
@@ -177,6 +182,7 @@ impl Registry {
             next_keeper: Arc::new(AtomicU64::new(1)),
             state: None,
             slot_limit: None,
+            share: None,
             timers: crate::delayed::new_timers(),
         }
     }
@@ -350,7 +356,8 @@ impl Registry {
         self.create_queue_as(p, me, &[], &[])
     }
 
-    /// Creates a queue owned by `owner` and usable also by `uids` and members of `gids`.
+    /// Creates a queue owned by `owner` and usable also by `uids` and members of `gids`,
+    /// within `owner`'s share (`share`).
     pub fn create_queue_as(
         &self,
         p: &proto::QueueParams,
@@ -358,7 +365,31 @@ impl Registry {
         uids: &[u32],
         gids: &[u32],
     ) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        self.create_queue_with(p, owner, uids, gids, true)
+    }
+
+    /// As [`create_queue_as`](Self::create_queue_as), for the daemon's own import: the
+    /// operator's, so no share limits it.
+    pub fn import_queue_as(
+        &self,
+        p: &proto::QueueParams,
+        owner: u32,
+        uids: &[u32],
+        gids: &[u32],
+    ) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        self.create_queue_with(p, owner, uids, gids, false)
+    }
+
+    fn create_queue_with(
+        &self,
+        p: &proto::QueueParams,
+        owner: u32,
+        uids: &[u32],
+        gids: &[u32],
+        limited: bool,
+    ) -> Result<proto::QueueInfo, proto::ErrorReply> {
         let mut t = self.lock();
+        let quota = if limited { self.quota_for_new_queue(&t, owner)? } else { self.default_quota() };
         let spec = QueueSpec {
             name: p.name.clone(),
             flavor: crate::convert::flavor_from_proto(p.flavor),
@@ -367,7 +398,7 @@ impl Registry {
             max_attempts: p.max_attempts,
             lease_ms: p.lease_ms,
         };
-        let q = self.seg.create_queue_limited(&spec, self.default_quota()).map_err(|e| queue_error(&e))?;
+        let q = self.seg.create_queue_limited(&spec, quota).map_err(|e| queue_error(&e))?;
         let acl = QueueAcl {
             name: q.spec.name.clone(),
             owner,

@@ -184,6 +184,11 @@ fn shared_state(
     let fences = fds.saturating_sub(64 + u64::from(seg.config().process_slots) + 2 * max_connections as u64);
     let reg = Registry::with_state(seg.clone(), state)
         .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids())
+        .limit_share_per_uid(crate::registry::UidShare {
+            queues: cfg.queues_per_uid.unwrap_or((seg.config().queues / 2).max(1)),
+            records: cfg.records_per_uid.unwrap_or((seg.config().job_records / 2).max(1)),
+            exempt: Config::unlimited_uids(),
+        })
         .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX));
     let (tx, _) = watch::channel(None);
     Ok(Arc::new(Shared {

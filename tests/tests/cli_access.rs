@@ -247,7 +247,8 @@ fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
     // Both in the group the segment is shared with; carol's group is another one.
     let alice = SystemUser::create(&format!("xtcqpa{tag}"), &group);
     let bob = SystemUser::create(&format!("xtcqpb{tag}"), &group);
-    let users = ["--allow-uid", &alice.user, "--allow-uid", &bob.user];
+    // alice creates three of the four queues: more than her default share of them.
+    let users = ["--allow-uid", &alice.user, "--allow-uid", &bob.user, "--queues-per-uid", "4"];
     let mut d = shared_daemon(&group, &users);
     let alice_do = |d: &Daemon, args: &[&str]| run_bounded(&mut as_user(d, &alice, args), None);
     ok(&alice_do(&d, &["create", "private"]));
@@ -361,4 +362,63 @@ fn one_users_flood_of_bare_connections_does_not_lock_others_out() {
     drop(bobs.stdin.take());
     let _ = bobs.wait();
     assert_eq!(code(&o), 0, "alice was locked out: {}\n{}", stderr(&o), d.log_text());
+}
+
+/// One allowed user cannot take every queue-table entry or every record (before, nothing
+/// stopped it, and the other members' creates and pushes failed): past `--queues-per-uid`
+/// its create is refused, its queues' record quotas add up to at most `--records-per-uid`
+/// (an even slice each unless `xtcq limits` moves them), and another user and root still
+/// create and push.
+#[test]
+fn one_user_cannot_take_every_queue_or_record() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqs{tag}");
+    let alice = SystemUser::create(&format!("xtcqsa{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqsb{tag}"), &group);
+    let flags = [
+        "--allow-uid",
+        &alice.user,
+        "--allow-uid",
+        &bob.user,
+        "--queues-per-uid",
+        "2",
+        "--records-per-uid",
+        "100",
+    ];
+    let d = shared_daemon(&group, &flags);
+    let run =
+        |u: &SystemUser, args: &[&str], stdin: Option<&[u8]>| run_bounded(&mut as_user(&d, u, args), stdin);
+
+    ok(&run(&alice, &["create", "a1"], None));
+    ok(&run(&alice, &["create", "a2"], None));
+    refused(&run(&alice, &["create", "a3"], None), &["--queues-per-uid 2"]);
+    // Each of alice's queues got half her share: 50 records, which the quota then keeps.
+    let quota = |q: &str| {
+        let s = d.stats();
+        let q = s["queues"].as_array().expect("queues").iter().find(|x| x["info"]["name"] == q).cloned();
+        let q = q.expect("the queue");
+        (q["quota"]["max_records"].as_u64(), q["quota"]["records_used"].as_u64())
+    };
+    assert_eq!(quota("a1").0, Some(50));
+    let jobs: String = (0..50).map(|i| format!("a{i}\n")).collect();
+    ok(&run(&alice, &["push", "a1"], Some(jobs.as_bytes())));
+    wait_until(Duration::from_secs(10), "the scan to count a1's records", || quota("a1").1 == Some(50));
+    let o = run(&alice, &["push", "a1", "--timeout", "100ms", "one more"], None);
+    assert_eq!(code(&o), 1, "a push past the quota: {}", stderr(&o));
+    assert!(stderr(&o).contains("quota"), "{}", stderr(&o));
+    // Moving her share: more than she has left, and "no quota", are refused.
+    refused(&run(&alice, &["limits", "a1", "--max-records", "51"], None), &["--records-per-uid 100"]);
+    refused(&run(&alice, &["limits", "a1", "--max-records", "0"], None), &["--records-per-uid 100"]);
+    ok(&run(&alice, &["limits", "a2", "--max-records", "10"], None));
+    ok(&run(&alice, &["limits", "a1", "--max-records", "90"], None));
+
+    // bob is not locked out, nor is root.
+    ok(&run(&bob, &["create", "b1"], None));
+    ok(&run(&bob, &["push", "b1"], Some(b"x\ny\n")));
+    ok(&d.run(&["create", "r1"]));
+    ok(&d.run(&["limits", "a1", "--max-records", "4000"]));
 }

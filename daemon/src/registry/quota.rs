@@ -49,6 +49,11 @@ impl Registry {
         let t = self.lock();
         let q = self.queue(name)?;
         self.check_access(&t, q.index, &q.spec.name, who, Op::Delete)?;
+        if let (Some(n), Some(who), Some(acl)) = (max_records, who, t.queues.get(&q.index)) {
+            if self.share_of(who.uid).is_some() {
+                self.check_quota_change(&t, q.index, acl.owner, n)?;
+            }
+        }
         let limits = self
             .seg
             .queue_limits(q.index)
