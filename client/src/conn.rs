@@ -1,13 +1,17 @@
-//! The control connection: a blocking std Unix stream, a handshake, and a reader thread, so a
-//! user needs no async runtime and a process learns that its daemon went away even while idle.
+//! The control connection: a blocking std Unix stream and a handshake, so a user needs no
+//! async runtime. No thread and no signal handler: the library lives inside programs that
+//! allow neither (a PostgreSQL backend).
 //!
 //! Rules kept:
-//! - requests are written under a mutex, one in flight per connection; a reply is matched to
-//!   it by id, and a stale reply (to a request that timed out) is skipped.
-//! - a reader thread reads every frame: replies go to the waiting caller through a channel;
-//!   events (the daemon shutting down) and the link's loss are recorded.
-//! - once the reader sees the stream end or break, that link's `lost` is set and stays set;
-//!   the next request opens a new link (a new handshake: a restarted daemon) or fails with
+//! - requests are written under a mutex, one in flight per connection, and the caller reads
+//!   frames until its reply (matched by id; a stale reply, to a request that timed out, is
+//!   skipped); events (the daemon shutting down) are recorded as they pass;
+//! - between requests, [`Conn::is_connected`] and [`Conn::shutdown_reason`] read what the
+//!   daemon sent meanwhile without blocking (whole frames only, seen with `MSG_PEEK` first),
+//!   so a process learns that its daemon went away while idle when it asks;
+//! - a reply not read whole in time leaves the stream mid-frame: the link is given up;
+//! - once the stream ends or breaks, that link's `lost` is set and stays set; the next
+//!   request opens a new link (a new handshake: a restarted daemon) or fails with
 //!   [`Error::DaemonLost`].
 //! - handles keep working in shared memory without a link: a restarted daemon adopts the
 //!   process's slot and leases from the segment, not from the connection.
@@ -16,8 +20,8 @@
 //! - a daemon that predates `Resume` answers `BadRequest`: the link carries on (that daemon
 //!   adopted our slot). One that refuses it (`SlotNotHeld`: it recovered the slot) is
 //!   reported once as [`Error::SlotNotResumed`]; the next attach takes a fresh slot.
-//! - dropping the last [`Conn`] shuts the socket down, which ends the reader thread; the
-//!   daemon then sees the connection close.
+//! - dropping the last [`Conn`] shuts the socket down; the daemon then sees the connection
+//!   close.
 //! - in a child forked after connect ([`crate::fork`]) every request fails at once with
 //!   [`Error::Forked`], before any lock is taken, and the drop does not shut down the
 //!   socket (the parent's too); the child's copies of its fds go at exit or exec.
@@ -25,7 +29,6 @@
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -37,23 +40,20 @@ use xtcq_shm::Segment;
 
 use crate::Error;
 
-type Reply = (u64, Result<Response, ErrorReply>);
-
-/// State the reader thread shares with callers.
+/// What is known of a link without taking it.
 #[derive(Default)]
 struct Status {
     lost: AtomicBool,
     shutdown_reason: Mutex<Option<String>>,
 }
 
-/// One handshaken stream to the daemon and its reader thread.
+/// One handshaken stream to the daemon.
 struct Link {
     hello: HelloOk,
     /// The segment's fd, as the daemon handed it over with its handshake reply (a daemon
     /// that predates that sends none: the segment is then opened by its path).
     segment_fd: Option<Arc<std::os::fd::OwnedFd>>,
     writer: UnixStream,
-    replies: Receiver<Reply>,
     status: Arc<Status>,
 }
 
@@ -121,29 +121,7 @@ impl Link {
             }
             HelloReply::Refused(e) => return Err(Error::from_reply(e, None)),
         };
-        // The reader waits indefinitely; writes keep their timeout.
-        let reader = stream.try_clone().map_err(io_err)?;
-        reader.set_read_timeout(None).map_err(io_err)?;
-        let (tx, rx) = mpsc::channel();
-        let status = Arc::new(Status::default());
-        {
-            let status = status.clone();
-            std::thread::Builder::new()
-                .name("xtcq-control".into())
-                .spawn(move || read_loop(reader, tx, status))
-                // pthread_create says EAGAIN when it cannot map the thread's stack (RLIMIT_AS)
-                // or the user is at RLIMIT_NPROC: this process's limits, not an unreachable
-                // daemon, so `is_out_of_resources` must see it.
-                .map_err(|e| {
-                    io_err(std::io::Error::new(
-                        std::io::ErrorKind::OutOfMemory,
-                        format!(
-                            "cannot start the connection's reader thread (out of memory or threads?): {e}"
-                        ),
-                    ))
-                })?;
-        }
-        Ok(Link { hello, segment_fd, writer: stream, replies: rx, status })
+        Ok(Link { hello, segment_fd, writer: stream, status: Arc::new(Status::default()) })
     }
 }
 
@@ -254,7 +232,38 @@ impl Conn {
     }
 
     pub(crate) fn is_connected(&self) -> bool {
+        self.read_pending();
         !lock(&self.current).status.lost.load(Ordering::Acquire)
+    }
+
+    /// Reads, without blocking, the whole frames the daemon sent since the last request (its
+    /// shutdown notice), and notices a stream that ended. Skipped while a request is in
+    /// flight: that request reads them.
+    fn read_pending(&self) {
+        if self.not_forked().is_err() {
+            return;
+        }
+        let Ok(mut link) = self.link.try_lock() else { return };
+        let link = &mut *link;
+        if link.status.lost.load(Ordering::Acquire) {
+            return;
+        }
+        loop {
+            match pending_frame(&link.writer) {
+                Pending::Nothing => return,
+                Pending::Frame => match frame::read_frame_within::<_, ServerMessage>(
+                    &mut link.writer,
+                    xtcq_proto::MAX_REPLY_LEN,
+                ) {
+                    Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
+                        *lock(&link.status.shutdown_reason) = Some(reason);
+                    }
+                    Ok(ServerMessage::Reply { .. }) => {} // late, to a request that timed out
+                    Err(_) => return give_up(link),
+                },
+                Pending::Ended => return give_up(link),
+            }
+        }
     }
 
     /// The process slot this connection holds, if it attached.
@@ -268,6 +277,7 @@ impl Conn {
     }
 
     pub(crate) fn shutdown_reason(&self) -> Option<String> {
+        self.read_pending();
         let status = lock(&self.current).status.clone();
         let reason = lock(&status.shutdown_reason).clone();
         reason
@@ -401,26 +411,38 @@ impl Conn {
     ) -> Result<Response, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
-        if let Err(e) = frame::write_frame(&mut link.writer, &f) {
-            // Part of the frame may be out: nothing more can be written on this stream. Closing
-            // it makes the reader mark the link lost, and the next request reconnects.
-            let _ = link.writer.shutdown(std::net::Shutdown::Both);
-            return Err(match Error::from_frame(e, &self.path) {
+        let failed = |link: &mut Link, e: frame::FrameError| {
+            // Part of a frame may be out, or in: nothing more can be written or read on this
+            // stream in step. The link is lost, and the next request reconnects.
+            give_up(link);
+            match Error::from_frame(e, &self.path) {
                 Error::DaemonLost { .. } => self.lost(),
                 Error::Timeout { path, .. } => Error::Timeout { path, secs: t.as_secs() },
                 other => other,
-            });
+            }
+        };
+        if let Err(e) = frame::write_frame(&mut link.writer, &f) {
+            return Err(failed(link, e));
         }
+        let deadline = std::time::Instant::now() + t;
         loop {
-            match link.replies.recv_timeout(t) {
-                Ok((rid, r)) if rid == id || rid == xtcq_proto::UNKNOWN_REQUEST_ID => {
-                    return r.map_err(|e| Error::from_reply(e, queue))
+            // The time left; a zero read timeout would mean "none" to the kernel.
+            let left =
+                deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
+            if let Err(e) = link.writer.set_read_timeout(Some(left)) {
+                return Err(failed(link, frame::FrameError::Io(e)));
+            }
+            match frame::read_frame_within::<_, ServerMessage>(&mut link.writer, xtcq_proto::MAX_REPLY_LEN) {
+                Ok(ServerMessage::Reply { id: rid, result })
+                    if rid == id || rid == xtcq_proto::UNKNOWN_REQUEST_ID =>
+                {
+                    return result.map_err(|e| Error::from_reply(e, queue))
                 }
-                Ok(_) => continue, // a late reply to an earlier request that timed out
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(Error::Timeout { path: self.path.clone(), secs: t.as_secs() })
+                Ok(ServerMessage::Reply { .. }) => {} // a late reply to an earlier request that timed out
+                Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
+                    *lock(&link.status.shutdown_reason) = Some(reason);
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(self.lost()),
+                Err(e) => return Err(failed(link, e)),
             }
         }
     }
@@ -490,35 +512,50 @@ fn same_file(file: &std::fs::File, fd: Option<&std::os::fd::OwnedFd>, path: &Pat
 impl Drop for Conn {
     fn drop(&mut self) {
         if crate::fork::forked_since(self.born) {
-            // A forked child: shutdown(2) would cut the parent's connection. The reply
-            // channel is leaked: the parent's reader thread (which the child does not have)
-            // may have been mid-send at the fork, and a drop would wait for that send.
-            let link = self.link.get_mut().unwrap_or_else(|p| p.into_inner());
-            std::mem::forget(std::mem::replace(&mut link.replies, mpsc::channel().1));
+            // A forked child: shutdown(2) would cut the parent's connection.
             return;
         }
-        // Ends the reader thread (its read returns 0) and tells the daemon we are gone.
+        // Tells the daemon we are gone.
         let _ = lock(&self.link).writer.shutdown(std::net::Shutdown::Both);
     }
 }
 
-fn read_loop(mut s: UnixStream, tx: Sender<Reply>, status: Arc<Status>) {
-    loop {
-        match frame::read_frame_within::<_, ServerMessage>(&mut s, xtcq_proto::MAX_REPLY_LEN) {
-            Ok(ServerMessage::Reply { id, result }) => {
-                if tx.send((id, result)).is_err() {
-                    break;
-                }
-            }
-            Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
-                *lock(&status.shutdown_reason) = Some(reason);
-            }
-            // A frame we cannot decode means the stream is no longer one we understand.
-            Err(_) => break,
-        }
+/// Marks `link` lost and shuts its stream down.
+fn give_up(link: &mut Link) {
+    let _ = link.writer.shutdown(std::net::Shutdown::Both);
+    link.status.lost.store(true, Ordering::Release);
+}
+
+/// What the daemon left on a stream between requests.
+enum Pending {
+    /// Nothing whole yet.
+    Nothing,
+    /// A whole frame.
+    Frame,
+    /// The stream ended or broke.
+    Ended,
+}
+
+/// Looks (`MSG_PEEK`, without blocking) whether a whole frame waits on `s`.
+fn pending_frame(s: &UnixStream) -> Pending {
+    use rustix::net::RecvFlags;
+    let peek = |buf: &mut [u8]| rustix::net::recv(s, buf, RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    let mut head = [0u8; frame::HEADER_LEN];
+    match peek(&mut head) {
+        Ok((0, _)) => return Pending::Ended,
+        Ok((n, _)) if n < head.len() => return Pending::Nothing,
+        Ok(_) => {}
+        Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => return Pending::Nothing,
+        Err(_) => return Pending::Ended,
     }
-    status.lost.store(true, Ordering::Release);
-    // Dropping `tx` wakes a caller waiting for a reply.
+    let Ok(len) = frame::check_len_within(u32::from_be_bytes(head), xtcq_proto::MAX_REPLY_LEN) else {
+        return Pending::Ended;
+    };
+    let mut whole = vec![0u8; frame::HEADER_LEN + len];
+    match peek(&mut whole) {
+        Ok((n, _)) if n == whole.len() => Pending::Frame,
+        _ => Pending::Nothing,
+    }
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@
 //! # Ok::<(), xtcq_client::Error>(())
 //! ```
 //!
-//! The control connection is a blocking Unix stream with a small reader thread (no async
-//! runtime needed). Handles keep it open: a process's slot and leases live as long as its
+//! The control connection is a blocking Unix stream, read by the caller of each request: no
+//! thread, no signal handler, no async runtime (it runs inside a PostgreSQL backend). Handles keep it open: a process's slot and leases live as long as its
 //! connection and the process itself; the daemon releases them once both are gone.
 //!
 //! Invariants:

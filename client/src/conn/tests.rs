@@ -4,6 +4,7 @@
 use super::*;
 use std::io::Write;
 use std::os::unix::net::UnixListener;
+use std::sync::mpsc;
 use xtcq_proto::{ErrorCode, Flavor, QueueParams};
 
 /// A fake daemon: accepts one connection, reads the Hello, then runs `script`.
