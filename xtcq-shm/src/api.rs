@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::layout::{MetricsBlock, QueueLimits, WaitWord};
+use crate::layout::{MetricsBlock, QueueLimits};
 use crate::metrics::{Counter, HandleLane};
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
@@ -133,7 +133,7 @@ struct QueueCtx<'a> {
     lease_ns: u64,
     records: RecordArena<'a>,
     overflow: OverflowRef<'a>,
-    wait: &'a WaitWord,
+    wait: crate::wait::Waker<'a>,
     /// The queue's record quota and the daemon's last count of its records.
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
@@ -166,7 +166,7 @@ impl<'a> QueueCtx<'a> {
             lease_ns,
             records: seg.records(),
             overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
-            wait: seg.wait_word(queue).ok_or_else(|| corrupt("no wait word"))?,
+            wait: seg.waker(queue).ok_or_else(|| corrupt("no wait word"))?,
             limits: seg.queue_limits(queue).ok_or_else(|| corrupt("no limit words"))?,
             slots: seg
                 .metrics_blocks(queue)

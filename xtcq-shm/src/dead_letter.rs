@@ -184,7 +184,7 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle, me: u32) -> Result<(), Dea
     if ring.push(handle.index).is_err() {
         return Err(DeadLetterError::QueueFull(handle));
     }
-    if let Some(w) = seg.wait_word(q) {
+    if let Some(w) = seg.waker(q) {
         crate::wait::notify(w);
     }
     Ok(())

@@ -85,7 +85,7 @@ pub fn release_due(seg: &Segment, h: JobHandle) -> Released {
         return Released::Gone;
     }
     let queue = hdr.queue.load(Ordering::Relaxed);
-    let (Some(ring), Some(wait)) = (seg.overflow(queue), seg.wait_word(queue)) else {
+    let (Some(ring), Some(wait)) = (seg.overflow(queue), seg.waker(queue)) else {
         return Released::Gone;
     };
     if st.release_due(h.generation).is_err() {

@@ -313,15 +313,26 @@ pub struct QueueControl {
     pub state: AtomicU32,
 }
 
-/// A futex word and its sleeper count: consumers sleep on `seq`, producers bump it and
-/// wake only when `sleepers` is non-zero (see `wait`).
+/// A futex word, the sleeper count and the armed descriptor waiters: consumers sleep on
+/// `seq` or on a descriptor, producers wake one only when `sleepers` is non-zero (see
+/// `wait` and `wake_protocol`).
 #[repr(C)]
 #[derive(Debug)]
 pub struct WaitWord {
     /// Futex word; bumped by a producer that saw sleepers.
     pub seq: AtomicU32,
-    /// Consumers inside a wait.
+    /// Consumers inside a wait, futex or descriptor.
     pub sleepers: AtomicU32,
+    /// Descriptor waiters armed, a bit each (in the line's spare bytes: a segment made before
+    /// reads zero, none armed).
+    pub armed: [AtomicU64; crate::wake_protocol::WAKE_WORDS],
+}
+
+impl WaitWord {
+    /// The sleeper count and armed bits, for the wait protocol.
+    pub fn sleepers(&self) -> crate::wake_protocol::Sleepers<'_> {
+        crate::wake_protocol::Sleepers { sleepers: &self.sleepers, armed: &self.armed }
+    }
 }
 
 /// One queue-table entry.

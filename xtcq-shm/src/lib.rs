@@ -37,6 +37,7 @@ pub mod fork;
 pub mod overflow;
 pub mod record;
 pub mod sync;
+pub mod wake_protocol;
 
 #[cfg(not(xtcq_loom))]
 pub mod api;

@@ -242,7 +242,7 @@ fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
 pub(crate) fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
     let ring = seg.overflow(queue).ok_or_else(|| RingError::Corrupt(format!("no overflow ring {queue}")))?;
     ring.push(index)?;
-    if let Some(w) = seg.wait_word(queue) {
+    if let Some(w) = seg.waker(queue) {
         crate::wait::notify(w);
     }
     Ok(())

@@ -57,6 +57,8 @@ pub struct Segment {
     desc: SegmentDescriptor,
     /// The payload block region, laid out from `desc.config` once.
     blocks: crate::layout::payload::BlockLayout,
+    /// Where this process sends descriptor wakes, once the daemon said ([`Segment::set_wake_dir`]).
+    wake: std::sync::OnceLock<crate::wait::WakeDir>,
 }
 
 /// The block layout of a validated configuration (which `compute_regions` already laid out).
@@ -193,7 +195,15 @@ impl Segment {
         };
         let guard = guard(&map);
         let blocks = block_layout(config);
-        let seg = Segment { map, _file: file, path: path.to_path_buf(), desc, guard, blocks };
+        let seg = Segment {
+            map,
+            _file: file,
+            path: path.to_path_buf(),
+            desc,
+            guard,
+            blocks,
+            wake: Default::default(),
+        };
         // SAFETY: the mapping is `total_len >= size_of::<SegmentHeader>()` bytes, page
         // aligned, and no one else can have it yet (O_EXCL, mode 0600, ready unset).
         unsafe { core::ptr::write_volatile(seg.map.as_mut_ptr() as *mut SegmentDescriptor, desc) };
@@ -307,7 +317,15 @@ impl Segment {
             Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
         })?;
         let blocks = block_layout(&desc.config);
-        Ok(Segment { map, _file: file, path: path.to_path_buf(), desc, guard, blocks })
+        Ok(Segment {
+            map,
+            _file: file,
+            path: path.to_path_buf(),
+            desc,
+            guard,
+            blocks,
+            wake: Default::default(),
+        })
     }
 
     /// Whether this mapping's file was truncated under it: a SIGBUS was taken in it and it
@@ -383,7 +401,7 @@ impl Segment {
         // that read `seq` before it is woken (or finds `seq` moved).
         self.header_live().ready.store(crate::layout::RETIRED, Ordering::Release);
         for q in 0..self.desc.config.queues {
-            if let Some(w) = self.wait_word(q) {
+            if let Some(w) = self.waker(q) {
                 crate::wait::wake_all(w);
             }
         }
@@ -487,6 +505,25 @@ impl Segment {
         let off = self.queue_entry_offset(queue)? + core::mem::offset_of!(QueueEntry, wait) as u64;
         // SAFETY: in bounds as in `queue_control`; atomics only.
         Some(unsafe { self.at(off) })
+    }
+
+    /// Queue `queue`'s wait word with what this process needs to wake its sleepers.
+    pub fn waker(&self, queue: u32) -> Option<crate::wait::Waker<'_>> {
+        Some(crate::wait::Waker { word: self.wait_word(queue)?, queue, dir: self.wake.get() })
+    }
+
+    /// Sends descriptor wakes into the daemon's wake directory `dir` from now on (the daemon
+    /// itself, and each client once the daemon named it). Set once: a later call is ignored.
+    pub fn set_wake_dir(&self, dir: &Path) -> io::Result<()> {
+        if self.wake.get().is_none() {
+            let _ = self.wake.set(crate::wait::WakeDir::open(dir)?);
+        }
+        Ok(())
+    }
+
+    /// The daemon's wake directory, once set.
+    pub fn wake_dir(&self) -> Option<&Path> {
+        self.wake.get().map(crate::wait::WakeDir::dir)
     }
 
     /// The job-record arena.

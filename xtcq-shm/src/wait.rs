@@ -1,4 +1,6 @@
-//! Sleeping until a queue has work: a futex on the queue's wait word.
+//! Sleeping until a queue has work: a futex on the queue's wait word, or a descriptor an event
+//! loop polls; and waking one sleeper when work arrives (`wake_protocol` holds the protocol
+//! both kinds share).
 //!
 //! The futex is never `FUTEX_PRIVATE_FLAG`: a private wake only reaches waiters of the same
 //! mm, and our waiters are other processes mapping the same file (the kernel keys shared
@@ -20,24 +22,101 @@
 //! sees the sleeper, or the consumer's second look sees the job. If the producer sees it, it
 //! bumps `seq` after the consumer read `s`, so `FUTEX_WAIT` returns at once (the kernel
 //! compares under its bucket lock) or is woken.
+//!
+//! A descriptor waiter's wake is a one-byte datagram sent to the Unix datagram socket the
+//! daemon bound for it in its wake directory (`SOCKET.wake/QUEUE.BIT`, a directory only the
+//! daemon creates entries in, reachable only by the daemon's users): nobody else can bind
+//! that name first, and the directory and bit come from the daemon and the protocol, never
+//! a path read from the segment.
 
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::layout::WaitWord;
-use crate::sync::{fence, Ordering};
+use crate::sync::Ordering;
+use crate::wake_protocol::Wake;
+
+/// Where this process sends descriptor wakes: the daemon's wake directory, and an unbound
+/// datagram socket to send from.
+#[derive(Debug)]
+pub struct WakeDir {
+    dir: PathBuf,
+    sender: OwnedFd,
+}
+
+impl WakeDir {
+    /// Sends descriptor wakes into `dir` (which the daemon named).
+    pub fn open(dir: &Path) -> std::io::Result<WakeDir> {
+        use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
+        let sender = socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        Ok(WakeDir { dir: dir.to_path_buf(), sender })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The socket of descriptor waiter `bit` of queue-table entry `queue` in `dir`.
+    pub fn socket_path(dir: &Path, queue: u32, bit: u32) -> PathBuf {
+        dir.join(format!("{queue}.{bit}"))
+    }
+
+    /// Sends waiter `bit` of `queue` its wake; false when nobody is there to get it (the
+    /// socket is gone: its waiter left or died).
+    fn send(&self, queue: u32, bit: u32) -> bool {
+        use rustix::net::{sendto, SendFlags, SocketAddrUnix};
+        let Ok(addr) = SocketAddrUnix::new(Self::socket_path(&self.dir, queue, bit)) else { return false };
+        match sendto(&self.sender, &[1u8], SendFlags::DONTWAIT | SendFlags::NOSIGNAL, &addr) {
+            Ok(_) => true,
+            // Its buffer is full of wakes it has not read: it is awake enough.
+            Err(rustix::io::Errno::AGAIN) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+/// A queue's wait word, with what this process needs to wake its sleepers.
+#[derive(Clone, Copy, Debug)]
+pub struct Waker<'a> {
+    /// The wait word.
+    pub word: &'a WaitWord,
+    /// The queue-table entry.
+    pub queue: u32,
+    /// The daemon's wake directory, when this process knows it (else descriptor waiters are
+    /// left to the daemon's nudge, and a futex sleeper is woken).
+    pub dir: Option<&'a WakeDir>,
+}
 
 /// Called by a producer after it published work.
 #[inline]
-pub fn notify(w: &WaitWord) {
-    // Pairs with the consumer's SeqCst increment of `sleepers` (see the module comment).
-    fence(Ordering::SeqCst);
-    if w.sleepers.load(Ordering::Relaxed) != 0 {
-        notify_sleepers(w);
+pub fn notify(w: Waker<'_>) {
+    match w.word.sleepers().notify(w.dir.is_some()) {
+        Wake::Nobody => {}
+        wake => notify_sleeper(w, wake),
     }
 }
 
 #[cold]
-fn notify_sleepers(w: &WaitWord) {
+fn notify_sleeper(w: Waker<'_>, mut wake: Wake) {
+    // A claimed waiter whose socket is gone took the count with it: try the next one.
+    while let (Wake::Descriptor(bit), Some(dir)) = (wake, w.dir) {
+        if dir.send(w.queue, bit) {
+            return;
+        }
+        wake = w.word.sleepers().claim().map_or(Wake::Futex, Wake::Descriptor);
+    }
+    futex_wake_one(w.word);
+}
+
+#[cold]
+fn futex_wake_one(w: &WaitWord) {
     w.seq.fetch_add(1, Ordering::Release);
     // One sleeper per notify: every notify stands for one job made available (a push, a
     // re-queue), and one consumer can take it. Waking them all made every sleeper run for
@@ -48,11 +127,17 @@ fn notify_sleepers(w: &WaitWord) {
     let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), 1);
 }
 
-/// Wakes every sleeper, for a change all of them must see (the segment was retired).
+/// Wakes every sleeper, for a change all of them must see (the segment was retired, the
+/// queue deleted).
 #[cold]
-pub fn wake_all(w: &WaitWord) {
-    w.seq.fetch_add(1, Ordering::Release);
-    let _ = rustix::thread::futex::wake(&w.seq, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+pub fn wake_all(w: Waker<'_>) {
+    if let Some(dir) = w.dir {
+        while let Some(bit) = w.word.sleepers().claim() {
+            dir.send(w.queue, bit);
+        }
+    }
+    w.word.seq.fetch_add(1, Ordering::Release);
+    let _ = rustix::thread::futex::wake(&w.word.seq, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
 /// How long a consumer keeps looking, yielding its CPU between looks, before it sleeps. A

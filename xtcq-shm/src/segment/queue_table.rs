@@ -506,7 +506,7 @@ impl Segment {
         }
         // Anyone still asleep on the queue (nobody should be) wakes up and looks again, and
         // finds it gone; `seq` only moves forward.
-        if let Some(w) = self.wait_word(index) {
+        if let Some(w) = self.waker(index) {
             crate::wait::wake_all(w);
         }
     }

@@ -1,0 +1,139 @@
+//! The one wait protocol of a queue: who sleeps, and which sleeper a push wakes.
+//!
+//! A consumer waits either in a futex (`wait::wait_for`) or on a descriptor its event loop
+//! polls (an epoll, tokio, asyncio, PostgreSQL's `WaitEventSet`). Both count in the queue's
+//! `sleepers`; a descriptor waiter also sets its bit in `armed` (one bit per descriptor the
+//! daemon handed out for the queue). A producer that published work wakes one sleeper: it
+//! claims an armed bit (and sends that waiter a datagram) or, when none is armed, wakes one
+//! futex sleeper.
+//!
+//! ```text
+//!  consumer (descriptor)                       producer
+//!  armed |= bit        (SeqCst)                publish the job (Release)
+//!  sleepers += 1       (SeqCst)                fence(SeqCst)
+//!  look for work again -> found: disarm        s = sleepers (Acquire)
+//!  poll the descriptor                         s != 0: claim a bit (clear it, sleepers -= 1)
+//!                                                      and send it a datagram, else FUTEX_WAKE 1
+//! ```
+//!
+//! Rules kept:
+//! - **no system call on a push when nobody waits**: the producer's fast path is a fence and
+//!   one load, as before;
+//! - **no lost wake-up**: the sleepers increment and the producer's fence are the same Dekker
+//!   pair as the futex's: either the producer sees the increment, or the consumer's second
+//!   look sees the job. The bit is set *before* the increment, so a producer whose Acquire
+//!   load saw the increment also sees the bit;
+//! - **wake-one**: a claim clears one bit with one RMW; two producers never claim the same
+//!   bit, and a claimed waiter is no longer counted;
+//! - **exactly one decrement per arm**: whoever clears the bit (the producer's claim or the
+//!   consumer's disarm) takes it off `sleepers`. A consumer whose disarm finds the bit
+//!   already clear was sent a wake; if it will not take a job, it hands the wake on (a
+//!   notify of its own), so that no job waits while another consumer sleeps.
+//!
+//! Words in shared memory are not trusted: a bit index is always masked, and garbage can only
+//! cause spurious wakes or a waiter left to the daemon's nudge (`sleepers` wrapping is
+//! harmless: a non-zero count only costs a producer a look at the bits).
+
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// Words of armed bits per queue.
+pub const WAKE_WORDS: usize = 4;
+/// Descriptor waiters one queue can have armed at once.
+pub const WAKE_BITS: u32 = (WAKE_WORDS * 64) as u32;
+
+/// A queue's sleeper count and armed bits, as resolved views.
+#[derive(Clone, Copy)]
+pub struct Sleepers<'a> {
+    /// Consumers inside a wait, of either kind.
+    pub sleepers: &'a AtomicU32,
+    /// Descriptor waiters armed ([`WAKE_WORDS`] words).
+    pub armed: &'a [AtomicU64],
+}
+
+/// What a producer's notify found to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Nobody sleeps.
+    Nobody,
+    /// Descriptor waiter `bit` was claimed: send it its wake.
+    Descriptor(u32),
+    /// Sleepers, but none armed on a descriptor: wake one futex sleeper.
+    Futex,
+}
+
+/// What a consumer's disarm found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disarmed {
+    /// The bit was still set: no wake was sent, and the waiter is no longer counted.
+    Quiet,
+    /// A producer claimed it: a wake is on its way (or arrived). Hand it on unless a job is
+    /// taken.
+    Woken,
+}
+
+fn split(bit: u32) -> (usize, u64) {
+    let bit = bit % WAKE_BITS;
+    ((bit / 64) as usize, 1u64 << (bit % 64))
+}
+
+impl Sleepers<'_> {
+    /// Arms descriptor waiter `bit`; the caller then looks for work once more before it
+    /// polls its descriptor.
+    pub fn arm(&self, bit: u32) {
+        let (w, m) = split(bit);
+        if let Some(word) = self.armed.get(w) {
+            // Set before the increment: see the module comment.
+            word.fetch_or(m, Ordering::SeqCst);
+        }
+        // Pairs with the producer's fence(SeqCst) (the Dekker pair).
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Disarms descriptor waiter `bit`.
+    pub fn disarm(&self, bit: u32) -> Disarmed {
+        let (w, m) = split(bit);
+        let Some(word) = self.armed.get(w) else { return Disarmed::Woken };
+        if word.fetch_and(!m, Ordering::AcqRel) & m != 0 {
+            self.sleepers.fetch_sub(1, Ordering::Release);
+            Disarmed::Quiet
+        } else {
+            Disarmed::Woken
+        }
+    }
+
+    /// Called by a producer after it published work: whom to wake. `descriptors`: whether
+    /// this process can send descriptor wakes (it knows the daemon's wake directory); if
+    /// not, it leaves armed waiters alone and wakes a futex sleeper.
+    #[inline]
+    pub fn notify(&self, descriptors: bool) -> Wake {
+        // Pairs with the consumer's SeqCst increment of `sleepers`.
+        fence(Ordering::SeqCst);
+        // Acquire: a bit set before the increment this load sees is visible to the claim.
+        if self.sleepers.load(Ordering::Acquire) == 0 {
+            return Wake::Nobody;
+        }
+        match descriptors.then(|| self.claim()).flatten() {
+            Some(bit) => Wake::Descriptor(bit),
+            None => Wake::Futex,
+        }
+    }
+
+    /// Claims one armed waiter: clears its bit and takes it off the count.
+    pub fn claim(&self) -> Option<u32> {
+        for (i, word) in self.armed.iter().enumerate().take(WAKE_WORDS) {
+            loop {
+                let v = word.load(Ordering::Acquire);
+                if v == 0 {
+                    break;
+                }
+                let b = v.trailing_zeros();
+                let m = 1u64 << b;
+                if word.fetch_and(!m, Ordering::AcqRel) & m != 0 {
+                    self.sleepers.fetch_sub(1, Ordering::Release);
+                    return Some(i as u32 * 64 + b);
+                }
+            }
+        }
+        None
+    }
+}
