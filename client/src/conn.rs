@@ -137,7 +137,7 @@ pub(crate) struct Conn {
     /// flight.
     current: Mutex<Current>,
     next_id: AtomicU64,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Uids trusted to run the daemon besides ours and root (see `trust`).
     trusted: Vec<u32>,
     reconnects: AtomicU64,
@@ -328,7 +328,10 @@ impl Conn {
         }
         let held = *lock(&self.held_slot);
         if let Some((slot, slot_epoch)) = held {
-            match self.exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout) {
+            match self
+                .exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout)
+                .map(|(r, _)| r)
+            {
                 Ok(Response::Resumed { process_slot, slot_epoch: e })
                     if process_slot == slot && e == slot_epoch => {}
                 Ok(other) => {
@@ -379,13 +382,24 @@ impl Conn {
         queue: Option<&str>,
         t: Duration,
     ) -> Result<Response, Error> {
+        Ok(self.request_with_fd(req, queue, t)?.0)
+    }
+
+    /// [`request_within`](Self::request_within), with the fd the daemon passed with its reply,
+    /// if it passed one (a wake descriptor).
+    pub(crate) fn request_with_fd(
+        &self,
+        req: Request,
+        queue: Option<&str>,
+        t: Duration,
+    ) -> Result<(Response, Option<std::os::fd::OwnedFd>), Error> {
         // Before the lock: a parent's thread may have held it at the fork, for good here.
         self.not_forked()?;
         let mut link = lock(&self.link);
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
         }
-        let r = self.exchange(&mut link, req, queue, t)?;
+        let (r, fd) = self.exchange(&mut link, req, queue, t)?;
         // Remember the slot the daemon registered (or gave back) for this connection.
         let slot = match &r {
             Response::OwnerAttached(l) => Some((l.attachment.process_slot, l.attachment.slot_epoch)),
@@ -398,17 +412,23 @@ impl Conn {
         if slot.is_some() {
             *lock(&self.held_slot) = slot;
         }
-        Ok(r)
+        Ok((r, fd))
     }
 
-    /// Sends `req` on `link` and waits up to `t` for its reply.
+    /// A copy of the current link's stream: it reports a hang-up when the daemon goes away
+    /// (for a wake descriptor's epoll).
+    pub(crate) fn link_stream(&self) -> std::io::Result<UnixStream> {
+        lock(&self.link).writer.try_clone()
+    }
+
+    /// Sends `req` on `link` and waits up to `t` for its reply (and the fd passed with it).
     fn exchange(
         &self,
         link: &mut Link,
         req: Request,
         queue: Option<&str>,
         t: Duration,
-    ) -> Result<Response, Error> {
+    ) -> Result<(Response, Option<std::os::fd::OwnedFd>), Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
         let failed = |link: &mut Link, e: frame::FrameError| {
@@ -432,11 +452,15 @@ impl Conn {
             if let Err(e) = link.writer.set_read_timeout(Some(left)) {
                 return Err(failed(link, frame::FrameError::Io(e)));
             }
-            match frame::read_frame_within::<_, ServerMessage>(&mut link.writer, xtcq_proto::MAX_REPLY_LEN) {
+            // recvmsg: a reply may carry an fd (the first is kept; others are closed).
+            let mut rd = crate::fdpass::FdReader::new(&link.writer);
+            let got = frame::read_frame_within::<_, ServerMessage>(&mut rd, xtcq_proto::MAX_REPLY_LEN);
+            let fd = rd.fd.take();
+            match got {
                 Ok(ServerMessage::Reply { id: rid, result })
                     if rid == id || rid == xtcq_proto::UNKNOWN_REQUEST_ID =>
                 {
-                    return result.map_err(|e| Error::from_reply(e, queue))
+                    return result.map(|r| (r, fd)).map_err(|e| Error::from_reply(e, queue))
                 }
                 Ok(ServerMessage::Reply { .. }) => {} // a late reply to an earlier request that timed out
                 Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
@@ -469,6 +493,10 @@ impl Conn {
                     .into(),
             }
             .into());
+        }
+        // Producers of this process send descriptor waiters their wakes through it.
+        if let Some(dir) = &lock(&self.current).hello.wake_dir {
+            seg.set_wake_dir(dir).map_err(|e| Error::Connect { path: self.path.clone(), source: e })?;
         }
         *s = Some(seg.clone());
         Ok(seg)

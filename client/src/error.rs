@@ -249,6 +249,9 @@ pub enum Error {
          nothing in the child: connect again in the child (Client::connect)"
     )]
     Forked,
+    /// A wake descriptor could not be made or read (this process's fds or memory, most likely).
+    #[error("wake descriptor: {0}")]
+    Wake(#[source] std::io::Error),
 }
 
 impl Error {

@@ -37,6 +37,7 @@ mod error;
 mod fdpass;
 mod handles;
 mod trust;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub use delay::Due;
 pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use trust::TRUST_ENV;
+pub use wake::WakeFd;
 pub use xtcq_proto::JobRef;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,

@@ -44,6 +44,7 @@ pub mod segment_size;
 pub mod server;
 pub mod startup;
 pub mod state;
+pub mod wake;
 
 use std::io;
 use std::path::PathBuf;

@@ -58,6 +58,7 @@ mod recover;
 mod scan;
 mod share;
 mod stats;
+mod wakes;
 
 pub use share::UidShare;
 
@@ -113,6 +114,8 @@ pub struct Registry {
     slot_limit: Option<(u32, [u32; 2])>,
     /// What one uid may own of the queues and records (`None`: no limit).
     share: Option<UidShare>,
+    /// The wake directory and its group (`None`: descriptor waits are off).
+    wake: Option<Arc<wakes::PathBufAndGroup>>,
     /// The delayed jobs this daemon knows of (see `crate::delayed`).
     timers: Arc<crate::delayed::Timers>,
 }
@@ -127,6 +130,10 @@ struct Bookkeeping {
     fences: crate::fence::Fences,
     /// Queue permissions, by queue-table index (see [`crate::acl`]).
     pub(crate) queues: BTreeMap<u32, QueueAcl>,
+    /// Wake descriptors granted: (queue-table index, waiter bit) -> process slot.
+    wakes: BTreeMap<(u32, u32), u32>,
+    /// Queues with jobs and sleepers at the last scan (see `wakes`).
+    stranded: BTreeSet<u32>,
 }
 
 impl Bookkeeping {
@@ -183,6 +190,7 @@ impl Registry {
             state: None,
             slot_limit: None,
             share: None,
+            wake: None,
             timers: crate::delayed::new_timers(),
         }
     }

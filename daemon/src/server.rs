@@ -170,6 +170,7 @@ fn shared_state(
     max_connections: usize,
 ) -> Result<Arc<Shared>, DaemonError> {
     let live = seg.header_live();
+    let wake_dir = crate::wake::prepare(&cfg.socket, cfg.group);
     let hello = proto::HelloOk {
         protocol_version: proto::PROTOCOL_VERSION,
         daemon_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -177,6 +178,7 @@ fn shared_state(
         daemon_epoch: live.daemon_epoch.load(Ordering::Relaxed),
         segment_path: seg.path().to_path_buf(),
         segment_digest: seg.descriptor_digest(),
+        wake_dir: wake_dir.clone(),
     };
     let slots_per_uid = cfg.process_slots_per_uid.unwrap_or((seg.config().process_slots / 2).max(1));
     // What the descriptors leave after the reserve, one pidfd per slot and two per
@@ -189,7 +191,10 @@ fn shared_state(
             records: cfg.records_per_uid.unwrap_or((seg.config().job_records / 2).max(1)),
             exempt: Config::unlimited_uids(),
         })
-        .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX));
+        .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX))
+        .with_wake_dir(wake_dir.map(|d| (d, cfg.group)));
+    // The sockets of the bits armed in an adopted segment went with the directory's entries.
+    reg.disarm_all();
     let (tx, _) = watch::channel(None);
     Ok(Arc::new(Shared {
         cfg: cfg.clone(),

@@ -180,6 +180,7 @@ mod tests {
             daemon_epoch: 3,
             segment_path: "/dev/shm/x".into(),
             segment_digest: 11,
+            wake_dir: Some("/run/xtcq/xtcqd.sock.wake".into()),
         }));
         roundtrip(HelloReply::VersionMismatch { daemon_version: 1, client_version: 9, message: "m".into() });
         roundtrip(HelloReply::Refused(ErrorReply::new(ErrorCode::Unauthorized, "no")));
@@ -202,6 +203,8 @@ mod tests {
             Request::Detach { queue: "q".into(), deque: 1 },
             Request::Shutdown,
             Request::Resume { slot: 3, slot_epoch: u64::MAX },
+            Request::WakeDescriptor { queue: "q".into() },
+            Request::ReleaseWake { queue: "q".into(), bit: 255 },
             Request::DeleteQueue { name: "q".into(), force: false },
             Request::DeleteQueue { name: "q".into(), force: true },
         ];
@@ -230,6 +233,8 @@ mod tests {
             Ok(Response::Detached),
             Ok(Response::ShuttingDown),
             Ok(Response::Resumed { process_slot: 3, slot_epoch: 9 }),
+            Ok(Response::WakeDescriptor { bit: 7 }),
+            Ok(Response::WakeReleased),
             Ok(Response::QueueDeleted(QueueDeleted {
                 queue: info.clone(),
                 dropped_queued: 5,

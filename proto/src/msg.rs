@@ -114,6 +114,11 @@ pub struct HelloOk {
     /// differs (rewritten since). 0 from a daemon that predates it: not checked.
     #[serde(default)]
     pub segment_digest: u64,
+    /// The daemon's wake directory: where descriptor waiters' sockets are
+    /// (`xtcq_shm::wait::WakeDir`). `None` from a daemon that predates descriptor waits, or
+    /// one whose socket path leaves no room for the names.
+    #[serde(default)]
+    pub wake_dir: Option<PathBuf>,
 }
 
 /// A request with the id its reply will carry.
@@ -286,6 +291,21 @@ pub enum Request {
         /// Most dead letters kept; past it the oldest are dropped.
         max_dead: Option<u32>,
     },
+    /// A wake descriptor for this connection's process on queue `queue` (to which it must be
+    /// attached as a thief): [`Response::WakeDescriptor`], with the socket passed as
+    /// `SCM_RIGHTS` on the reply's first bytes.
+    WakeDescriptor {
+        /// The queue.
+        queue: String,
+    },
+    /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
+    /// daemon also takes them back when the process's slot is recovered.
+    ReleaseWake {
+        /// The queue.
+        queue: String,
+        /// The descriptor's bit ([`Response::WakeDescriptor`]).
+        bit: u32,
+    },
 }
 
 /// A successful reply.
@@ -332,6 +352,14 @@ pub enum Response {
     DeadActedOn(DeadActed),
     /// To [`Request::SetQueueLimits`].
     LimitsSet,
+    /// To [`Request::WakeDescriptor`]: the socket is the fd passed with this reply; `bit` is
+    /// its waiter bit in the queue's wait line (`xtcq_shm::wake_protocol`).
+    WakeDescriptor {
+        /// The waiter bit.
+        bit: u32,
+    },
+    /// To [`Request::ReleaseWake`].
+    WakeReleased,
 }
 
 /// Something the daemon tells a client without being asked.

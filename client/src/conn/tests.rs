@@ -28,6 +28,7 @@ fn ok() -> HelloReply {
         daemon_epoch: 1,
         segment_path: "/nonexistent".into(),
         segment_digest: 0,
+        wake_dir: None,
     })
 }
 

@@ -37,6 +37,7 @@ impl Registry {
         if tracked {
             t.slots.remove(&slot.slot);
             self.persist(t);
+            self.release_wakes_of(t, slot.slot);
         }
         let Some(s) = self.seg.process_slot(slot.slot) else { return };
         // A slot this daemon tracks is recovered whatever the segment's epoch says (an

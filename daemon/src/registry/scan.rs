@@ -63,6 +63,7 @@ impl Registry {
             self.persist(&t);
         }
         self.log_expired(&taken);
+        self.nudge_waiters(&mut t);
         let swept = t.scan.strays.sweep(&self.seg);
         if !swept.indexed.is_empty() || swept.waiting > 0 {
             warn!(

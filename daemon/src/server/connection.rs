@@ -38,6 +38,8 @@ struct Conn {
     access: Option<Access>,
     /// `(queue index, queue name, deque, lease word)`.
     leases: Vec<(u32, String, u32, u64)>,
+    /// An fd the handler of the current request passes with its reply (a wake descriptor).
+    reply_fd: Option<OwnedFd>,
 }
 
 /// Serves one connection; `permit` (its place under `--max-connections`) is given back when
@@ -81,6 +83,7 @@ pub(super) async fn connection(
         uid_conn: Some(uid_conn),
         access: None,
         leases: Vec::new(),
+        reply_fd: None,
     };
     let end = c.run().await;
     st.connections.fetch_sub(1, Ordering::Relaxed);
@@ -102,12 +105,12 @@ pub(super) async fn connection(
     watch_exit(st, slot, keeper, peer.pidfd, process).await;
 }
 
-/// One `sendmsg` of (a first part of) `bytes` with the segment's fd as `SCM_RIGHTS`.
-fn send_fd(stream: &UnixStream, bytes: &[u8], seg: &xtcq_shm::Segment) -> io::Result<usize> {
+/// One `sendmsg` of (a first part of) `bytes` with `fd` as `SCM_RIGHTS`.
+fn send_fd(stream: &UnixStream, bytes: &[u8], fd: std::os::fd::BorrowedFd<'_>) -> io::Result<usize> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut anc = SendAncillaryBuffer::new(&mut space);
-    let fds = [seg.file().as_fd()];
+    let fds = [fd];
     anc.push(SendAncillaryMessage::ScmRights(&fds));
     Ok(rustix::net::sendmsg(stream, &[io::IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?)
 }
@@ -196,6 +199,12 @@ impl Conn {
 
     /// [`send`](Self::send), with the segment's fd attached to the frame's first bytes.
     async fn send_with_segment<T: serde::Serialize>(&mut self, msg: &T) -> bool {
+        let seg = self.st.reg.segment().clone();
+        self.send_with_fd(msg, seg.file().as_fd()).await
+    }
+
+    /// [`send`](Self::send), with `fd` attached to the frame's first bytes.
+    async fn send_with_fd<T: serde::Serialize>(&mut self, msg: &T, fd: std::os::fd::BorrowedFd<'_>) -> bool {
         let bytes = match framing::encode(msg) {
             Ok(b) => b,
             Err(e) => {
@@ -203,13 +212,10 @@ impl Conn {
                 return false;
             }
         };
-        let seg = self.st.reg.segment().clone();
         let first = async {
             loop {
                 self.stream.writable().await?;
-                match self
-                    .stream
-                    .try_io(tokio::io::Interest::WRITABLE, || send_fd(&self.stream, &bytes, &seg))
+                match self.stream.try_io(tokio::io::Interest::WRITABLE, || send_fd(&self.stream, &bytes, fd))
                 {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     r => return r,
@@ -437,6 +443,14 @@ impl Conn {
                     self.send(&ServerMessage::Reply { id: f.id, result: r }).await;
                     self.st.stop(format!("Shutdown request from pid {}", self.peer.pid));
                     return true;
+                }
+                if let (Ok(reply), Some(fd)) = (&r, self.reply_fd.take()) {
+                    return self
+                        .send_with_fd(
+                            &ServerMessage::Reply { id: f.id, result: Ok(reply.clone()) },
+                            fd.as_fd(),
+                        )
+                        .await;
                 }
                 (f.id, r)
             }

@@ -79,6 +79,14 @@ impl Conn {
             Request::AttachOwner { queue, deque } => self.attach_owner(queue, deque),
             Request::AttachThief { queue } => self.attach_thief(queue),
             Request::AttachInjector { queue } => self.attach_injector(queue),
+            Request::WakeDescriptor { queue } => self.wake_descriptor(queue),
+            Request::ReleaseWake { queue, bit } => {
+                let Some(slot) = self.slot else {
+                    return Err(ErrorReply::new(ErrorCode::SlotNotHeld, "this connection holds no slot"));
+                };
+                self.st.reg.release_wake(&queue, bit, slot.slot)?;
+                Ok(Response::WakeReleased)
+            }
             Request::DeleteQueue { name, force } => self.delete_queue(name, force).await,
             Request::Detach { queue, deque } => self.detach(queue, deque),
             Request::Resume { slot, slot_epoch } => self.resume(slot, slot_epoch),
@@ -170,6 +178,22 @@ impl Conn {
         let slot = self.ensure_slot(proto::ROLE_THIEF)?;
         let q = reg.attach_as(&queue, slot, proto::ROLE_THIEF, Some(&who))?;
         Ok(Response::ThiefAttached(self.attachment(slot, &q)))
+    }
+
+    /// `WakeDescriptor`: a socket for this process to wait on for queue `queue`'s work,
+    /// passed with the reply.
+    fn wake_descriptor(&mut self, queue: String) -> Result<Response, ErrorReply> {
+        let Some(slot) = self.slot else {
+            return Err(ErrorReply::new(
+                ErrorCode::SlotNotHeld,
+                format!("attach to queue {queue} as a thief first"),
+            ));
+        };
+        let who = self.access();
+        let (fd, bit) = self.st.reg.grant_wake(&queue, slot, &who)?;
+        self.reply_fd = Some(fd);
+        debug!(slot = slot.slot, queue = %queue, bit, "wake descriptor granted");
+        Ok(Response::WakeDescriptor { bit })
     }
 
     /// `AttachInjector`: push to the queue's overflow ring.

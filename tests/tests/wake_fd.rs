@@ -1,0 +1,151 @@
+//! Waiting for work from an event loop: a thief's wake descriptor (`ThiefHandle::wake_fd`),
+//! polled as epoll, libuv, tokio or PostgreSQL's `WaitEventSet` would. Real daemon, real
+//! producer processes (`xtcq push`), real `poll(2)`.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use xtcq_client::{Client, Error, QueueParams, ThiefHandle, WakeFd};
+use xtcq_testkit::*;
+
+fn params(name: &str) -> QueueParams {
+    QueueParams { capacity: 64, ..QueueParams::new(name) }
+}
+
+/// Polls `fd` for up to `t`; whether it became readable.
+fn readable(fd: &impl AsFd, t: Duration) -> bool {
+    let ts = rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
+/// An event loop's take of one job: steal or arm, poll, clear, again; gives up after `limit`
+/// without a wake (a lost wake-up, when a job was pushed).
+fn take_one<'a>(t: &'a ThiefHandle, w: &WakeFd, limit: Duration) -> Option<(xtcq_client::Job<'a>, u32)> {
+    let mut polls = 0;
+    loop {
+        if let Some(j) = t.steal_or_arm(w).expect("steal_or_arm") {
+            return Some((j, polls));
+        }
+        if !readable(w, limit) {
+            return None;
+        }
+        polls += 1;
+        w.clear().expect("clear");
+    }
+}
+
+/// A consumer armed on its descriptor is woken by a push from another process, and sleeps
+/// (not readable) while there is nothing.
+#[test]
+fn a_push_from_another_process_wakes_the_descriptor() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("a wake descriptor");
+    assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none(), "nothing queued yet");
+    assert!(!readable(&w, Duration::from_millis(200)), "readable with nothing pushed");
+    ok(&d.run(&["push", "q", "hello"]));
+    assert!(readable(&w, Duration::from_secs(10)), "the push did not wake the descriptor");
+    w.clear().expect("clear");
+    let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the job");
+    assert_eq!(j.payload().expect("payload"), b"hello");
+    j.ack().expect("ack");
+}
+
+/// The daemon killed while a consumer waits: the descriptor becomes readable, and `clear`
+/// says the daemon is gone (an event loop notices instead of sleeping forever).
+#[test]
+fn the_daemon_going_away_makes_the_descriptor_readable() {
+    let mut d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("a wake descriptor");
+    assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none());
+    d.kill();
+    assert!(readable(&w, Duration::from_secs(10)), "the daemon's death did not make it readable");
+    assert!(matches!(w.clear(), Err(Error::DaemonLost { .. })), "clear must say the daemon is gone");
+}
+
+/// 4 consumer threads, each its own descriptor and event loop, 400 jobs pushed by other
+/// processes at random gaps (some while everyone sleeps): every job is taken once, and no
+/// consumer ever waited 3 s for a wake while a job was queued (a lost wake-up).
+#[test]
+fn sleeping_descriptor_waiters_lose_no_wake() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let total = 400;
+    let taken = std::sync::Mutex::new(Vec::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let c = Client::connect(Some(&d.socket)).expect("connect");
+                let t = c.attach_thief("q").expect("thief");
+                let w = t.wake_fd().expect("wake");
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    match take_one(&t, &w, Duration::from_secs(3)) {
+                        Some((j, _)) => {
+                            let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+                            j.ack().expect("ack");
+                            let mut v = taken.lock().unwrap();
+                            v.push(p);
+                            if v.len() == total {
+                                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        None => {
+                            let queued = d.stats()["records"]["queued"].as_u64().unwrap_or(0);
+                            assert_eq!(
+                                queued, 0,
+                                "a consumer waited 3 s without a wake while {queued} jobs were queued"
+                            );
+                        }
+                    }
+                }
+            });
+        }
+        let mut rng = Rng::new(7);
+        let start = Instant::now();
+        let mut i = 0;
+        while i < total {
+            let n = (rng.below(8) + 1).min((total - i) as u64) as usize;
+            let batch: String = (i..i + n).map(|k| format!("job {k}\n")).collect();
+            ok(&d.run_in(&["push", "q"], batch.as_bytes()));
+            i += n;
+            std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+        }
+        let deadline = start + Duration::from_secs(120);
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "jobs not all taken: {}", taken.lock().unwrap().len());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut got = taken.into_inner().unwrap();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), total, "every job taken once");
+}
+
+/// In a child forked after the descriptor was made, it is refused like any inherited handle,
+/// and the parent's waiter goes on.
+#[test]
+fn an_inherited_descriptor_is_refused_in_the_child() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    let pid = fork_child(|| match (w.clear(), t.steal_or_arm(&w)) {
+        (Err(Error::Forked), Err(Error::Forked)) => 0,
+        _ => 1,
+    });
+    assert_eq!(wait_forked(pid), 0, "the child was not refused");
+    assert!(t.steal_or_arm(&w).expect("the parent goes on").is_none());
+    ok(&d.run(&["push", "q", "x"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
+}
