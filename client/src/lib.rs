@@ -38,6 +38,8 @@ mod fdpass;
 mod handles;
 mod trust;
 mod wake;
+#[cfg(feature = "tokio")]
+mod wake_async;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,6 +52,8 @@ pub use error::Error;
 pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
 pub use trust::TRUST_ENV;
 pub use wake::WakeFd;
+#[cfg(feature = "tokio")]
+pub use wake_async::AsyncWake;
 pub use xtcq_proto::JobRef;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,

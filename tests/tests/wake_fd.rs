@@ -149,3 +149,64 @@ fn an_inherited_descriptor_is_refused_in_the_child() {
     ok(&d.run(&["push", "q", "x"]));
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
 }
+
+/// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
+/// `select!` (cancelled at random points, hundreds of times): every job acked once, none
+/// left claimed, none waiting.
+#[test]
+fn tokio_steals_cancelled_at_random_points_lose_and_hold_nothing() {
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    let total = 1000usize;
+    let acked = std::sync::Mutex::new(Vec::new());
+    let cancelled = std::sync::atomic::AtomicUsize::new(0);
+    let consumer = |seed: u64| {
+        let (acked, cancelled, socket) = (&acked, &cancelled, d.socket.clone());
+        async move {
+            let c = Client::connect(Some(&socket)).expect("connect");
+            let t = c.attach_thief("q").expect("thief");
+            let wake = xtcq_client::AsyncWake::new(t.wake_fd().expect("wake")).expect("register");
+            let mut rng = Rng::new(seed);
+            while acked.lock().unwrap().len() < total {
+                let timer = tokio::time::sleep(Duration::from_micros(rng.below(3000)));
+                tokio::select! {
+                    j = t.steal_async(&wake) => {
+                        let j = j.expect("steal_async");
+                        let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+                        j.ack().expect("ack");
+                        acked.lock().unwrap().push(p);
+                    }
+                    _ = timer => { cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed); }
+                }
+            }
+        }
+    };
+    let producer = std::thread::spawn({
+        let socket = d.socket.clone();
+        move || {
+            let c = Client::connect(Some(&socket)).expect("connect");
+            let inj = c.attach_injector("q").expect("injector");
+            let mut rng = Rng::new(3);
+            for i in 0..total {
+                while inj.push(format!("job {i}").as_bytes()).is_err() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if rng.below(10) == 0 {
+                    std::thread::sleep(Duration::from_micros(rng.below(5000)));
+                }
+            }
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async { tokio::join!(consumer(1), consumer(2)) });
+    producer.join().expect("producer");
+    let mut got = acked.into_inner().unwrap();
+    assert!(cancelled.load(std::sync::atomic::Ordering::Relaxed) > 0, "no steal was ever cancelled");
+    got.sort();
+    let n = got.len();
+    got.dedup();
+    assert_eq!((n, got.len()), (total, total), "each job acked once");
+    let s = d.stats();
+    assert_eq!(s["records"]["queued"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["records"]["claimed"].as_u64(), Some(0), "a job left claimed: {s}");
+}

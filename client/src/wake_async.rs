@@ -1,0 +1,65 @@
+//! `steal_async`: a thief's steal that waits in tokio, over the wake descriptor ([`WakeFd`]),
+//! behind the `tokio` feature.
+//!
+//! Rules kept:
+//! - dropping the future at any await point (`select!`, a timeout) neither loses a job nor
+//!   leaves one claimed: a job is only ever taken synchronously and returned at once, and a
+//!   waiter dropped while armed disarms, handing on a wake it was sent;
+//! - the daemon going away ends the wait with [`Error::DaemonLost`] (the descriptor is
+//!   readable then): make a new [`AsyncWake`] once the thief reconnects.
+
+use tokio::io::unix::AsyncFd;
+
+use crate::handles::{Job, ThiefHandle};
+use crate::wake::WakeFd;
+use crate::Error;
+
+/// A wake descriptor registered with the current tokio runtime's reactor.
+#[derive(Debug)]
+pub struct AsyncWake {
+    fd: AsyncFd<WakeFd>,
+}
+
+impl AsyncWake {
+    /// Registers `wake` with the current runtime (call from within one).
+    pub fn new(wake: WakeFd) -> Result<AsyncWake, Error> {
+        // `new` is deprecated for types that could close or swap their fd while registered;
+        // a WakeFd owns its epoll fd, closes it only when dropped (after this AsyncFd, its
+        // owner, deregistered it), and `as_raw_fd` always returns that same fd. (This crate
+        // forbids `unsafe`, which `register` would need for the same promise.)
+        #[allow(deprecated)]
+        let fd = AsyncFd::with_interest(wake, tokio::io::Interest::READABLE);
+        Ok(AsyncWake { fd: fd.map_err(Error::Wake)? })
+    }
+
+    /// The descriptor.
+    pub fn get_ref(&self) -> &WakeFd {
+        self.fd.get_ref()
+    }
+}
+
+/// Disarms on drop: the future was dropped while waiting.
+struct Armed<'a>(&'a WakeFd);
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        self.0.disarm_and_hand_on();
+    }
+}
+
+impl ThiefHandle {
+    /// Steals a job, waiting (in tokio, without a thread) until one may be there. Cancel
+    /// safe: see the module docs.
+    pub async fn steal_async<'a>(&'a self, wake: &AsyncWake) -> Result<Job<'a>, Error> {
+        let armed = Armed(wake.get_ref());
+        loop {
+            if let Some(j) = self.steal_or_arm(armed.0)? {
+                // steal_or_arm disarmed; the guard's disarm is then a no-op.
+                return Ok(j);
+            }
+            let mut ready = wake.fd.readable().await.map_err(Error::Wake)?;
+            ready.clear_ready();
+            armed.0.clear()?;
+        }
+    }
+}
