@@ -537,6 +537,46 @@ int xtcq_thief_steal_batch(const xtcq_thief *thief, xtcq_job *const *jobs, size_
  */
 size_t xtcq_thief_len(const xtcq_thief *thief);
 
+/**
+ * Stores in `*fd` the thief's wake descriptor, made on the first call: it becomes readable
+ * when a job may be there to steal (after `xtcq_thief_steal_or_arm` said `XTCQ_EMPTY`), or
+ * when the daemon went away. Close-on-exec; do not close it (the thief owns it).
+ *
+ * # Safety
+ * `thief` is a live thief; `fd` writable.
+ */
+int xtcq_thief_wait_fd(const xtcq_thief *thief, int *fd);
+
+/**
+ * Claims one job into `job`, or, when there is none, arms the wake descriptor and returns
+ * `XTCQ_EMPTY`: wait until it is readable, call `xtcq_thief_wait_clear`, and call this
+ * again. Never blocks. `XTCQ_E_INVALID` before `xtcq_thief_wait_fd`.
+ *
+ * # Safety
+ * `thief` is a live thief; `job` a live job handle used by this thread only.
+ */
+int xtcq_thief_steal_or_arm(const xtcq_thief *thief, xtcq_job *job);
+
+/**
+ * Consumes the wake descriptor's readiness. `XTCQ_E_UNREACHABLE` when the daemon went away:
+ * the descriptor is then closed; get a new one with `xtcq_thief_wait_fd` (and register it
+ * in place of the old).
+ *
+ * # Safety
+ * `thief` is a live thief.
+ */
+int xtcq_thief_wait_clear(const xtcq_thief *thief);
+
+/**
+ * Stops waiting without stealing (the loop is about to do something else for a while): a
+ * wake sent to this thief meanwhile goes to another waiter. The next
+ * `xtcq_thief_steal_or_arm` arms again.
+ *
+ * # Safety
+ * `thief` is a live thief.
+ */
+int xtcq_thief_wait_cancel(const xtcq_thief *thief);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -25,9 +25,11 @@ mod job;
 mod producer;
 mod status;
 mod thief;
+mod wake;
 
 pub use client::*;
 pub use job::*;
 pub use producer::*;
 pub use status::*;
 pub use thief::*;
+pub use wake::*;

@@ -21,8 +21,10 @@ pub const XTCQ_WAIT_FOREVER: u32 = u32::MAX;
 
 /// A consumer of one queue (opaque).
 pub struct xtcq_thief {
-    inner: ThiefHandle,
-    born: u64,
+    pub(crate) inner: ThiefHandle,
+    pub(crate) born: u64,
+    /// Its wake descriptor, once asked for (`xtcq_thief_wait_fd`).
+    pub(crate) wake: std::sync::Mutex<Option<::xtcq_client::WakeFd>>,
 }
 
 /// Attaches to `queue` as a thief and stores the handle in `*out`.
@@ -37,7 +39,9 @@ pub unsafe extern "C" fn xtcq_thief_attach(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
-        attach(client, queue, out, |c, q| Ok(xtcq_thief { inner: c.inner.attach_thief(q)?, born: c.born }))
+        attach(client, queue, out, |c, q| {
+            Ok(xtcq_thief { inner: c.inner.attach_thief(q)?, born: c.born, wake: Default::default() })
+        })
     }
 }
 
@@ -56,7 +60,7 @@ pub unsafe extern "C" fn xtcq_thief_free(thief: *mut xtcq_thief) {
 }
 
 /// One steal attempt round and what became of it.
-fn claim_into(
+pub(crate) fn claim_into(
     thief: *const xtcq_thief,
     job: *mut xtcq_job,
     steal: impl for<'t> FnOnce(&'t ThiefHandle) -> Result<Option<Job<'t>>, Error>,

@@ -137,3 +137,69 @@ fn a_c_batch_steal_takes_each_job_once_oldest_first() {
     );
     assert!(stdout.contains("batches of 4, 4, 2, each once"), "{stdout}");
 }
+
+/// `examples/c/epoll_wait.c`: a C consumer waiting in epoll on its thief's wake descriptor and
+/// a timerfd together, as a PostgreSQL backend waits on a socket and its latch; jobs pushed
+/// by other processes (`xtcq push`) at gaps wake it, and every one is acked.
+#[test]
+fn a_c_consumer_waits_in_epoll_on_its_wake_descriptor_and_a_timer() {
+    let daemon = Daemon::start();
+    let exe = compile_c("examples/c/epoll_wait.c", daemon.dir(), &[]);
+    let client = daemon.client();
+    client
+        .create_queue(&xtcq_client::QueueParams { capacity: 64, ..xtcq_client::QueueParams::new("w") })
+        .expect("create");
+    let consumer = Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["w", "200"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn epoll_wait");
+    for batch in 0..20 {
+        std::thread::sleep(Duration::from_millis(30));
+        let jobs: String = (0..10).map(|i| format!("{batch}-{i}\n")).collect();
+        let out = daemon.run_in(&["push", "w"], jobs.as_bytes());
+        assert!(out.status.success(), "push: {}", text(&out.stderr));
+    }
+    let out = xtcq_testkit::wait_bounded(consumer, Duration::from_secs(120), "epoll_wait");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "epoll_wait failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.starts_with("acked 200 jobs"), "{stdout}");
+    let wakes: u64 =
+        stdout.rsplit(", ").next().and_then(|w| w.split(' ').next()?.parse().ok()).expect("wakes");
+    assert!(wakes > 0, "it never slept on the descriptor: {stdout}");
+    assert_eq!(daemon.stats()["records"]["queued"].as_u64(), Some(0));
+}
+
+/// The daemon killed while the C consumer sleeps in epoll: the descriptor wakes it, and
+/// `xtcq_thief_wait_clear` says the daemon is unreachable.
+#[test]
+fn a_c_consumer_in_epoll_notices_the_daemon_going_away() {
+    let mut daemon = Daemon::start();
+    let exe = compile_c("examples/c/epoll_wait.c", daemon.dir(), &[]);
+    daemon
+        .client()
+        .create_queue(&xtcq_client::QueueParams { capacity: 64, ..xtcq_client::QueueParams::new("w") })
+        .expect("create");
+    let consumer = Command::new(&exe)
+        .arg(&daemon.socket)
+        .args(["w", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn epoll_wait");
+    let pid = consumer.id();
+    xtcq_testkit::wait_until(Duration::from_secs(30), "the consumer attached", || {
+        daemon.stats()["processes"].as_array().is_some_and(|ps| ps.iter().any(|p| p["pid"] == pid))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    daemon.kill();
+    let out = xtcq_testkit::wait_bounded(consumer, Duration::from_secs(60), "epoll_wait");
+    assert!(
+        out.status.success() && text(&out.stdout).contains("daemon gone"),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
