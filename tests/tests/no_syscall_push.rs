@@ -185,6 +185,24 @@ fn push_with_a_thief_asleep_makes_a_futex_wake() {
     );
 }
 
+/// A consumer armed on its wake descriptor: the push sends it one datagram (and makes no
+/// futex wake: the one sleeper was the descriptor's).
+#[test]
+fn push_with_a_descriptor_armed_sends_one_datagram() {
+    if skip() {
+        return;
+    }
+    let t = trace_probe("descriptor", 1);
+    let sends: Vec<&String> = t.between.iter().filter(|l| l.contains("sendto(")).collect();
+    assert_eq!(sends.len(), 1, "one datagram for one push (thread {}):\n{}", t.tid, t.between.join("\n"));
+    assert!(sends[0].contains(".wake/"), "sent to the wake directory: {}", sends[0]);
+    assert!(
+        !t.between.iter().any(|l| l.contains("FUTEX_WAKE")),
+        "a futex wake besides the datagram:\n{}",
+        t.between.join("\n")
+    );
+}
+
 #[test]
 fn marker_parsing_sees_calls_of_the_marked_thread_only() {
     // The parser the two tests rely on: lines of other threads are ignored, lines of the

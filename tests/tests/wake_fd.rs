@@ -210,3 +210,70 @@ fn tokio_steals_cancelled_at_random_points_lose_and_hold_nothing() {
     assert_eq!(s["records"]["queued"].as_u64(), Some(0), "{s}");
     assert_eq!(s["records"]["claimed"].as_u64(), Some(0), "a job left claimed: {s}");
 }
+
+/// The role for [`another_user_cannot_reach_or_take_a_wake_socket`]: tries to send a wake to
+/// the socket at `$XTCQ_TEST_WAKE_SOCKET` and to bind a name beside it; prints both results.
+#[test]
+fn wake_role_main() {
+    let Ok(path) = std::env::var("XTCQ_TEST_WAKE_SOCKET") else { return };
+    use rustix::net::{bind, sendto, socket, AddressFamily, SendFlags, SocketAddrUnix, SocketType};
+    let s = socket(AddressFamily::UNIX, SocketType::DGRAM, None).expect("socket");
+    let sent = sendto(&s, b"x", SendFlags::DONTWAIT, &SocketAddrUnix::new(path.as_str()).expect("addr"));
+    let beside = std::path::Path::new(&path).with_file_name("0.200");
+    let b = socket(AddressFamily::UNIX, SocketType::DGRAM, None).expect("socket");
+    let bound = bind(&b, &SocketAddrUnix::new(&beside).expect("addr"));
+    println!("@@ send {:?} bind {:?}", sent.map(|_| ()), bound);
+}
+
+/// A local user outside the daemon's group can neither send a waiter a wake nor bind a name
+/// in the wake directory first (the directory is the daemon's, 0750 for its group); a member
+/// of the group can send one, which is at most a spurious wake.
+#[test]
+fn another_user_cannot_reach_or_take_a_wake_socket() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqw{tag}");
+    let member = SystemUser::create(&format!("xtcqwm{tag}"), &group);
+    let outsider = SystemUser::create(&format!("xtcqwo{tag}"), &format!("xtcqwx{tag}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::builder()
+        .in_dir(dir)
+        .flags(["--group", group.as_str(), "--allow-uid", member.user.as_str()])
+        .start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let mut wake_dir = d.socket.clone().into_os_string();
+    wake_dir.push(".wake");
+    let socket = std::path::Path::new(&wake_dir).join(format!("{}.0", 0));
+    assert!(socket.exists(), "{} missing", socket.display());
+    let try_as = |u: &SystemUser| {
+        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args(["--exact", "wake_role_main", "--nocapture", "--test-threads", "1"])
+            .env("XTCQ_TEST_WAKE_SOCKET", &socket)
+            .uid(u.id("-u"))
+            .gid(u.id("-g"))
+            .output()
+            .expect("role");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find_map(|l| l.split_once("@@ ").map(|(_, r)| r.to_string())).unwrap_or(text)
+    };
+    let o = try_as(&outsider);
+    assert!(o.starts_with("send Err(Os { code: 13"), "an outsider reached the socket: {o}");
+    assert!(o.contains("bind Err("), "an outsider bound a name in the wake directory: {o}");
+    let m = try_as(&member);
+    assert!(m.starts_with("send Ok"), "a member of the group cannot send: {m}");
+    assert!(m.contains("bind Err("), "a member bound a name in the daemon's directory: {m}");
+    // What the member's datagram did: a wake, spurious (no job), nothing else.
+    assert!(readable(&w, Duration::from_secs(10)));
+    w.clear().expect("clear");
+    assert!(t.steal_or_arm(&w).expect("steal").is_none(), "a datagram made a job");
+}

@@ -7,6 +7,8 @@
 //! `xtcq-push-probe SOCKET QUEUE sleeper N`: first a thief thread of this process goes to
 //! sleep in `steal_wait` (checked in /proc: the thread is in the futex system call), then
 //! pushes N jobs; the thief must be woken (the negative control).
+//! `xtcq-push-probe SOCKET QUEUE descriptor N`: first a thief of this process arms its wake
+//! descriptor, then N jobs are pushed; the descriptor must become readable.
 //!
 //! Before either, one push between `XTCQ-FIRST-BEGIN` and `XTCQ-FIRST-END` markers (the
 //! process's first push), popped and acked again. Prints `tid T pushed N` on stdout at the end.
@@ -33,14 +35,15 @@ fn blocked_in(tid: i32) -> Option<i64> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
-        eprintln!("usage: xtcq-push-probe SOCKET QUEUE quiet|sleeper N");
+        eprintln!("usage: xtcq-push-probe SOCKET QUEUE quiet|sleeper|descriptor N");
         std::process::exit(2);
     }
     let socket = PathBuf::from(&args[1]);
     let queue = &args[2];
-    let sleeper = match args[3].as_str() {
-        "quiet" => false,
-        "sleeper" => true,
+    let (sleeper, descriptor) = match args[3].as_str() {
+        "quiet" => (false, false),
+        "sleeper" => (true, false),
+        "descriptor" => (false, true),
         m => panic!("unknown mode {m}"),
     };
     let n: usize = args[4].parse().expect("N");
@@ -76,6 +79,13 @@ fn main() {
         None
     };
 
+    let armed = descriptor.then(|| {
+        let thief = client.attach_thief(queue).expect("attach_thief");
+        let wake = thief.wake_fd().expect("wake_fd");
+        assert!(thief.steal_or_arm(&wake).expect("steal_or_arm").is_none(), "a job was queued");
+        (thief, wake)
+    });
+
     marker(BEGIN);
     for _ in 0..n {
         if let Err(e) = owner.push(&payload) {
@@ -87,6 +97,15 @@ fn main() {
 
     if let Some(t) = thief_thread {
         t.join().expect("thief thread");
+    }
+    if let Some((thief, wake)) = armed {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll(2) of one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 30_000) };
+        assert!(n > 0, "the armed descriptor was not made readable by the push");
+        wake.clear().expect("clear");
+        thief.steal_or_arm(&wake).expect("steal").expect("the job").ack().expect("ack");
     }
     println!("tid {} pushed {n}", gettid());
 }
