@@ -548,9 +548,11 @@ size_t xtcq_thief_len(const xtcq_thief *thief);
 int xtcq_thief_wait_fd(const xtcq_thief *thief, int *fd);
 
 /**
- * Claims one job into `job`, or, when there is none, arms the wake descriptor and returns
- * `XTCQ_EMPTY`: wait until it is readable, call `xtcq_thief_wait_clear`, and call this
- * again. Never blocks. `XTCQ_E_INVALID` before `xtcq_thief_wait_fd`.
+ * Claims one job into `job`, or, when there is none, consumes the wake descriptor's
+ * readiness, arms it and returns `XTCQ_EMPTY`: wait until it is readable and call this
+ * again. Never blocks. `XTCQ_E_UNREACHABLE` once the daemon went away (the descriptor is
+ * closed then: get a new one with `xtcq_thief_wait_fd`); `XTCQ_E_INVALID` before
+ * `xtcq_thief_wait_fd`.
  *
  * # Safety
  * `thief` is a live thief; `job` a live job handle used by this thread only.
@@ -558,7 +560,9 @@ int xtcq_thief_wait_fd(const xtcq_thief *thief, int *fd);
 int xtcq_thief_steal_or_arm(const xtcq_thief *thief, xtcq_job *job);
 
 /**
- * Consumes the wake descriptor's readiness. `XTCQ_E_UNREACHABLE` when the daemon went away:
+ * Consumes the wake descriptor's readiness (`xtcq_thief_steal_or_arm` does it before it
+ * arms; this is for a loop that wants to read it at once). `XTCQ_E_UNREACHABLE` when the
+ * daemon went away:
  * the descriptor is then closed; get a new one with `xtcq_thief_wait_fd` (and register it
  * in place of the old).
  *

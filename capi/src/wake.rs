@@ -8,18 +8,19 @@
 //! for (;;) {
 //!     int st = xtcq_thief_steal_or_arm(thief, job); // never blocks
 //!     if (st == XTCQ_OK) { run(job); xtcq_job_ack(job); continue; }
+//!     if (st == XTCQ_E_UNREACHABLE) { xtcq_thief_wait_fd(thief, &fd); continue; }  // daemon gone: new fd
 //!     if (st != XTCQ_EMPTY) break;                  // an error
 //!     wait until fd is readable (and whatever else the loop waits for);
-//!     if (xtcq_thief_wait_clear(thief) == XTCQ_E_UNREACHABLE)
-//!         xtcq_thief_wait_fd(thief, &fd);           // the daemon went away: a new fd
 //! }
 //! ```
 //!
 //! Rules kept: one descriptor per thief, made on the first `xtcq_thief_wait_fd` (each costs
 //! the daemon a socket; a queue has room for 256); readiness may be spurious, never missed;
-//! the daemon going away makes the descriptor readable and `xtcq_thief_wait_clear` return
-//! `XTCQ_E_UNREACHABLE`, after which the thief drops it (the fd closes) and the next
-//! `xtcq_thief_wait_fd` makes a new one; in a forked child every call is `XTCQ_E_FORKED`.
+//! `xtcq_thief_steal_or_arm` consumes the readiness itself just before it arms (woken, the
+//! first thing it does is the steal); the daemon going away makes the descriptor readable and
+//! `xtcq_thief_steal_or_arm` (or `xtcq_thief_wait_clear`) return `XTCQ_E_UNREACHABLE`, after
+//! which the thief drops it (the fd closes) and the next `xtcq_thief_wait_fd` makes a new one
+//! (to register in place of the old); in a forked child every call is `XTCQ_E_FORKED`.
 
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
@@ -30,7 +31,7 @@ use ::xtcq_client::{Error, WakeFd};
 use crate::client::not_forked;
 use crate::entry::{arg, guarded, shared};
 use crate::job::xtcq_job;
-use crate::status::{fail, from_error, XTCQ_E_INVALID, XTCQ_OK};
+use crate::status::{fail, from_error, XTCQ_E_INVALID, XTCQ_E_UNREACHABLE, XTCQ_OK};
 use crate::thief::{claim_into, xtcq_thief};
 
 fn lock(t: &xtcq_thief) -> MutexGuard<'_, Option<WakeFd>> {
@@ -66,9 +67,11 @@ pub unsafe extern "C" fn xtcq_thief_wait_fd(thief: *const xtcq_thief, fd: *mut c
     })
 }
 
-/// Claims one job into `job`, or, when there is none, arms the wake descriptor and returns
-/// `XTCQ_EMPTY`: wait until it is readable, call `xtcq_thief_wait_clear`, and call this
-/// again. Never blocks. `XTCQ_E_INVALID` before `xtcq_thief_wait_fd`.
+/// Claims one job into `job`, or, when there is none, consumes the wake descriptor's
+/// readiness, arms it and returns `XTCQ_EMPTY`: wait until it is readable and call this
+/// again. Never blocks. `XTCQ_E_UNREACHABLE` once the daemon went away (the descriptor is
+/// closed then: get a new one with `xtcq_thief_wait_fd`); `XTCQ_E_INVALID` before
+/// `xtcq_thief_wait_fd`.
 ///
 /// # Safety
 /// `thief` is a live thief; `job` a live job handle used by this thread only.
@@ -78,14 +81,20 @@ pub unsafe extern "C" fn xtcq_thief_steal_or_arm(thief: *const xtcq_thief, job: 
     let Ok(t) = (unsafe { shared(thief, "thief") }) else {
         return fail(XTCQ_E_INVALID, "thief is NULL");
     };
-    let w = lock(t);
+    let mut w = lock(t);
     let Some(wake) = w.as_ref() else {
         return fail(XTCQ_E_INVALID, "this thief has no wake descriptor: call xtcq_thief_wait_fd first");
     };
-    claim_into(thief, job, |th| th.steal_or_arm(wake))
+    let code = claim_into(thief, job, |th| th.steal_or_arm(wake));
+    if code == XTCQ_E_UNREACHABLE {
+        *w = None;
+    }
+    code
 }
 
-/// Consumes the wake descriptor's readiness. `XTCQ_E_UNREACHABLE` when the daemon went away:
+/// Consumes the wake descriptor's readiness (`xtcq_thief_steal_or_arm` does it before it
+/// arms; this is for a loop that wants to read it at once). `XTCQ_E_UNREACHABLE` when the
+/// daemon went away:
 /// the descriptor is then closed; get a new one with `xtcq_thief_wait_fd` (and register it
 /// in place of the old).
 ///

@@ -2,8 +2,9 @@
 //! job may be there to steal (`epoll`, `poll`, libuv, tokio's `AsyncFd`, asyncio's
 //! `add_reader`, PostgreSQL's `WaitEventSet`).
 //!
-//! The loop: [`ThiefHandle::steal_or_arm`] takes a job or arms the descriptor; when the
-//! descriptor is readable, [`WakeFd::clear`] consumes the readiness and the loop steals again.
+//! The loop: [`ThiefHandle::steal_or_arm`] takes a job, or consumes the readiness and arms
+//! the descriptor; when the descriptor is readable, the loop calls it again. Woken, the first
+//! thing it does is the steal: the readiness is consumed only when it is about to wait again.
 //!
 //! Rules kept:
 //! - the descriptor is an epoll instance over two things: the socket the daemon bound for
@@ -100,9 +101,9 @@ impl WakeFd {
         })
     }
 
-    /// Consumes the readiness: reads the wakes that arrived. Fails with
-    /// [`Error::DaemonLost`] once the daemon went away (the descriptor stays readable): get
-    /// a new one from the thief, which reconnects.
+    /// Consumes the readiness: reads the wakes that arrived ([`ThiefHandle::steal_or_arm`]
+    /// does it before it arms). Fails with [`Error::DaemonLost`] once the daemon went away
+    /// (the descriptor stays readable): get a new one from the thief, which reconnects.
     pub fn clear(&self) -> Result<(), Error> {
         self.conn.not_forked()?;
         let mut buf = [0u8; 16];
@@ -182,9 +183,10 @@ impl ThiefHandle {
         WakeFd::new(self)
     }
 
-    /// Steals a job, or, when there is none, arms `wake` (a descriptor of this queue) so that
-    /// it becomes readable when one may be there: `Ok(None)` means "poll `wake`, then
-    /// [`WakeFd::clear`] it and call again". Never blocks.
+    /// Steals a job, or, when there is none, consumes `wake`'s readiness and arms it (a
+    /// descriptor of this queue) so that it becomes readable when one may be there: `Ok(None)`
+    /// means "poll `wake` until it is readable, then call again". Never blocks. Fails with
+    /// [`Error::DaemonLost`] once the daemon went away (get a new descriptor).
     pub fn steal_or_arm(&self, wake: &WakeFd) -> Result<Option<Job<'_>>, Error> {
         if wake.queue != self.att.queue.index || !Arc::ptr_eq(&wake.seg, &self.seg) {
             return Err(Error::Protocol {
@@ -200,6 +202,9 @@ impl ThiefHandle {
         if let Some(j) = self.steal()? {
             return Ok(Some(j));
         }
+        // Only now, about to wait: a wake that came is answered by the look just made. (One
+        // still in flight was claimed before the disarm: a spurious readiness, no more.)
+        wake.clear()?;
         wake.arm();
         match self.steal() {
             Ok(Some(j)) => {

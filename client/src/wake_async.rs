@@ -58,8 +58,8 @@ impl ThiefHandle {
                 return Ok(j);
             }
             let mut ready = wake.fd.readable().await.map_err(Error::Wake)?;
+            // steal_or_arm reads the wakes before it arms again.
             ready.clear_ready();
-            armed.0.clear()?;
         }
     }
 }

@@ -66,6 +66,10 @@ int main(int argc, char **argv) {
             acked++;
             continue;
         }
+        if (st == XTCQ_E_UNREACHABLE && want == 0) {
+            printf("daemon gone\n");
+            return 0;
+        }
         if (st != XTCQ_EMPTY) return failed("steal_or_arm", st);
         /* Armed: sleep until a job may be there, the timer ticks, or the daemon goes. */
         int woke = 0;
@@ -85,13 +89,7 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        wakes++;
-        st = xtcq_thief_wait_clear(thief);
-        if (st == XTCQ_E_UNREACHABLE && want == 0) {
-            printf("daemon gone\n");
-            return 0;
-        }
-        if (st != XTCQ_OK) return failed("wait_clear", st);
+        wakes++; /* the next xtcq_thief_steal_or_arm steals first, then consumes the readiness */
     }
     printf("acked %ld jobs, %ld timer ticks, %ld wakes\n", acked, ticks, wakes);
     xtcq_job_free(job);
