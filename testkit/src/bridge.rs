@@ -251,6 +251,11 @@ impl Host {
         self.daemon.socket.clone()
     }
 
+    /// The file of `xtcq-bridge out`'s message id secret on this host.
+    pub fn id_secret(&self) -> PathBuf {
+        self.dir().join("bridge-id.secret")
+    }
+
     /// Its directory (socket, segment, logs).
     pub fn dir(&self) -> &Path {
         self.daemon.dir()
@@ -366,7 +371,9 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// `xtcq-bridge DIRECTION QUEUE --socket .. --nats .. --stream S EXTRA..`, with `env`.
+    /// `xtcq-bridge DIRECTION QUEUE --socket .. --nats .. --stream S EXTRA..`, with `env`;
+    /// `out` gets `--id-secret` in the host's directory (one secret per host, kept across
+    /// restarts) unless `extra` names one.
     pub fn start(
         host: &Host,
         nats: &Nats,
@@ -387,7 +394,11 @@ impl Bridge {
             .arg(&stats)
             .args(extra)
             .env_remove("XTCQ_SOCKET")
+            .env_remove("XTCQ_BRIDGE_ID_SECRET")
             .env("RUST_LOG", "info");
+        if direction == "out" && !extra.contains(&"--id-secret") {
+            c.arg("--id-secret").arg(host.id_secret());
+        }
         for (k, v) in env {
             c.env(k, v);
         }

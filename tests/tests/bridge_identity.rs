@@ -97,16 +97,14 @@ fn a_recreated_streams_sequences_are_not_taken_for_jobs_held_before() {
     wait_until(LONG, "the state file records the 5 jobs", || recorded() == 6);
     first.proc.kill9();
     let runs = b.dir().join("runs");
-    let w = b.worker("q", "60s", &record_real(&runs));
-    wait_until(LONG, "B runs the 5 held jobs", || line_counts(&runs).len() == 5);
-    drop(w);
+    let _w = b.worker("q", "60s", &record_real(&runs));
+    wait_until(LONG, "B runs the 5 held jobs", || line_counts(&runs).len() == 5 && b.live("q") == 0);
     nats.delete_stream("JOBS");
     nats.create_work_stream("JOBS", "xtcq.jobs.q");
     let new: Vec<String> = (0..5).map(|i| format!("new-{i}")).collect();
     a.ok(&["push", "q"], format!("{}\n", new.join("\n")).as_bytes());
     wait_until(LONG, "the 5 new jobs stored in the new stream", || nats.messages("JOBS") == 5);
     let mut second = Bridge::start(&b, &nats, "in", "q", "JOBS", &args, &[]);
-    let _w = b.worker("q", "60s", &record_real(&runs));
     second.wait_for(LONG, "the 5 new messages acked", |s| s.stat("acked") == 5 && s.stat("held") == 0);
     let counts = line_counts(&runs);
     for name in old.iter().chain(&new) {
@@ -119,10 +117,13 @@ fn a_recreated_streams_sequences_are_not_taken_for_jobs_held_before() {
     b.check();
 }
 
-/// The stream is deleted under running bridges while `in` holds 5 jobs. Both notice, say so,
-/// and go on with a new stream; the 5 new jobs run on B and are acked; the 5 held from the
-/// deleted stream still run on B, and nothing is acked upstream for them (their messages went
-/// with the stream, and an ack naming their sequences would settle the new stream's).
+/// The stream is deleted under running bridges while `in` holds 5 jobs, `in` stopped
+/// (SIGSTOP) so that `out` is the one to find it gone: `out` creates it again and says so;
+/// `in`, resumed, finds a new stream and says so. The 5 new jobs run on B and are acked; the
+/// 5 held from the deleted stream still run on B, and nothing is acked upstream for them
+/// (their messages went with the stream, and an ack naming their sequences would settle the
+/// new stream's). Then the stream is deleted again while both idle: `in` creates it by itself,
+/// and 3 more jobs go through it.
 #[test]
 fn both_bridges_recover_from_a_deleted_stream_and_ack_nothing_unrun() {
     let Some(nats) = Nats::start("both_bridges_recover_from_a_deleted_stream_and_ack_nothing_unrun") else {
@@ -143,30 +144,51 @@ fn both_bridges_recover_from_a_deleted_stream_and_ack_nothing_unrun() {
         &["--consumer", "B", "--ack-wait", "3s", "--state", state],
         &[],
     );
-    let old: Vec<String> = (0..5).map(|i| format!("old-{i}")).collect();
-    a.ok(&["push", "q"], format!("{}\n", old.join("\n")).as_bytes());
+    let jobs = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}-{i}")).collect::<Vec<_>>();
+    let push = |names: &[String]| a.ok(&["push", "q"], format!("{}\n", names.join("\n")).as_bytes());
+    let (old, new, later) = (jobs("old", 5), jobs("new", 5), jobs("later", 3));
+    push(&old);
     inb.wait_for(LONG, "in holds the 5 jobs (no worker yet)", |i| i.stat("held") == 5);
+    inb.proc.signal(libc::SIGSTOP);
     nats.delete_stream("JOBS");
-    inb.wait_for(LONG, "in notices the deleted stream", |i| {
-        i.proc.log_text().contains("stream JOBS was deleted")
-    });
-    let new: Vec<String> = (0..5).map(|i| format!("new-{i}")).collect();
-    a.ok(&["push", "q"], format!("{}\n", new.join("\n")).as_bytes());
+    push(&new);
     out.wait_for(LONG, "out publishes the new jobs into a stream again", |o| o.stat("acked") == 10);
     assert!(out.proc.log_text().contains("stream JOBS was deleted"), "out says so: {}", out.proc.log_text());
+    inb.proc.signal(libc::SIGCONT);
+    inb.wait_for(LONG, "in notices the new stream", |i| {
+        i.proc.log_text().contains("stream JOBS was deleted")
+    });
     inb.wait_for(LONG, "in pushes the 5 new jobs", |i| i.stat("pushed") == 10);
+    assert_eq!(
+        inb.stat("dropped_with_stream"),
+        5,
+        "the 5 held from the deleted stream: {}",
+        inb.proc.log_text()
+    );
     let runs = b.dir().join("runs");
     let _w = b.worker("q", "60s", &record_real(&runs));
     wait_until(LONG, "B runs the 10 jobs", || line_counts(&runs).len() == 10);
     inb.wait_for(LONG, "every held job settled", |i| i.stat("held") == 0 && i.stat("acked") == 5);
+    assert_eq!(nats.messages("JOBS"), 0);
+    assert_eq!(nats.consumer("JOBS", "B"), (0, 0, 0), "nothing pending, nothing redelivered");
+    // Deleted again, both idle: `in` finds it gone by itself and creates it.
+    let recreated = inb.stat("streams_recreated");
+    nats.delete_stream("JOBS");
+    inb.wait_for(LONG, "in creates the stream again", |i| i.stat("streams_recreated") == recreated + 1);
+    assert!(
+        inb.proc.log_text().contains("stream JOBS was deleted: created it again"),
+        "{}",
+        inb.proc.log_text()
+    );
+    push(&later);
+    inb.wait_for(LONG, "the 3 later jobs acked", |i| i.stat("acked") == 8 && i.stat("held") == 0);
     let counts = line_counts(&runs);
-    for name in old.iter().chain(&new) {
+    for name in old.iter().chain(&new).chain(&later) {
         assert_eq!(counts.get(name), Some(&1), "{name} ran once: {counts:?}");
     }
     inb.stop();
-    assert_eq!(inb.stat("acked"), 5, "acked upstream: the new stream's 5 only: {}", inb.proc.log_text());
+    assert_eq!(inb.stat("acked"), 8, "acked upstream: the new streams' jobs only: {}", inb.proc.log_text());
     assert_eq!(nats.messages("JOBS"), 0);
-    assert_eq!(nats.consumer("JOBS", "B"), (0, 0, 0), "nothing pending, nothing redelivered");
     out.stop();
     a.check();
     b.check();
