@@ -40,6 +40,19 @@ pub async fn connect(
         if looks == 5 {
             tracing::warn!(%url, "NATS does not answer yet (is nats-server up there?); waiting for it");
         }
+        if looks % 50 == 5 {
+            if let Some(info) = server_info(url).await {
+                if info.contains("\"tls_verify\":true") && auth.nats_tls_cert.is_none() {
+                    return Err(BridgeError::nats(
+                        url,
+                        "the server requires a TLS client certificate (its INFO says tls_verify) and this \
+                         bridge has none: give --nats-tls-cert and --nats-tls-key",
+                    ));
+                }
+                tracing::warn!(%url, "the server answers, but connecting to it fails: if it has TLS, \
+                    --nats-tls-ca must be the CA of its certificate (its log says why it refused)");
+            }
+        }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             // A sender gone cannot wake us again: the sleep paces the next look.
@@ -47,6 +60,30 @@ pub async fn connect(
         }
     }
     Ok(Some(client))
+}
+
+/// The INFO line of the (first) server of `url`, without spaces, when it answers: a TLS
+/// handshake that fails (no client certificate, an unknown CA) shows only as "IO error",
+/// which reads like a server that is away.
+async fn server_info(url: &str) -> Option<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let first = url.split(',').next().unwrap_or_default().trim();
+    let hostport = first.split_once("://").map_or(first, |(_, r)| r);
+    let hostport = hostport.rsplit_once('@').map_or(hostport, |(_, r)| r).trim_end_matches('/');
+    let addr = if hostport.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:4222")
+    };
+    let info = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let mut line = String::new();
+        let mut r = tokio::io::BufReader::new(tcp).take(64 * 1024);
+        r.read_line(&mut line).await.ok()?;
+        Some(line)
+    };
+    let line = tokio::time::timeout(Duration::from_secs(2), info).await.ok().flatten()?;
+    line.starts_with("INFO ").then(|| line.replace(' ', ""))
 }
 
 /// Connection errors that retrying does not mend (async-nats reports them as text).
@@ -98,6 +135,13 @@ async fn client(
                         if is_refusal(&e) && !connected.load(Ordering::Relaxed) =>
                     {
                         let _ = refused.send(Some(e));
+                    }
+                    // The request it refused then times out; say why here.
+                    async_nats::Event::ServerError(async_nats::ServerError::Other(e))
+                        if e.contains("Permissions Violation") =>
+                    {
+                        tracing::warn!(%url, "NATS refused: {e}: the user this bridge connects as may not do \
+                            that; give it the permissions its side needs (README, \"Many hosts\": nats.conf)")
                     }
                     e => tracing::info!(%url, "NATS: {e}"),
                 }

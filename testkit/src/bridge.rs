@@ -34,6 +34,8 @@ pub struct Nats {
     config: Option<PathBuf>,
     /// The user and password the helpers below connect with, on a server that wants them.
     admin: Option<(String, String)>,
+    /// Variables set for the server (its configuration may name them).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Nats {
@@ -65,20 +67,24 @@ impl Nats {
             dir: tempfile::tempdir().expect("tempdir"),
             config: None,
             admin: None,
+            env: Vec::new(),
         };
         n.spawn();
         Some(n)
     }
 
     /// As [`Nats::start`], from the configuration `config(port, store dir)` returns (its
-    /// `listen` and `jetstream.store_dir` must be those); the helpers connect as `admin`.
+    /// `listen` and `jetstream.store_dir` must be those), the server run with `env`; the
+    /// helpers connect as `admin`.
     pub fn start_with_config(
         test: &str,
         admin: (&str, &str),
+        env: &[(&str, &str)],
         config: impl FnOnce(u16, &Path) -> String,
     ) -> Option<Nats> {
         let mut n = Nats::start(test)?;
         n.kill();
+        n.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let path = n.dir.path().join("nats.conf");
         std::fs::write(&path, config(n.port, &n.dir.path().join("store"))).expect("write nats.conf");
         n.config = Some(path);
@@ -102,6 +108,7 @@ impl Nats {
                 cmd.args(["-js", "-sd"]).arg(&store).args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             }
         };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.stdout(log.try_clone().expect("log")).stderr(log).spawn().expect("start nats-server");
         self.child = Some(child);
         let log = self.dir.path().join("nats.log");

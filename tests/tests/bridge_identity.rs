@@ -193,3 +193,49 @@ fn both_bridges_recover_from_a_deleted_stream_and_ack_nothing_unrun() {
     a.check();
     b.check();
 }
+
+/// `out`'s secret: created owner-only on first start, the same file kept; a file others may
+/// read, one owned by another user, or a symbolic link is refused before anything is taken,
+/// with a message naming `--id-secret`.
+#[test]
+fn out_keeps_its_id_secret_owner_only_and_refuses_one_others_may_read() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(nats) = Nats::start("out_keeps_its_id_secret_owner_only_and_refuses_one_others_may_read") else {
+        return;
+    };
+    let a = Host::start("A");
+    a.ok(&["create", "q"], b"");
+    let secret = a.id_secret();
+    let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
+    out.stop();
+    let first = std::fs::read(&secret).expect("the secret was created");
+    assert_eq!(std::fs::metadata(&secret).expect("stat").mode() & 0o777, 0o600);
+    let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &[]);
+    out.stop();
+    assert_eq!(std::fs::read(&secret).expect("read"), first, "kept across restarts");
+    a.ok(&["push", "q"], b"kept\n");
+    let refused = |path: &Path| {
+        let mut c = std::process::Command::new(xtcq_testkit::exe::bridge_exe());
+        c.args(["out", "q", "--nats", &nats.url(), "--stream", "JOBS", "--id-secret"]).arg(path);
+        c.arg("--socket").arg(a.socket());
+        let mut p = Proc::spawn(c, a.dir().join("refused.log"));
+        let status = p.wait(LONG);
+        let log = p.log_text();
+        let _ = std::fs::remove_file(a.dir().join("refused.log"));
+        assert_eq!(status.code(), Some(2), "{}: {log}", path.display());
+        log
+    };
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    assert!(refused(&secret).contains("(--id-secret): has mode 0640"), "group-readable");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let link = a.dir().join("link.secret");
+    std::os::unix::fs::symlink(&secret, &link).expect("symlink");
+    assert!(refused(&link).contains("is a symbolic link"), "a symlink");
+    if is_root() {
+        let other = a.dir().join("other.secret");
+        std::fs::copy(&secret, &other).expect("copy");
+        std::os::unix::fs::chown(&other, Some(65534), None).expect("chown");
+        assert!(refused(&other).contains("is owned by uid 65534"), "another user's");
+    }
+    assert_eq!(a.live("q"), 1, "no job taken by a refused bridge");
+}
