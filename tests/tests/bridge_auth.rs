@@ -89,6 +89,9 @@ fn the_readmes_authenticated_server_carries_jobs_and_refuses_strangers() {
     let counts = line_counts(&runs);
     assert!(names.iter().all(|n| counts.get(n) == Some(&1)), "each job ran once: {counts:?}");
     out.stop();
+    for (side, log) in [("out", out.proc.log_text()), ("in", inb.proc.log_text())] {
+        assert!(!log.contains("Permissions Violation"), "the README's permissions suffice for {side}: {log}");
+    }
     // The password from the environment instead of a file.
     let env = [("XTCQ_NATS_USER", "producer"), ("XTCQ_NATS_PASSWORD", PRODUCER_PW)];
     let mut out = Bridge::start(&a, &nats, "out", "q", "JOBS", &[], &env);
