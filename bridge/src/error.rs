@@ -32,6 +32,22 @@ pub enum BridgeError {
         /// What is wrong.
         message: String,
     },
+    /// `out`'s `--id-secret` file cannot be used.
+    #[error("id secret {path} (--id-secret): {message}")]
+    IdSecret {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A credential or TLS option cannot be used.
+    #[error("{flag}: {message}")]
+    Credentials {
+        /// The option (or variable) at fault.
+        flag: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The consumer's AckWait would let JetStream redeliver a job the local queue still runs.
     #[error(
         "consumer {consumer}: its AckWait ({ack_wait:?}) must be longer than the local queue's lease \

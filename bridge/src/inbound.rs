@@ -18,7 +18,15 @@
 //!
 //! A redelivery of a message this bridge already holds (its `+WPI` came too late, e.g. it was
 //! stopped or cut off) is not pushed again: the newer delivery replaces the older, and the
-//! held job's settlement acks it.
+//! held job's settlement acks it. Messages are named by stream sequence and stored time
+//! ([`MsgKey`]), never by sequence alone.
+//!
+//! A deleted stream: the bridge looks at the stream every second, after a failed fetch, and
+//! before it sends any `+ACK`, `-NAK` or `+TERM` (these name the message by sequence only, so
+//! one sent for a deleted stream's message would settle the new stream's message of that
+//! sequence). When the stream is gone it creates it again (and the consumer), or takes the
+//! one another bridge created, says so, and forgets upstream the messages it held from the
+//! deleted stream: their local jobs run here, nothing is sent for them.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -30,11 +38,17 @@ use futures_util::StreamExt;
 use xtcq_client::{Client, InjectorHandle, JobId};
 
 use crate::error::BridgeError;
-use crate::journal::Journal;
+use crate::journal::{Journal, MsgKey};
 use crate::local::{Fate, Watch};
 use crate::nats::{self, StreamSpec};
 use crate::stats::{bump, Counters};
 use crate::{InArgs, Stop};
+
+mod stream;
+
+/// How often the stream and the consumer are looked at when nothing else asks for it: a
+/// fetch from a deleted consumer does not fail, it just brings nothing.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A message whose local job is not settled yet.
 struct Held {
@@ -82,10 +96,16 @@ struct Bridge<'a> {
     ack_wait: Duration,
     dead_subject: String,
     local: Local,
-    held: HashMap<u64, Held>,
+    held: HashMap<MsgKey, Held>,
     /// `--state`, and the jobs a previous run pushed whose messages were not seen again yet.
     journal: Option<Journal>,
-    orphans: HashMap<u64, JobId>,
+    orphans: HashMap<MsgKey, JobId>,
+    /// The stream's creation time (ns), its identity; and when it and the consumer were last
+    /// looked at.
+    stream_created: u64,
+    checked: Instant,
+    /// Since when the stream is seen gone (it is created again after `DELETE_GRACE`).
+    missing_since: Option<Instant>,
     /// Orphans no longer queued or running here are forgotten after this (2 x AckWait from the
     /// start: their redeliveries came by then, to us or to another bridge).
     orphans_until: Instant,
@@ -120,11 +140,11 @@ impl<'a> Bridge<'a> {
     ) -> Result<Option<Bridge<'a>>, BridgeError> {
         let c = &args.common;
         let subject = c.subject();
-        let Some(nats) = nats::connect(&c.nats, stop).await? else { return Ok(None) };
+        let Some(nats) = nats::connect(&c.nats, &c.auth, stop).await? else { return Ok(None) };
         let js = jetstream::new(nats.clone());
         let spec =
             StreamSpec { name: &c.stream, subject: &subject, duplicate_window: Duration::from_secs(600) };
-        nats::ensure_stream(&js, &spec).await?;
+        let stream_created = nats::ensure_stream(&js, &spec).await?;
         let dead_subject = args.dead_subject.clone().unwrap_or_else(|| format!("xtcq.dead.{}", c.queue));
         let dead_stream = args.dead_stream.clone().unwrap_or_else(|| format!("{}_DEAD", c.stream));
         nats::ensure_dead_stream(&js, &dead_stream, &dead_subject).await?;
@@ -142,10 +162,12 @@ impl<'a> Bridge<'a> {
         tracing::info!(queue = %c.queue, stream = %c.stream, consumer = %args.consumer, ?ack_wait,
             lease = ?local.lease, max_attempts = local.max_attempts, "bridge in running");
         let journal = args.state.as_deref().map(|p| Journal::new(p, local.seg.descriptor().created_unix_ns));
-        let orphans = match &journal {
+        let mut orphans = match &journal {
             Some(j) => j.load()?,
             None => HashMap::new(),
         };
+        // Stored before this stream was created: a deleted stream's, never delivered again.
+        orphans.retain(|k, _| k.stored_ns >= stream_created);
         if !orphans.is_empty() {
             tracing::info!(
                 jobs = orphans.len(),
@@ -164,6 +186,9 @@ impl<'a> Bridge<'a> {
             journal,
             orphans,
             orphans_until: Instant::now() + ack_wait * 2,
+            stream_created,
+            checked: Instant::now(),
+            missing_since: None,
             counters,
         }))
     }
@@ -174,6 +199,9 @@ impl<'a> Bridge<'a> {
         let args = self.args;
         let mut drain_until = None;
         loop {
+            if self.checked.elapsed() >= CHECK_EVERY {
+                self.check_stream(true).await;
+            }
             self.settle_all().await;
             let level = *stop.borrow_and_update();
             if level >= 2 {
@@ -217,6 +245,7 @@ impl Bridge<'_> {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!("fetching from {}: {e}", self.args.common.stream);
+                self.check_stream(true).await;
                 tokio::time::sleep(self.args.poll).await;
                 return;
             }
@@ -236,6 +265,8 @@ impl Bridge<'_> {
                     }
                     Some(Err(e)) => {
                         tracing::warn!("fetching from {}: {e}", self.args.common.stream);
+                        // A deleted consumer (or stream) answers a waiting fetch so.
+                        self.check_stream(true).await;
                         break;
                     }
                 },
@@ -255,24 +286,24 @@ impl Bridge<'_> {
     fn save(&self) {
         if let Some(j) = &self.journal {
             j.save(
-                self.held.iter().map(|(s, h)| (*s, &h.id)).chain(self.orphans.iter().map(|(s, id)| (*s, id))),
+                self.held.iter().map(|(k, h)| (*k, &h.id)).chain(self.orphans.iter().map(|(k, id)| (*k, id))),
             );
         }
     }
 
     /// A redelivery of a message whose job a previous run pushed here: `true` when handled
     /// (held again, or acked because the job succeeded meanwhile).
-    async fn adopt(&mut self, seq: u64, msg: &jetstream::Message) -> bool {
-        let Some(id) = self.orphans.remove(&seq) else { return false };
+    async fn adopt(&mut self, key: MsgKey, msg: &jetstream::Message) -> bool {
+        let Some(id) = self.orphans.remove(&key) else { return false };
         let fate = Watch { seg: &self.local.seg, queue: self.local.queue }.fate(id);
-        tracing::info!(seq, ?fate, "redelivery of a job pushed here before a restart: not pushed again");
+        tracing::info!(%key, ?fate, "redelivery of a job pushed here before a restart: not pushed again");
         match fate {
             Fate::Lost => return false,
             Fate::Gone => match msg.ack().await {
                 Ok(()) => bump(&self.counters.acked),
                 Err(e) => {
                     bump(&self.counters.ack_errors);
-                    tracing::warn!(seq, "+ACK not sent: {e}");
+                    tracing::warn!(%key, "+ACK not sent: {e}");
                 }
             },
             // Settled (or dead-lettered) by the next look, as any held job.
@@ -284,7 +315,7 @@ impl Bridge<'_> {
                     touched: Instant::now(),
                     lapsed: false,
                 };
-                self.held.insert(seq, h);
+                self.held.insert(key, h);
             }
         }
         bump(&self.counters.adopted);
@@ -294,31 +325,34 @@ impl Bridge<'_> {
     /// A message fetched: push it, or recognise it, or dead-letter it.
     async fn take(&mut self, msg: jetstream::Message) {
         bump(&self.counters.fetched);
-        let (seq, delivered) = match msg.info() {
-            Ok(i) => (i.stream_sequence, i.delivered),
+        let (key, delivered) = match msg.info() {
+            Ok(i) => {
+                let stored_ns = nats::unix_ns(i.published.unix_timestamp_nanos());
+                (MsgKey { seq: i.stream_sequence, stored_ns }, i.delivered)
+            }
             Err(e) => {
                 tracing::warn!("a message without JetStream metadata ({e}); terminated");
                 let _ = msg.ack_with(AckKind::Term).await;
                 return;
             }
         };
-        tracing::debug!(seq, delivered, "fetched");
-        if let Some(h) = self.held.get_mut(&seq) {
+        tracing::debug!(%key, delivered, "fetched");
+        if let Some(h) = self.held.get_mut(&key) {
             bump(&self.counters.redelivered_held);
-            tracing::warn!(seq, delivered, job = %h.id.index, "redelivered while still held here: not pushed again");
+            tracing::warn!(%key, delivered, job = %h.id.index, "redelivered while still held here: not pushed again");
             h.msg = msg;
             h.touched = Instant::now();
             h.lapsed = false;
             return;
         }
-        if self.adopt(seq, &msg).await {
+        if self.adopt(key, &msg).await {
             return;
         }
         let max = self.local.max_attempts as i64;
         if max > 0 && delivered > max {
             let why = format!("delivered {delivered} times, more than max attempts {max}");
             if self.dead_letter(&msg, 0, &why).await {
-                self.held.remove(&seq);
+                self.held.remove(&key);
             }
             return;
         }
@@ -327,7 +361,7 @@ impl Bridge<'_> {
                 bump(&self.counters.pushed);
                 let id = JobId::of_push(h);
                 let seg = self.local.seg.clone();
-                self.held.insert(seq, Held { msg, id, seg, touched: Instant::now(), lapsed: false });
+                self.held.insert(key, Held { msg, id, seg, touched: Instant::now(), lapsed: false });
                 self.counters.held.store(self.held.len() as u64, Ordering::Relaxed);
             }
             Err(xtcq_client::Error::PayloadTooLarge { len, max }) => {
@@ -335,7 +369,7 @@ impl Bridge<'_> {
                 self.dead_letter(&msg, 0, &why).await;
             }
             Err(e) => {
-                tracing::warn!(seq, "cannot push into {}: {e}; given back (-NAK)", self.args.common.queue);
+                tracing::warn!(%key, "cannot push into {}: {e}; given back (-NAK)", self.args.common.queue);
                 self.nak(&msg).await;
                 if !matches!(e, xtcq_client::Error::QueueFull { .. }) {
                     self.reattach().await;
@@ -364,13 +398,19 @@ impl Bridge<'_> {
 
     /// Looks at every held job and tells the server what became of it.
     async fn settle_all(&mut self) {
-        let seqs: Vec<u64> = self.held.keys().copied().collect();
+        let fates: Vec<(MsgKey, Fate)> = (self.held.iter())
+            .map(|(k, h)| (*k, Watch { seg: &h.seg, queue: self.local.queue }.fate(h.id)))
+            .collect();
+        // Settling names the message by sequence only: first make sure that the held messages
+        // are still the stream's (this drops those of a deleted one). If the server cannot
+        // tell, send nothing this round.
+        if fates.iter().any(|(_, f)| !matches!(f, Fate::Held { .. })) && !self.check_stream(false).await {
+            return;
+        }
         let mut changed = false;
-        for seq in seqs {
-            let Some(h) = self.held.get(&seq) else { continue };
-            let fate = Watch { seg: &h.seg, queue: self.local.queue }.fate(h.id);
-            if self.settle(seq, fate).await {
-                self.held.remove(&seq);
+        for (key, fate) in fates {
+            if self.held.contains_key(&key) && self.settle(key, fate).await {
+                self.held.remove(&key);
                 changed = true;
             }
         }
@@ -387,16 +427,16 @@ impl Bridge<'_> {
     }
 
     /// `true` once the message is settled upstream (forget it).
-    async fn settle(&mut self, seq: u64, fate: Fate) -> bool {
+    async fn settle(&mut self, key: MsgKey, fate: Fate) -> bool {
         let ack_wait = self.ack_wait;
-        let Some(h) = self.held.get_mut(&seq) else { return true };
+        let Some(h) = self.held.get_mut(&key) else { return true };
         match fate {
             Fate::Held { .. } => {
                 if h.touched.elapsed() >= ack_wait / 3 {
                     h.lapsed |= h.touched.elapsed() >= ack_wait;
                     match h.msg.ack_with(AckKind::Progress).await {
                         Ok(()) => h.touched = Instant::now(),
-                        Err(e) => tracing::warn!(seq, "+WPI not sent: {e}"),
+                        Err(e) => tracing::warn!(%key, "+WPI not sent: {e}"),
                     }
                 }
                 false
@@ -405,7 +445,7 @@ impl Bridge<'_> {
                 if h.lapsed || h.touched.elapsed() >= ack_wait {
                     bump(&self.counters.late_acks);
                     tracing::warn!(
-                        seq,
+                        %key,
                         "acking after this bridge's hold lapsed (AckWait passed without +WPI): \
                         the server may have given it to another holder too; harmless, the job succeeded here"
                     );
@@ -414,7 +454,7 @@ impl Bridge<'_> {
                     Ok(()) => bump(&self.counters.acked),
                     Err(e) => {
                         bump(&self.counters.ack_errors);
-                        tracing::warn!(seq, "+ACK not sent: {e} (the server redelivers it: a second run)");
+                        tracing::warn!(%key, "+ACK not sent: {e} (the server redelivers it: a second run)");
                     }
                 }
                 true
@@ -425,7 +465,7 @@ impl Bridge<'_> {
                 self.dead_letter(&msg, attempts, &why).await
             }
             Fate::Lost => {
-                tracing::warn!(seq, "its local job is gone (segment replaced): given back (-NAK)");
+                tracing::warn!(%key, "its local job is gone (segment replaced): given back (-NAK)");
                 let msg = h.msg.clone();
                 self.nak(&msg).await;
                 true
@@ -436,15 +476,15 @@ impl Bridge<'_> {
     /// Stores a copy on the dead-letter subject, then `+TERM`s the message. `false` when
     /// the copy was not stored (no `+TERM` then: tried again on the next look).
     async fn dead_letter(&self, msg: &jetstream::Message, attempts: u32, why: &str) -> bool {
-        let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
-        let orig = msg
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_else(|| format!("{}:{seq}", self.args.common.stream));
+        let (seq, stored_ns) = msg
+            .info()
+            .map(|i| (i.stream_sequence, nats::unix_ns(i.published.unix_timestamp_nanos())))
+            .unwrap_or_default();
+        // Named from what the stream gave, not from the message's own headers (anyone who may
+        // publish on the subject chooses those): the same for each delivery of the message.
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", format!("{orig}:dead").as_str());
+        let id = format!("{}:{seq}:{stored_ns}:dead", self.args.common.stream);
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
         headers.insert("Xtcq-Reason", why);
         headers.insert("Xtcq-Attempts", attempts.to_string().as_str());
         headers.insert("Xtcq-Stream-Seq", seq.to_string().as_str());

@@ -2,8 +2,8 @@
 //! JetStream work-queue stream.
 //!
 //! - `out QUEUE`: takes jobs from the local queue, publishes each with a `Nats-Msg-Id` that
-//!   is the same for every local attempt of the job, and acks locally only once the server
-//!   has acked the publish.
+//!   is the same for every local attempt of the job and that nobody without `--id-secret`
+//!   can compute (see `msg_id`), and acks locally only once the server has acked the publish.
 //! - `in QUEUE`: fetches from a durable pull consumer no more than the local queue has room
 //!   for, pushes each into the local queue, and acks upstream only once the local job is
 //!   settled (see `inbound`).
@@ -11,10 +11,12 @@
 //! Both stop on SIGTERM or SIGINT after finishing what they hold (a second signal stops at
 //! once, leaving unsettled messages to the server's redelivery); see RELIABILITY.md.
 
+mod auth;
 mod error;
 mod inbound;
 mod journal;
 mod local;
+mod msg_id;
 mod nats;
 mod out;
 mod stats;
@@ -62,6 +64,8 @@ pub struct Common {
     /// The NATS server.
     #[arg(long, env = "XTCQ_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
+    #[command(flatten)]
+    pub auth: auth::NatsAuth,
     /// The JetStream stream.
     #[arg(long, value_parser = nats_name)]
     pub stream: String,
@@ -87,6 +91,12 @@ impl Common {
 pub struct OutArgs {
     #[command(flatten)]
     pub common: Common,
+    /// The file of the secret under which job ids are made (created, mode 0600, if missing;
+    /// keep it with this host: the same secret after a restart lets the stream drop a job
+    /// published again after a crash; without it, anyone who may publish on the subject
+    /// could publish a job's id first and make the job a "duplicate", run nowhere).
+    #[arg(long, env = "XTCQ_BRIDGE_ID_SECRET")]
+    pub id_secret: PathBuf,
     /// How long the stream remembers a job's id to drop a re-published copy (used when the
     /// bridge creates the stream). Longer than the longest local re-queue delay you expect.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]

@@ -5,15 +5,17 @@
 //! released (re-queued without counting an attempt). A crash after the publish and before
 //! the local ack leaves the job claimed by a dead process: the daemon re-queues it, the next
 //! round publishes it again under the same id, and the stream's duplicate window drops it
-//! (`duplicates` in the counters).
+//! (`duplicates` in the counters). A publish that finds no stream for the subject (the stream
+//! was deleted) gives its job back, and the bridge creates the stream again and says so.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use xtcq_client::{Client, JobId, OwnedJob, ThiefHandle};
+use xtcq_client::{Client, OwnedJob, ThiefHandle};
 
 use crate::error::BridgeError;
+use crate::msg_id::{self, MsgIds};
 use crate::nats::{self, StreamSpec};
 use crate::stats::{bump, Counters};
 use crate::{OutArgs, Stop};
@@ -22,35 +24,31 @@ use crate::{OutArgs, Stop};
 /// after the publish acks and before the local acks of that round.
 const CRASH_ENV: &str = "XTCQ_BRIDGE_TEST_CRASH_AFTER_PUBLISH";
 
-/// The id a job keeps across every local re-queue: the record index and birth generation
-/// (`JobId`, kept in the record through all attempts), qualified by the host and the
-/// segment's creation time so that a new segment, whose ids start over, or another host
-/// never collides with it inside the duplicate window.
-pub fn msg_id(prefix: &str, id: JobId) -> String {
-    format!("{prefix}:{}.{}", id.index, id.birth)
+/// The local end, and the ids of its segment's jobs.
+struct Attached {
+    _client: Client,
+    thief: ThiefHandle,
+    ids: MsgIds,
 }
 
-fn id_prefix(client: &Client) -> Result<String, BridgeError> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let seg = client.segment()?;
-    Ok(format!("{}:{:x}", host.trim(), seg.descriptor().created_unix_ns))
-}
-
-fn attach(args: &OutArgs) -> Result<(Client, ThiefHandle, String), BridgeError> {
+fn attach(args: &OutArgs, secret: &[u8; 32]) -> Result<Attached, BridgeError> {
     let client = Client::connect(args.common.socket.as_deref())?;
     let thief = client.attach_thief(&args.common.queue)?;
-    let prefix = id_prefix(&client)?;
-    Ok((client, thief, prefix))
+    // The segment's creation time: a new segment's records start over, its ids must not
+    // meet the old one's inside the duplicate window.
+    let ids = MsgIds::new(secret, client.segment()?.descriptor().created_unix_ns);
+    Ok(Attached { _client: client, thief, ids })
 }
 
 /// Attaches, retrying with backoff while the daemon is away (restarting) until a stop.
 async fn attach_retry(
     args: &OutArgs,
+    secret: &[u8; 32],
     stop: &Stop,
-) -> Result<Option<(Client, ThiefHandle, String)>, BridgeError> {
+) -> Result<Option<Attached>, BridgeError> {
     let mut delay = Duration::from_millis(100);
     loop {
-        match attach(args) {
+        match attach(args, secret) {
             Ok(a) => return Ok(Some(a)),
             Err(BridgeError::Local(xtcq_client::Error::NoSuchQueue(q))) => {
                 return Err(BridgeError::Local(xtcq_client::Error::NoSuchQueue(q)))
@@ -71,7 +69,9 @@ async fn attach_retry(
 pub async fn run(args: &OutArgs, stop: Stop, counters: Arc<Counters>) -> Result<(), BridgeError> {
     let c = &args.common;
     let subject = c.subject();
-    let Some(client) = nats::connect(&c.nats, &stop).await? else {
+    // Before anything is taken: a secret that cannot be used ends the bridge here.
+    let secret = msg_id::load_or_create(&args.id_secret)?;
+    let Some(client) = nats::connect(&c.nats, &c.auth, &stop).await? else {
         tracing::info!("bridge out stopped before NATS answered: no job was taken");
         return Ok(());
     };
@@ -80,9 +80,9 @@ pub async fn run(args: &OutArgs, stop: Stop, counters: Arc<Counters>) -> Result<
     nats::ensure_stream(&js, &spec).await?;
     let crash_after: Option<u64> = std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok());
     tracing::info!(queue = %c.queue, stream = %c.stream, %subject, "bridge out running");
-    'attach: while let Some((_client, thief, prefix)) = attach_retry(args, &stop).await? {
+    'attach: while let Some(local) = attach_retry(args, &secret, &stop).await? {
         while *stop.borrow() == 0 {
-            let jobs = match steal(&thief, args.batch).await {
+            let jobs = match steal(&local.thief, args.batch).await {
                 Ok(j) => j,
                 Err(e) => {
                     tracing::warn!("taking jobs from {}: {e}; attaching again", c.queue);
@@ -90,8 +90,11 @@ pub async fn run(args: &OutArgs, stop: Stop, counters: Arc<Counters>) -> Result<
                 }
             };
             counters.stolen.fetch_add(jobs.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            let r = Round { js: &js, subject: &subject, prefix: &prefix, counters: &counters };
-            if r.publish_and_ack(jobs, crash_after).await > 0 {
+            let r = Round { js: &js, subject: &subject, ids: &local.ids, counters: &counters };
+            let (failed, no_stream) = r.publish_and_ack(jobs, crash_after).await;
+            if no_stream {
+                recreate_stream(&js, &spec).await;
+            } else if failed > 0 {
                 // The server is away or refusing: give it a moment instead of spinning.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -100,6 +103,50 @@ pub async fn run(args: &OutArgs, stop: Stop, counters: Arc<Counters>) -> Result<
     }
     tracing::info!("bridge out stopped: every job taken was published and acked, or given back");
     Ok(())
+}
+
+/// A publish found no stream for the subject: the stream was deleted (or its subjects
+/// changed). Creates it again (once it has been gone for [`nats::DELETE_GRACE`]), so that the
+/// jobs given back are published into it.
+async fn recreate_stream(js: &jetstream::Context, spec: &StreamSpec<'_>) {
+    let name = spec.name;
+    match nats::stream_now(js, name).await {
+        Ok(nats::StreamNow::Missing) => {
+            tracing::warn!(
+                stream = name,
+                "stream {name} is gone (a publish found no stream): creating it again \
+                in {:?}; the jobs of that round went back to the local queue",
+                nats::DELETE_GRACE
+            );
+            tokio::time::sleep(nats::DELETE_GRACE).await;
+            let still = matches!(nats::stream_now(js, name).await, Ok(nats::StreamNow::Missing));
+            match nats::ensure_stream(js, spec).await {
+                Ok(_) if still => {
+                    tracing::warn!(stream = name, "stream {name} was deleted: created it again")
+                }
+                Ok(_) => tracing::warn!(
+                    stream = name,
+                    "stream {name} was deleted and created again (by another bridge or an operator)"
+                ),
+                Err(e) => {
+                    tracing::warn!("stream {name} was deleted, and creating it failed: {e}; trying again")
+                }
+            }
+        }
+        Ok(nats::StreamNow::Created(_)) => {
+            tracing::warn!(
+                stream = name,
+                subject = spec.subject,
+                "a publish found no stream for the subject, but stream {name} exists: does it still take \
+                 the subject? the jobs go back to the local queue and are published again"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(e) => {
+            tracing::warn!("a publish found no stream, and stream {name} cannot be read: {e}; trying again");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
 }
 
 /// Waits up to 200 ms for a first job (in a blocking thread: the steal sleeps on a futex),
@@ -128,14 +175,14 @@ async fn steal(thief: &ThiefHandle, batch: usize) -> Result<Vec<OwnedJob>, xtcq_
 struct Round<'a> {
     js: &'a jetstream::Context,
     subject: &'a str,
-    prefix: &'a str,
+    ids: &'a MsgIds,
     counters: &'a Counters,
 }
 
 impl Round<'_> {
     /// Publishes `jobs`, then acks locally those the server stored (or had already). Returns
-    /// how many failed (released to the local queue).
-    async fn publish_and_ack(&self, mut jobs: Vec<OwnedJob>, crash_after: Option<u64>) -> usize {
+    /// how many failed (released to the local queue), and whether a publish found no stream.
+    async fn publish_and_ack(&self, mut jobs: Vec<OwnedJob>, crash_after: Option<u64>) -> (usize, bool) {
         let mut pending = Vec::with_capacity(jobs.len());
         for job in &mut jobs {
             pending.push(self.publish(job).await);
@@ -150,6 +197,7 @@ impl Round<'_> {
         }))
         .await;
         let mut stored = Vec::with_capacity(jobs.len());
+        let mut no_stream = false;
         for a in acks {
             stored.push(match a {
                 Some(Ok(ack)) => {
@@ -157,6 +205,7 @@ impl Round<'_> {
                     true
                 }
                 Some(Err(e)) => {
+                    no_stream |= e.kind() == jetstream::context::PublishErrorKind::StreamNotFound;
                     tracing::warn!(
                         "publish not acked by the server: {e}; the job goes back to the local queue"
                     );
@@ -175,7 +224,7 @@ impl Round<'_> {
         for (job, ok) in jobs.into_iter().zip(stored) {
             failed += usize::from(!self.settle(job, ok));
         }
-        failed
+        (failed, no_stream)
     }
 
     async fn publish(&self, job: &mut OwnedJob) -> Option<jetstream::context::PublishAckFuture> {
@@ -187,7 +236,7 @@ impl Round<'_> {
             }
         };
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", msg_id(self.prefix, job.id()).as_str());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, self.ids.id(job.id()).as_str());
         match self.js.publish_with_headers(self.subject.to_string(), headers, payload.into()).await {
             Ok(f) => Some(f),
             Err(e) => {

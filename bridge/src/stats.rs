@@ -39,6 +39,11 @@ pub struct Counters {
     pub adopted: AtomicU64,
     /// `in`: messages held now (pushed, not settled yet).
     pub held: AtomicU64,
+    /// `in`: times the stream was found deleted (and created again, or taken as re-created).
+    pub streams_recreated: AtomicU64,
+    /// `in`: held messages forgotten upstream because their stream was deleted (their local
+    /// jobs ran or run here; nothing was acked for them).
+    pub dropped_with_stream: AtomicU64,
 }
 
 impl Counters {
@@ -60,6 +65,8 @@ impl Counters {
             ("late_acks", l(&self.late_acks)),
             ("adopted", l(&self.adopted)),
             ("held", l(&self.held)),
+            ("streams_recreated", l(&self.streams_recreated)),
+            ("dropped_with_stream", l(&self.dropped_with_stream)),
         ]
     }
 

@@ -30,6 +30,12 @@ pub struct Nats {
     child: Option<Child>,
     pub port: u16,
     pub dir: tempfile::TempDir,
+    /// A configuration file (`-c`), instead of the plain command line.
+    config: Option<PathBuf>,
+    /// The user and password the helpers below connect with, on a server that wants them.
+    admin: Option<(String, String)>,
+    /// Variables set for the server (its configuration may name them).
+    env: Vec<(String, String)>,
 }
 
 impl Drop for Nats {
@@ -55,7 +61,34 @@ impl Nats {
             );
             return None;
         }
-        let mut n = Nats { child: None, port: free_port(), dir: tempfile::tempdir().expect("tempdir") };
+        let mut n = Nats {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            config: None,
+            admin: None,
+            env: Vec::new(),
+        };
+        n.spawn();
+        Some(n)
+    }
+
+    /// As [`Nats::start`], from the configuration `config(port, store dir)` returns (its
+    /// `listen` and `jetstream.store_dir` must be those), the server run with `env`; the
+    /// helpers connect as `admin`.
+    pub fn start_with_config(
+        test: &str,
+        admin: (&str, &str),
+        env: &[(&str, &str)],
+        config: impl FnOnce(u16, &Path) -> String,
+    ) -> Option<Nats> {
+        let mut n = Nats::start(test)?;
+        n.kill();
+        n.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let path = n.dir.path().join("nats.conf");
+        std::fs::write(&path, config(n.port, &n.dir.path().join("store"))).expect("write nats.conf");
+        n.config = Some(path);
+        n.admin = Some((admin.0.to_string(), admin.1.to_string()));
         n.spawn();
         Some(n)
     }
@@ -68,14 +101,15 @@ impl Nats {
     pub fn spawn(&mut self) {
         let log = log_file(&self.dir.path().join("nats.log"));
         let store = self.dir.path().join("store");
-        let child = Command::new("nats-server")
-            .args(["-js", "-sd"])
-            .arg(&store)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start nats-server");
+        let mut cmd = Command::new("nats-server");
+        match &self.config {
+            Some(conf) => cmd.arg("-c").arg(conf),
+            None => {
+                cmd.args(["-js", "-sd"]).arg(&store).args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            }
+        };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let child = cmd.stdout(log.try_clone().expect("log")).stderr(log).spawn().expect("start nats-server");
         self.child = Some(child);
         let log = self.dir.path().join("nats.log");
         wait_until(Duration::from_secs(10), "nats-server ready", || {
@@ -94,8 +128,73 @@ impl Nats {
     fn js<T>(&self, f: impl AsyncFnOnce(jetstream::Context) -> T) -> T {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
-            let c = async_nats::connect(self.url()).await.expect("connect to nats-server");
+            let c = self.connect().await;
             f(jetstream::new(c)).await
+        })
+    }
+
+    /// A client of this server (as its admin user, where it has one).
+    pub async fn connect(&self) -> async_nats::Client {
+        let mut o = async_nats::ConnectOptions::new();
+        if let Some((user, password)) = &self.admin {
+            o = o.user_and_password(user.clone(), password.clone());
+        }
+        o.connect(self.url()).await.expect("connect to nats-server")
+    }
+
+    /// Deletes `stream` (and so its consumers), as an operator would.
+    pub fn delete_stream(&self, stream: &str) {
+        self.js(async |js| {
+            js.delete_stream(stream).await.expect("delete stream");
+        })
+    }
+
+    /// Creates a work-queue stream `name` on `subject` with a duplicate window, as an
+    /// operator would (the settings the bridge wants).
+    pub fn create_work_stream(&self, name: &str, subject: &str) {
+        self.js(async |js| {
+            let cfg = jetstream::stream::Config {
+                name: name.to_string(),
+                subjects: vec![subject.to_string()],
+                retention: jetstream::stream::RetentionPolicy::WorkQueue,
+                storage: jetstream::stream::StorageType::File,
+                duplicate_window: Duration::from_secs(600),
+                ..Default::default()
+            };
+            js.create_stream(cfg).await.expect("create stream");
+        })
+    }
+
+    /// The `Nats-Msg-Id` of each message stored in `stream`, by sequence (nothing consumed).
+    pub fn msg_ids(&self, stream: &str) -> Vec<String> {
+        self.js(async |js| {
+            let mut s = js.get_stream(stream).await.expect("stream");
+            let state = s.info().await.expect("stream info").state.clone();
+            let mut out = Vec::new();
+            for seq in state.first_sequence..=state.last_sequence {
+                if let Ok(m) = s.get_raw_message(seq).await {
+                    let id =
+                        m.headers.get(async_nats::header::NATS_MESSAGE_ID).map(|v| v.as_str().to_string());
+                    out.push(id.unwrap_or_default());
+                }
+            }
+            out
+        })
+    }
+
+    /// Publishes `(msg id, payload)` pairs on `subject` as any client allowed to publish
+    /// there; how many the stream stored (the rest it took for duplicates).
+    pub fn publish_with_ids(&self, subject: &str, msgs: &[(String, Vec<u8>)]) -> usize {
+        self.js(async |js| {
+            let mut stored = 0;
+            for (id, payload) in msgs {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("Nats-Msg-Id", id.as_str());
+                let ack = js.publish_with_headers(subject.to_string(), h, payload.clone().into()).await;
+                let ack = ack.expect("publish").await.expect("publish ack");
+                stored += usize::from(!ack.duplicate);
+            }
+            stored
         })
     }
 
@@ -157,6 +256,11 @@ impl Host {
     /// Its control socket.
     pub fn socket(&self) -> PathBuf {
         self.daemon.socket.clone()
+    }
+
+    /// The file of `xtcq-bridge out`'s message id secret on this host.
+    pub fn id_secret(&self) -> PathBuf {
+        self.dir().join("bridge-id.secret")
     }
 
     /// Its directory (socket, segment, logs).
@@ -274,7 +378,9 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// `xtcq-bridge DIRECTION QUEUE --socket .. --nats .. --stream S EXTRA..`, with `env`.
+    /// `xtcq-bridge DIRECTION QUEUE --socket .. --nats .. --stream S EXTRA..`, with `env`;
+    /// `out` gets `--id-secret` in the host's directory (one secret per host, kept across
+    /// restarts) unless `extra` names one.
     pub fn start(
         host: &Host,
         nats: &Nats,
@@ -295,7 +401,11 @@ impl Bridge {
             .arg(&stats)
             .args(extra)
             .env_remove("XTCQ_SOCKET")
+            .env_remove("XTCQ_BRIDGE_ID_SECRET")
             .env("RUST_LOG", "info");
+        if direction == "out" && !extra.contains(&"--id-secret") {
+            c.arg("--id-secret").arg(host.id_secret());
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -374,7 +484,7 @@ impl Nats {
         use futures_util::StreamExt;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let (delivered, client) = rt.block_on(async {
-            let client = async_nats::connect(self.url()).await.expect("connect to nats-server");
+            let client = self.connect().await;
             let js = jetstream::new(client.clone());
             let s = js.get_stream(stream).await.expect("stream");
             let cfg = jetstream::consumer::pull::Config {

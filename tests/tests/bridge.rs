@@ -352,6 +352,7 @@ fn out_refuses_a_stream_that_is_not_a_work_queue() {
     nats.create_limits_stream("JOBS", "xtcq.jobs.q");
     let mut c = std::process::Command::new(xtcq_testkit::exe::bridge_exe());
     c.args(["out", "q", "--nats", &nats.url(), "--stream", "JOBS"]).arg("--socket").arg(a.socket());
+    c.arg("--id-secret").arg(a.id_secret());
     let mut p = Proc::spawn(c, a.dir().join("out.log"));
     let status = p.wait(LONG);
     let log = p.log_text();

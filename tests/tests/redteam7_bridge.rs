@@ -24,6 +24,8 @@ fn bridge_out(host: &Host, nats: &Nats, stats: &std::path::Path) -> Proc {
     c.args(["out", "q", "--nats", &nats.url(), "--stream", "JOBS"])
         .arg("--socket")
         .arg(host.socket())
+        .arg("--id-secret")
+        .arg(host.id_secret())
         .arg("--stats-file")
         .arg(stats)
         .env_remove("XTCQ_SOCKET")
