@@ -244,26 +244,7 @@ impl Conn {
             return;
         }
         let Ok(mut link) = self.link.try_lock() else { return };
-        let link = &mut *link;
-        if link.status.lost.load(Ordering::Acquire) {
-            return;
-        }
-        loop {
-            match pending_frame(&link.writer) {
-                Pending::Nothing => return,
-                Pending::Frame => match frame::read_frame_within::<_, ServerMessage>(
-                    &mut link.writer,
-                    xtcq_proto::MAX_REPLY_LEN,
-                ) {
-                    Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
-                        *lock(&link.status.shutdown_reason) = Some(reason);
-                    }
-                    Ok(ServerMessage::Reply { .. }) => {} // late, to a request that timed out
-                    Err(_) => return give_up(link),
-                },
-                Pending::Ended => return give_up(link),
-            }
-        }
+        read_pending_on(&mut link);
     }
 
     /// The process slot this connection holds, if it attached.
@@ -396,6 +377,9 @@ impl Conn {
         // Before the lock: a parent's thread may have held it at the fork, for good here.
         self.not_forked()?;
         let mut link = lock(&self.link);
+        // A daemon that went away since the last request (stopped, restarted, or closed an
+        // idle connection) left its stream ended: seen here, so this request reconnects.
+        read_pending_on(&mut link);
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
         }
@@ -545,6 +529,29 @@ impl Drop for Conn {
         }
         // Tells the daemon we are gone.
         let _ = lock(&self.link).writer.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// [`Conn::read_pending`] on a link already taken.
+fn read_pending_on(link: &mut Link) {
+    if link.status.lost.load(Ordering::Acquire) {
+        return;
+    }
+    loop {
+        match pending_frame(&link.writer) {
+            Pending::Nothing => return,
+            Pending::Frame => match frame::read_frame_within::<_, ServerMessage>(
+                &mut link.writer,
+                xtcq_proto::MAX_REPLY_LEN,
+            ) {
+                Ok(ServerMessage::Event(Event::ShuttingDown { reason })) => {
+                    *lock(&link.status.shutdown_reason) = Some(reason);
+                }
+                Ok(ServerMessage::Reply { .. }) => {} // late, to a request that timed out
+                Err(_) => return give_up(link),
+            },
+            Pending::Ended => return give_up(link),
+        }
     }
 }
 

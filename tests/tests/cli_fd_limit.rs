@@ -116,5 +116,15 @@ fn a_cli_out_of_fds_exits_1_not_unreachable() {
         }
         assert_ne!(code(&o), 4, "limit {n}: the daemon is fine, but: {err}");
     }
-    assert!(connect_failed > 0, "no limit made the connect fail with EMFILE");
+    // The client needs one descriptor at a time, as the loader does: no `ulimit -n` leaves
+    // the loader its descriptor but not the socket. So the limit is also lowered from within,
+    // once loaded, to the descriptors open then.
+    let mut cmd = d.xtcq();
+    cmd.arg("stats").env("XTCQ_TEST_NOFILE_AFTER_START", "1");
+    let o = run_bounded(&mut cmd, None);
+    let err = stderr(&o);
+    assert!(err.contains("Too many open files"), "the socket's open did not fail with EMFILE: {err}");
+    connect_failed += 1;
+    assert_eq!(code(&o), 1, "out of fds at connect: {err}");
+    assert!(connect_failed > 0);
 }

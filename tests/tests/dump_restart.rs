@@ -50,10 +50,10 @@ fn a_restart_with_a_surviving_segment_does_not_import_its_own_dump() {
     stop(&mut d);
     assert!(dump.exists(), "--export-on-stop wrote no dump: {}", d.log_text());
     d.restart_with(&both, |_| {});
-
+    // The socket listens before the import runs; a request is answered only after it.
+    let s = d.stats();
     assert!(!dump.exists() && with_suffix(&dump, ".superseded").exists(), "the dump was not set aside");
     assert!(d.log_text().contains("not imported"), "the log says why: {}", d.log_text());
-    let s = d.stats();
     assert_eq!(s["records"]["dead"].as_u64(), Some(1), "dead letters doubled: {s}");
     // The held job is still held, once: acked by its holder, it is gone for good.
     held.ack().expect("the holder acks across the restart");
