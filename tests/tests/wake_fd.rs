@@ -277,3 +277,52 @@ fn another_user_cannot_reach_or_take_a_wake_socket() {
     w.clear().expect("clear");
     assert!(t.steal_or_arm(&w).expect("steal").is_none(), "a datagram made a job");
 }
+
+/// The role for [`a_waiter_killed_while_armed_is_taken_back`]: arms a wake descriptor on
+/// queue `q`, says so, and waits to be killed.
+#[test]
+fn armed_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_ARMED_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    println!("@@ armed");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A waiter killed -9 while armed: the daemon takes its descriptor back (its socket is
+/// removed, its bit disarmed, the sleeper count back to 0), and a push then wakes the
+/// waiter that is left, not the dead one.
+#[test]
+fn a_waiter_killed_while_armed_is_taken_back() {
+    use std::io::BufRead;
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "armed_role_main", "--nocapture", "--test-threads", "1"])
+        .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    while !lines.next().expect("a line").expect("read").contains("@@ armed") {}
+    let sleepers = || {
+        let s = d.stats();
+        s["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
+    };
+    assert_eq!(sleepers(), 1, "the child is armed");
+    let mut wake_dir = d.socket.clone().into_os_string();
+    wake_dir.push(".wake");
+    let entries = || std::fs::read_dir(&wake_dir).expect("wake dir").count();
+    assert_eq!(entries(), 1);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    wait_until(Duration::from_secs(10), "the dead waiter taken back", || sleepers() == 0 && entries() == 0);
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    ok(&d.run(&["push", "q", "after"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");
+}
