@@ -130,7 +130,10 @@ pub(crate) fn delay(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
     let s = seconds(obj, what, "seconds from 0 up (a finite number)")?;
     let ms = s * 1000.0;
     if ms >= u64::MAX as f64 {
-        return Err(invalid(obj.py(), format!("{what} is seconds from 0 up (a finite number), not {}", repr(obj))));
+        return Err(invalid(
+            obj.py(),
+            format!("{what} is seconds from 0 up (a finite number), not {}", repr(obj)),
+        ));
     }
     Ok(Duration::from_millis(ms as u64))
 }

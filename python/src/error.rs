@@ -66,9 +66,10 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         Error::PayloadTooLarge { .. } => Kind::TooLarge,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => Kind::NotHeld,
         Error::Job(JobError::Requeue { .. }) => Kind::Full,
-        Error::NoFreeDeque { .. } | Error::NoFreeSlot(_) | Error::QueueTableFull(_) | Error::LimitReached(_) => {
-            Kind::NoRoom
-        }
+        Error::NoFreeDeque { .. }
+        | Error::NoFreeSlot(_)
+        | Error::QueueTableFull(_)
+        | Error::LimitReached(_) => Kind::NoRoom,
         Error::Segment(_)
         | Error::Corrupt(_)
         | Error::SegmentReplaced { .. }

@@ -115,7 +115,12 @@ impl Job {
 
     /// Like fail() (or nack() without a reason), but retried after `seconds` at the earliest.
     #[pyo3(signature = (seconds, reason=None))]
-    fn fail_after(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn fail_after(
+        &self,
+        py: Python<'_>,
+        seconds: &Bound<'_, PyAny>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let wait = delay(seconds, "a delay")?;
         let text = reason.map(Self::reason).transpose()?;
         let job = lock(&self.held).take().ok_or_else(|| Self::settled(py))?;

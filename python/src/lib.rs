@@ -5,7 +5,8 @@
 //! - Every call that can wait (for the daemon, or for a job) releases the GIL; a steal
 //!   that waits checks for signals at least every 100 ms, so Ctrl-C interrupts it.
 //! - The classes are `frozen` (no per-call borrow flag); what changes (a closed handle, a
-//!   settled job) lives behind a mutex, which is never held while the GIL is released.
+//!   settled job) lives behind a mutex. A mutex held while the GIL is released is taken
+//!   with [`lock_py`], which waits for it without the GIL.
 //! - Every argument is checked, with an `InvalidArgument` naming it; every error of the
 //!   client is an exception of `xtcq.errors`, one class per kind.
 
@@ -16,7 +17,7 @@ mod job;
 mod producer;
 mod thief;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pyo3::prelude::*;
 
@@ -24,6 +25,19 @@ use pyo3::prelude::*;
 /// the handle inside stays consistent, as the client's calls settle or fail whole.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Locks `m`, which a thread may hold while it has released the GIL: a thread that waited
+/// for it holding the GIL would keep that one from taking the GIL back. So the wait is
+/// without the GIL.
+pub(crate) fn lock_py<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) => py.detach(|| drop(lock(m))),
+        }
+    }
 }
 
 /// Drops `value` with the GIL released where it can be (dropping an owner handle gives its

@@ -3,25 +3,24 @@
 //! - A push is a few stores in shared memory and no system call (a futex wake only when a
 //!   consumer sleeps): it keeps the GIL, as releasing it would cost more than the push.
 //! - Each handle is behind a mutex: the engine's owner is one thread's at a time, and a
-//!   handle closed by one thread is never used by another mid-call. No mutex is held while
-//!   the GIL is released (a thread that holds the GIL and waits for the mutex would keep
-//!   the releasing thread from taking the GIL back): what a call without the GIL needs is
-//!   taken out of the mutex first.
+//!   handle closed by one thread is never used by another mid-call. An owner's mutex is
+//!   never held without the GIL; an injector's is during a delayed push (a request), so it
+//!   is taken with `lock_py`.
 //! - Dropping or closing an owner gives its deque's lease back to the daemon (a request):
 //!   that runs with the GIL released.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use xtcq_client::{Due, Error, InjectorHandle, OwnerHandle};
+use xtcq_client::{Due, InjectorHandle, OwnerHandle};
 
 use crate::args::{delay, is_one_payload, payload, type_name, Payload};
 use crate::error::{exception, invalid, with_queued, Kind, OrRaise};
 use crate::job::Job;
-use crate::{drop_detached, lock};
+use crate::{drop_detached, lock, lock_py};
 
 /// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch is
 /// queued in chunks of this many (the C API's XTCQ_MAX_BATCH).
@@ -41,10 +40,7 @@ impl Owner {
         Self { inner: Mutex::new(Some(handle)), queue }
     }
 
-    fn live<'a>(
-        guard: &'a MutexGuard<'_, Option<OwnerHandle>>,
-        py: Python<'_>,
-    ) -> PyResult<&'a OwnerHandle> {
+    fn live<'a>(guard: &'a MutexGuard<'_, Option<OwnerHandle>>, py: Python<'_>) -> PyResult<&'a OwnerHandle> {
         guard.as_ref().ok_or_else(|| invalid(py, "Owner is closed"))
     }
 }
@@ -140,7 +136,8 @@ fn batch<'py>(payloads: &Bound<'py, PyAny>) -> PyResult<Vec<Payload<'py>>> {
         return list.iter().map(|p| payload(&p).map_err(refuse)).collect();
     }
     let Ok(iter) = payloads.try_iter() else {
-        let message = format!("payloads is a sequence of payloads (bytes or str), not {}", type_name(payloads));
+        let message =
+            format!("payloads is a sequence of payloads (bytes or str), not {}", type_name(payloads));
         return Err(refuse(invalid(py, message)));
     };
     iter.map(|p| p.and_then(|p| payload(&p)).map_err(refuse)).collect()
@@ -149,7 +146,7 @@ fn batch<'py>(payloads: &Bound<'py, PyAny>) -> PyResult<Vec<Payload<'py>>> {
 /// Pushes onto a queue's overflow ring. One thread at a time.
 #[pyclass(frozen, module = "xtcq")]
 pub struct Injector {
-    inner: Mutex<Option<Arc<InjectorHandle>>>,
+    inner: Mutex<Option<InjectorHandle>>,
     /// The queue's name.
     #[pyo3(get)]
     queue: String,
@@ -157,17 +154,11 @@ pub struct Injector {
 
 impl Injector {
     pub(crate) fn new(handle: InjectorHandle, queue: String) -> Self {
-        Self { inner: Mutex::new(Some(Arc::new(handle))), queue }
+        Self { inner: Mutex::new(Some(handle)), queue }
     }
 
-    fn live(&self, py: Python<'_>) -> PyResult<Arc<InjectorHandle>> {
-        lock(&self.inner).clone().ok_or_else(|| invalid(py, "Injector is closed"))
-    }
-
-    fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&InjectorHandle) -> Result<T, Error>) -> PyResult<T> {
-        let guard = lock(&self.inner);
-        let h = guard.as_ref().ok_or_else(|| invalid(py, "Injector is closed"))?;
-        f(h).or_raise(py)
+    fn closed(py: Python<'_>) -> PyErr {
+        invalid(py, "Injector is closed")
     }
 }
 
@@ -176,23 +167,36 @@ impl Injector {
     /// Queues a job (bytes or str). Raises Full when the ring is full.
     fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
         let data = self::payload(payload)?;
-        self.with(py, |h| h.push(data.as_bytes()).map(drop))
+        let guard = lock_py(py, &self.inner);
+        guard.as_ref().ok_or_else(|| Self::closed(py))?.push(data.as_bytes()).map(drop).or_raise(py)
     }
 
     /// Queues a job that no consumer sees for `seconds` (the daemon puts it in line then).
-    fn push_delayed(&self, py: Python<'_>, payload: &Bound<'_, PyAny>, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn push_delayed(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        seconds: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let data = self::payload(payload)?;
         let wait: Duration = delay(seconds, "a delay")?;
         // Tells the daemon (a request): without the GIL. The payload is copied out first,
         // as a borrowed Python object may not cross into code that runs without it.
+        // The handle (Send, not Sync) moves out and back, the mutex held meanwhile.
         let bytes = data.as_bytes().to_vec();
-        let h = self.live(py)?;
-        py.detach(|| h.push_delayed(&bytes, Due::In(wait)).map(drop)).or_raise(py)
+        let mut guard = lock_py(py, &self.inner);
+        let h = guard.take().ok_or_else(|| Self::closed(py))?;
+        let (h, done) = py.detach(move || {
+            let done = h.push_delayed(&bytes, Due::In(wait)).map(drop);
+            (h, done)
+        });
+        *guard = Some(h);
+        done.or_raise(py)
     }
 
     /// Closes the handle now (also done when the object is collected).
     fn close(&self, py: Python<'_>) {
-        let taken = lock(&self.inner).take();
+        let taken = lock_py(py, &self.inner).take();
         py.detach(|| drop(taken));
     }
 

@@ -238,8 +238,8 @@ def test_an_interrupt_during_a_waiting_steal_gives_the_job_back_unrun(daemon):
 _WAIT_FOREVER = """
 import sys, xtcq
 thief = xtcq.Client(sys.argv[1]).thief("ctrlc")
-print("waiting", flush=True)
 try:
+    print("waiting", flush=True)
     thief.steal(timeout=None)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
@@ -258,6 +258,7 @@ def test_ctrl_c_ends_a_steal_that_waits_without_a_limit(daemon, tmp_path):
     )
     try:
         assert child.stdout.readline() == "waiting\n", child.stderr.read()
+        time.sleep(0.5)  # into the steal (an interrupt before it passes too, unseen)
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=60)
     finally:
