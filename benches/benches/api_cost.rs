@@ -144,7 +144,11 @@ fn main() {
             row("Python", py);
             let verdict = |ratio: f64| if ratio <= 3.0 { "met" } else { "NOT met" };
             println!("goal Python push <= 3x Rust: {:.2}x, {}", py.0 / rust.0, verdict(py.0 / rust.0));
-            println!("goal Python steal+read+ack <= 3x Rust: {:.2}x, {}", py.1 / rust.1, verdict(py.1 / rust.1));
+            println!(
+                "goal Python steal+read+ack <= 3x Rust: {:.2}x, {}",
+                py.1 / rust.1,
+                verdict(py.1 / rust.1)
+            );
         }
         None => println!("Python   skipped (python3, venv, pip or maturin not found, or it failed)"),
     }

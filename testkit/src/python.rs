@@ -36,11 +36,11 @@ pub struct PythonEnv {
 
 /// Why the host cannot build and install the wheel (what to install), or `None`.
 pub fn missing_python_tools() -> Option<String> {
-    let ok = |args: &[&str]| {
-        Command::new("python3").args(args).output().is_ok_and(|o| o.status.success())
-    };
+    let ok = |args: &[&str]| Command::new("python3").args(args).output().is_ok_and(|o| o.status.success());
     if !ok(&["-c", "import venv, pip"]) {
-        return Some("python3 with venv and pip not found (Debian: apt-get install python3-venv python3-pip)".into());
+        return Some(
+            "python3 with venv and pip not found (Debian: apt-get install python3-venv python3-pip)".into(),
+        );
     }
     if !ok(&["-m", "maturin", "--version"]) {
         return Some("maturin not found for python3 (pip install maturin)".into());
@@ -88,14 +88,24 @@ impl PythonEnv {
         let venv = dir.path().join("venv");
         checked(
             "python3 -m venv",
-            Command::new("python3").args(["-m", "venv", "--without-pip", "--system-site-packages"]).arg(&venv),
+            Command::new("python3")
+                .args(["-m", "venv", "--without-pip", "--system-site-packages"])
+                .arg(&venv),
             Duration::from_secs(120),
         );
         let python = venv.join("bin/python");
         checked(
             "pip install (the wheel)",
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-index",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                ])
                 .arg(&wheel),
             Duration::from_secs(300),
         );
@@ -111,7 +121,10 @@ impl PythonEnv {
     /// that could lead it to the source tree or another install.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.python);
-        cmd.current_dir(self.dir()).env_remove("PYTHONPATH").env_remove("PYTHONHOME").env("PYTHONDONTWRITEBYTECODE", "1");
+        cmd.current_dir(self.dir())
+            .env_remove("PYTHONPATH")
+            .env_remove("PYTHONHOME")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
         cmd
     }
 

@@ -58,7 +58,8 @@ fn the_installed_wheel_passes_the_pytest_suite_and_its_stubs_type_check() {
     );
     eprintln!("pytest: {}", out.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default());
 
-    let no_mypy = (!host_has_module("mypy")).then(|| "mypy not found for python3 (pip install mypy)".to_string());
+    let no_mypy =
+        (!host_has_module("mypy")).then(|| "mypy not found for python3 (pip install mypy)".to_string());
     if skip_unless(no_mypy, "the type check of the stubs") {
         return;
     }
