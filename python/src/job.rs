@@ -149,7 +149,7 @@ impl Job {
     }
 
     /// Acks the job when the block ended normally, fails it with the exception otherwise;
-    /// never swallows the exception.
+    /// a job the block settled itself is left as it is. Never swallows the exception.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -157,6 +157,9 @@ impl Job {
         value: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        if lock(&self.held).is_none() {
+            return Ok(false);
+        }
         let outcome = match kind {
             None => self.ack(py),
             Some(kind) => {

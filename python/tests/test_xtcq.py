@@ -115,6 +115,20 @@ def test_errors_are_exceptions_with_the_message(daemon):
     again.release()
 
 
+def test_a_block_that_settles_its_job_itself_is_left_as_it_is(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("self", deques=1)
+    client.owner("self").push(b"j")
+    thief = client.thief("self")
+    with thief.steal(timeout=5) as job:
+        job.release()  # not run after all: the block's end must not ack it
+    again = thief.steal(timeout=5)
+    assert (again.payload, again.attempts) == (b"j", 0)
+    again.ack()
+    with pytest.raises(xtcq.InvalidArgument, match="settled"):
+        again.ack()
+
+
 def test_no_free_file_descriptor_is_out_of_resources_not_unreachable(daemon):
     import resource
 
