@@ -1,6 +1,7 @@
 //! What the language boundary costs: push, then steal + read + ack, per 64-byte job, from
 //! Rust (`xtcq-client`), from C (`libxtcq.a`, through `include/xtcq.h`) and from Python
-//! (`python/`, ctypes over `libxtcq.so`), in one run against one daemon.
+//! (`python/`, the native extension over `xtcq-client`, its wheel built with `--release`
+//! and installed in a fresh venv), in one run against one daemon.
 //!
 //! ```sh
 //! cargo bench -p xtcq-benches --bench api_cost      # XTCQ_BENCH_N (jobs per phase, 10,000), XTCQ_BENCH_RUNS (11)
@@ -10,14 +11,17 @@
 //! (the hand-off between cores is ipc_handoff's job). Each language pushes N jobs, then
 //! steals, copies out and acks them; the median over the runs of each phase is shown, with
 //! its ratio to Rust's. C is compiled with `-O2` by `xtcq_testkit::compile_c` (as the
-//! tests' C is, warnings failing the build); Python's row is skipped when python3 is missing.
+//! tests' C is, warnings failing the build); Python's row is skipped when python3, its venv
+//! and pip, or maturin are missing. The goal for Python is at most 3x Rust's cost for each
+//! phase; the last lines say whether it was met.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xtcq_benches::start_daemon;
 use xtcq_client::{Client, Flavor, QueueParams};
-use xtcq_testkit::{artifact_dir, compile_c, run_within, workspace_root, Daemon};
+use xtcq_testkit::python::{missing_python_tools, PythonEnv, WheelProfile};
+use xtcq_testkit::{compile_c, run_within, workspace_root, Daemon};
 
 const SIZES: &[&str] =
     &["--queues", "4", "--deques-per-queue", "1", "--deque-capacity", "131072", "--records", "262144"];
@@ -87,15 +91,20 @@ fn c_row(daemon: &Daemon, queue: &str, n: u64, runs: u64) -> (f64, f64) {
 }
 
 fn python_row(daemon: &Daemon, queue: &str, n: u64, runs: u64) -> Option<(f64, f64)> {
-    let out = Command::new("python3")
-        .arg(workspace_root().join("python/examples/bench_api.py"))
-        .arg(&daemon.socket)
-        .arg(queue)
-        .arg(n.to_string())
-        .arg(runs.to_string())
-        .env("XTCQ_LIB", artifact_dir().join("deps/libxtcq.so"))
-        .output()
-        .ok()?;
+    if let Some(why) = missing_python_tools() {
+        eprintln!("python row skipped: {why}");
+        return None;
+    }
+    let env = PythonEnv::build(WheelProfile::Release);
+    let out = run_within(
+        env.command()
+            .arg(workspace_root().join("python/examples/bench_api.py"))
+            .arg(&daemon.socket)
+            .arg(queue)
+            .arg(n.to_string())
+            .arg(runs.to_string()),
+        Duration::from_secs(600),
+    );
     if !out.status.success() {
         eprintln!("python row skipped: {}", String::from_utf8_lossy(&out.stderr));
         return None;
@@ -131,7 +140,16 @@ fn main() {
     row("Rust, OwnedJob", owned);
     row("C", c);
     match python {
-        Some(py) => row("Python", py),
-        None => println!("Python   skipped (python3 not found or failed)"),
+        Some(py) => {
+            row("Python", py);
+            let verdict = |ratio: f64| if ratio <= 3.0 { "met" } else { "NOT met" };
+            println!("goal Python push <= 3x Rust: {:.2}x, {}", py.0 / rust.0, verdict(py.0 / rust.0));
+            println!(
+                "goal Python steal+read+ack <= 3x Rust: {:.2}x, {}",
+                py.1 / rust.1,
+                verdict(py.1 / rust.1)
+            );
+        }
+        None => println!("Python   skipped (python3, venv, pip or maturin not found, or it failed)"),
     }
 }

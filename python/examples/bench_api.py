@@ -3,15 +3,15 @@ then steal, read and ack them, REPS times; prints the median ns per job of each 
 "push_ns=P steal_ack_ns=S" (benches/benches/api_cost.rs runs it).
 
     python3 python/examples/bench_api.py SOCKET QUEUE N REPS
+
+(with xtcq installed: pip install ./python).
 """
 
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import xtcq  # noqa: E402
+import xtcq
 
 
 def main(socket, queue, n, reps):

@@ -3,6 +3,8 @@ them, and sends each result back; started with fork or spawn (multiprocessing).
 
     python3 python/examples/farm.py SOCKET [--jobs 5000] [--workers 4] [--start fork|spawn]
 
+(with xtcq installed: pip install ./python).
+
 Each worker connects after it starts (an inherited Client raises xtcq.Forked, which a
 forked worker shows), takes jobs until the parent says stop, and acks each one after its
 result is sent. A worker that dies holding a job has it re-queued by xtcqd.
@@ -12,10 +14,8 @@ import argparse
 import multiprocessing
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import xtcq  # noqa: E402
+import xtcq
 
 QUEUE = "farm"
 

@@ -1,7 +1,8 @@
 """A real xtcqd per test, on a socket and segment of its own.
 
 $XTCQ_DAEMON names the daemon binary (cargo's test runner sets it); else the repository's
-target/debug/xtcqd. $XTCQ_LIB (read by xtcq._lib) names libxtcq.so.
+target/debug/xtcqd. `xtcq` is the installed package (tests/tests/python.rs installs the
+wheel in a fresh venv), never python/xtcq/ from the source tree: that has no extension.
 """
 
 import os
@@ -15,7 +16,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "python" / "examples"))
 
 

@@ -1,18 +1,19 @@
 """xtcq from Python against a real daemon: pools started with fork and with spawn, a
-worker killed holding a job, a thread blocked in steal while another works, and errors as
-exceptions."""
+worker killed holding a job, a thread blocked in steal while another works, Ctrl-C in a
+blocked steal, and errors as exceptions."""
 
-import ctypes
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 import farm
 import xtcq
-from xtcq import _lib
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
@@ -50,32 +51,39 @@ def test_a_killed_workers_job_is_requeued(daemon):
 
 
 def test_a_thread_blocked_in_steal_does_not_stall_another(daemon):
-    """One C call that sleeps 30 s unless woken: if it held the GIL, the main thread could
-    not push the job that wakes it, and it would return empty after 30 s instead."""
+    """A thread waits in steal() while the main thread works. With a switch interval of
+    1000 s a thread that holds the GIL keeps it until it blocks or releases it: if the
+    waiting steal held the GIL, the main thread could not push the job that wakes it, and
+    the steal would return None after 30 s instead."""
     client = xtcq.Client(daemon)
     client.create_queue("wake", deques=1)
     client.create_queue("busy", deques=1)
     thief = client.thief("wake")
-    job = xtcq.Job()
     returned = {}
+    main_done = threading.Event()
 
     def blocked():
-        returned["rc"] = _lib.lib.xtcq_thief_steal_wait(thief._ptr, job._ptr, 30000)
+        job = thief.steal(timeout=30)
+        returned["payload"] = None if job is None else job.payload
         returned["main_done_first"] = main_done.is_set()
+        if job is not None:
+            job.ack()
 
-    main_done = threading.Event()
-    t = threading.Thread(target=blocked)
-    t.start()
-    busy_owner, busy_thief = client.owner("busy"), client.thief("busy")
-    for i in range(1000):
-        busy_owner.push(str(i))
-        busy_thief.steal().ack()
-    main_done.set()
-    client.owner("wake").push(b"wake up")
-    t.join(60)
-    assert returned == {"rc": _lib.XTCQ_OK, "main_done_first": True}
-    assert job.payload == b"wake up"
-    job.ack()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    try:
+        t = threading.Thread(target=blocked)
+        t.start()
+        busy_owner, busy_thief = client.owner("busy"), client.thief("busy")
+        for i in range(1000):
+            busy_owner.push(str(i))
+            busy_thief.steal().ack()
+        main_done.set()
+        client.owner("wake").push(b"wake up")
+        t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert returned == {"payload": b"wake up", "main_done_first": True}
 
 
 def test_errors_are_exceptions_with_the_message(daemon):
@@ -105,6 +113,20 @@ def test_errors_are_exceptions_with_the_message(daemon):
     assert (again.payload, again.attempts) == (b"failing", 1), "a raising block nacks its job"
     assert again.id == first_id, "one job, one id across its attempts"
     again.release()
+
+
+def test_a_block_that_settles_its_job_itself_is_left_as_it_is(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("self", deques=1)
+    client.owner("self").push(b"j")
+    thief = client.thief("self")
+    with thief.steal(timeout=5) as job:
+        job.release()  # not run after all: the block's end must not ack it
+    again = thief.steal(timeout=5)
+    assert (again.payload, again.attempts) == (b"j", 0)
+    again.ack()
+    with pytest.raises(xtcq.InvalidArgument, match="settled"):
+        again.ack()
 
 
 def test_no_free_file_descriptor_is_out_of_resources_not_unreachable(daemon):
@@ -202,26 +224,108 @@ def test_bad_arguments_are_invalid_argument_not_silently_changed(daemon):
     job.ack()
 
 
-def test_an_interrupt_right_after_a_claim_gives_the_job_back_unrun(daemon):
-    """Ctrl-C landing between the C claim and the return of steal(): the job is released
-    (no attempt counted), not nacked when the orphaned object is collected."""
+def test_an_interrupt_during_a_waiting_steal_gives_the_job_back_unrun(daemon):
+    """Ctrl-C landing while steal() waits, as a job comes in: steal raises
+    KeyboardInterrupt and the job stays queued with no attempt counted (max_attempts=1 would
+    dead-letter a job that was claimed and then nacked when its object was collected)."""
     client = xtcq.Client(daemon)
     client.create_queue("kb", deques=1, max_attempts=1)
-    client.owner("kb").push(b"once")
+    owner = client.owner("kb")
     thief = client.thief("kb")
-    job = xtcq.Job()
 
-    def claim_then_interrupt():
-        assert _lib.lib.xtcq_thief_steal_wait(thief._ptr, job._ptr, 5000) == _lib.XTCQ_OK
-        raise KeyboardInterrupt
+    def interrupt_then_push():
+        time.sleep(0.2)  # let the main thread wait in steal first (either order must pass)
+        os.kill(os.getpid(), signal.SIGINT)
+        owner.push(b"once")
 
+    t = threading.Thread(target=interrupt_then_push)
     with pytest.raises(KeyboardInterrupt):
-        job._claimed(claim_then_interrupt)
-    del job
+        t.start()
+        thief.steal(timeout=30)
+    t.join(30)
     again = thief.steal(timeout=5)
     assert again is not None, "the interrupted claim was lost (dead-lettered at max_attempts=1)"
     assert (again.payload, again.attempts) == (b"once", 0)
     again.ack()
+
+
+_WAIT_FOREVER = """
+import sys, xtcq
+thief = xtcq.Client(sys.argv[1]).thief("ctrlc")
+try:
+    print("waiting", flush=True)
+    thief.steal(timeout=None)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_ends_a_steal_that_waits_without_a_limit(daemon, tmp_path):
+    """SIGINT to a process blocked in steal(timeout=None) on an empty queue, as Ctrl-C in
+    a terminal sends it: the steal raises KeyboardInterrupt (a steal that never looked at
+    signals would wait on, and the child would be killed after 60 s)."""
+    xtcq.Client(daemon).create_queue("ctrlc", deques=1)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WAIT_FOREVER, daemon],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+    )
+    try:
+        assert child.stdout.readline() == "waiting\n", child.stderr.read()
+        time.sleep(0.5)  # into the steal (an interrupt before it passes too, unseen)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert (out, child.returncode) == ("interrupted\n", 3), err
+
+
+def _hang_guard(seconds, what):
+    """Fails the test with `what` if it is still running after `seconds` (SIGALRM): a
+    steal that loops in Python or checks signals is interrupted by it."""
+
+    def hung(*_):
+        raise AssertionError("%s did not return in %d s" % (what, seconds))
+
+    signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+
+
+def test_a_nan_timeout_is_refused_naming_the_argument(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("nan", deques=1)
+    thief = client.thief("nan")
+    previous = signal.getsignal(signal.SIGALRM)
+    try:
+        _hang_guard(20, "steal(timeout=nan)")
+        with pytest.raises(ValueError, match="timeout") as err:
+            thief.steal(timeout=float("nan"))
+        assert isinstance(err.value, xtcq.InvalidArgument)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    for bad in (-0.5, "1", True, [1]):
+        with pytest.raises(xtcq.InvalidArgument, match="timeout"):
+            thief.steal(timeout=bad)
+
+
+@pytest.mark.parametrize("limit", [float("inf"), 1e300, None])
+def test_an_infinite_timeout_waits_until_a_job_comes(daemon, limit):
+    """steal(timeout=inf) waits without a limit, as None does: a job pushed 0.3 s later (by
+    a SIGALRM handler, which runs while the steal waits) is the one it returns."""
+    client = xtcq.Client(daemon)
+    client.create_queue("inf", deques=1)
+    owner, thief = client.owner("inf"), client.thief("inf")
+    previous = signal.signal(signal.SIGALRM, lambda *_: owner.push(b"late"))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        job = thief.steal(timeout=limit)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert job is not None and job.payload == b"late"
+    job.ack()
 
 
 def test_a_delayed_push_and_a_retry_after_a_delay_wait_their_time(daemon):

@@ -1,4 +1,5 @@
-"""xtcq from Python: a work-stealing job queue in shared memory, over libxtcq (ctypes).
+"""xtcq from Python: a work-stealing job queue in shared memory, over the Rust client
+(a native extension, xtcq._xtcq).
 
     import xtcq
     client = xtcq.Client()                       # $XTCQ_SOCKET or the default socket
@@ -8,9 +9,12 @@
     if job:
         with job:                                # acked when the block ends, nacked on error
             print(job.payload)
+
+Every call that waits (for the daemon, or for a job) releases the GIL; a waiting steal
+sees Ctrl-C (KeyboardInterrupt) within 100 ms.
 """
 
-from .client import Client, Injector, Job, Owner, Thief
+from ._xtcq import MAX_BATCH, Client, Injector, Job, Owner, Thief
 from .errors import (
     Forked,
     Full,
@@ -33,4 +37,5 @@ __all__ = [
     "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
     "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "Full", "TooLarge",
     "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
+    "MAX_BATCH",
 ]

@@ -1,14 +1,17 @@
-"""The C API's negative status codes as exceptions: one class per code, all XtcqError."""
+"""xtcq's errors as exceptions: one class per kind, all XtcqError. The extension raises
+them with the C API's status code (`code`, as in include/xtcq.h) and the message."""
 
-from . import _lib
+from typing import Optional
 
 
 class XtcqError(Exception):
     """An xtcq call failed; `code` is the C status, the message says what to do."""
 
-    code = None
+    code: Optional[int] = None
+    #: push_batch: how many of the batch's first payloads were queued before it failed.
+    queued: int = 0
 
-    def __init__(self, code, message):
+    def __init__(self, code: Optional[int], message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -28,7 +31,7 @@ class Unauthorized(XtcqError, PermissionError):
 class NoSuchQueue(XtcqError, KeyError):
     """No such queue (XTCQ_E_NO_SUCH_QUEUE)."""
 
-    def __str__(self):  # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return Exception.__str__(self)
 
 
@@ -70,31 +73,4 @@ class OutOfResources(XtcqError, OSError):
 
 
 class Panic(XtcqError):
-    """A bug inside libxtcq was caught (XTCQ_E_PANIC); please report it."""
-
-
-_BY_CODE = {
-    -1: InvalidArgument,
-    -2: Unreachable,
-    -3: Unauthorized,
-    -4: NoSuchQueue,
-    -5: QueueExists,
-    -6: Full,
-    -7: TooLarge,
-    -8: NotHeld,
-    -9: Forked,
-    -10: SegmentError,
-    -11: NoRoom,
-    -13: Panic,
-    -15: InUse,
-    -16: OutOfResources,
-}
-
-
-def check(rc):
-    """Returns `rc` when it is XTCQ_OK or XTCQ_EMPTY, else raises its exception."""
-    if rc >= 0:
-        return rc
-    message = (_lib.lib.xtcq_last_error() or b"").decode("utf-8", "replace")
-    name = (_lib.lib.xtcq_strerror(rc) or b"").decode()
-    raise _BY_CODE.get(rc, XtcqError)(rc, message or name)
+    """A bug inside xtcq was caught (XTCQ_E_PANIC); please report it."""

@@ -1,36 +1,82 @@
-//! The Python package (`python/`) over the real `libxtcq.so` and a real daemon: runs its
-//! pytest suite. Without python3 and pytest the test says it was skipped, unless
-//! `XTCQ_REQUIRE_PYTHON=1` (set by CI), where that is a failure.
+//! The Python package (`python/`) as a user installs it: the wheel built by maturin,
+//! installed into a fresh venv in a temporary directory, imported from outside the
+//! repository with no variable set; then its pytest suite (`python/tests`) against that
+//! install and a real daemon, and its type stubs checked by mypy (stubtest against the
+//! built extension, and a strictly typed program).
+//!
+//! Without python3's venv and pip, maturin, pytest or mypy the test says what it skipped,
+//! unless `XTCQ_REQUIRE_PYTHON=1` (set by CI), where that is a failure.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use xtcq_testkit::{artifact_dir, run_within, xtcqd_exe};
+use xtcq_testkit::python::{host_has_module, missing_python_tools, PythonEnv, WheelProfile};
+use xtcq_testkit::{workspace_root, xtcqd_exe};
+
+fn required() -> bool {
+    std::env::var("XTCQ_REQUIRE_PYTHON").is_ok_and(|v| v == "1")
+}
+
+/// Whether to skip for `missing` (said; a failure when required).
+fn skip_unless(missing: Option<String>, what: &str) -> bool {
+    match missing {
+        None => false,
+        Some(why) => {
+            assert!(!required(), "XTCQ_REQUIRE_PYTHON=1 but {why}");
+            eprintln!("skipped: {what}: {why}");
+            true
+        }
+    }
+}
 
 #[test]
-fn the_python_package_passes_its_pytest_suite() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let required = std::env::var("XTCQ_REQUIRE_PYTHON").is_ok_and(|v| v == "1");
-    let probe = Command::new("python3").args(["-c", "import pytest"]).output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        assert!(!required, "XTCQ_REQUIRE_PYTHON=1 but python3 with pytest is missing (pip install pytest)");
-        eprintln!("skipped: python3 with pytest not found (pip install pytest)");
+fn the_installed_wheel_passes_the_pytest_suite_and_its_stubs_type_check() {
+    let mut missing = missing_python_tools();
+    if missing.is_none() && !host_has_module("pytest") {
+        missing = Some("pytest not found for python3 (pip install pytest)".into());
+    }
+    if skip_unless(missing, "the Python package's tests") {
         return;
     }
-    // Built as a dependency of this package, cargo leaves the shared library in deps/.
-    let lib = artifact_dir().join("deps/libxtcq.so");
-    assert!(lib.is_file(), "{} not found (cargo build -p xtcq-capi)", lib.display());
-    let out = run_within(
-        Command::new("python3")
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests"])
-            .current_dir(root)
-            .env("XTCQ_LIB", &lib)
-            .env("XTCQ_DAEMON", xtcqd_exe())
-            .env_remove("XTCQ_SOCKET"),
+    let env = PythonEnv::build(WheelProfile::Dev);
+    let root = workspace_root();
+    let found = env.xtcq_location();
+    assert!(
+        found.starts_with(env.dir()) && !found.starts_with(&root),
+        "import xtcq found {} instead of the wheel installed in {}",
+        found.display(),
+        env.dir().display()
+    );
+
+    let tests = root.join("python/tests");
+    let tests = tests.to_str().expect("UTF-8 path");
+    let out = env.run_module(
+        "pytest (python/tests)",
+        &["pytest", "-q", "-p", "no:cacheprovider", tests],
+        &[("XTCQ_DAEMON", &xtcqd_exe())],
+        Duration::from_secs(600),
+    );
+    eprintln!("pytest: {}", out.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default());
+
+    let no_mypy =
+        (!host_has_module("mypy")).then(|| "mypy not found for python3 (pip install mypy)".to_string());
+    if skip_unless(no_mypy, "the type check of the stubs") {
+        return;
+    }
+    type_check(&env, &root);
+}
+
+/// stubtest: `xtcq/_xtcq.pyi` says what the built module has (names, arguments, defaults);
+/// mypy --strict: a program using the whole API type-checks against the installed package.
+fn type_check(env: &PythonEnv, root: &Path) {
+    let out = env.run_module("mypy.stubtest xtcq", &["mypy.stubtest", "xtcq"], &[], Duration::from_secs(300));
+    eprintln!("stubtest: {}", out.lines().last().unwrap_or_default());
+    let typed = root.join("python/tests/typed_use.py");
+    let out = env.run_module(
+        "mypy --strict python/tests/typed_use.py",
+        &["mypy", "--strict", "--no-incremental", typed.to_str().expect("UTF-8 path")],
+        &[],
         Duration::from_secs(300),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "pytest failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("{}", stdout.lines().last().unwrap_or_default());
+    eprintln!("mypy: {}", out.lines().last().unwrap_or_default());
 }
