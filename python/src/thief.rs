@@ -9,13 +9,17 @@
 //! - `steal()` with no timeout is one pass over the queue and keeps the GIL (no sleep).
 //! - Thread-safe: several threads may steal through one Thief; a blocking steal holds its
 //!   own reference to the handle, no lock, while the GIL is released.
+//! - asyncio: `steal_async()` returns the coroutine of `xtcq._asyncio`, which waits with
+//!   `loop.add_reader` on the thief's wake descriptor (`_wake_fileno`, `_steal_or_arm`,
+//!   `_wait_cancel` here): one descriptor per Thief, made on first use; a cancelled wait
+//!   disarms it, handing on a wake it was sent.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
-use xtcq_client::{OwnedJob, ThiefHandle};
+use xtcq_client::{Error, OwnedJob, ThiefHandle, WakeFd};
 
 use crate::args::{repr, Wait};
 use crate::error::{invalid, OrRaise};
@@ -30,6 +34,8 @@ const STEP: Duration = Duration::from_millis(100);
 #[pyclass(frozen, module = "xtcq")]
 pub struct Thief {
     inner: Mutex<Option<Arc<ThiefHandle>>>,
+    /// Its wake descriptor, once an asyncio wait asked for it.
+    wake: Mutex<Option<WakeFd>>,
     /// The queue's name.
     #[pyo3(get)]
     queue: String,
@@ -37,7 +43,7 @@ pub struct Thief {
 
 impl Thief {
     pub(crate) fn new(handle: ThiefHandle, queue: String) -> Self {
-        Self { inner: Mutex::new(Some(Arc::new(handle))), queue }
+        Self { inner: Mutex::new(Some(Arc::new(handle))), wake: Mutex::new(None), queue }
     }
 
     fn live(&self, py: Python<'_>) -> PyResult<Arc<ThiefHandle>> {
@@ -104,10 +110,62 @@ impl Thief {
         Ok(jobs.into_iter().map(|j| Job::new(j.into_owned())).collect())
     }
 
+    /// The coroutine of one job, waiting in the running asyncio loop (`loop.add_reader` on
+    /// the thief's wake descriptor) until one may be there. Cancelling it takes nothing.
+    fn steal_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("xtcq._asyncio")?.call_method1("steal_async", (slf,))
+    }
+
+    /// The coroutine of up to `n` jobs (1 to 128): waits as `steal_async` for the first,
+    /// then takes what one steal finds besides.
+    fn steal_batch_async<'py>(slf: &Bound<'py, Self>, n: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("xtcq._asyncio")?.call_method1("steal_batch_async", (slf, n))
+    }
+
+    /// The wake descriptor's fd (made on first use): readable when a job may be there.
+    fn _wake_fileno(&self, py: Python<'_>) -> PyResult<i32> {
+        use std::os::fd::AsRawFd;
+        let mut w = crate::lock_py(py, &self.wake);
+        if w.is_none() {
+            let thief = self.live(py)?;
+            *w = Some(py.detach(|| thief.wake_fd()).or_raise(py)?);
+        }
+        Ok(w.as_ref().map_or(-1, |w| w.as_raw_fd()))
+    }
+
+    /// One job, or None after arming the wake descriptor (never waits).
+    fn _steal_or_arm(&self, py: Python<'_>) -> PyResult<Option<Job>> {
+        let thief = self.live(py)?;
+        let mut w = crate::lock_py(py, &self.wake);
+        let Some(wake) = w.as_ref() else { return Err(invalid(py, "no wake descriptor yet")) };
+        let got = thief.steal_or_arm(wake).map(|job| job.map(|j| Job::new(j.into_owned())));
+        match got {
+            Ok(job) => Ok(job),
+            Err(e) => {
+                // The daemon went away: the next wait makes a new descriptor.
+                if matches!(e, Error::DaemonLost { .. }) {
+                    *w = None;
+                }
+                Err(e).or_raise(py)
+            }
+        }
+    }
+
+    /// Stops waiting without a job: a wake sent meanwhile goes to another waiter.
+    fn _wait_cancel(&self, py: Python<'_>) {
+        if let Some(w) = crate::lock_py(py, &self.wake).as_ref() {
+            w.disarm_and_hand_on();
+        }
+    }
+
     /// Closes the handle now (also done when the object is collected).
     fn close(&self, py: Python<'_>) {
+        let wake = crate::lock_py(py, &self.wake).take();
         let taken = lock(&self.inner).take();
-        py.detach(|| drop(taken));
+        py.detach(|| {
+            drop(wake);
+            drop(taken)
+        });
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

@@ -346,3 +346,78 @@ def test_a_delayed_push_and_a_retry_after_a_delay_wait_their_time(daemon):
     job.ack()
     with pytest.raises(xtcq.InvalidArgument):
         client.injector("later").push_delayed(b"y", -1)
+
+
+def test_steal_async_is_woken_by_a_push_from_another_process(daemon):
+    import asyncio
+
+    queue = "aq"
+    xtcq.Client(daemon).create_queue(queue)
+
+    async def main():
+        thief = xtcq.Client(daemon).thief(queue)
+        task = asyncio.ensure_future(thief.steal_async())
+        await asyncio.sleep(0.2)
+        assert not task.done(), "steal_async returned with nothing queued"
+        push = await asyncio.create_subprocess_exec(
+            sys.executable, "-c",
+            f"import xtcq; xtcq.Client({daemon!r}).owner({queue!r}).push(b'from afar')",
+        )
+        assert await push.wait() == 0
+        job = await asyncio.wait_for(task, 30)
+        with job:
+            assert job.payload == b"from afar"
+
+    asyncio.run(main())
+
+
+def test_cancelled_async_steals_take_nothing(daemon):
+    import asyncio
+    import random
+
+    queue = "cq"
+    xtcq.Client(daemon).create_queue(queue)
+    total = 300
+
+    async def main():
+        client = xtcq.Client(daemon)
+        got = []
+        cancelled = 0
+
+        async def consumer(seed):
+            nonlocal cancelled
+            thief = client.thief(queue)
+            rng = random.Random(seed)
+            while len(got) < total:
+                try:
+                    job = await asyncio.wait_for(thief.steal_async(), rng.uniform(0, 0.003))
+                except asyncio.TimeoutError:
+                    cancelled += 1
+                    continue
+                with job:
+                    got.append(job.payload)
+
+        async def producer():
+            owner = client.owner(queue)
+            for i in range(total):
+                owner.push(b"job %d" % i)
+                if i % 10 == 0:
+                    await asyncio.sleep(0.002)
+
+        await asyncio.wait_for(asyncio.gather(consumer(1), consumer(2), producer()), 120)
+        return got, cancelled
+
+    got, cancelled = asyncio.run(main())
+    assert cancelled > 0, "no steal was cancelled"
+    assert sorted(got) == sorted(b"job %d" % i for i in range(total)), "each job once"
+    assert xtcq.Client(daemon).thief(queue).steal() is None, "a job left behind"
+
+
+def test_steal_batch_async_refuses_a_bad_n_before_it_waits(daemon):
+    import asyncio
+
+    xtcq.Client(daemon).create_queue("bq")
+    thief = xtcq.Client(daemon).thief("bq")
+    for bad in (0, 129, True, 1.5):
+        with pytest.raises(xtcq.InvalidArgument, match="n is 1 to 128"):
+            asyncio.run(asyncio.wait_for(thief.steal_batch_async(bad), 5))
