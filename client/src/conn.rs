@@ -22,6 +22,7 @@
 //!   [`Error::Forked`], before any lock is taken, and the drop does not shut down the
 //!   socket (the parent's too); the child's copies of its fds go at exit or exec.
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,6 +245,10 @@ impl Conn {
         self.slots_lost.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -318,7 +323,7 @@ impl Conn {
         }
         let held = *lock(&self.held_slot);
         if let Some((slot, slot_epoch)) = held {
-            match self.exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout) {
+            match self.exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout, &[]) {
                 Ok(Response::Resumed { process_slot, slot_epoch: e })
                     if process_slot == slot && e == slot_epoch => {}
                 Ok(other) => {
@@ -369,13 +374,25 @@ impl Conn {
         queue: Option<&str>,
         t: Duration,
     ) -> Result<Response, Error> {
+        self.request_with_fds(req, queue, t, &[])
+    }
+
+    /// [`request_within`](Self::request_within), with `fds` passed (`SCM_RIGHTS`) on the
+    /// request frame's first bytes.
+    pub(crate) fn request_with_fds(
+        &self,
+        req: Request,
+        queue: Option<&str>,
+        t: Duration,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Response, Error> {
         // Before the lock: a parent's thread may have held it at the fork, for good here.
         self.not_forked()?;
         let mut link = lock(&self.link);
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
         }
-        let r = self.exchange(&mut link, req, queue, t)?;
+        let r = self.exchange(&mut link, req, queue, t, fds)?;
         // Remember the slot the daemon registered (or gave back) for this connection.
         let slot = match &r {
             Response::OwnerAttached(l) => Some((l.attachment.process_slot, l.attachment.slot_epoch)),
@@ -391,17 +408,23 @@ impl Conn {
         Ok(r)
     }
 
-    /// Sends `req` on `link` and waits up to `t` for its reply.
+    /// Sends `req` on `link` (with `fds` on its first bytes) and waits up to `t` for its reply.
     fn exchange(
         &self,
         link: &mut Link,
         req: Request,
         queue: Option<&str>,
         t: Duration,
+        fds: &[BorrowedFd<'_>],
     ) -> Result<Response, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
-        if let Err(e) = frame::write_frame(&mut link.writer, &f) {
+        let written = if fds.is_empty() {
+            frame::write_frame(&mut link.writer, &f)
+        } else {
+            crate::fdpass::write_frame_with_fds(&link.writer, &f, fds)
+        };
+        if let Err(e) = written {
             // Part of the frame may be out: nothing more can be written on this stream. Closing
             // it makes the reader mark the link lost, and the next request reconnects.
             let _ = link.writer.shutdown(std::net::Shutdown::Both);

@@ -204,6 +204,8 @@ mod tests {
             Request::Resume { slot: 3, slot_epoch: u64::MAX },
             Request::DeleteQueue { name: "q".into(), force: false },
             Request::DeleteQueue { name: "q".into(), force: true },
+            Request::FenceCommand { index: 1, birth: 2, generation: 3, pid: 4 },
+            Request::FenceCgroup { index: 1, birth: 2, generation: 3, pid: 4 },
         ];
         for (i, r) in reqs.into_iter().enumerate() {
             roundtrip(RequestFrame { id: i as u64, request: r });
