@@ -5,6 +5,7 @@
 //! in its state file, so they outlive a daemon restart without the worker's help; the worker
 //! never blocks a running command's watch on the daemon.
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -49,10 +50,20 @@ impl<'c> Registration<'c> {
     /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`; a refusal is final at
     /// once. The command is held meanwhile (see `hold`), so a lease that runs out during the
     /// retries costs a refusal, never an unfenced run.
-    pub fn new(client: &'c Client, id: JobId, generation: u32, pid: u32) -> Result<Self> {
+    pub fn new(
+        client: &'c Client,
+        id: JobId,
+        generation: u32,
+        pid: u32,
+        cgroup: Option<(BorrowedFd<'_>, BorrowedFd<'_>)>,
+    ) -> Result<Self> {
         let until = Instant::now() + UNREACHABLE_RETRY;
         loop {
-            match client.fence_command(id, generation, pid) {
+            let r = match cgroup {
+                Some(fds) => client.fence_command_in_cgroup(id, generation, pid, fds),
+                None => client.fence_command(id, generation, pid),
+            };
+            match r {
                 Ok(()) => break,
                 Err(e) if e.is_unreachable() && Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(10));

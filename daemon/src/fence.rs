@@ -333,10 +333,7 @@ impl Fences {
     pub fn fence_all_of(&mut self, slot: u32) -> Vec<String> {
         let keys: Vec<_> = self.commands.keys().filter(|(s, _)| *s == slot).copied().collect();
         self.changed |= !keys.is_empty();
-        keys.into_iter()
-            .filter_map(|k| self.commands.remove(&k))
-            .filter_map(|c| stop(&c).err())
-            .collect()
+        keys.into_iter().filter_map(|k| self.commands.remove(&k)).filter_map(|c| stop(&c).err()).collect()
     }
 
     /// Forgets the registrations whose command has exited and left nothing running in its

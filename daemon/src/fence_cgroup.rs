@@ -88,12 +88,18 @@ impl Cgroup {
         if !is_cgroup2_dir(dir.as_fd()).map_err(|e| io("fstat the directory", e))? {
             return Err("the first descriptor is not a cgroup v2 directory".into());
         }
-        let mode = rustix::fs::fcntl_getfl(&kill).map_err(|e| io("read the flags of cgroup.kill", errno(e)))?;
+        let mode =
+            rustix::fs::fcntl_getfl(&kill).map_err(|e| io("read the flags of cgroup.kill", errno(e)))?;
         if (mode & OFlags::ACCMODE) == OFlags::RDONLY {
             return Err("its cgroup.kill descriptor is not open for writing".into());
         }
-        let own = rustix::fs::openat(&dir, "cgroup.kill", OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty())
-            .map_err(|e| io("find cgroup.kill", errno(e)))?;
+        let own = rustix::fs::openat(
+            &dir,
+            "cgroup.kill",
+            OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(|e| io("find cgroup.kill", errno(e)))?;
         if identity(own.as_fd()).map_err(|e| io("fstat cgroup.kill", e))?
             != identity(kill.as_fd()).map_err(|e| io("fstat cgroup.kill", e))?
         {
@@ -103,7 +109,10 @@ impl Cgroup {
             return Err(format!("pid {pid} is not in the cgroup it was registered with"));
         }
         let events = open_below(dir.as_fd(), "cgroup.events").map_err(|e| io("open cgroup.events", e))?;
-        let record = CgroupRecord { path: reachable_path(dir.as_fd())?, id: identity(dir.as_fd()).map_err(|e| io("fstat", e))?.1 };
+        let record = CgroupRecord {
+            path: reachable_path(dir.as_fd())?,
+            id: identity(dir.as_fd()).map_err(|e| io("fstat", e))?.1,
+        };
         Ok(Cgroup { dir, events, kill: Some(kill), record })
     }
 
@@ -159,7 +168,9 @@ impl Cgroup {
     pub fn kill_all(&self, wait: Duration) -> Result<(), String> {
         let until = Instant::now() + wait;
         loop {
-            let populated = self.populated().map_err(|e| format!("cannot read {}/cgroup.events: {e}", self.record.path))?;
+            let populated = self
+                .populated()
+                .map_err(|e| format!("cannot read {}/cgroup.events: {e}", self.record.path))?;
             if !populated {
                 return Ok(());
             }
@@ -179,7 +190,9 @@ impl Cgroup {
         if let Some(kill) = &self.kill {
             match rustix::io::write(kill, b"1") {
                 Ok(_) | Err(rustix::io::Errno::NODEV) => return Ok(()),
-                Err(e) => tracing::warn!(cgroup = %self.record.path, "cannot write cgroup.kill ({e}); killing its members one by one"),
+                Err(e) => {
+                    tracing::warn!(cgroup = %self.record.path, "cannot write cgroup.kill ({e}); killing its members one by one")
+                }
             }
         }
         kill_members(self.dir.as_fd(), &self.record.path, 0)

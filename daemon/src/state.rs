@@ -369,7 +369,14 @@ mod tests {
     fn journal_lines_are_applied_after_the_state_until_the_next_save() {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
-        let add = |index, birth| FenceRecord { slot: 3, index, birth, pid: 40 + index, start_time: 1, cgroup: None };
+        let add = |index, birth| FenceRecord {
+            slot: 3,
+            index,
+            birth,
+            pid: 40 + index,
+            start_time: 1,
+            cgroup: None,
+        };
         assert!(!f.append(&FenceChange::Add(add(1, 1))).expect("append"), "nothing saved yet");
         f.save(&sample()).expect("save");
         for c in [

@@ -81,7 +81,14 @@ pub struct FrameReader {
 
 impl Default for FrameReader {
     fn default() -> Self {
-        Self { codec: codec(), buf: BytesMut::new(), started: None, announced: None, received: 0, consumed: 0 }
+        Self {
+            codec: codec(),
+            buf: BytesMut::new(),
+            started: None,
+            announced: None,
+            received: 0,
+            consumed: 0,
+        }
     }
 }
 
