@@ -73,14 +73,18 @@ fn usable() -> bool {
     true
 }
 
-/// `xtcq work` whose command is `sh -c SCRIPT`: `{child}` in `script` stands for the
-/// logging child (`child_main`). A later attempt runs the child alone, to its end.
-fn work_running(d: &Daemon, queue: &str, log: &Path, extra: &[&str], script: &str) -> Child {
+/// The command's script: `{child}` in `script` stands for the logging child (`child_main`);
+/// a later attempt runs the child alone, to its end.
+fn command_script(script: &str) -> String {
     let exe = std::env::current_exe().expect("exe");
     let child =
         format!("'{}' --exact child_main --nocapture --test-threads 1 >/dev/null 2>&1", exe.display());
-    let script = format!("if [ \"$XTCQ_ATTEMPT\" != 0 ]; then exec {{child}}; fi; {script}")
-        .replace("{child}", &child);
+    format!("if [ \"$XTCQ_ATTEMPT\" != 0 ]; then exec {{child}}; fi; {script}").replace("{child}", &child)
+}
+
+/// `xtcq work` whose command is `sh -c SCRIPT` (see `command_script`).
+fn work_running(d: &Daemon, queue: &str, log: &Path, extra: &[&str], script: &str) -> Child {
+    let script = command_script(script);
     d.xtcq()
         .args(["work", queue, "--max-jobs", "1"])
         .args(extra)
@@ -298,6 +302,12 @@ impl Drop for TestCgroup {
         wait_until(Duration::from_secs(10), "the test cgroup empty", || {
             std::fs::read_to_string(self.0.join("cgroup.events")).is_ok_and(|t| t.contains("populated 0"))
         });
+        // The cgroups workers made in it (a killed one removes nothing).
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
         let _ = std::fs::remove_dir(&self.0);
     }
 }
@@ -349,4 +359,71 @@ fn the_daemon_fences_only_a_cgroup_that_is_the_commands_and_kills_it_whole() {
     let _ = other.kill();
     let _ = other.wait();
     drop(job);
+}
+
+/// Kills the processes of a test user when dropped (before the user is removed).
+struct KillUserProcesses(String);
+
+impl Drop for KillUserProcesses {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("pkill").args(["-9", "-u", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_non_root_worker_in_a_cgroup_delegated_to_its_user_fences_what_left_its_group() {
+    // What the docs say to do for a user (`systemd-run --user --scope -p Delegate=yes`) and
+    // for a unit (`Delegate=yes`): the worker's user owns its cgroup, as systemd delegates it.
+    if !is_root() {
+        eprintln!("skipped: needs root (a user of its own, and a cgroup to delegate to it)");
+        return;
+    }
+    if !usable() {
+        return;
+    }
+    let user = SystemUser::create("xtcqcgd", "xtcqcgd");
+    let _reaper = KillUserProcesses(user.user.clone());
+    let (uid, gid) = (user.id("-u"), user.id("-g"));
+    let delegated = TestCgroup::new("delegated");
+    for f in ["", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"] {
+        std::os::unix::fs::chown(delegated.0.join(f), Some(uid), Some(gid)).expect("delegate");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).expect("mkdir");
+    std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o777)).expect("chmod");
+    let log = logs.join("runs");
+    let mut flags = SMALL_SEGMENT.to_vec();
+    flags.extend(["--group", &user.group, "--allow-uid", &user.user]);
+    let d = Daemon::builder().in_dir(dir).flags(&flags).start();
+    std::fs::set_permissions(&d.socket, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+    ok(&d.run(&["create", "q", "--allow-uid", &user.user]));
+    for (r, escape) in ESCAPES.iter().enumerate() {
+        let job = format!("d{r}");
+        ok(&d.run(&["push", "q", &job]));
+        // As systemd starts a delegated unit: root puts the process in the cgroup, then it
+        // runs as the user.
+        let mut first = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec setpriv --reuid="$1" --regid="$2" --clear-groups "$3" --socket "$4" work q --max-jobs 1 -- sh -c "$5""#)
+            .arg(&delegated.0)
+            .args([uid.to_string(), gid.to_string()])
+            .arg(xtcq_exe())
+            .arg(&d.socket)
+            .arg(command_script(&format!("{escape}; exec sleep 600")))
+            .env(ROLE, &log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn work");
+        wait_line(&log, "alive", &job, 0);
+        let _ = first.kill();
+        let _ = first.wait();
+        second_run(&d, "q", &log, &job);
+        let said = fence_line(&mut first);
+        assert!(said.contains("fence: cgroup"), "the worker said: {said}");
+    }
+    check_no_overlap(&d, &log, ESCAPES.len());
 }
