@@ -578,7 +578,9 @@ fn fence_in_force() -> Option<CgroupHome> {
         }
         Err(why) => {
             eprintln!(
-                "xtcq: fence: process group ({why}; what leaves a command's process group is not stopped)"
+                "xtcq: fence: process group ({why}; what leaves a command's process group is not \
+                 stopped: run xtcq work as root or in a cgroup delegated to its user, e.g. \
+                 `systemd-run --user --scope -p Delegate=yes xtcq work ...`)"
             );
             None
         }
