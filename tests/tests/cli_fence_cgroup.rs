@@ -338,6 +338,10 @@ fn the_daemon_fences_only_a_cgroup_that_is_the_commands_and_kills_it_whole() {
             .to_string();
         assert!(e.contains(why), "{e}");
     };
+    let bare =
+        xtcq_client::Request::FenceCgroup { index: job.id().index, birth: job.id().birth, generation, pid };
+    let e = c.call(bare).expect_err("no descriptors").to_string();
+    assert!(e.contains("needs two descriptors"), "{e}");
     let tmp: OwnedFd = std::fs::File::open(d.dir()).expect("open").into();
     refused(&tmp, &a.open("cgroup.kill", true), "not a cgroup v2 directory");
     refused(&a.dir(), &b.open("cgroup.kill", true), "not the cgroup.kill of its directory");

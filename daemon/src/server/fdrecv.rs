@@ -1,7 +1,10 @@
 //! Descriptors a client passes with a request (`SCM_RIGHTS`, e.g. a command's cgroup with
 //! `FenceCgroup`): the connection reads its stream with `recvmsg`, and each descriptor is
-//! kept with the stream offset of the first byte it came with, so that it belongs to the
-//! frame whose bytes hold that offset and to no other.
+//! kept with the stream offset of the last byte of the read that brought it, so that it
+//! belongs to the frame whose bytes hold that offset and to no other. (The kernel may glue
+//! bytes written before the descriptors to the front of that read, but ends the read with
+//! the write that carried them: its last byte is one of that write's, and a client sends
+//! descriptors with the first bytes of the one frame they are for.)
 //!
 //! Rules kept:
 //! - a descriptor goes only to the request whose frame it arrived inside; those that arrived
@@ -75,7 +78,8 @@ impl AsyncRead for FdRecv<'_> {
             });
             match got {
                 Ok(n) => {
-                    let at = me.inbox.read;
+                    // n is 0 only at the end of the stream, which brings no descriptor.
+                    let at = me.inbox.read + (n as u64).saturating_sub(1);
                     for m in anc.drain() {
                         if let RecvAncillaryMessage::ScmRights(fds) = m {
                             for fd in fds {
