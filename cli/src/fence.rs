@@ -69,9 +69,14 @@ impl<'c> Registration<'c> {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) => {
+                    // A daemon older than cgroup fencing does not know the request.
+                    let older = cgroup.is_some()
+                        && e.code() == Some(xtcq_proto::ErrorCode::BadRequest)
+                        && e.to_string().contains("unknown variant");
+                    let hint = if older { " (xtcqd is older than this xtcq: upgrade xtcqd)" } else { "" };
                     return Err(e).with_context(|| {
-                        format!("cannot register the command of job {id} with xtcqd, so it is not run")
-                    })
+                        format!("cannot register the command of job {id} with xtcqd{hint}, so it is not run")
+                    });
                 }
             }
         }

@@ -353,6 +353,16 @@ mod tests {
     }
 
     #[test]
+    fn a_request_a_daemon_does_not_know_is_refused_as_an_unknown_variant() {
+        // What `xtcq work` recognises to say that xtcqd predates `FenceCgroup`.
+        let body = br#"{"id":1,"request":{"FenceCgroupLater":{"index":1}}}"#;
+        match decode::<RequestFrame>(body) {
+            Err(FrameError::Decode(m)) => assert!(m.to_string().contains("unknown variant"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn resume_has_the_wire_shape_an_older_daemon_refuses_as_an_unknown_variant() {
         // What a daemon that predates Resume sees: a request variant it does not know. It
         // answers BadRequest (a decode error), which the client takes for "no resume here".
