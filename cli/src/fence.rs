@@ -5,6 +5,7 @@
 //! in its state file, so they outlive a daemon restart without the worker's help; the worker
 //! never blocks a running command's watch on the daemon.
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -49,18 +50,33 @@ impl<'c> Registration<'c> {
     /// restarting), retries every 10 ms for up to `UNREACHABLE_RETRY`; a refusal is final at
     /// once. The command is held meanwhile (see `hold`), so a lease that runs out during the
     /// retries costs a refusal, never an unfenced run.
-    pub fn new(client: &'c Client, id: JobId, generation: u32, pid: u32) -> Result<Self> {
+    pub fn new(
+        client: &'c Client,
+        id: JobId,
+        generation: u32,
+        pid: u32,
+        cgroup: Option<(BorrowedFd<'_>, BorrowedFd<'_>)>,
+    ) -> Result<Self> {
         let until = Instant::now() + UNREACHABLE_RETRY;
         loop {
-            match client.fence_command(id, generation, pid) {
+            let r = match cgroup {
+                Some(fds) => client.fence_command_in_cgroup(id, generation, pid, fds),
+                None => client.fence_command(id, generation, pid),
+            };
+            match r {
                 Ok(()) => break,
                 Err(e) if e.is_unreachable() && Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) => {
+                    // A daemon older than cgroup fencing does not know the request.
+                    let older = cgroup.is_some()
+                        && e.code() == Some(xtcq_proto::ErrorCode::BadRequest)
+                        && e.to_string().contains("unknown variant");
+                    let hint = if older { " (xtcqd is older than this xtcq: upgrade xtcqd)" } else { "" };
                     return Err(e).with_context(|| {
-                        format!("cannot register the command of job {id} with xtcqd, so it is not run")
-                    })
+                        format!("cannot register the command of job {id} with xtcqd{hint}, so it is not run")
+                    });
                 }
             }
         }

@@ -24,6 +24,7 @@ macro_rules! eprint {
     }};
 }
 
+mod cgroup;
 mod cmd;
 mod delay;
 mod demo;
@@ -32,6 +33,7 @@ mod exit;
 mod export;
 mod fence;
 mod hold;
+mod leftovers;
 mod out;
 mod progress;
 mod quota;

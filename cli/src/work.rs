@@ -11,7 +11,9 @@
 //!   fails (the job was re-queued under a stalled worker) kills the command, so one job never
 //!   runs twice at once.
 //! - a command starts only once the daemon has registered it (`fence`, `hold`): the daemon
-//!   kills its group before the job can run again if this worker dies or stops past its lease.
+//!   kills its group before the job can run again if this worker dies or stops past its lease;
+//!   where this worker can make cgroups, each command also runs in one of its own (`cgroup`),
+//!   which the daemon kills too, so what left the group is stopped as well (`leftovers`).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -20,11 +22,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use xtcq_client::{Client, Job, QueueInfo, RetryBackoff, ThiefHandle};
 
+use crate::cgroup::{CgroupHome, CommandCgroup};
 use crate::cmd::{connect, for_each_stdin_job};
+use crate::leftovers::{has_exited, kill_group, Scope};
 use crate::room::Room;
 use crate::work_pool::{self, Stop};
 use crate::work_summary::{self, Counters, Settled};
@@ -93,9 +97,9 @@ pub struct WorkArgs {
 pub const MAX_JOBS: u32 = 1024;
 
 /// File descriptors one running command costs `work` (its stdin pipe, the two pipes that hold
-/// it until registered, the slack of a spawn's own error pipe), and those `work` needs
-/// besides.
-const FDS_PER_JOB: u64 = 6;
+/// it until registered, the slack of a spawn's own error pipe, four of its cgroup's), and
+/// those `work` needs besides.
+const FDS_PER_JOB: u64 = 10;
 const FDS_BASE: u64 = 64;
 
 /// Refuses a `--jobs` the process's limits cannot serve, before any job is taken: otherwise
@@ -135,7 +139,7 @@ fn raise_fd_limit() {
 const ENV_PAYLOAD_MAX: usize = 64 * 1024;
 
 /// What became of a job's command.
-enum Ran {
+enum Ran<'h> {
     /// It exited.
     Exited(ExitStatus),
     /// It was killed: the job stopped being ours (a heartbeat failed: the lease ran out and
@@ -147,11 +151,11 @@ enum Ran {
     /// The daemon would not fence it (see `fence`), so it was killed at once: the job goes
     /// back uncounted and this worker stops.
     Unfenced(String),
-    /// Processes of its group outlived it and this worker cannot stop them (another uid's,
-    /// or they would not die): the job is left to the daemon, still claimed and registered,
-    /// with a lease about to run out, so that the daemon fences the group (or dead-letters
-    /// the job) before anyone runs it again.
-    LeftRunning(String, rustix::process::Pid),
+    /// Processes of its group or cgroup outlived it and this worker cannot stop them
+    /// (another uid's, or they would not die): the job is left to the daemon, still claimed
+    /// and registered, with a lease about to run out, so that the daemon fences them (or
+    /// dead-letters the job) before anyone runs it again.
+    LeftRunning(String, Scope<'h>),
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -161,92 +165,6 @@ fn describe(st: &ExitStatus) -> String {
         (None, Some(s)) => format!("signal {s}"),
         _ => "unknown status".into(),
     }
-}
-
-/// Kills the command and everything it started (it leads its own process group).
-fn kill_group(child: &mut std::process::Child) {
-    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// How long the processes a finished command left in its group get to die.
-const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
-
-/// After the command (the group's leader) exited: kills what it left running in its group
-/// (a `cmd &` of a script that exited, a daemonised helper) and waits until the group is
-/// empty, so that nothing of this run goes on while the job is settled and perhaps run
-/// again; `keep_lease` meanwhile. `Err` when the group would not empty.
-fn stop_leftovers(child: &mut std::process::Child, keep_lease: impl FnMut()) -> Result<ExitStatus> {
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-    // Before the leader is reaped its pid cannot be reused, so the group id is still ours.
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    let st = child.wait().context("cannot wait for the command")?;
-    wait_group_empty(pid, keep_lease)?;
-    Ok(st)
-}
-
-/// Waits until process group `pid` has no live member (killing what is left each time),
-/// for up to `LEFTOVER_WAIT`; `keep_lease` meanwhile.
-fn wait_group_empty(pid: rustix::process::Pid, mut keep_lease: impl FnMut()) -> Result<()> {
-    use rustix::process::{waitid, WaitId, WaitIdOptions};
-    let until = Instant::now() + LEFTOVER_WAIT;
-    loop {
-        // Members re-parented to this process (it is PID 1 of a container, or a subreaper)
-        // are reaped here, or they would stay zombies and the group never look empty.
-        while let Ok(Some(_)) = waitid(WaitId::Pgid(Some(pid)), WaitIdOptions::EXITED | WaitIdOptions::NOHANG)
-        {
-        }
-        if !group_has_live_members(pid) {
-            return Ok(());
-        }
-        if Instant::now() >= until {
-            bail!("processes it left in its group {pid:?} did not exit within {LEFTOVER_WAIT:?}");
-        }
-        // EPERM: every member left is another uid's; waiting will not help.
-        if rustix::process::kill_process_group(pid, rustix::process::Signal::KILL)
-            == Err(rustix::io::Errno::PERM)
-        {
-            bail!("processes it left in its group {pid:?} belong to another user and cannot be stopped by this worker");
-        }
-        keep_lease();
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Whether process group `pgid` has a member that is not a zombie (a zombie runs nothing;
-/// one whose parent does not reap it would otherwise keep the group alive for ever).
-fn group_has_live_members(pgid: rustix::process::Pid) -> bool {
-    // Only "no such group" is empty: EPERM means members of another uid (a setuid helper,
-    // `sudo -u`), which are the daemon's to stop, not gone.
-    if rustix::process::test_kill_process_group(pgid) == Err(rustix::io::Errno::SRCH) {
-        return false;
-    }
-    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
-    dir.flatten().any(|e| {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { return false };
-        // Gone meanwhile: not a member. Unreadable for another reason (no descriptor left):
-        // taken for live, since waiting longer is the safe side.
-        let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(s) => s,
-            Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else { return true };
-        let mut f = rest.split_ascii_whitespace();
-        let state = f.next().unwrap_or("?");
-        let pgrp = f.nth(1).and_then(|g| g.parse::<i32>().ok());
-        pgrp == Some(pgid.as_raw_nonzero().get()) && !matches!(state, "Z" | "X" | "x")
-    })
-}
-
-/// Whether the command has exited, without reaping it (see `stop_leftovers`).
-fn has_exited(child: &std::process::Child) -> Result<bool> {
-    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-    let pid = Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-    Ok(waitid(WaitId::Pid(pid), opts).context("cannot wait for the command")?.is_some())
 }
 
 /// The command of a job, started once the daemon registered it for fencing (see `hold`).
@@ -282,11 +200,22 @@ fn command_for(a: &WorkArgs, job: &Job<'_>, payload: &[u8]) -> Command {
     cmd
 }
 
-/// Spawns the job's command held, registers it from a second thread while this one (the
-/// parent the death signal watches) waits in the spawn, and lets it exec once registered.
-fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u8]) -> Result<Started<'c>> {
+/// Spawns the job's command held (in `cgroup`, if any), registers it from a second thread
+/// while this one (the parent the death signal watches) waits in the spawn, and lets it exec
+/// once registered.
+fn start_registered<'c>(
+    a: &WorkArgs,
+    c: &'c Client,
+    job: &Job<'_>,
+    payload: &[u8],
+    cgroup: Option<&CommandCgroup<'_>>,
+) -> Result<Started<'c>> {
     let mut cmd = command_for(a, job, payload);
     crate::fence::die_with_worker(&mut cmd);
+    if let Some(g) = cgroup {
+        g.join_before_exec(&mut cmd);
+    }
+    let in_cgroup = cgroup.map(|g| g.descriptors());
     let (child_end, parent_end) = crate::hold::hold()?;
     child_end.arm(&mut cmd);
     let id = job.id();
@@ -296,7 +225,7 @@ fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u
     let (spawned, registered) = std::thread::scope(|s| {
         let registering = s.spawn(move || {
             let pid = parent_end.pid()?;
-            let r = crate::fence::Registration::new(c, id, generation, pid);
+            let r = crate::fence::Registration::new(c, id, generation, pid, in_cgroup);
             parent_end.answer(r.is_ok());
             Some(r)
         });
@@ -317,19 +246,40 @@ fn start_registered<'c>(a: &WorkArgs, c: &'c Client, job: &Job<'_>, payload: &[u
         }
         // Not the job's fault (the program went away, its interpreter line names nothing):
         // given back uncounted, and this worker stops (see `runnable`).
+        (Err(e), _) if cgroup.is_some() => {
+            Ok(Started::Refused(format!("cannot run {:?} (or move it into its cgroup): {e}", a.cmd[0])))
+        }
         (Err(e), _) => Ok(Started::Refused(format!("cannot run {:?}: {e}", a.cmd[0]))),
     }
 }
 
-/// Runs the command for one job, extending the lease while it runs.
-fn run_one(a: &WorkArgs, c: &Client, job: &Job<'_>, lease: Option<Duration>, stop: &Stop) -> Result<Ran> {
+/// Runs the command for one job (in a cgroup of its own under `home`, if any), extending the
+/// lease while it runs.
+fn run_one<'h>(
+    a: &WorkArgs,
+    (c, home): (&Client, Option<&'h CgroupHome>),
+    job: &Job<'_>,
+    lease: Option<Duration>,
+    stop: &Stop,
+) -> Result<Ran<'h>> {
     let payload = job.payload()?;
-    let (mut child, fence) = match start_registered(a, c, job, &payload)? {
+    let cgroup = match home.map(|h| (h, h.create())) {
+        None => None,
+        Some((_, Ok(g))) => Some(g),
+        Some((h, Err(e))) => {
+            return Ok(Ran::Unfenced(format!(
+                "cannot make a cgroup for it under {}: {e}",
+                h.path().display()
+            )))
+        }
+    };
+    let (mut child, fence) = match start_registered(a, c, job, &payload, cgroup.as_ref())? {
         Started::Running(child, fence) => (child, fence),
         Started::Refused(why) => return Ok(Ran::Unfenced(why)),
     };
+    let scope = Scope::new(&child, cgroup)?;
     let writer = feed_stdin(&mut child, payload);
-    let ran = supervise(&mut child, job, lease, stop)?;
+    let ran = supervise(&mut child, scope, job, lease, stop)?;
     // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
     // on, which the daemon's fence must then stop.
     if matches!(ran, Ran::LeftRunning(..)) {
@@ -356,14 +306,15 @@ fn feed_stdin(child: &mut std::process::Child, payload: Vec<u8>) -> Option<std::
     })
 }
 
-/// Waits for the command (and its process group) to end, extending the lease three times a
-/// lease and stopping the command on a second interrupt or a lost lease.
-fn supervise(
+/// Waits for the command (and its process group and cgroup) to end, extending the lease
+/// three times a lease and stopping the command on a second interrupt or a lost lease.
+fn supervise<'h>(
     child: &mut std::process::Child,
+    scope: Scope<'h>,
     job: &Job<'_>,
     lease: Option<Duration>,
     stop: &Stop,
-) -> Result<Ran> {
+) -> Result<Ran<'h>> {
     // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
     // steps keep up).
     let beat = lease.map(|l| l / 3);
@@ -375,18 +326,16 @@ fn supervise(
     };
     loop {
         if has_exited(child)? {
-            let pgid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-            return Ok(match stop_leftovers(child, keep_lease) {
+            return Ok(match scope.stop_leftovers(child, keep_lease) {
                 Ok(st) => Ran::Exited(st),
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), pgid),
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), scope),
             });
         }
         if stop.now.load(Ordering::Relaxed) {
-            kill_group(child);
-            let pid = rustix::process::Pid::from_raw(child.id() as i32).context("the command has no pid")?;
-            return Ok(match wait_group_empty(pid, keep_lease) {
+            scope.kill(child);
+            return Ok(match scope.wait_empty(keep_lease) {
                 Ok(()) => Ran::Interrupted,
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), pid),
+                Err(e) => Ran::LeftRunning(format!("{e:#}"), scope),
             });
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
@@ -394,7 +343,7 @@ fn supervise(
                 if let Err(e) = job.extend_lease(l) {
                     // The daemon re-queued the job (we stalled past the lease): another
                     // worker may run it now, so this run must not go on beside it.
-                    kill_group(child);
+                    scope.kill(child);
                     return Ok(Ran::Killed(format!("killed: {e}")));
                 }
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
@@ -410,9 +359,9 @@ fn supervise(
 /// this thread waits meanwhile, and fails the job itself once the group is empty (a daemon
 /// with lease expiry off would otherwise never take it back). A stop of `work` leaves it
 /// claimed: this process's exit hands it to the daemon's recovery, which fences first.
-fn hand_to_daemon(job: Job<'_>, pgid: rustix::process::Pid, why: &str, stop: &Stop) {
+fn hand_to_daemon(job: Job<'_>, scope: &Scope<'_>, why: &str, stop: &Stop) {
     let _ = job.extend_lease(Duration::from_millis(1));
-    while group_has_live_members(pgid) {
+    while scope.has_live_members() {
         if stop.now.load(Ordering::Relaxed) {
             std::mem::forget(job);
             return;
@@ -476,7 +425,7 @@ fn settle(
     queue: &QueueInfo,
     n: &Counters,
     (job, attempt): (Job<'_>, u32),
-    outcome: Result<Ran>,
+    outcome: Result<Ran<'_>>,
 ) -> Result<()> {
     let id = job.id();
     // `unusual`: killed or not run, reported even without --verbose.
@@ -541,7 +490,13 @@ fn next_job<'t>(
     }
 }
 
-pub(crate) fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, n: &Counters) -> Result<()> {
+pub(crate) fn worker(
+    a: &WorkArgs,
+    (c, home): (&Client, Option<&CgroupHome>),
+    thief: ThiefHandle,
+    stop: &Stop,
+    n: &Counters,
+) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
     while !stop.taking.load(Ordering::Relaxed) {
@@ -567,15 +522,15 @@ pub(crate) fn worker(a: &WorkArgs, c: &Client, thief: ThiefHandle, stop: &Stop, 
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, c, &job, lease, stop);
+        let outcome = run_one(a, (c, home), &job, lease, stop);
         n.running.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(Ran::LeftRunning(why, pgid)) = &outcome {
+        if let Ok(Ran::LeftRunning(why, scope)) = &outcome {
             eprintln!(
                 "xtcq: job {id} attempt {} of {}: {why}; left to xtcqd to stop before the job runs again",
                 attempt + 1,
                 a.queue
             );
-            hand_to_daemon(job, *pgid, &why.clone(), stop);
+            hand_to_daemon(job, scope, &why.clone(), stop);
             n.settled(id, work_summary::failed_outcome(attempt, thief.queue().max_attempts));
             idle_since = Instant::now();
             continue;
@@ -593,6 +548,7 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     crate::runnable::check(&a.cmd[0])?;
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
+    let home = fence_in_force();
     let stop = Arc::new(Stop::default());
     work_pool::stop_on_signals(&stop)?;
     let c = connect(socket)?;
@@ -602,9 +558,31 @@ pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
     let n = Counters::default();
     let t0 = Instant::now();
     let progress = std::io::stderr().is_terminal();
-    let result = work_pool::run_workers(&a, &c, &thief, &stop, &n, progress.then_some(t0));
+    let result = work_pool::run_workers(&a, (&c, home.as_ref()), &thief, &stop, &n, progress.then_some(t0));
     // On every way out, in a log as on a terminal (see work_summary).
     let status = work_summary::finish(&n, &a.queue, t0.elapsed(), progress);
     result?;
     Ok(status)
+}
+
+/// The cgroup the commands' cgroups go in, where this worker can make them; says on stderr
+/// which fence is in force.
+fn fence_in_force() -> Option<CgroupHome> {
+    match CgroupHome::find() {
+        Ok(home) => {
+            eprintln!(
+                "xtcq: fence: cgroup (each command in a cgroup of its own under {})",
+                home.path().display()
+            );
+            Some(home)
+        }
+        Err(why) => {
+            eprintln!(
+                "xtcq: fence: process group ({why}; what leaves a command's process group is not \
+                 stopped: run xtcq work as root or in a cgroup delegated to its user, e.g. \
+                 `systemd-run --user --scope -p Delegate=yes xtcq work ...`)"
+            );
+            None
+        }
+    }
 }

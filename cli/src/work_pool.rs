@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use xtcq_client::{Client, ThiefHandle};
 
+use crate::cgroup::CgroupHome;
 use crate::work::{worker, WorkArgs};
 use crate::work_summary::Counters;
 
@@ -44,7 +45,7 @@ pub(crate) fn stop_on_signals(stop: &Arc<Stop>) -> Result<()> {
 /// start time), prints a progress line on the terminal while they run.
 pub(crate) fn run_workers(
     a: &WorkArgs,
-    c: &Client,
+    (c, home): (&Client, Option<&CgroupHome>),
     thief: &ThiefHandle,
     stop: &Stop,
     n: &Counters,
@@ -55,7 +56,7 @@ pub(crate) fn run_workers(
         let mut first_err = None;
         for i in 0..a.jobs {
             let spawned = std::thread::Builder::new().spawn_scoped(s, || {
-                let r = worker(a, c, thief.clone(), stop, n);
+                let r = worker(a, (c, home), thief.clone(), stop, n);
                 if r.is_err() {
                     // One worker's error stops them all, not only once it is joined.
                     stop.taking.store(true, Ordering::Relaxed);

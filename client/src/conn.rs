@@ -26,6 +26,7 @@
 //!   [`Error::Forked`], before any lock is taken, and the drop does not shut down the
 //!   socket (the parent's too); the child's copies of its fds go at exit or exec.
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -222,6 +223,10 @@ impl Conn {
         self.slots_lost.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -310,7 +315,7 @@ impl Conn {
         let held = *lock(&self.held_slot);
         if let Some((slot, slot_epoch)) = held {
             match self
-                .exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout)
+                .exchange(&mut new, Request::Resume { slot, slot_epoch }, None, self.timeout, &[])
                 .map(|(r, _)| r)
             {
                 Ok(Response::Resumed { process_slot, slot_epoch: e })
@@ -363,7 +368,19 @@ impl Conn {
         queue: Option<&str>,
         t: Duration,
     ) -> Result<Response, Error> {
-        Ok(self.request_with_fd(req, queue, t)?.0)
+        Ok(self.request_full(req, queue, t, &[])?.0)
+    }
+
+    /// [`request_within`](Self::request_within), with `fds` passed (`SCM_RIGHTS`) on the
+    /// request frame's first bytes.
+    pub(crate) fn request_with_fds(
+        &self,
+        req: Request,
+        queue: Option<&str>,
+        t: Duration,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Response, Error> {
+        Ok(self.request_full(req, queue, t, fds)?.0)
     }
 
     /// [`request_within`](Self::request_within), with the fd the daemon passed with its reply,
@@ -374,6 +391,17 @@ impl Conn {
         queue: Option<&str>,
         t: Duration,
     ) -> Result<(Response, Option<std::os::fd::OwnedFd>), Error> {
+        self.request_full(req, queue, t, &[])
+    }
+
+    /// A request with `fds` passed on its first bytes; its reply and the fd passed with it.
+    fn request_full(
+        &self,
+        req: Request,
+        queue: Option<&str>,
+        t: Duration,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Option<std::os::fd::OwnedFd>), Error> {
         // Before the lock: a parent's thread may have held it at the fork, for good here.
         self.not_forked()?;
         let mut link = lock(&self.link);
@@ -383,7 +411,7 @@ impl Conn {
         if link.status.lost.load(Ordering::Acquire) {
             self.reconnect(&mut link)?;
         }
-        let (r, fd) = self.exchange(&mut link, req, queue, t)?;
+        let (r, fd) = self.exchange(&mut link, req, queue, t, fds)?;
         // Remember the slot the daemon registered (or gave back) for this connection.
         let slot = match &r {
             Response::OwnerAttached(l) => Some((l.attachment.process_slot, l.attachment.slot_epoch)),
@@ -405,13 +433,15 @@ impl Conn {
         lock(&self.link).writer.try_clone()
     }
 
-    /// Sends `req` on `link` and waits up to `t` for its reply (and the fd passed with it).
+    /// Sends `req` on `link` (with `fds` on its first bytes) and waits up to `t` for its reply
+    /// (and the fd passed with it).
     fn exchange(
         &self,
         link: &mut Link,
         req: Request,
         queue: Option<&str>,
         t: Duration,
+        fds: &[BorrowedFd<'_>],
     ) -> Result<(Response, Option<std::os::fd::OwnedFd>), Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let f = RequestFrame { id, request: req };
@@ -425,7 +455,12 @@ impl Conn {
                 other => other,
             }
         };
-        if let Err(e) = frame::write_frame(&mut link.writer, &f) {
+        let written = if fds.is_empty() {
+            frame::write_frame(&mut link.writer, &f)
+        } else {
+            crate::fdpass::write_frame_with_fds(&link.writer, &f, fds)
+        };
+        if let Err(e) = written {
             return Err(failed(link, e));
         }
         let deadline = std::time::Instant::now() + t;

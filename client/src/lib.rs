@@ -41,6 +41,7 @@ mod wake;
 #[cfg(feature = "tokio")]
 mod wake_async;
 
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,6 +208,26 @@ impl Client {
     /// process has claimed the same job again since.
     pub fn fence_command(&self, id: JobId, generation: u32, pid: u32) -> Result<(), Error> {
         match self.call(Request::FenceCommand { index: id.index, birth: id.birth, generation, pid })? {
+            Response::Fenced => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// [`fence_command`](Self::fence_command) for a command that runs in a cgroup (v2) of
+    /// its own: `dir` is that cgroup's directory (opened read-only) and `kill` its
+    /// `cgroup.kill` (opened for writing). Both go to the daemon over the control socket;
+    /// before the job can run again it also kills the cgroup through `kill` and waits until
+    /// the cgroup is empty, so processes that left the command's process group are stopped
+    /// too. Refused by a daemon that predates cgroup fencing (`BadRequest`).
+    pub fn fence_command_in_cgroup(
+        &self,
+        id: JobId,
+        generation: u32,
+        pid: u32,
+        (dir, kill): (BorrowedFd<'_>, BorrowedFd<'_>),
+    ) -> Result<(), Error> {
+        let req = Request::FenceCgroup { index: id.index, birth: id.birth, generation, pid };
+        match self.conn.request_with_fds(req, None, self.conn.timeout(), &[dir, kill])? {
             Response::Fenced => Ok(()),
             r => Err(self.unexpected(r)),
         }

@@ -23,8 +23,13 @@
 //! or a command the daemon may not signal, is unfenceable: the job goes to the dead letters
 //! with that reason instead of running twice at once.
 //!
-//! What escapes: a process that left the command's process group (`setsid`, a daemonizing
-//! double fork), and work the command handed to another machine.
+//! A command that runs in a cgroup of its own (`Request::FenceCgroup`, see
+//! [`crate::fence_cgroup`]) is fenced through the cgroup first, then through its group as
+//! above: what left the group (`setsid`, a daemonizing double fork) is in the cgroup still.
+//!
+//! What escapes: a process that left both the command's process group and its cgroup (or
+//! the group, where the worker could make no cgroup), and work the command handed to another
+//! machine.
 
 use std::collections::HashMap;
 use std::io;
@@ -32,8 +37,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
+use crate::fence_cgroup::Cgroup;
 use crate::peer;
-use crate::state::FenceRecord;
+use crate::state::{CgroupRecord, FenceRecord};
 
 /// How long a fence waits for a killed process group to be gone.
 const FENCE_WAIT: Duration = Duration::from_secs(5);
@@ -47,6 +53,34 @@ struct Command {
     pid: u32,
     start_time: u64,
     birth: u32,
+    cgroup: Option<CommandCgroup>,
+}
+
+/// The cgroup of a registered command.
+enum CommandCgroup {
+    Held(Cgroup),
+    /// Adopted from a previous daemon, and whether it is gone cannot be told: the fence fails.
+    Unknown(CgroupRecord, String),
+}
+
+impl Command {
+    /// Descriptors it holds (see `Fences::limit`).
+    fn fds(&self) -> usize {
+        usize::from(self.pidfd.is_some())
+            + match &self.cgroup {
+                Some(CommandCgroup::Held(c)) => c.fds(),
+                _ => 0,
+            }
+    }
+
+    /// Whether nothing of it may be running any more in its cgroup (none: nothing there).
+    fn cgroup_empty(&self) -> bool {
+        match &self.cgroup {
+            None => true,
+            Some(CommandCgroup::Held(c)) => c.populated().is_ok_and(|p| !p),
+            Some(CommandCgroup::Unknown(..)) => false,
+        }
+    }
 }
 
 /// Registered commands, by (holder slot, record index).
@@ -55,8 +89,9 @@ pub struct Fences {
     commands: HashMap<(u32, u32), Command>,
     /// A registration was added or removed since [`take_changed`](Self::take_changed).
     changed: bool,
-    /// The most registrations at once: each holds a pidfd, and a fence that runs out of
-    /// descriptors cannot prove a group dead (`None`: no limit).
+    /// The most descriptors the registrations hold at once (a pidfd each, three more with a
+    /// cgroup): a fence that runs out of descriptors cannot prove a group dead (`None`: no
+    /// limit).
     limit: Option<usize>,
     /// While adopting a segment without the previous daemon's registrations (its state file
     /// was missing or not trusted): a claim with no registration may still have a command
@@ -95,7 +130,7 @@ fn owner_uid(pid: u32) -> io::Result<u32> {
 }
 
 /// `pidfd_send_signal(fd, sig)`; `sig` 0 checks permission only.
-fn send_signal(fd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+pub(crate) fn send_signal(fd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: a plain syscall on a descriptor we own; no pointers passed but a null siginfo.
     let r = unsafe {
         libc::syscall(
@@ -115,22 +150,25 @@ fn send_signal(fd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
 
 impl Fences {
     /// Registers `pid` as the command of the job in record `index` (birth `birth`) held by
-    /// `slot`, whose process is `worker` (pid, uid from the kernel).
+    /// `slot`, whose process is `worker` (pid, uid from the kernel); `cgroup`: the
+    /// directory and `cgroup.kill` descriptors of the cgroup it runs in, if any.
     pub fn register(
         &mut self,
         slot: u32,
-        index: u32,
-        birth: u32,
+        (index, birth): (u32, u32),
         pid: u32,
         worker: (u32, u32),
+        cgroup: Option<(OwnedFd, OwnedFd)>,
     ) -> Result<(), String> {
         let (worker_pid, worker_uid) = worker;
-        if let Some(n) =
-            self.limit.filter(|&n| self.commands.len() >= n && !self.commands.contains_key(&(slot, index)))
-        {
+        let need = 1 + if cgroup.is_some() { 3 } else { 0 };
+        let held: usize =
+            self.commands.iter().filter(|(k, _)| **k != (slot, index)).map(|(_, c)| c.fds()).sum();
+        if let Some(n) = self.limit.filter(|&n| held + need > n) {
             return Err(format!(
-                "xtcqd already fences {n} commands, as many as its file-descriptor limit leaves room for; \
-                 raise its limit (LimitNOFILE, ulimit -n) or run fewer commands at once"
+                "xtcqd already holds {held} descriptors for the commands it fences, and may hold {n} \
+                 (what its file-descriptor limit leaves room for); raise its limit (LimitNOFILE, \
+                 ulimit -n) or run fewer commands at once"
             ));
         }
         if pid == 0 || worker_pid == 0 {
@@ -166,7 +204,11 @@ impl Fences {
                 "xtcqd may not signal pid {pid} ({e}); it needs CAP_KILL to fence another user's commands"
             )
         })?;
-        let c = Command { pidfd: Some(fd), pid, start_time: st.start_time, birth };
+        let cgroup = match cgroup {
+            Some((dir, kill)) => Some(CommandCgroup::Held(Cgroup::registered(dir, kill, pid)?)),
+            None => None,
+        };
+        let c = Command { pidfd: Some(fd), pid, start_time: st.start_time, birth, cgroup };
         self.commands.insert((slot, index), c);
         self.changed = true;
         Ok(())
@@ -207,6 +249,11 @@ impl Fences {
             birth: c.birth,
             pid: c.pid,
             start_time: c.start_time,
+            cgroup: match &c.cgroup {
+                Some(CommandCgroup::Held(g)) => Some(g.record().clone()),
+                Some(CommandCgroup::Unknown(r, _)) => Some(r.clone()),
+                None => None,
+            },
         })
     }
 
@@ -226,8 +273,10 @@ impl Fences {
             let pidfd = match peer::pidfd_open(r.pid) {
                 Ok(fd) => match stat(r.pid) {
                     Ok(st) if st.start_time == r.start_time => Some(fd),
-                    // Another process has the pid: the group was empty when it was reused.
-                    Ok(_) => continue,
+                    // Another process has the pid: the group was empty when it was reused (its
+                    // cgroup may not be).
+                    Ok(_) if r.cgroup.is_none() => continue,
+                    Ok(_) => None,
                     // Exited between the open and the read: the pidfd still names it.
                     Err(_) => Some(fd),
                 },
@@ -238,7 +287,14 @@ impl Fences {
                     None
                 }
             };
-            let c = Command { pidfd, pid: r.pid, start_time: r.start_time, birth: r.birth };
+            let cgroup = r.cgroup.as_ref().and_then(|g| match Cgroup::adopted(g) {
+                Ok(held) => held.map(CommandCgroup::Held),
+                Err(e) => {
+                    tracing::warn!(pid = r.pid, cgroup = %g.path, "cannot open an adopted command's cgroup: {e}");
+                    Some(CommandCgroup::Unknown(g.clone(), format!("its cgroup {} cannot be opened: {e}", g.path)))
+                }
+            });
+            let c = Command { pidfd, pid: r.pid, start_time: r.start_time, birth: r.birth, cgroup };
             self.commands.insert((r.slot, r.index), c);
         }
     }
@@ -250,7 +306,7 @@ impl Fences {
         self.changed |= removed.is_some();
         match removed {
             None if self.lost => Err(LOST.into()),
-            Some(c) => kill_group(&c).inspect_err(|e| {
+            Some(c) => stop(&c).inspect_err(|e| {
                 tracing::warn!(
                     slot = holder,
                     record = index,
@@ -277,10 +333,7 @@ impl Fences {
     pub fn fence_all_of(&mut self, slot: u32) -> Vec<String> {
         let keys: Vec<_> = self.commands.keys().filter(|(s, _)| *s == slot).copied().collect();
         self.changed |= !keys.is_empty();
-        keys.into_iter()
-            .filter_map(|k| self.commands.remove(&k))
-            .filter_map(|c| kill_group(&c).err())
-            .collect()
+        keys.into_iter().filter_map(|k| self.commands.remove(&k)).filter_map(|c| stop(&c).err()).collect()
     }
 
     /// Forgets the registrations whose command has exited and left nothing running in its
@@ -293,7 +346,7 @@ impl Fences {
             .commands
             .iter()
             .filter(|(_, c)| c.pidfd.as_ref().is_none_or(|fd| peer::pidfd_exited(fd.as_fd())))
-            .filter(|(_, c)| group_members(c).is_ok_and(|m| m.is_empty()))
+            .filter(|(_, c)| group_members(c).is_ok_and(|m| m.is_empty()) && c.cgroup_empty())
             .map(|(k, _)| *k)
             .collect();
         for k in &finished {
@@ -312,6 +365,16 @@ impl Fences {
     pub fn is_empty(&self) -> bool {
         self.commands.is_empty()
     }
+}
+
+/// Stops the command: its cgroup emptied first, if it has one, then its process group.
+fn stop(c: &Command) -> Result<(), String> {
+    match &c.cgroup {
+        Some(CommandCgroup::Held(g)) => g.kill_all(FENCE_WAIT)?,
+        Some(CommandCgroup::Unknown(_, why)) => return Err(why.clone()),
+        None => {}
+    }
+    kill_group(c)
 }
 
 /// SIGKILL to the command, then to every live process of its group, until there is none.

@@ -30,6 +30,7 @@ pub mod dump_import;
 pub mod entry;
 pub mod fdstore;
 pub mod fence;
+pub mod fence_cgroup;
 pub mod guard;
 pub mod limits;
 pub mod logging;

@@ -51,6 +51,7 @@ use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
 mod connection;
+mod fdrecv;
 pub mod framing;
 
 use connection::{connection, watch_exit};

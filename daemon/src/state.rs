@@ -54,8 +54,8 @@ pub struct SlotRecord {
 }
 
 /// A command `xtcq work` registered for fencing (see [`crate::fence`]): what the next
-/// daemon needs to find its process group and re-identify its leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// daemon needs to find its process group and re-identify its leader, and its cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FenceRecord {
     /// The process slot that holds the job.
     pub slot: u32,
@@ -67,10 +67,22 @@ pub struct FenceRecord {
     pub pid: u32,
     /// Its start time from `/proc`.
     pub start_time: u64,
+    /// The cgroup it runs in, when the worker handed one over (see [`crate::fence_cgroup`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupRecord>,
+}
+
+/// A command's cgroup as the state file keeps it: how a next daemon finds it again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupRecord {
+    /// Its path as the kernel named the directory descriptor to the daemon.
+    pub path: String,
+    /// Its id (the directory's inode), which no other cgroup gets while the host runs.
+    pub id: u64,
 }
 
 /// One line of the journal after the state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FenceChange {
     /// A command was registered (replacing any for its slot and record).
@@ -295,13 +307,13 @@ impl DaemonState {
     /// Applies journal lines, in order, to the fence registrations.
     pub fn apply(&mut self, changes: &[FenceChange]) {
         let mut fences: BTreeMap<(u32, u32), FenceRecord> =
-            self.fences.iter().map(|r| ((r.slot, r.index), *r)).collect();
+            self.fences.iter().map(|r| ((r.slot, r.index), r.clone())).collect();
         for c in changes {
-            match *c {
+            match c {
                 FenceChange::Add(r) => {
-                    fences.insert((r.slot, r.index), r);
+                    fences.insert((r.slot, r.index), r.clone());
                 }
-                FenceChange::Remove { slot, index, birth, pid } => {
+                &FenceChange::Remove { slot, index, birth, pid } => {
                     if fences.get(&(slot, index)).is_some_and(|r| r.birth == birth && r.pid == pid) {
                         fences.remove(&(slot, index));
                     }
@@ -336,7 +348,9 @@ mod tests {
             0,
             QueueAcl { name: "q".into(), owner: 6, uids: vec![8], gids: vec![9], retry_backoff: None },
         );
-        s.fences.push(FenceRecord { slot: 3, index: 10, birth: 11, pid: 12, start_time: 13 });
+        s.fences.push(FenceRecord { slot: 3, index: 10, birth: 11, pid: 12, start_time: 13, cgroup: None });
+        let cgroup = Some(CgroupRecord { path: "/sys/fs/cgroup/w/xtcq-work.1.2".into(), id: 77 });
+        s.fences.push(FenceRecord { slot: 3, index: 11, birth: 1, pid: 14, start_time: 15, cgroup });
         s
     }
 
@@ -355,7 +369,14 @@ mod tests {
     fn journal_lines_are_applied_after_the_state_until_the_next_save() {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = StateFile::beside(&dir.path().join("xtcqd.sock")).expect("state");
-        let add = |index, birth| FenceRecord { slot: 3, index, birth, pid: 40 + index, start_time: 1 };
+        let add = |index, birth| FenceRecord {
+            slot: 3,
+            index,
+            birth,
+            pid: 40 + index,
+            start_time: 1,
+            cgroup: None,
+        };
         assert!(!f.append(&FenceChange::Add(add(1, 1))).expect("append"), "nothing saved yet");
         f.save(&sample()).expect("save");
         for c in [

@@ -207,6 +207,8 @@ mod tests {
             Request::ReleaseWake { queue: "q".into(), bit: 255 },
             Request::DeleteQueue { name: "q".into(), force: false },
             Request::DeleteQueue { name: "q".into(), force: true },
+            Request::FenceCommand { index: 1, birth: 2, generation: 3, pid: 4 },
+            Request::FenceCgroup { index: 1, birth: 2, generation: 3, pid: 4 },
         ];
         for (i, r) in reqs.into_iter().enumerate() {
             roundtrip(RequestFrame { id: i as u64, request: r });
@@ -351,6 +353,16 @@ mod tests {
         let body = br#"{"Reply":{"id":1,"result":{"Err":{"code":"SomethingNew","message":"m"}}}}"#;
         match decode::<ServerMessage>(body).unwrap() {
             ServerMessage::Reply { result: Err(e), .. } => assert_eq!(e.code, ErrorCode::Unknown),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_a_daemon_does_not_know_is_refused_as_an_unknown_variant() {
+        // What `xtcq work` recognises to say that xtcqd predates `FenceCgroup`.
+        let body = br#"{"id":1,"request":{"FenceCgroupLater":{"index":1}}}"#;
+        match decode::<RequestFrame>(body) {
+            Err(FrameError::Decode(m)) => assert!(m.to_string().contains("unknown variant"), "{m}"),
             other => panic!("{other:?}"),
         }
     }

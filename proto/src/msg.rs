@@ -226,6 +226,25 @@ pub enum Request {
         /// The command's pid (in the daemon's pid namespace).
         pid: u32,
     },
+    /// [`Request::FenceCommand`] for a command that also runs in a cgroup (v2) of its own:
+    /// two descriptors ride as `SCM_RIGHTS` on the frame's first bytes, the cgroup's directory
+    /// (opened read-only) and its `cgroup.kill` (opened for writing, which proves the worker
+    /// may kill that cgroup). Before the job can run again the daemon also writes `1` to that
+    /// descriptor and waits until the cgroup is empty, so processes that left the command's
+    /// process group (`setsid`, a double fork, `setpgid`) are stopped too. Refused besides
+    /// when the descriptors are missing, are not a cgroup v2 directory and its own
+    /// `cgroup.kill`, or `pid` is not in that cgroup. Added without a version bump: a daemon
+    /// that predates it answers `BadRequest` (unknown variant).
+    FenceCgroup {
+        /// Record index of the held job.
+        index: u32,
+        /// Its birth generation.
+        birth: u32,
+        /// The claim's generation (see [`Request::FenceCommand`]).
+        generation: u32,
+        /// The command's pid (in the daemon's pid namespace).
+        pid: u32,
+    },
     /// The command `pid` registered for record `index` (birth `birth`) has exited and been
     /// reaped: forget it; [`Response::Unfenced`]. A registration of another pid for the same
     /// job (the job ran again, on this process, after its lease ran out) stays.
@@ -338,7 +357,8 @@ pub enum Response {
     },
     /// To [`Request::DeleteQueue`]: the queue is gone; its table entry is free.
     QueueDeleted(QueueDeleted),
-    /// To [`Request::FenceCommand`]: the daemon holds a pidfd for the command.
+    /// To [`Request::FenceCommand`] and [`Request::FenceCgroup`]: the daemon holds a pidfd
+    /// for the command (and the cgroup's descriptors).
     Fenced,
     /// To [`Request::Unfence`].
     Unfenced,

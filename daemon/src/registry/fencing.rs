@@ -2,6 +2,8 @@
 //! job its slot holds, under the registry lock so that a recovery or a lease scan sees
 //! either no registration or a complete one.
 
+use std::os::fd::OwnedFd;
+
 use xtcq_proto as proto;
 use xtcq_shm::record::state::State;
 
@@ -11,13 +13,15 @@ use proto::{ErrorCode, ErrorReply};
 
 impl Registry {
     /// Registers `pid` as the command of the job in record `index` (birth `birth`), which
-    /// `slot` (the process `worker` = (pid, uid)) must hold under the claim `generation`.
+    /// `slot` (the process `worker` = (pid, uid)) must hold under the claim `generation`;
+    /// `cgroup`: the directory and `cgroup.kill` of the cgroup it runs in, if any.
     pub fn register_fence(
         &self,
         slot: SlotId,
         (index, birth, generation): (u32, u32, u32),
         pid: u32,
         worker: (u32, u32),
+        cgroup: Option<(OwnedFd, OwnedFd)>,
     ) -> Result<(), ErrorReply> {
         let mut t = self.lock();
         let records = self.seg.records();
@@ -43,7 +47,7 @@ impl Registry {
                 ),
             ));
         }
-        t.fences.register(slot.slot, index, birth, pid, worker).map_err(|e| {
+        t.fences.register(slot.slot, (index, birth), pid, worker, cgroup).map_err(|e| {
             ErrorReply::new(
                 ErrorCode::Unauthorized,
                 format!("cannot fence the command of job {index}.{birth}: {e}"),

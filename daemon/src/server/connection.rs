@@ -27,6 +27,10 @@ struct Conn {
     stream: UnixStream,
     /// Frames read from `stream`, and the bytes of the next one already read.
     reader: FrameReader,
+    /// Descriptors passed with the bytes read (see `fdrecv`).
+    inbox: fdrecv::FdInbox,
+    /// Those that came inside the request being answered.
+    frame_fds: Vec<OwnedFd>,
     peer: Peer,
     name: String,
     /// This connection as the keeper of the slot it registers or resumes.
@@ -76,6 +80,8 @@ pub(super) async fn connection(
         st: st.clone(),
         stream,
         reader: FrameReader::default(),
+        inbox: fdrecv::FdInbox::default(),
+        frame_fds: Vec::new(),
         peer,
         name: String::new(),
         keeper,
@@ -294,7 +300,7 @@ impl Conn {
     ) -> Result<proto::Hello, ConnectionEnd> {
         let t = self.st.cfg.io_timeout;
         let body = tokio::select! {
-            r = tokio::time::timeout(t, self.reader.next(&mut self.stream, t)) => r,
+            r = tokio::time::timeout(t, self.reader.next(self.inbox.reader(&self.stream), t)) => r,
             _ = shutdown_requested(stop) => return Err(ConnectionEnd::Shutdown),
         };
         let refusal = match body {
@@ -378,7 +384,10 @@ impl Conn {
                 Ok(body) => body,
                 Err(end) => return end,
             };
-            if !self.answer(&body).await {
+            let answered = self.answer(&body).await;
+            // Descriptors the request did not take are closed now.
+            self.frame_fds.clear();
+            if !answered {
                 return ConnectionEnd::Closed;
             }
         }
@@ -404,14 +413,18 @@ impl Conn {
                 info!(pid = self.peer.pid, client = %self.name, "process exited while its connection stays open (inherited by a child); recovering");
                 return Err(ConnectionEnd::Closed);
             }
-            r = self.reader.next(&mut self.stream, t) => r,
+            r = self.reader.next(self.inbox.reader(&self.stream), t) => r,
             _ = sleep_or_never(idle) => {
                 info!(pid = self.peer.pid, client = %self.name, "closing a connection that holds no process slot and was idle for {} s (--idle-timeout)", idle.unwrap_or_default().as_secs());
                 return Err(ConnectionEnd::Closed);
             }
         };
         match body {
-            Ok(b) => Ok(b),
+            Ok(b) => {
+                let end = self.reader.consumed();
+                self.frame_fds = self.inbox.take(end - (frame::HEADER_LEN + b.len()) as u64, end);
+                Ok(b)
+            }
             Err(FrameError::Closed) => {
                 debug!(pid = self.peer.pid, client = %self.name, "client closed the connection");
                 Err(ConnectionEnd::Closed)

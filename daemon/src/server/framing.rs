@@ -75,22 +75,27 @@ pub struct FrameReader {
     announced: Option<usize>,
     /// Bytes of the current frame received so far, header included (for a truncation).
     received: usize,
+    /// Bytes of the stream taken by the frames returned so far.
+    consumed: u64,
 }
 
 impl Default for FrameReader {
     fn default() -> Self {
-        Self { codec: codec(), buf: BytesMut::new(), started: None, announced: None, received: 0 }
+        Self {
+            codec: codec(),
+            buf: BytesMut::new(),
+            started: None,
+            announced: None,
+            received: 0,
+            consumed: 0,
+        }
     }
 }
 
 impl FrameReader {
     /// The next frame's body from `r`: waits as long as needed for its first byte, then at
     /// most `t` for the rest.
-    pub async fn next<R: AsyncRead + Unpin>(
-        &mut self,
-        r: &mut R,
-        t: Duration,
-    ) -> Result<Vec<u8>, FrameError> {
+    pub async fn next<R: AsyncRead + Unpin>(&mut self, mut r: R, t: Duration) -> Result<Vec<u8>, FrameError> {
         loop {
             if let Some(body) = self.decode()? {
                 return Ok(body);
@@ -131,11 +136,18 @@ impl FrameReader {
             // Checked above; kept for a codec that refuses for another reason.
             Err(e) => return Err(FrameError::Io(e)),
         };
+        self.consumed += (HEADER_LEN + body.len()) as u64;
         // What is left is the start of the next frame, if anything.
         self.announced = None;
         self.received = self.buf.len();
         self.started = if self.buf.is_empty() { None } else { Some(Instant::now()) };
         Ok(Some(body.to_vec()))
+    }
+
+    /// Where the stream stands after the frames returned so far: the last frame took the
+    /// bytes from this less its length (header included) to this.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
     }
 
     /// The error for an end of stream now.

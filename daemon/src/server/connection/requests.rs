@@ -91,7 +91,10 @@ impl Conn {
             Request::Detach { queue, deque } => self.detach(queue, deque),
             Request::Resume { slot, slot_epoch } => self.resume(slot, slot_epoch),
             Request::FenceCommand { index, birth, generation, pid } => {
-                self.fence_command(index, birth, generation, pid).await
+                self.fence_command((index, birth, generation), pid, false).await
+            }
+            Request::FenceCgroup { index, birth, generation, pid } => {
+                self.fence_command((index, birth, generation), pid, true).await
             }
             Request::Unfence { index, birth, pid } => self.unfence(index, birth, pid),
             Request::Schedule { index, generation } => {
@@ -292,25 +295,37 @@ impl Conn {
         Ok(Response::Resumed { process_slot: got.slot, slot_epoch: got.epoch })
     }
 
-    /// `FenceCommand`: a command this worker runs for a job it holds (see `crate::fence`).
+    /// `FenceCommand`, or with `in_cgroup` `FenceCgroup` (its two descriptors came with the
+    /// frame): a command this worker runs for a job it holds (see `crate::fence`).
     async fn fence_command(
-        &self,
-        index: u32,
-        birth: u32,
-        generation: u32,
+        &mut self,
+        (index, birth, generation): (u32, u32, u32),
         pid: u32,
+        in_cgroup: bool,
     ) -> Result<Response, ErrorReply> {
         let reg = self.st.reg.clone();
         let slot = self.slot.ok_or_else(|| {
             ErrorReply::new(ErrorCode::BadRequest, "attach (and claim the job) before fencing its command")
         })?;
+        let cgroup = if in_cgroup {
+            let fds = std::mem::take(&mut self.frame_fds);
+            let Ok::<[OwnedFd; 2], _>([dir, kill]) = fds.try_into() else {
+                return Err(ErrorReply::new(
+                    ErrorCode::BadRequest,
+                    "FenceCgroup needs two descriptors passed with it (the cgroup's directory and its cgroup.kill)",
+                ));
+            };
+            Some((dir, kill))
+        } else {
+            None
+        };
         let worker = (self.peer.pid, self.peer.uid);
         tokio::task::spawn_blocking(move || {
-            reg.register_fence(slot, (index, birth, generation), pid, worker)
+            reg.register_fence(slot, (index, birth, generation), pid, worker, cgroup)
         })
         .await
         .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
-        debug!(slot = slot.slot, index, birth, pid, "command registered for fencing");
+        debug!(slot = slot.slot, index, birth, pid, in_cgroup, "command registered for fencing");
         Ok(Response::Fenced)
     }
 
