@@ -55,8 +55,12 @@ fn measure(socket: &Path, rounds: usize) -> Result<(), Box<dyn std::error::Error
     let mut took = Vec::new();
     for round in 0..rounds {
         inj.push(format!("job {round}").as_bytes())?;
-        let mut holder =
-            Command::new(&me).arg("hold").arg(socket).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
+        let mut holder = Command::new(&me)
+            .arg("hold")
+            .arg(socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
         let mut line = String::new();
         BufReader::new(holder.stdout.take().ok_or("holder stdout")?).read_line(&mut line)?;
         if line.trim() != "held" {
