@@ -481,7 +481,8 @@ pub struct CheckArgs {
     quiescent: bool,
     /// A queued job that no deque or overflow ring references for this long is reported
     /// (no consumer would find it; the daemon indexes such strays within two of its
-    /// --lease-scan-interval sweeps, 100 ms each by default).
+    /// --lease-scan-interval sweeps after the queue last moved, 100 ms each by default, and
+    /// at the latest within its 10 s walk of every record).
     #[arg(long, value_parser = parse_duration, default_value = "500ms")]
     stray_window: Duration,
 }

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::layout::{MetricsBlock, QueueLimits};
+use crate::layout::{MetricsBlock, QueueLimits, RecordHeader};
 use crate::metrics::{Counter, HandleLane};
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
@@ -219,9 +219,12 @@ impl<'a> QueueCtx<'a> {
     // steal, and steal + payload + ack went from 50 to 58 ns on one core (BENCHMARKS).
     #[inline(always)]
     fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
-        let j = self.claim_uncounted(index, generation, me, self.lease_deadline())?;
+        let (hdr, g) = self.claim_cas(index, generation, me)?;
+        // Counted right after the CAS, before the deadline: the count is what tells the
+        // daemon's scan that a claim was made (`activity`), also of a claimer stopped before
+        // it stores its deadline.
         self.count(me, Counter::Claimed);
-        Some(j)
+        Some(self.claimed(hdr, index, g, me, self.lease_deadline()))
     }
 
     /// The lease deadline a claim made now gets (0: the queue has no lease).
@@ -243,6 +246,14 @@ impl<'a> QueueCtx<'a> {
         me: u32,
         deadline: u64,
     ) -> Option<ClaimedJob<'_>> {
+        let (hdr, g) = self.claim_cas(index, generation, me)?;
+        Some(self.claimed(hdr, index, g, me, deadline))
+    }
+
+    /// The claim CAS `Queued(g) -> Claimed(g, me)` of record `index` if it is `Queued` for
+    /// this queue (at `generation`, when given): its header and generation.
+    #[inline(always)]
+    fn claim_cas(&self, index: u32, generation: Option<u32>, me: u32) -> Option<(&RecordHeader, u32)> {
         let hdr = self.records.header(index)?;
         let st = self.records.state(index)?;
         let w = st.load();
@@ -255,19 +266,32 @@ impl<'a> QueueCtx<'a> {
             return None;
         }
         st.claim(w.generation(), me).ok()?;
+        Some((hdr, w.generation()))
+    }
+
+    /// A claim just won: stores its lease `deadline` and makes the job.
+    #[inline(always)]
+    fn claimed(
+        &self,
+        hdr: &RecordHeader,
+        index: u32,
+        generation: u32,
+        me: u32,
+        deadline: u64,
+    ) -> ClaimedJob<'_> {
         crate::fail_point!("claim.after_cas");
         // Relaxed: every give-back (nack, fail, recovery, lease expiry, requeue of a dead
         // letter) clears the deadline before its Release CAS, and our claim CAS continues that
         // release sequence, so a lease scan that sees `Claimed(g, me)` reads 0 or this value,
         // never a deadline of an earlier claim.
         hdr.deadline_ns.store(deadline, Ordering::Relaxed);
-        Some(ClaimedJob {
+        ClaimedJob {
             deadline: std::cell::Cell::new(deadline),
             ctx: self,
-            handle: std::cell::Cell::new(JobHandle { index, generation: w.generation() }),
+            handle: std::cell::Cell::new(JobHandle { index, generation }),
             me,
             done: false,
-        })
+        }
     }
 
     fn pop_overflow(&self, me: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {

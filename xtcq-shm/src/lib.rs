@@ -8,6 +8,8 @@
 //! - the overflow ring any process may push to ([`overflow`]);
 //! - job records, their state word and its one-CAS transitions ([`record`]);
 //! - recovery of what a dead process held ([`recovery`]) and an invariant walk ([`check`]);
+//! - what the daemon's periodic scan watches: claims with a lease ([`lease_watch`]) and
+//!   whether anything moved since its last walk of the records ([`activity`]);
 //! - delayed jobs, put in line by the daemon once due ([`delayed`]);
 //! - futex waiting on a queue's wait word ([`wait`]);
 //! - fork detection, so a child leaves its parent's claims alone ([`fork`]);
@@ -40,6 +42,8 @@ pub mod sync;
 pub mod wake_protocol;
 
 #[cfg(not(xtcq_loom))]
+pub mod activity;
+#[cfg(not(xtcq_loom))]
 pub mod api;
 #[cfg(not(xtcq_loom))]
 pub mod check;
@@ -49,6 +53,8 @@ pub mod dead_letter;
 pub mod delayed;
 #[cfg(not(xtcq_loom))]
 pub mod layout;
+#[cfg(not(xtcq_loom))]
+pub mod lease_watch;
 #[cfg(not(xtcq_loom))]
 pub mod metrics;
 #[cfg(not(xtcq_loom))]

@@ -17,15 +17,31 @@ use crate::segment::Segment;
 
 /// Every `Queued` record that no deque or ring references now, with its state word.
 pub fn unindexed_queued(seg: &Segment) -> Vec<(u32, StateWord)> {
-    let seen = crate::recovery::referenced(seg);
+    let seen = Referenced::now(seg);
     let records = seg.records();
     (0..records.len())
         .filter_map(|i| {
             let w = records.state(i)?.load();
-            (w.state() == Some(State::Queued) && !seen.get(i as usize).copied().unwrap_or(true))
-                .then_some((i, w))
+            seen.unindexed(i, w).then_some((i, w))
         })
         .collect()
+}
+
+/// The records some deque slot or overflow cell names, as read now: what a walk of the
+/// records (read after it) tests each record against.
+#[derive(Debug)]
+pub struct Referenced(Vec<bool>);
+
+impl Referenced {
+    /// Reads every active queue's deques and overflow ring.
+    pub fn now(seg: &Segment) -> Self {
+        Referenced(crate::recovery::referenced(seg))
+    }
+
+    /// Whether record `i`, read as `w` after this was made, is `Queued` and unindexed.
+    pub fn unindexed(&self, i: u32, w: StateWord) -> bool {
+        w.state() == Some(State::Queued) && !self.0.get(i as usize).copied().unwrap_or(true)
+    }
 }
 
 /// Of two walks' results, the records unindexed with the same word in both.
@@ -55,6 +71,42 @@ impl StraySweep {
     /// registry lock).
     pub fn sweep(&mut self, seg: &Segment) -> SweepOutcome {
         let now = unindexed_queued(seg);
+        self.index_persistent(seg, now)
+    }
+
+    /// A sweep that looks only at the records the last one saw unindexed (no walk of the
+    /// records): for a scan between walks, when nothing moved that could make new strays.
+    pub fn recheck(&mut self, seg: &Segment) -> SweepOutcome {
+        if self.last.is_empty() {
+            return SweepOutcome::default();
+        }
+        let seen = Referenced::now(seg);
+        let records = seg.records();
+        let now = self
+            .last
+            .iter()
+            .filter_map(|&(i, _)| {
+                let w = records.state(i)?.load();
+                seen.unindexed(i, w).then_some((i, w))
+            })
+            .collect();
+        self.index_persistent(seg, now)
+    }
+
+    /// A sweep over what a walk of the records found unindexed (tested against a
+    /// [`Referenced`] made before the walk): the daemon's walk does the strays' share of its
+    /// one pass this way.
+    pub fn sweep_found(&mut self, seg: &Segment, now: Vec<(u32, StateWord)>) -> SweepOutcome {
+        self.index_persistent(seg, now)
+    }
+
+    /// Records the last sweep saw unindexed (the next one indexes those still so).
+    pub fn candidates(&self) -> usize {
+        self.last.len()
+    }
+
+    /// Indexes what `now` (this sweep's unindexed records) and the last sweep share.
+    fn index_persistent(&mut self, seg: &Segment, now: Vec<(u32, StateWord)>) -> SweepOutcome {
         let mut out = SweepOutcome::default();
         for (i, w) in persistent(&self.last, &now) {
             let Some(hdr) = seg.records().header(i) else { continue };

@@ -70,7 +70,7 @@ impl Registry {
         jobs: Option<&[JobRef]>,
         me: u32,
     ) -> Result<DeadActed, proto::ErrorReply> {
-        let _t = self.lock();
+        let mut t = self.lock();
         let now = self.queue(&q.spec.name)?;
         if now.index != q.index {
             return Err(proto::ErrorReply::new(
@@ -86,6 +86,7 @@ impl Registry {
             Some(jobs) => self.resolve_dead(q, jobs)?,
         };
         let mut out = DeadActed::default();
+        t.scan.changed();
         for &h in &handles {
             let r = match action {
                 DeadAction::Requeue => dead_letter::requeue_dead(&self.seg, h, me),

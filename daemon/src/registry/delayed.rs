@@ -23,7 +23,8 @@ impl Registry {
 
     /// Puts each of `due` in line (those still `Delayed`), under the lock.
     pub fn release_due(&self, due: &[JobHandle]) {
-        let _t = self.lock();
+        let mut t = self.lock();
+        t.scan.changed();
         let (mut queued, mut unindexed) = (0u32, 0u32);
         for &h in due {
             match delayed::release_due(&self.seg, h) {

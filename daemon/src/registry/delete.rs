@@ -70,6 +70,7 @@ impl Registry {
         }
         let d = self.seg.delete_queue_at(q.index, force).map_err(|e| refused(delete_error_reply(&e)))?;
         self.forget_acl(&mut t, q.index);
+        t.scan.changed();
         drop(t);
         info!(
             queue = %name,

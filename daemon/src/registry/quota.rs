@@ -4,14 +4,14 @@
 //! - a queue is created with no record quota and the default dead-letter cap (a quarter of
 //!   the segment's records), written before the queue becomes active; `SetQueueLimits`
 //!   changes them, and only those who may delete the queue may;
-//! - the scan (every `--lease-scan-interval`) counts each queue's records in one pass and
-//!   publishes the counts the pushes compare with their quota; past its cap, a queue's
+//! - the scan's walk of the records (see `scan`: when anything moved, at the latest every
+//!   few seconds) counts each queue's records and publishes the counts the pushes compare with their quota; past its cap, a queue's
 //!   oldest dead letters (by the time they were queued) are dropped, counted and logged;
 //! - a drop is one CAS from `Dead` to `Free`: a dead letter re-queued or purged meanwhile
 //!   is left alone, and a daemon killed at any point loses no other job.
 
 use tracing::warn;
-use xtcq_shm::segment::QueueQuota;
+use xtcq_shm::segment::{QueueQuota, QueueRecordCount};
 
 use super::*;
 
@@ -46,7 +46,7 @@ impl Registry {
                 ),
             ));
         }
-        let t = self.lock();
+        let mut t = self.lock();
         let q = self.queue(name)?;
         self.check_access(&t, q.index, &q.spec.name, who, Op::Delete)?;
         if let (Some(n), Some(who), Some(acl)) = (max_records, who, t.queues.get(&q.index)) {
@@ -64,13 +64,15 @@ impl Registry {
         if let Some(n) = max_dead {
             limits.max_dead.store(n, Ordering::Relaxed);
         }
+        // A lower cap drops dead letters at the next walk.
+        t.scan.changed();
         Ok(self.seg.quota_state(q.index).quota)
     }
 
-    /// The scan's quota pass: counts every queue's records, drops the oldest dead letters
-    /// past each cap, and publishes the counts. Returns the dead letters dropped.
-    pub(super) fn enforce_quotas(&self) -> u64 {
-        let counts = self.seg.count_queue_records();
+    /// The scan's quota pass, over what its walk counted of every queue's records: drops
+    /// the oldest dead letters past each cap, and publishes the counts. Returns the dead
+    /// letters dropped.
+    pub(super) fn enforce_quotas(&self, counts: Vec<QueueRecordCount>) -> u64 {
         let mut total = 0;
         for (index, mut c) in (0u32..).zip(counts) {
             let Ok(q) = self.seg.queue(index) else { continue };

@@ -40,6 +40,7 @@ impl Registry {
             self.release_wakes_of(t, slot.slot);
         }
         let Some(s) = self.seg.process_slot(slot.slot) else { return };
+        t.scan.changed();
         // A slot this daemon tracks is recovered whatever the segment's epoch says (an
         // attached process may have changed it); an untracked one only at its epoch.
         if !tracked && s.epoch.load(Ordering::Relaxed) != slot.epoch {

@@ -2,7 +2,7 @@
 //! never got a deadline, and strays.
 //!
 //! - **Expired leases**: claims whose deadline passed are fenced and re-queued
-//!   (`recovery::expire_leases_fenced`).
+//!   (`xtcq_shm::lease_watch`).
 //! - **Claims without a deadline** in a queue with a lease: the claimer stores its deadline
 //!   just after its claim CAS; one stopped (SIGSTOP, a debugger) or wedged between the two
 //!   would hold the job forever. The scan remembers when it first saw each such claim (by
@@ -11,34 +11,88 @@
 //! - **Strays**: `Queued` records nothing indexes (a give-back met a full overflow ring, or
 //!   a process stopped between re-queuing and indexing); `xtcq_shm::strays` indexes each
 //!   one seen on two scans in a row.
-//!
 //! - **Quotas**: each queue's records are counted for its record quota, and dead letters
 //!   past its cap dropped (`quota`).
 //!
+//! **Idle costs nothing.** Walking every record is what costs (a 4 M-record segment is half
+//! a gigabyte of record lines), so a scan walks them only when something can have changed:
+//! - when the activity snapshot (`xtcq_shm::activity`: the queues' deque and ring indices
+//!   and the registered processes' counters, which every job transition moves) differs
+//!   from the last scan's, and once more at the scan after (what a count announced may reach
+//!   the records a little later on weakly ordered machines);
+//! - when this daemon changed jobs itself (recovery, deletes, dead-letter actions, lease
+//!   expiries: [`ScanMemory::changed`]);
+//! - at least every [`WALK_EVERY_NS`], for what no snapshot shows: a process stopped for good
+//!   within the few instructions between a job transition and its count, or one that
+//!   scribbled over the segment.
+//!
+//! Between walks a scan looks only at the claims due to expire by then and at the strays the
+//! last walk saw, so its cost follows the claims and the queues, not the records.
+//!
 //! All under the registry lock, so a scan never races a recovery.
 
-use std::collections::HashMap;
-
-use std::sync::atomic::Ordering;
 use tracing::{error, warn};
+use xtcq_shm::activity;
+use xtcq_shm::lease_watch::LeaseWatch;
 use xtcq_shm::record::state::{JobHandle, State, StateWord};
 use xtcq_shm::recovery;
-use xtcq_shm::strays::StraySweep;
+use xtcq_shm::segment::QueueRecordCount;
+use xtcq_shm::strays::{Referenced, StraySweep};
 
-use super::Registry;
+use super::*;
+
+/// What a walk found for the rest of the scan.
+#[derive(Default)]
+struct Walked {
+    /// `Queued` records nothing indexed, with their words.
+    unindexed: Vec<(u32, StateWord)>,
+    /// The queues' records (`None`: no walk).
+    counts: Option<Vec<QueueRecordCount>>,
+}
 
 /// What the scan keeps between runs.
 #[derive(Default)]
 pub(super) struct ScanMemory {
     strays: StraySweep,
-    /// Claims seen without a deadline: record index -> (claim word, first seen, ns).
-    undated: HashMap<u32, (StateWord, u64)>,
+    leases: LeaseWatch,
+    /// The activity snapshot the last scan took, and a buffer for the next.
+    seen: Vec<u64>,
+    spare: Vec<u64>,
+    /// Walks owed to changes seen: the one now and the one after.
+    owed: u8,
+    /// When the records were last walked (monotonic ns; 0: never).
+    walked_at: u64,
     /// When finished fence registrations were last looked for (monotonic ns).
     forgot_at: u64,
 }
 
+impl ScanMemory {
+    /// This daemon changed jobs in the segment: the next two scans walk the records.
+    pub(super) fn changed(&mut self) {
+        self.owed = 2;
+    }
+
+    /// Whether this scan walks the records (see the module docs).
+    fn must_walk(&mut self, seg: &Segment, slots: &[u32], now: u64) -> bool {
+        activity::snapshot(seg, slots, &mut self.spare);
+        if self.spare != self.seen {
+            std::mem::swap(&mut self.seen, &mut self.spare);
+            self.owed = 2;
+        }
+        let backstop = self.walked_at == 0 || now.saturating_sub(self.walked_at) >= WALK_EVERY_NS;
+        if self.owed > 0 {
+            self.owed -= 1;
+            return true;
+        }
+        backstop
+    }
+}
+
 /// How often the scan looks for fence registrations whose command is over.
 const FORGET_EVERY_NS: u64 = 1_000_000_000;
+
+/// The longest time between two walks of every record, whatever the activity snapshot says.
+pub const WALK_EVERY_NS: u64 = 10_000_000_000;
 
 impl Registry {
     /// One scan: with `leases`, expire claims past their lease (dated or not); always,
@@ -46,15 +100,13 @@ impl Registry {
     pub fn scan(&self, leases: bool) -> usize {
         let mut t = self.lock();
         let now = xtcq_shm::segment::monotonic_ns();
-        let mut taken = Vec::new();
-        if leases {
-            let (fences, mem) = t.split_scan();
-            let mut fence = |i: u32, holder: u32| fences.fence(i, holder);
-            taken = recovery::expire_leases_fenced(&self.seg, now, &mut fence);
-            for (i, w) in self.undated_expired(&mut mem.undated, now) {
-                taken.extend(recovery::expire_claim(&self.seg, i, w, &mut fence));
-            }
-        }
+        let slots: Vec<u32> = t.slots.keys().copied().collect();
+        let walk = t.scan.must_walk(&self.seg, &slots, now);
+        let (taken, walked) = if walk {
+            self.walk(&mut t, now, leases)
+        } else {
+            (self.due(&mut t, now, leases), Walked::default())
+        };
         if now.saturating_sub(t.scan.forgot_at) >= FORGET_EVERY_NS {
             t.scan.forgot_at = now;
             t.fences.forget_finished();
@@ -64,7 +116,11 @@ impl Registry {
         }
         self.log_expired(&taken);
         self.nudge_waiters(&mut t);
-        let swept = t.scan.strays.sweep(&self.seg);
+        let swept = if walk {
+            t.scan.strays.sweep_found(&self.seg, walked.unindexed)
+        } else {
+            t.scan.strays.recheck(&self.seg)
+        };
         if !swept.indexed.is_empty() || swept.waiting > 0 {
             warn!(
                 indexed = swept.indexed.len(),
@@ -81,50 +137,53 @@ impl Registry {
                  copy was written back (clients that mapped it meanwhile were refused)"
             );
         }
+        let (blocks, dropped) = match walked.counts {
+            Some(counts) => self.after_walk(counts),
+            None => (0, 0),
+        };
+        if !taken.is_empty() || !swept.indexed.is_empty() || dropped > 0 {
+            t.scan.changed();
+        }
+        taken.len() + swept.indexed.len() + dropped as usize + blocks as usize
+    }
+
+    /// One pass over every record: leases (with `leases`), strays, the queues' counts.
+    fn walk(&self, t: &mut Bookkeeping, now: u64, leases: bool) -> (Vec<JobHandle>, Walked) {
+        t.scan.walked_at = now;
+        // Read before the records, as `strays::unindexed_queued` does.
+        let referenced = Referenced::now(&self.seg);
+        let (mut unindexed, mut counts) = (Vec::new(), self.seg.queue_record_counts());
+        let (fences, mem) = t.split_scan();
+        let mut fence = |i: u32, holder: u32| fences.fence(i, holder);
+        let fence: Option<recovery::Fence<'_>> = if leases { Some(&mut fence) } else { None };
+        let taken = mem.leases.walk_with(&self.seg, now, fence, &mut |i, w, hdr| {
+            if referenced.unindexed(i, w) {
+                unindexed.push((i, w));
+            }
+            QueueRecordCount::tally(&mut counts, i, w, hdr);
+        });
+        (taken, Walked { unindexed, counts: Some(counts) })
+    }
+
+    /// Between walks: only the claims due now (with `leases`).
+    fn due(&self, t: &mut Bookkeeping, now: u64, leases: bool) -> Vec<JobHandle> {
+        if !leases {
+            return Vec::new();
+        }
+        let (fences, mem) = t.split_scan();
+        mem.leases.due(&self.seg, now, &mut |i, holder| fences.fence(i, holder))
+    }
+
+    /// What follows a walk: frees orphan payload blocks, enforces the queues' quotas with
+    /// the walk's `counts`. Returns the blocks freed and the dead letters dropped.
+    fn after_walk(&self, counts: Vec<QueueRecordCount>) -> (u32, u64) {
         // Payload blocks whose record moved on (a process died between freeing a record and
-        // giving its block back, and its recovery ran before that): freed, at each scan.
+        // giving its block back, and its recovery ran before that): freed.
         let blocks = recovery::sweep_blocks(&self.seg);
         if blocks > 0 {
             warn!(blocks, "payload blocks held by no live job were freed");
         }
-        let dropped = self.enforce_quotas();
-        taken.len() + swept.indexed.len() + dropped as usize + blocks as usize
-    }
-
-    /// Claims without a deadline in a queue with a lease, first seen at least one lease
-    /// ago with the same word; updates `undated` with what this scan sees.
-    fn undated_expired(
-        &self,
-        undated: &mut HashMap<u32, (StateWord, u64)>,
-        now: u64,
-    ) -> Vec<(u32, StateWord)> {
-        let records = self.seg.records();
-        let mut seen = HashMap::new();
-        let mut due = Vec::new();
-        for i in 0..records.len() {
-            let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { break };
-            let w = st.load();
-            if w.state() != Some(State::Claimed) || hdr.deadline_ns.load(Ordering::Relaxed) != 0 {
-                continue;
-            }
-            let lease_ms =
-                self.seg.queue(hdr.queue.load(Ordering::Relaxed)).map(|q| q.spec.lease_ms).unwrap_or(0);
-            // Re-check: the deadline we read must belong to this claim.
-            if lease_ms == 0 || st.load() != w {
-                continue;
-            }
-            let first = match undated.get(&i) {
-                Some(&(old, at)) if old == w => at,
-                _ => now,
-            };
-            if now.saturating_sub(first) >= u64::from(lease_ms) * 1_000_000 {
-                due.push((i, w));
-            } else {
-                seen.insert(i, (w, first));
-            }
-        }
-        *undated = seen;
-        due
+        (blocks, self.enforce_quotas(counts))
     }
 
     fn log_expired(&self, revoked: &[JobHandle]) {

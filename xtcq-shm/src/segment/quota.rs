@@ -43,6 +43,23 @@ pub struct QueueRecordCount {
     pub dead: Vec<(u64, crate::record::state::JobHandle)>,
 }
 
+impl QueueRecordCount {
+    /// Counts record `i` (state word `w`, header `h`) into its entry of `counts` (see
+    /// [`Segment::count_queue_records`]): for a walk that also does other things.
+    pub fn tally(counts: &mut [QueueRecordCount], i: u32, w: StateWord, h: &RecordHeader) {
+        let Some(c) = counts.get_mut(h.queue.load(Ordering::Relaxed) as usize) else { return };
+        match w.state() {
+            Some(State::Free) | None => {}
+            Some(State::Dead) => {
+                c.used += 1;
+                let handle = crate::record::state::JobHandle { index: i, generation: w.generation() };
+                c.dead.push((h.enqueued_ns.load(Ordering::Relaxed), handle));
+            }
+            Some(_) => c.used += 1,
+        }
+    }
+}
+
 impl Segment {
     /// Queue-table entry `index`'s limit words, `None` out of range. Atomics only: the plain
     /// descriptor before them is never borrowed.
@@ -102,23 +119,18 @@ impl Segment {
     /// One pass over every record: per queue-table entry, the records in use and the dead
     /// letters. A racy snapshot; records naming no entry are not counted.
     pub fn count_queue_records(&self) -> Vec<QueueRecordCount> {
-        let mut out = vec![QueueRecordCount::default(); self.desc.config.queues as usize];
+        let mut out = self.queue_record_counts();
         let records = self.records();
         for i in 0..records.len() {
             let (Some(st), Some(h)) = (records.state(i), records.header(i)) else { break };
-            let w = st.load();
-            let Some(c) = out.get_mut(h.queue.load(Ordering::Relaxed) as usize) else { continue };
-            match w.state() {
-                Some(State::Free) | None => {}
-                Some(State::Dead) => {
-                    c.used += 1;
-                    let handle = crate::record::state::JobHandle { index: i, generation: w.generation() };
-                    c.dead.push((h.enqueued_ns.load(Ordering::Relaxed), handle));
-                }
-                Some(_) => c.used += 1,
-            }
+            QueueRecordCount::tally(&mut out, i, st.load(), h);
         }
         out
+    }
+
+    /// Empty counts, one per queue-table entry, for [`QueueRecordCount::tally`].
+    pub fn queue_record_counts(&self) -> Vec<QueueRecordCount> {
+        vec![QueueRecordCount::default(); self.desc.config.queues as usize]
     }
 
     /// Publishes what a scan counted for entry `index`, writing only the words that changed,
