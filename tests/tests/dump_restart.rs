@@ -23,6 +23,14 @@ fn stop(d: &mut Daemon) {
     assert!(o.status.success(), "xtcqd failed to stop cleanly: {}", d.log_text());
 }
 
+/// Restarts `d` with `flags` and waits for its "ready" line: the socket takes connections
+/// before `--import-on-start` has run, so a look at the files before it races the import.
+fn restart(d: &mut Daemon, flags: &[&str]) {
+    let before = d.log_text().matches("xtcqd ready").count();
+    d.restart_with(flags, |_| {});
+    wait_until(Duration::from_secs(10), "xtcqd ready", || d.log_text().matches("xtcqd ready").count() > before);
+}
+
 fn with_suffix(p: &Path, s: &str) -> std::path::PathBuf {
     let mut o = p.as_os_str().to_owned();
     o.push(s);
@@ -49,9 +57,13 @@ fn a_restart_with_a_surviving_segment_does_not_import_its_own_dump() {
 
     stop(&mut d);
     assert!(dump.exists(), "--export-on-stop wrote no dump: {}", d.log_text());
-    d.restart_with(&both, |_| {});
+    restart(&mut d, &both);
 
-    assert!(!dump.exists() && with_suffix(&dump, ".superseded").exists(), "the dump was not set aside");
+    assert!(
+        !dump.exists() && with_suffix(&dump, ".superseded").exists(),
+        "the dump was not set aside: {}",
+        d.log_text()
+    );
     assert!(d.log_text().contains("not imported"), "the log says why: {}", d.log_text());
     let s = d.stats();
     assert_eq!(s["records"]["dead"].as_u64(), Some(1), "dead letters doubled: {s}");
@@ -237,7 +249,7 @@ fn owners_grants_and_backoff_survive_a_reboot() {
     std::fs::remove_file(&d.segment).expect("a reboot empties /dev/shm");
     let mut again = flags(&users);
     again.extend(["--import-on-start", &dump_s]);
-    d.restart_with(&again, |_| {});
+    restart(&mut d, &again);
 
     ok(&as_user(&d, &alice, &["push", "aq", "after"]));
     ok(&as_user(&d, &bob, &["push", "aq", "by bob"]));
