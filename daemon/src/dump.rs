@@ -473,6 +473,19 @@ impl LineReader<'_> {
                     ),
                 ));
             }
+            // Checked here, not when the queue is made: the import would have made the
+            // queues before it, and left the file claimed.
+            (Some(_), Line::Queue(q)) if q.retry_backoff.is_some_and(|b| b.validate().is_err()) => {
+                let why = q.retry_backoff.and_then(|b| b.validate().err()).map(|e| e.to_string());
+                return Err(self.bad(
+                    n,
+                    format!(
+                        "queue {}: retry_backoff: {}; fix base_ms / max_ms in the dump",
+                        q.name,
+                        why.unwrap_or_default()
+                    ),
+                ));
+            }
             (Some(_), Line::Queue(q)) => self.dump.queues.push(q),
             (Some(_), Line::Job(j)) => self.dump.jobs.push(j),
             (Some(_), Line::End { queues, jobs }) => {

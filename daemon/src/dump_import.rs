@@ -7,7 +7,11 @@
 //!   older or from `xtcq export`, gives it to the daemon's uid, with a warning);
 //! - `--import-on-start` never imports a dump of the very segment the daemon adopted (a
 //!   plain restart, where the segment survived): those jobs are in it already, or ran; the
-//!   file becomes `FILE.superseded` and the log says so;
+//!   file becomes `FILE.superseded` (or keeps its name, when something is in the way) and
+//!   the log says so. A dump that names no segment (an older build's) is taken for one of
+//!   the adopted segment when it was written after that segment was made;
+//! - `--import-on-start` naming the daemon's own segment file is refused: the claim would
+//!   rename the segment away;
 //! - the jobs are written as a process slot the daemon registers for itself and releases
 //!   after (recovered like any dead process's if the daemon dies meanwhile), each with its
 //!   attempts and last error, queued or dead as in the dump;
@@ -104,6 +108,14 @@ pub fn claim_file(
     path: &Path,
     check: impl FnOnce(&Dump) -> Result<(), DumpError>,
 ) -> Result<Option<(PathBuf, Dump)>, DumpError> {
+    let Some(d) = read_unclaimed(path)? else { return Ok(None) };
+    check(&d)?;
+    Ok(Some((claim(path)?, d)))
+}
+
+/// The dump at `path`, unless an import of it was interrupted (an error) or there is no
+/// such file (`None`); the file keeps its name.
+fn read_unclaimed(path: &Path) -> Result<Option<Dump>, DumpError> {
     let importing = with_suffix(path, ".importing");
     if importing.exists() {
         return Err(DumpError::Import(format!(
@@ -124,8 +136,12 @@ pub fn claim_file(
             path.display()
         )));
     }
-    let d = dump::read(path)?;
-    check(&d)?;
+    dump::read(path).map(Some)
+}
+
+/// Renames `path` to `FILE.importing`; returns that name.
+fn claim(path: &Path) -> Result<PathBuf, DumpError> {
+    let importing = with_suffix(path, ".importing");
     std::fs::rename(path, &importing).map_err(|source| match source.kind() {
         // Read and checked here, but renamed by another import in between: that one imports it.
         std::io::ErrorKind::NotFound => DumpError::Import(format!(
@@ -136,17 +152,12 @@ pub fn claim_file(
         )),
         _ => DumpError::Io { what: "cannot rename", path: path.to_path_buf(), source },
     })?;
-    Ok(Some((importing, d)))
+    Ok(importing)
 }
 
 /// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
 pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
-    finish_file_as(path, ".imported")
-}
-
-/// Renames `FILE.importing` to `FILE` + `suffix`; returns the new name.
-fn finish_file_as(path: &Path, suffix: &str) -> Result<PathBuf, DumpError> {
-    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, suffix));
+    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, ".imported"));
     std::fs::rename(&importing, &done).map_err(|source| DumpError::Io {
         what: "cannot rename",
         path: importing.clone(),
@@ -156,27 +167,85 @@ fn finish_file_as(path: &Path, suffix: &str) -> Result<PathBuf, DumpError> {
 }
 
 /// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
-/// readable layout) once. A missing file is nothing to import; a dump of the segment the
-/// daemon `adopted` is not imported (see the module docs).
+/// readable layout) once. A missing file is nothing to import; the daemon's own segment file
+/// is refused; a dump that may be of the segment the daemon `adopted` is set aside, not
+/// imported (see the module docs).
 pub fn import_on_start(reg: &Registry, path: &Path, adopted: bool) -> Result<(), DumpError> {
-    let here = dump::SegmentId::of(reg.segment());
-    let same = |d: &Dump| adopted && d.segment == Some(here);
-    let Some((_, d)) = claim_file(path, |d| if same(d) { Ok(()) } else { check_room(reg, d) })? else {
+    refuse_own_segment(reg, path)?;
+    let Some(d) = read_unclaimed(path)? else {
         info!(file = %path.display(), "--import-on-start: no such file, nothing to import");
         return Ok(());
     };
-    if same(&d) {
-        let kept = finish_file_as(path, ".superseded")?;
-        warn!(
-            file = %path.display(),
-            renamed_to = %kept.display(),
-            "--import-on-start: not imported: the dump was taken of this very segment, which survived the \
-             restart and still holds its jobs (or what became of them); importing it would run them twice"
-        );
-        return Ok(());
+    if adopted {
+        if let Some(why) = may_hold_this_segment(&d, dump::SegmentId::of(reg.segment()), path) {
+            set_aside(path, why);
+            return Ok(());
+        }
     }
+    check_room(reg, &d)?;
+    claim(path)?;
     let (created, jobs) = import(reg, &d)?;
     let done = finish_file(path)?;
     info!(file = %path.display(), queues_created = created, jobs, renamed_to = %done.display(), "imported");
     Ok(())
+}
+
+/// Refuses `path` when it is the segment file `reg` serves (any spelling, or a link to it):
+/// the claim would rename the segment itself away, and its jobs with it.
+fn refuse_own_segment(reg: &Registry, path: &Path) -> Result<(), DumpError> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(file), Ok(seg)) = (std::fs::metadata(path), reg.segment().file().metadata()) else {
+        return Ok(());
+    };
+    if (file.dev(), file.ino()) == (seg.dev(), seg.ino()) {
+        return Err(DumpError::Import(format!(
+            "--import-on-start {} is this daemon's own segment (--segment): importing it would rename \
+             the segment away; give the dump file (--export-on-stop, `xtcq export`) or another, older \
+             segment file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Why the dump `d` at `path` may hold the jobs of the segment `here` (adopted, so they are
+/// in it still, or ran), if it may: it names that segment; or it names none (an older
+/// build wrote it) and was written after `here` was made.
+fn may_hold_this_segment(d: &Dump, here: dump::SegmentId, path: &Path) -> Option<&'static str> {
+    match d.segment {
+        Some(id) if id == here => Some(
+            "the dump was taken of this very segment, which survived the restart and still holds its jobs \
+             (or what became of them); importing it would run them twice",
+        ),
+        Some(_) => None,
+        None => {
+            let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+            let ns = written.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos());
+            // Unknown: assume it may, as the safe side (the file is kept).
+            ns.is_none_or(|ns| ns >= u128::from(here.created_unix_ns)).then_some(
+                "the dump names no segment (an older xtcq wrote it) and was written after the segment this \
+                 daemon adopted was made, so it may be of this segment, whose jobs are still here (or ran); \
+                 importing it could run them twice. If its jobs are not in the segment, import it by hand \
+                 (xtcq import FILE)",
+            )
+        }
+    }
+}
+
+/// Renames `path` to `FILE.superseded` and logs `why`; where the rename fails (something in
+/// the way), logs that and leaves it: it is not imported either way.
+fn set_aside(path: &Path, why: &str) {
+    let kept = with_suffix(path, ".superseded");
+    match std::fs::rename(path, &kept) {
+        Ok(()) => warn!(
+            file = %path.display(),
+            renamed_to = %kept.display(),
+            "--import-on-start: not imported: {why}"
+        ),
+        Err(e) => warn!(
+            file = %path.display(),
+            "--import-on-start: not imported: {why}. It keeps its name: it could not be renamed {}: {e}",
+            kept.display()
+        ),
+    }
 }

@@ -246,16 +246,55 @@ impl Segment {
     /// file itself faults with SIGBUS on every page past a truncation made while it is read
     /// (by anyone who may write the file), where `read` only comes up short, which the
     /// length check then refuses. The copy is also a snapshot: jobs moving in a live
-    /// segment move no more while it is read. It costs memory the size of the segment.
+    /// segment move no more while it is read. It costs memory the size of the segment as its
+    /// header gives it (checked before the copy, so a longer file costs no more; a header
+    /// forged to declare a huge, consistent segment still costs that much).
     pub fn open_read_only(path: &Path) -> Result<Segment, SegmentError> {
         let file = OpenOptions::new().read(true).open(path).map_err(io_err(path, "cannot open"))?;
-        let len = file.metadata().map_err(io_err(path, "cannot stat"))?.len();
+        // Only the length its own header gives, checked first: a file of any length costs no
+        // disk (sparse), and copied whole it would take that much memory.
+        let len = Self::declared_len(&file, path)?;
         let copy = rustix::fs::memfd_create("xtcq-segment-copy", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(|e| io_err(path, "cannot create a memfd to copy it into")(e.into()))?;
         let mut copy = File::from(copy);
         // `take`: a file that grows while it is read is copied up to the length it had.
         io::copy(&mut io::Read::take(&file, len), &mut copy).map_err(io_err(path, "cannot read"))?;
         Self::attach_mode(copy, path, true)
+    }
+
+    /// The length the header of the segment file `file` gives, once its magic and
+    /// descriptor check out (as [`attach_mode`](Self::attach_mode) checks them, read-only);
+    /// read with `pread`, so a truncation makes it come up short, never a fault.
+    fn declared_len(file: &File, path: &Path) -> Result<u64, SegmentError> {
+        let actual = file.metadata().map_err(io_err(path, "cannot stat"))?.len();
+        let header_len = core::mem::size_of::<SegmentHeader>();
+        let mut header = core::mem::MaybeUninit::<SegmentHeader>::zeroed();
+        // SAFETY: the header's bytes, zeroed above, so initialised; nothing else refers to them.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(header.as_mut_ptr().cast::<u8>(), header_len) };
+        std::os::unix::fs::FileExt::read_exact_at(file, bytes, 0).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                SegmentError::Truncated { path: path.to_path_buf(), actual, needed: header_len as u64 }
+            }
+            _ => io_err(path, "cannot read")(e),
+        })?;
+        let base = header.as_ptr().cast::<u8>();
+        // SAFETY: `base` is a whole, aligned header; both descriptors are plain integers,
+        // valid for any bits, and no longer than it.
+        let desc = unsafe { core::ptr::read(base.cast::<SegmentDescriptor>()) };
+        let desc = match desc.layout_version {
+            // SAFETY: as above.
+            4 | 5 => compat::descriptor_of_v5(unsafe { core::ptr::read(base.cast()) }),
+            _ => desc,
+        };
+        if desc.magic != MAGIC {
+            return Err(SegmentError::BadMagic {
+                path: path.to_path_buf(),
+                found: desc.magic,
+                expected: MAGIC,
+            });
+        }
+        validate_descriptor(&desc, actual, true).map_err(|e| invalid(e, path, actual))?;
+        Ok(desc.regions.total_len)
     }
 
     fn attach_mode(file: File, path: &Path, read_only: bool) -> Result<Segment, SegmentError> {
@@ -307,15 +346,7 @@ impl Segment {
         if ready != READY {
             return Err(SegmentError::NotReady { path: path.to_path_buf() });
         }
-        validate_descriptor(&desc, actual, read_only).map_err(|e| match e {
-            Invalid::Version(found) => {
-                SegmentError::Version { path: path.to_path_buf(), found, expected: LAYOUT_VERSION }
-            }
-            Invalid::Truncated(needed) => {
-                SegmentError::Truncated { path: path.to_path_buf(), actual, needed }
-            }
-            Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
-        })?;
+        validate_descriptor(&desc, actual, read_only).map_err(|e| invalid(e, path, actual))?;
         let blocks = block_layout(&desc.config);
         Ok(Segment {
             map,
@@ -565,6 +596,17 @@ enum Invalid {
     Version(u32),
     Truncated(u64),
     What(String),
+}
+
+/// The error of a descriptor that is `e`, of the file at `path`, `actual` bytes long.
+fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
+    match e {
+        Invalid::Version(found) => {
+            SegmentError::Version { path: path.to_path_buf(), found, expected: LAYOUT_VERSION }
+        }
+        Invalid::Truncated(needed) => SegmentError::Truncated { path: path.to_path_buf(), actual, needed },
+        Invalid::What(what) => SegmentError::Inconsistent { path: path.to_path_buf(), what },
+    }
 }
 
 /// The layout versions [`Segment::open_read_only`] reads: versions 4 and 5 differ from this
