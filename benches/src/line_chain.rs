@@ -171,6 +171,9 @@ mod tests {
     fn a_chain_is_measured_between_two_threads() {
         let one_way = dependent_chain_ns(2, 200);
         assert_eq!(one_way.len(), 2);
-        assert!(one_way.iter().all(|ns| ns.is_finite() && *ns > 0.0), "{one_way:?}");
+        // Only the first length is sure to be positive: later ones subtract half of the
+        // first, and a vCPU preempted during the first can make the difference negative.
+        assert!(one_way.iter().all(|ns| ns.is_finite()), "{one_way:?}");
+        assert!(one_way[0] > 0.0, "{one_way:?}");
     }
 }
