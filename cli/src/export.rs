@@ -8,9 +8,10 @@
 //!   and consumers first, or use `xtcqd --export-on-stop`;
 //! - an import renames FILE to FILE.importing, then FILE.imported (`xtcqd::dump_import`):
 //!   a file is imported once, and an interrupted import is refused, not guessed at;
-//! - before the rename, the dump is checked against the daemon's stats and an injector is
-//!   attached to each existing queue it has jobs for: a dump this user cannot import whole
-//!   is refused with nothing written.
+//! - before the rename, the dump is checked against the daemon's stats, an injector is
+//!   attached to each existing queue it has jobs for, and its missing queues are created
+//!   with their limits (deleted again on a refusal): a dump this user cannot import whole
+//!   (a queue or quota past its share included) is refused with nothing written.
 
 use std::path::PathBuf;
 
@@ -108,6 +109,42 @@ fn attach_existing(
     Ok(())
 }
 
+/// Creates the queues of `d` the segment lacks, with their limits, before the file is
+/// claimed: the daemon refuses what this user may not have (a quota past its
+/// `--records-per-uid`, a queue past `--queues-per-uid`) only when asked, and a refusal
+/// after the claim left the file `.importing` and a queue without its jobs. On a refusal
+/// the queues made so far are deleted again. A dump's "no quota" (0) keeps the quota the
+/// daemon gives a new queue of this user.
+fn create_queues(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(), xtcqd::dump::DumpError> {
+    let mut created = Vec::new();
+    let refused = |q: &str, e: &dyn std::fmt::Display, created: &[String]| {
+        remove_created(client, created);
+        xtcqd::dump::DumpError::Import(format!("queue {q}: {e}; nothing was imported"))
+    };
+    for q in &d.queues {
+        match client.create_queue(&xtcqd::dump::params(q)) {
+            Ok(_) => created.push(q.name.clone()),
+            Err(xtcq_client::Error::QueueExists(_)) => continue,
+            Err(e) => return Err(refused(&q.name, &e, &created)),
+        }
+        let max_records = Some(q.max_records).filter(|&n| n != 0);
+        if let Err(e) = client.set_queue_limits(&q.name, max_records, Some(q.max_dead)) {
+            return Err(refused(&q.name, &e, &created));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the queues an import that was then refused had created (empty: no job was
+/// written); one that cannot be is left, and said so.
+fn remove_created(client: &xtcq_client::Client, created: &[String]) {
+    for q in created {
+        if let Err(e) = client.delete_queue(q, false) {
+            eprintln!("xtcq import: the empty queue {q} this import created could not be deleted: {e}");
+        }
+    }
+}
+
 /// Creates the dump's missing queues (with its limits), then writes each job with its
 /// attempts and last error through an injector of its queue.
 pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
@@ -116,7 +153,8 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
     let claimed = xtcqd::dump_import::claim_file(&args.file, |d| {
         refuse_same_segment(&client, d)?;
         check_room(&client, d)?;
-        attach_existing(&client, d, &mut injectors)
+        attach_existing(&client, d, &mut injectors)?;
+        create_queues(&client, d)
     })?;
     let Some((_, d)) = claimed else {
         let mut done = args.file.clone().into_os_string();
@@ -130,15 +168,6 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
         }
         anyhow::bail!("{}: no such file", args.file.display());
     };
-    for q in &d.queues {
-        match client.create_queue(&xtcqd::dump::params(q)) {
-            Ok(_) => client
-                .set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead))
-                .with_context(|| format!("queue {} was created, but its limits could not be set", q.name))?,
-            Err(xtcq_client::Error::QueueExists(_)) => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create queue {}", q.name)),
-        }
-    }
     for (n, j) in d.jobs.iter().enumerate() {
         if !injectors.iter().any(|(name, _)| *name == j.queue) {
             let inj = client.attach_injector(&j.queue).with_context(|| format!("queue {}", j.queue))?;

@@ -136,14 +136,15 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub process_slots_per_uid: Option<u32>,
 
-    /// Most queues one user may own [default: half the segment's --queues]. The daemon's
-    /// own uid and root are not limited.
+    /// Most queues one user may own [default: half the segment's --queues; at most all of
+    /// them]. The daemon's own uid and root are not limited.
     #[arg(long, value_name = "N")]
     pub queues_per_uid: Option<u32>,
 
     /// Most job records the queues of one user may hold, as the sum of their record quotas
     /// (each of its queues gets an even slice unless `xtcq limits` gives it more) [default:
-    /// half the segment's --records]. The daemon's own uid and root are not limited.
+    /// half the segment's --records; at most all of them]. The daemon's own uid and root are
+    /// not limited.
     #[arg(long, value_name = "N")]
     pub records_per_uid: Option<u32>,
 

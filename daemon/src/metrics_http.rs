@@ -108,8 +108,12 @@ impl WaitingList {
             .count()
     }
 
+    /// Adds `w`, dropping the entries of connections no longer waiting: kept, each held
+    /// its task's memory for good and made every accept's walk of the list longer.
     fn push(&self, w: Waiting) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(w);
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.reading.load(Ordering::Relaxed) && !w.task.is_finished());
+        list.push_back(w);
     }
 }
 

@@ -187,9 +187,15 @@ fn shared_state(
     let fences = fds.saturating_sub(64 + u64::from(seg.config().process_slots) + 2 * max_connections as u64);
     let reg = Registry::with_state(seg.clone(), state)
         .limit_slots_per_uid(slots_per_uid, Config::unlimited_uids())
+        // At most the segment's own: a share past it would make each queue's even slice
+        // a quota larger than the segment (its dump then refused by the next import), or
+        // divide the records among more queues than the table holds.
         .limit_share_per_uid(crate::registry::UidShare {
-            queues: cfg.queues_per_uid.unwrap_or((seg.config().queues / 2).max(1)),
-            records: cfg.records_per_uid.unwrap_or((seg.config().job_records / 2).max(1)),
+            queues: cfg.queues_per_uid.unwrap_or(seg.config().queues / 2).clamp(1, seg.config().queues),
+            records: cfg
+                .records_per_uid
+                .unwrap_or(seg.config().job_records / 2)
+                .clamp(1, seg.config().job_records),
             exempt: Config::unlimited_uids(),
         })
         .limit_fences(usize::try_from(fences).unwrap_or(usize::MAX))

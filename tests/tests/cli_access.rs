@@ -422,3 +422,140 @@ fn one_user_cannot_take_every_queue_or_record() {
     ok(&d.run(&["create", "r1"]));
     ok(&d.run(&["limits", "a1", "--max-records", "4000"]));
 }
+
+/// The stats' (max_records, records_used) of queue `q`.
+fn quota_of(d: &Daemon, name: &str) -> (Option<u64>, Option<u64>) {
+    let s = d.stats();
+    let q = s["queues"].as_array().expect("queues").iter().find(|x| x["info"]["name"] == name).cloned();
+    let q = q.unwrap_or_else(|| panic!("queue {name} in {s}"));
+    (q["quota"]["max_records"].as_u64(), q["quota"]["records_used"].as_u64())
+}
+
+/// One `xtcq push` of more lines than the segment has records, by a user whose share is
+/// 100 records (50 per queue): a push is refused only past the quota *as the daemon's last
+/// scan counted it*, so one burst between two scans takes every record, and the others'
+/// pushes fail "all records in use". Measured with the default 100 ms scan: 4096 of 4096
+/// records taken by one `seq 1 5000 | xtcq push`; here the scan is an hour apart so the
+/// outcome does not depend on speed. Closing it needs a count that a push keeps itself (or
+/// per-slot counts), not one a scan publishes: a design change left to the lead.
+#[test]
+#[ignore = "red team: the record share is enforced one scan late; one burst takes every record"]
+fn one_burst_cannot_take_more_than_the_records_share() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqr{tag}");
+    let alice = SystemUser::create(&format!("xtcqra{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqrb{tag}"), &group);
+    let flags = [
+        "--allow-uid",
+        &alice.user,
+        "--allow-uid",
+        &bob.user,
+        "--queues-per-uid",
+        "2",
+        "--records-per-uid",
+        "100",
+        "--lease-scan-interval",
+        "1h",
+    ];
+    let d = shared_daemon(&group, &flags);
+    let run =
+        |u: &SystemUser, args: &[&str], stdin: Option<&[u8]>| run_bounded(&mut as_user(&d, u, args), stdin);
+    ok(&run(&alice, &["create", "a1"], None));
+    ok(&run(&bob, &["create", "b1"], None));
+    let jobs: String = (0..5000).map(|i| format!("a{i}\n")).collect();
+    let o = run(&alice, &["push", "a1", "--timeout", "100ms"], Some(jobs.as_bytes()));
+    assert_eq!(code(&o), 1, "the push went past the share: {}", stderr(&o));
+    let queued = d.stats()["records"]["queued"].as_u64().expect("queued");
+    assert!(queued <= 100, "alice's share is 100 records; she holds {queued}");
+    ok(&run(&bob, &["push", "b1", "--timeout", "100ms", "bob's"], None));
+}
+
+/// `xtcq import` by a user with a share, of a dump whose queue has no quota (every queue of
+/// root's or of a daemon before shares, and every `xtcq export` of one) or a quota past the
+/// share: before, the queue was created, setting its quota refused, the file left
+/// `.importing` (every later import refused) and no job in. The rule of `xtcq import`: a
+/// dump this user cannot import whole is refused with nothing written. No quota in the
+/// dump keeps the quota the daemon gives; one past the share is refused up front.
+#[test]
+fn a_user_with_a_share_imports_a_dump_whole_or_not_at_all() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqi{tag}");
+    let alice = SystemUser::create(&format!("xtcqia{tag}"), &group);
+    let flags = ["--allow-uid", &alice.user, "--queues-per-uid", "2", "--records-per-uid", "100"];
+    let d = shared_daemon(&group, &flags);
+    let dumps = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::chown(dumps.path(), Some(alice.id("-u")), None).expect("chown");
+    let dump = |name: &str, max_records: u32| {
+        let f = dumps.path().join(format!("{name}.dump"));
+        let lines = [
+            r#"{"kind":"header","format":"xtcq-dump","version":2,"layout_version":6}"#.to_string(),
+            format!(
+                r#"{{"kind":"queue","name":"{name}","flavor":"fifo","deques":1,"capacity":64,"max_attempts":0,"lease_ms":0,"max_records":{max_records},"max_dead":10}}"#
+            ),
+            format!(r#"{{"kind":"job","queue":"{name}","payload":"one","attempts":0,"state":"queued"}}"#),
+            format!(r#"{{"kind":"job","queue":"{name}","payload":"two","attempts":0,"state":"queued"}}"#),
+            r#"{"kind":"end","queues":1,"jobs":2}"#.to_string(),
+        ];
+        std::fs::write(&f, lines.join("\n") + "\n").expect("write the dump");
+        std::os::unix::fs::chown(&f, Some(alice.id("-u")), None).expect("chown");
+        f
+    };
+    let with = |f: &std::path::Path, s: &str| std::path::PathBuf::from(format!("{}{s}", f.display()));
+
+    let f = dump("noquota", 0);
+    let o = run_bounded(&mut as_user(&d, &alice, &["import", f.to_str().expect("utf-8")]), None);
+    ok(&o);
+    assert!(with(&f, ".imported").exists() && !with(&f, ".importing").exists());
+    assert_eq!(quota_of(&d, "noquota").0, Some(50), "the queue got her slice");
+    assert_eq!(d.drain("noquota").len(), 2);
+
+    let f = dump("toobig", 500);
+    let o = run_bounded(&mut as_user(&d, &alice, &["import", f.to_str().expect("utf-8")]), None);
+    assert_ne!(code(&o), 0, "imported past her share: {}", stderr(&o));
+    assert!(stderr(&o).contains("--records-per-uid"), "name the flag: {}", stderr(&o));
+    assert!(f.exists() && !with(&f, ".importing").exists(), "the file was claimed: {}", stderr(&o));
+    let names = ok(&d.run(&["ls", "--json"]));
+    assert!(!names.contains("toobig"), "a queue was left behind: {names}");
+}
+
+/// `--records-per-uid` above the segment's `--records` (an operator's "plenty"): each new
+/// queue's even slice was larger than the segment (a quota of 50,000 in 4,096 records), so
+/// the `--export-on-stop` dump of it could not be imported after a reboot ("a record quota
+/// of 50000 is more than the segment's 4096 records") and xtcqd did not start. The share is
+/// at most the segment's records.
+#[test]
+fn a_records_share_above_the_segment_survives_a_reboot() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqe{tag}");
+    let alice = SystemUser::create(&format!("xtcqea{tag}"), &group);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dump = dir.path().join("reboot.dump");
+    let dump_s = dump.to_str().expect("utf-8").to_string();
+    let extra = ["--allow-uid", &alice.user, "--queues-per-uid", "2", "--records-per-uid", "100000"];
+    let mut flags = shared_flags(&group, &extra);
+    flags.extend(["--export-on-stop", &dump_s, "--import-on-start", &dump_s]);
+    let mut d = Daemon::builder().in_dir(dir).flags(flags.clone()).start();
+    open_socket(&d);
+    ok(&run_bounded(&mut as_user(&d, &alice, &["create", "a1"]), None));
+    ok(&run_bounded(&mut as_user(&d, &alice, &["push", "a1", "kept"]), None));
+    let (max, _) = quota_of(&d, "a1");
+    assert!(max.is_some_and(|m| (1..=4096).contains(&m)), "a quota past the segment: {max:?}");
+    ok(&d.run(&["shutdown"]));
+    d.wait_exit(Duration::from_secs(30));
+    std::fs::remove_file(&d.segment).expect("a reboot empties /dev/shm");
+    d.restart_with(&flags, |_| {});
+    assert_eq!(d.drain("a1"), ["kept"], "{}", d.log_text());
+}

@@ -91,3 +91,113 @@ fn scrapers_in_a_loop_make_at_most_one_scan_per_max_age() {
     assert!(scans <= most, "{scans} scans for {scrapes} scrapes in {elapsed:?}: at most {most}");
     assert!(scrapes > scans as usize, "the scrapes shared scans: {scrapes} scrapes, {scans} scans");
 }
+
+/// The daemon's resident memory, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+}
+
+/// Connections that come and go (connect, close) leave nothing behind. Before, each one
+/// left its entry in the list of connections waiting for a request, with its task's
+/// memory, for good, and every accept walked the whole list: 100,000 connections took the
+/// daemon from 12 to 208 MB and 83 s of CPU, anyone who can reach the port could go on.
+#[test]
+fn connections_that_come_and_go_leave_nothing_behind() {
+    let mut flags = SMALL_SEGMENT.to_vec();
+    flags.extend(METRICS_ON_ANY_PORT);
+    let d = Daemon::start_with(&flags);
+    let addr = d.metrics_addr();
+    let to: std::net::SocketAddr = addr.parse().expect("an address");
+    // From many loopback addresses, as a flood would come: from one, its own connections
+    // pass the per-address limit, whose eviction happened to sweep the list.
+    let knock = |n: u32| {
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                s.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+                    for k in 0..n / 4 {
+                        let from =
+                            std::net::Ipv4Addr::new(127, 2 + t, (k / 250 % 250) as u8, (k % 250 + 1) as u8);
+                        drop(connect_from(&rt, from, to).expect("connect"));
+                    }
+                });
+            }
+        });
+        // Served in order: once this is answered, the ones before it were taken.
+        scrape_metrics(&addr);
+    };
+    knock(2_000);
+    let before = rss_kib(d.pid());
+    knock(12_000);
+    let grown = rss_kib(d.pid()).saturating_sub(before);
+    assert!(grown < 8 * 1024, "12,000 closed connections grew xtcqd by {grown} KiB");
+}
+
+/// Connects to `to` from the loopback address `from` (any 127.x.y.z is this host's).
+fn connect_from(
+    rt: &tokio::runtime::Runtime,
+    from: std::net::Ipv4Addr,
+    to: std::net::SocketAddr,
+) -> Option<TcpStream> {
+    rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().ok()?;
+        s.bind((from, 0).into()).ok()?;
+        let c = s.connect(to).await.ok()?;
+        c.into_std().ok()
+    })
+}
+
+/// A flood of connections that never send a request, from many loopback addresses (so the
+/// per-address limit does not apply), each kept open until a newer one of its thread takes
+/// its place: each scrape sent meanwhile must still be answered. Idle connections give way
+/// to new ones, oldest first, and a scraper's is new only until the flood's next 32: 12 of
+/// 30 scrapes were reset (4 threads, 25,000 connections in 20 s). Reading a request before
+/// taking a place (so that a connection that sent one is no longer idle), or keeping the
+/// newest idle connection of each address only, would close it: left to the lead.
+#[test]
+#[ignore = "red team: a continuous flood of idle connections still evicts real scrapers"]
+fn a_flood_of_idle_connections_from_many_addresses_does_not_shut_out_a_scraper() {
+    let mut flags = SMALL_SEGMENT.to_vec();
+    flags.extend(METRICS_ON_ANY_PORT);
+    let d = Daemon::start_with(&flags);
+    let addr: std::net::SocketAddr = d.metrics_addr().parse().expect("an address");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let failed = std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let stop = &stop;
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+                let mut kept = std::collections::VecDeque::new();
+                let mut k = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let from =
+                        std::net::Ipv4Addr::new(127, 1 + t, (k / 250 % 250) as u8, (k % 250 + 1) as u8);
+                    if let Some(c) = connect_from(&rt, from, addr) {
+                        kept.push_back(c);
+                    }
+                    if kept.len() > 100 {
+                        kept.pop_front();
+                    }
+                    k += 1;
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let mut failed = 0;
+        for _ in 0..20 {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            let mut out = String::new();
+            let _ = std::io::Read::read_to_string(&mut s, &mut out);
+            if !out.starts_with("HTTP/1.1 200") {
+                failed += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        failed
+    });
+    assert_eq!(failed, 0, "{failed} of 20 scrapes were not answered during the flood");
+}
