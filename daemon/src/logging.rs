@@ -23,8 +23,14 @@ pub enum LogFormat {
 pub fn init(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    // A log line that cannot be written (stderr full or closed) is dropped: reporting that
+    // failure goes through `eprintln!`, which panics when stderr fails, and the daemon must
+    // keep serving whatever its log's destination does.
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .log_internal_errors(false);
     match format {
         LogFormat::Json => {
             fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).init();
