@@ -11,11 +11,13 @@
 //!   scrapes that arrive during a scan wait for that one scan.
 //! - A request is read up to [`MAX_REQUEST`] bytes and for at most [`REQUEST_TIMEOUT`]; a
 //!   bigger, slower or garbled one gets a 4xx (or is dropped), never a stall. At most
-//!   [`MAX_CLIENTS`] connections are served at once and at most [`MAX_WAITING_PER_PEER`]
-//!   of one address wait for their request; past either, the connection that has waited
-//!   longest for its request (of that address, or of all) is closed for the new one, so
-//!   idle connections cannot hold every place while a scraper that sends its request at
-//!   once is served.
+//!   [`MAX_WAITING`] connections wait for their request, [`MAX_WAITING_PER_PEER`] of one
+//!   address; past either, the oldest waiting connection that has sent nothing (of that
+//!   address, or of all) is closed for the new one. A connection whose request bytes are in
+//!   is never closed while one that sent nothing waits, so a flood of idle connections,
+//!   from however many addresses, cannot shut out a scraper that sends its request at once.
+//!   A place to be answered in ([`MAX_CLIENTS`] at once) is taken only once the request is
+//!   read: waiting for a request holds none.
 //! - Queue names go into label values escaped as the format says (`\\`, `\"`, `\n`).
 //! - Payload blocks are per segment, not per queue: one series per block size (label
 //!   `size`, in bytes) for each class the segment has blocks of.
@@ -23,6 +25,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,8 +43,10 @@ use crate::registry::Registry;
 pub const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client has to send its whole request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once.
+/// Connections answered at once.
 pub const MAX_CLIENTS: usize = 32;
+/// Connections waiting for their request at once.
+pub const MAX_WAITING: usize = 32;
 /// Connections of one address waiting for their request at once.
 pub const MAX_WAITING_PER_PEER: usize = 8;
 
@@ -82,6 +87,22 @@ struct Waiting {
     peer: IpAddr,
     reading: Arc<AtomicBool>,
     task: AbortHandle,
+    /// A second descriptor of the connection, to look (never read) whether its client has
+    /// sent anything yet.
+    look: std::net::TcpStream,
+}
+
+impl Waiting {
+    fn live(&self) -> bool {
+        self.reading.load(Ordering::Relaxed) && !self.task.is_finished()
+    }
+
+    /// Whether the client has sent nothing yet. The descriptor shares the connection's
+    /// non-blocking mode, so the peek never waits.
+    fn sent_nothing(&self) -> bool {
+        let mut b = [0u8; 1];
+        !matches!(self.look.peek(&mut b), Ok(n) if n > 0)
+    }
 }
 
 /// The connections waiting for their request, oldest first.
@@ -89,31 +110,40 @@ struct Waiting {
 struct WaitingList(Mutex<VecDeque<Waiting>>);
 
 impl WaitingList {
-    /// Closes the oldest waiting connection of `peer` (`None`: of anyone); whether it did.
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Waiting>> {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Dropping the entries of connections no longer waiting: kept, each held its task's
+        // memory (and here a descriptor) for good and made every accept's walk longer.
+        list.retain(Waiting::live);
+        list
+    }
+
+    /// Closes the oldest waiting connection of `peer` (`None`: of anyone) that sent
+    /// nothing, or if every one sent something, the oldest; whether it closed one.
     fn evict_oldest(&self, peer: Option<IpAddr>) -> bool {
-        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|w| w.reading.load(Ordering::Relaxed) && !w.task.is_finished());
-        let Some(i) = list.iter().position(|w| peer.is_none_or(|p| p == w.peer)) else { return false };
-        if let Some(w) = list.remove(i) {
-            w.task.abort();
+        let mut list = self.lock();
+        let of_peer = |w: &Waiting| peer.is_none_or(|p| p == w.peer);
+        let pick = list
+            .iter()
+            .position(|w| of_peer(w) && w.sent_nothing())
+            .or_else(|| list.iter().position(of_peer));
+        match pick.and_then(|i| list.remove(i)) {
+            Some(w) => {
+                w.task.abort();
+                true
+            }
+            None => false,
         }
-        true
     }
 
-    /// How many connections of `peer` wait.
-    fn count(&self, peer: IpAddr) -> usize {
-        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        list.iter()
-            .filter(|w| w.peer == peer && w.reading.load(Ordering::Relaxed) && !w.task.is_finished())
-            .count()
+    /// How many connections wait: of `peer`, and in all.
+    fn count(&self, peer: IpAddr) -> (usize, usize) {
+        let list = self.lock();
+        (list.iter().filter(|w| w.peer == peer).count(), list.len())
     }
 
-    /// Adds `w`, dropping the entries of connections no longer waiting: kept, each held
-    /// its task's memory for good and made every accept's walk of the list longer.
     fn push(&self, w: Waiting) {
-        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|w| w.reading.load(Ordering::Relaxed) && !w.task.is_finished());
-        list.push_back(w);
+        self.lock().push_back(w);
     }
 }
 
@@ -144,26 +174,28 @@ pub async fn run(
                 continue;
             }
         };
-        if waiting.count(peer.ip()) >= MAX_WAITING_PER_PEER {
+        let (of_peer, all) = waiting.count(peer.ip());
+        if of_peer >= MAX_WAITING_PER_PEER {
             waiting.evict_oldest(Some(peer.ip()));
-        }
-        if slots.available_permits() == 0 && !waiting.evict_oldest(None) {
-            debug!(%peer, "metrics: every place is taken by a scrape being answered, closing");
+        } else if all >= MAX_WAITING && !waiting.evict_oldest(None) {
+            debug!(%peer, "metrics: every waiting place is taken, closing");
             continue;
         }
+        let look = match stream.as_fd().try_clone_to_owned() {
+            Ok(fd) => std::net::TcpStream::from(fd),
+            Err(e) => {
+                warn!("metrics listener: cannot duplicate a connection: {e}");
+                continue;
+            }
+        };
         let reading = Arc::new(AtomicBool::new(true));
         let (reg, scans, slots, flag) = (reg.clone(), scans.clone(), slots.clone(), reading.clone());
         let task = tokio::spawn(async move {
-            // The place an evicted connection frees comes back as its task is dropped.
-            let Ok(Ok(_permit)) = tokio::time::timeout(Duration::from_secs(1), slots.acquire_owned()).await
-            else {
-                return;
-            };
-            if let Err(e) = serve_one(&reg, &scans, stream, &flag).await {
+            if let Err(e) = serve_one(&reg, &scans, &slots, stream, &flag).await {
                 debug!(%peer, "metrics client: {e}");
             }
         });
-        waiting.push(Waiting { peer: peer.ip(), reading, task: task.abort_handle() });
+        waiting.push(Waiting { peer: peer.ip(), reading, task: task.abort_handle(), look });
     }
 }
 
@@ -171,11 +203,15 @@ pub async fn run(
 async fn serve_one(
     reg: &Registry,
     scans: &Scans,
+    slots: &Semaphore,
     mut stream: TcpStream,
     reading: &AtomicBool,
 ) -> std::io::Result<()> {
     let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await;
     reading.store(false, Ordering::Relaxed);
+    let Ok(Ok(_answering)) = tokio::time::timeout(REQUEST_TIMEOUT, slots.acquire()).await else {
+        return Ok(());
+    };
     let head = match head {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return Err(e),
