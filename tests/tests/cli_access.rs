@@ -432,14 +432,12 @@ fn quota_of(d: &Daemon, name: &str) -> (Option<u64>, Option<u64>) {
 }
 
 /// One `xtcq push` of more lines than the segment has records, by a user whose share is
-/// 100 records (50 per queue): a push is refused only past the quota *as the daemon's last
-/// scan counted it*, so one burst between two scans takes every record, and the others'
-/// pushes fail "all records in use". Measured with the default 100 ms scan: 4096 of 4096
-/// records taken by one `seq 1 5000 | xtcq push`; here the scan is an hour apart so the
-/// outcome does not depend on speed. Closing it needs a count that a push keeps itself (or
-/// per-slot counts), not one a scan publishes: a design change left to the lead.
+/// 100 records (50 per queue). Before, a push was refused only past the quota *as the
+/// daemon's last scan counted it*, so one burst between two scans took every record (4096
+/// of 4096 with the default 100 ms scan) and the others' pushes failed "all records in
+/// use"; here the scan is an hour apart so the outcome does not depend on speed. Pushes and
+/// frees now keep the count themselves.
 #[test]
-#[ignore = "red team: the record share is enforced one scan late; one burst takes every record"]
 fn one_burst_cannot_take_more_than_the_records_share() {
     if !is_root() {
         eprintln!("skipped: needs root to create users");

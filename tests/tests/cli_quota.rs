@@ -2,6 +2,7 @@
 //! fail no longer fills the segment for the others, a queue's quota refuses its pushes past
 //! it, `stats` shows both, and a daemon killed around the cap loses no job.
 
+use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 use xtcq_testkit::*;
 
@@ -101,11 +102,73 @@ fn a_record_quota_stops_its_queue_only() {
     assert_eq!(queue_stats(&d, "half")["quota"]["max_records"], 2048);
     assert!(ok(&d.run(&["stats", "small"])).contains("100 of 100 records in use"));
 
-    // Drained, it takes pushes again (once the next scan has counted).
+    // Drained, it takes pushes again.
     assert_eq!(drain(&d, "small"), (0..100).collect::<Vec<_>>());
     ok(&d.run(&["push", "small", "--timeout", "30s", "again"]));
     let bad = d.run(&["create", "huge", "--max-records", "5000"]);
     assert!(stderr(&bad).contains("more than the segment's 4096 records"), "{}", stderr(&bad));
+}
+
+/// The quota holds at every push and frees at every ack, with no scan in between (the scan
+/// is an hour apart): a burst stops at the quota exactly, an ack or a purge of a dead letter
+/// gives its record back at once, a push refused leaves the count where it was, and a quota
+/// set on a queue that already holds jobs counts them.
+#[test]
+fn a_record_quota_is_kept_by_pushes_and_acks_without_a_scan() {
+    let d = Daemon::start_with(&["--lease-scan-interval", "1h"]);
+    ok(&d.run(&["create", "q", "--max-records", "10", "--max-attempts", "1"]));
+    let o = d.run_in(&["push", "q", "--timeout", "100ms"], lines(0, 50).as_bytes());
+    assert_ne!(code(&o), 0, "50 jobs went into a quota of 10");
+    assert!(stderr(&o).contains("record quota"), "{}", stderr(&o));
+    assert_eq!(queue_stats(&d, "q")["records"]["queued"], 10);
+    for _ in 0..3 {
+        let o = d.run(&["push", "q", "--timeout", "50ms", "refused"]);
+        assert_ne!(code(&o), 0, "a push past the quota went through");
+    }
+    // One acked: exactly one more fits, at once.
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let t = c.attach_thief("q").expect("attach");
+    t.steal().expect("steal").expect("a job").ack().expect("ack");
+    ok(&d.run(&["push", "q", "--timeout", "50ms", "after-ack"]));
+    assert_ne!(code(&d.run(&["push", "q", "--timeout", "50ms", "refused"])), 0);
+    // Two dead letters purged: two more fit.
+    for _ in 0..2 {
+        t.steal().expect("steal").expect("a job").fail("boom").expect("fail");
+    }
+    assert_ne!(code(&d.run(&["push", "q", "--timeout", "50ms", "refused"])), 0);
+    ok(&d.run(&["dead", "q", "--purge"]));
+    ok(&d.run_in(&["push", "q", "--timeout", "50ms"], b"p1\np2\n"));
+    assert_ne!(code(&d.run(&["push", "q", "--timeout", "50ms", "refused"])), 0);
+    drop(t);
+
+    // A quota set on a queue that holds 20 jobs: no push fits under 20, one more above it.
+    ok(&d.run(&["create", "late"]));
+    ok(&d.run_in(&["push", "late"], lines(0, 20).as_bytes()));
+    ok(&d.run(&["limits", "late", "--max-records", "20"]));
+    assert_ne!(code(&d.run(&["push", "late", "--timeout", "50ms", "refused"])), 0);
+    ok(&d.run(&["limits", "late", "--max-records", "21"]));
+    ok(&d.run(&["push", "late", "--timeout", "50ms", "fits"]));
+    assert_ne!(code(&d.run(&["push", "late", "--timeout", "50ms", "refused"])), 0);
+}
+
+/// A consumer killed between its ack (the record free) and giving the record back to the
+/// quota's count leaves the count one too high: the daemon's next walk that nothing raced
+/// puts it right, and exactly the quota fits again.
+#[test]
+fn a_consumer_killed_mid_ack_leaves_the_quota_right_after_a_walk() {
+    let d = Daemon::start_with(&["--lease-scan-interval", "50ms"]);
+    ok(&d.run(&["create", "q", "--max-records", "5"]));
+    ok(&d.run_in(&["push", "q"], lines(0, 5).as_bytes()));
+    let o = run_bounded(
+        d.xtcq().args(["steal", "q"]).env("XTCQ_FAILPOINTS", "ack.before_block_release=kill@1"),
+        None,
+    );
+    assert_eq!(o.status.signal(), Some(libc::SIGKILL), "not killed mid-ack: {}", stderr(&o));
+    wait_until(Duration::from_secs(30), "the count put right", || {
+        code(&d.run(&["push", "q", "--timeout", "50ms", "fits"])) == 0
+    });
+    assert_ne!(code(&d.run(&["push", "q", "--timeout", "50ms", "refused"])), 0);
+    assert_eq!(queue_stats(&d, "q")["records"]["queued"], 5);
 }
 
 /// `kill -9` of the daemon while a queue is past its dead-letter cap: the next daemon drops

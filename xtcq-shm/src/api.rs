@@ -69,7 +69,7 @@ pub enum PushError {
         /// Overflow ring capacity.
         overflow: usize,
     },
-    /// The queue's jobs hold its record quota (as the daemon last counted): the queue must
+    /// The queue's jobs hold its record quota: the queue must
     /// drain, or its dead letters be purged, before it takes more.
     #[error(
         "the queue is at its record quota: its jobs hold {used} of the {max} records it may use \
@@ -77,7 +77,7 @@ pub enum PushError {
          (`xtcq dead QUEUE --purge`), or create it with a larger --max-records"
     )]
     QuotaFull {
-        /// Records its jobs held at the daemon's last count.
+        /// Records its jobs hold.
         used: u32,
         /// Its quota.
         max: u32,

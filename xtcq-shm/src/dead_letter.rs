@@ -200,7 +200,12 @@ pub fn purge_dead(seg: &Segment, handle: JobHandle) -> Result<(), DeadLetterErro
     // block read from a record that moved on meanwhile fails the withdraw, or is another
     // job's, whose owner word the release's CAS does not match).
     let block = records.held_block(handle.index);
+    // Read while it is still this dead letter, as the block is.
+    let queue = records.header(handle.index).map(|h| h.queue.load(Ordering::Relaxed));
     st.withdraw(handle.generation, State::Dead).map_err(|_| DeadLetterError::NotDead(handle))?;
     records.release_block(block);
+    if let Some(l) = queue.and_then(|q| seg.queue_limits(q)) {
+        crate::segment::Held::give_if_limited(l);
+    }
     Ok(())
 }

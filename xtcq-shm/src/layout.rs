@@ -357,13 +357,14 @@ pub struct QueueDescBlock {
     pub limits: QueueLimits,
 }
 
-/// A queue's record quota and dead-letter cap, and what the daemon's scan last counted.
+/// A queue's record quota and dead-letter cap, what the daemon's scan last counted, and the
+/// records its jobs hold as pushes and frees keep them.
 ///
-/// Written only by the daemon: the limits when it creates the queue (reset to zero by every
-/// create, before the entry becomes active), the counts by its periodic scan and only when
-/// they change, so the line stays shared in every producer's cache. A push reads
-/// `max_records` and, when it is not zero, `records_used`: no write on the hot path. Zero in
-/// a segment of a build before version 5, which means "no limit".
+/// The limits and the scan's counts are written only by the daemon: the limits when it
+/// creates the queue (reset to zero by every create, before the entry becomes active), the
+/// counts by its periodic scan and only when they change. A push reads `max_records`; only
+/// when it is not zero (a queue with a quota) do pushes and frees write `held`. Zero in a
+/// segment of a build before version 5, which means "no limit".
 #[repr(C)]
 #[derive(Debug)]
 pub struct QueueLimits {
@@ -377,8 +378,10 @@ pub struct QueueLimits {
     pub dead: AtomicU32,
     /// Dead letters dropped by the cap since the queue was created.
     pub dead_dropped: AtomicU64,
-    /// Zero.
-    pub reserved: AtomicU64,
+    /// Records the queue's jobs hold, kept exactly by pushes and frees while the queue has
+    /// a quota (`segment::quota::Held`): the count in the low 32 bits, a sequence every
+    /// change moves in the high 32. Zero in older segments, where it was reserved.
+    pub held: AtomicU64,
 }
 
 /// A deque's indices, together on one line, then its lease on its own line; slots follow on

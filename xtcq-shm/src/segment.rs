@@ -43,7 +43,7 @@ pub use clock::{coarse_monotonic_ns, monotonic_ns};
 pub use errors::{DeleteError, QueueError, SegmentError};
 pub use memory::host_memory_and_swap;
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
-pub use quota::{QueueQuota, QueueRecordCount, QuotaState};
+pub use quota::{Held, QueueQuota, QueueRecordCount, QuotaState};
 
 /// A mapped segment.
 #[derive(Debug)]

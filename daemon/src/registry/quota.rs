@@ -4,13 +4,16 @@
 //! - a queue is created with no record quota and the default dead-letter cap (a quarter of
 //!   the segment's records), written before the queue becomes active; `SetQueueLimits`
 //!   changes them, and only those who may delete the queue may;
-//! - the scan's walk of the records (see `scan`: when anything moved, at the latest every
-//!   few seconds) counts each queue's records and publishes the counts the pushes compare with their quota; past its cap, a queue's
-//!   oldest dead letters (by the time they were queued) are dropped, counted and logged;
+//! - pushes and frees keep a queue's held count exactly while it has a quota
+//!   (`xtcq_shm::segment::Held`); the scan's walk of the records (see `scan`: when anything
+//!   moved, at the latest every few seconds) counts each queue's records for the stats,
+//!   puts the held count right when nothing moved it during the walk (a process that died
+//!   between its two CASes), and past its cap drops a queue's oldest dead letters (by the
+//!   time they were queued), counted and logged;
 //! - a drop is one CAS from `Dead` to `Free`: a dead letter re-queued or purged meanwhile
 //!   is left alone, and a daemon killed at any point loses no other job.
 
-use tracing::warn;
+use tracing::{debug, warn};
 use xtcq_shm::segment::{QueueQuota, QueueRecordCount};
 
 use super::*;
@@ -59,7 +62,13 @@ impl Registry {
             .queue_limits(q.index)
             .ok_or_else(|| queue_error(&xtcq_shm::QueueError::NoSuchQueue(name.to_string())))?;
         if let Some(n) = max_records {
-            limits.max_records.store(n, Ordering::Relaxed);
+            let had = limits.max_records.swap(n, Ordering::Relaxed);
+            if had == 0 && n != 0 {
+                // Pushes and acks kept no count while the queue had no quota: start it from
+                // a walk (off by what moves during the walk, until a quiet walk puts it right).
+                let used = self.seg.count_queue_records().get(q.index as usize).map_or(0, |c| c.used);
+                self.seg.set_held(q.index, used);
+            }
         }
         if let Some(n) = max_dead {
             limits.max_dead.store(n, Ordering::Relaxed);
@@ -95,7 +104,14 @@ impl Registry {
                 );
             }
             let dead = (c.dead.len() as u32).saturating_sub(dropped);
-            self.seg.store_queue_counts(index, c.used.saturating_sub(dropped), dead, u64::from(dropped));
+            let used = c.used.saturating_sub(dropped);
+            self.seg.store_queue_counts(index, used, dead, u64::from(dropped));
+            // Drops moved the word, so this waits for a walk without them.
+            if self.seg.quota_state(index).quota.max_records != 0
+                && self.seg.correct_held(index, c.held_before, used)
+            {
+                debug!(queue = %q.spec.name, held = used, "record quota: the held count was put right by the walk");
+            }
             total += u64::from(dropped);
         }
         total

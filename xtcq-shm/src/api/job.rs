@@ -157,6 +157,7 @@ impl ClaimedJob<'_> {
         st.ack(self.handle.get().generation, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("ack.before_block_release");
         self.ctx.records.release_block(block);
+        crate::segment::Held::give_if_limited(self.ctx.limits);
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use crate::deque::{DequeOwner, DequeRef};
 use crate::overflow::RingError;
 use crate::record::arena::WriteError;
 use crate::record::state::{JobHandle, State};
-use crate::segment::{coarse_monotonic_ns, QueueError, QueueInfo, Segment};
+use crate::segment::{coarse_monotonic_ns, Held, QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
 
 /// A producer's handle on its deque of one queue. `Send`, not `Sync`.
@@ -221,7 +221,8 @@ fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Res
     publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()))
 }
 
-/// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says.
+/// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
+/// queue's record quota, if it has one.
 fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
@@ -233,7 +234,22 @@ fn publish_at(
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
-    check_quota(ctx)?;
+    let limited = take_quota(ctx)?;
+    let published = fill_and_publish(ctx, me, cursor, payload, joins);
+    if published.is_err() && limited {
+        Held::give(ctx.limits);
+    }
+    published
+}
+
+/// Allocates a record, fills it with `payload` and publishes it.
+fn fill_and_publish(
+    ctx: &QueueCtx<'_>,
+    me: u32,
+    cursor: &Cursors,
+    payload: &[u8],
+    joins: Joins,
+) -> Result<JobHandle, PushError> {
     let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.record.set(c);
@@ -286,21 +302,18 @@ fn publish_at(
     Ok(JobHandle { index, generation })
 }
 
-/// Refuses a push while the queue's jobs hold its record quota, as the daemon's scan last
-/// counted them (`segment::quota`). Two plain loads of a line only the daemon writes, and
-/// only the first when the queue has no quota: no shared write on the hot path. The price:
-/// the count is one scan old, so a queue can overshoot its quota by what is pushed between
-/// two scans, and a queue just drained below it takes pushes again at the next scan.
+/// Takes a record from the queue's quota, if it has one (whether it did); refuses the push
+/// when its jobs already hold all of it. A queue without a quota pays one load of a line
+/// only the daemon writes; one with a quota pays a CAS on a shared line, here and at the
+/// ack, for a count that is exact (`segment::quota::Held`).
 #[inline]
-fn check_quota(ctx: &QueueCtx<'_>) -> Result<(), PushError> {
+fn take_quota(ctx: &QueueCtx<'_>) -> Result<bool, PushError> {
     let max = ctx.limits.max_records.load(Ordering::Relaxed);
-    if max != 0 {
-        let used = ctx.limits.records_used.load(Ordering::Relaxed);
-        if used >= max {
-            return Err(PushError::QuotaFull { used, max });
-        }
+    if max == 0 {
+        return Ok(false);
     }
-    Ok(())
+    Held::take(ctx.limits, max).map_err(|used| PushError::QuotaFull { used, max })?;
+    Ok(true)
 }
 
 /// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
@@ -318,6 +331,7 @@ fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<()
                 .unwrap_or(false);
             if withdrawn {
                 ctx.records.release_block(block);
+                Held::give_if_limited(ctx.limits);
             }
             match e {
                 RingError::Full if withdrawn => {

@@ -5,10 +5,12 @@
 //!   [`Segment::create_queue_limited`], before the entry becomes active) and from its
 //!   periodic scan ([`Segment::count_queue_records`], [`Segment::store_queue_counts`]), and
 //!   a count only when it changed, so the line stays shared in producers' caches;
-//! - a push reads the quota and the last count, never writes them: no atomic
-//!   read-modify-write on a shared line per push or per ack;
+//! - a push to a queue without a quota reads `max_records` and writes nothing here; to a
+//!   queue with one, it and the free of its record each make one CAS on the `held` word
+//!   ([`Held`]), so that the quota holds at every push, not one scan late;
 //! - every value read back is only compared, never used as an index or a length, so a
-//!   garbage quota can refuse pushes to its own queue but cannot panic or hang anyone.
+//!   garbage quota can refuse pushes to its own queue but cannot panic or hang anyone; a
+//!   garbage `held` word is put right by the daemon's next quiet walk.
 
 use super::*;
 
@@ -34,6 +36,70 @@ pub struct QuotaState {
     pub dead_dropped: u64,
 }
 
+/// The `held` word of a queue with a record quota: how many records its jobs hold, kept by
+/// the pushes that take them and the frees that give them back, so that a push past the
+/// quota is refused at once (a count taken by the daemon's scan lets one burst between two
+/// scans take every record).
+///
+/// Rules kept:
+/// - a push takes a record from the count before it allocates one, and gives it back if
+///   the push fails; an ack, and a purge of a dead letter, give theirs back once the
+///   record is free; each is one CAS on the word, and only while the queue has a quota;
+/// - the count never goes below zero nor above the quota through these calls;
+/// - a process that dies between its CAS on a record and its CAS on this word leaves the
+///   count off by one; the daemon's walk puts it right ([`Segment::correct_held`]) when
+///   nothing changed the word during the walk, which the sequence in the high half shows.
+pub struct Held;
+
+impl Held {
+    const ONE_CHANGE: u64 = 1 << 32;
+
+    fn count(w: u64) -> u32 {
+        w as u32
+    }
+
+    fn next(w: u64, count: u32) -> u64 {
+        (w & !0xFFFF_FFFF).wrapping_add(Self::ONE_CHANGE) | u64::from(count)
+    }
+
+    /// Takes one record from `l`'s quota `max`; `Err(held)` when the queue already holds
+    /// `max`. Relaxed: the word orders nothing else; the record's own CASes do.
+    pub fn take(l: &QueueLimits, max: u32) -> Result<(), u32> {
+        let mut w = l.held.load(Ordering::Relaxed);
+        loop {
+            let n = Self::count(w);
+            if n >= max {
+                return Err(n);
+            }
+            match l.held.compare_exchange_weak(w, Self::next(w, n + 1), Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Gives one record back to `l`'s count (never below zero).
+    pub fn give(l: &QueueLimits) {
+        let mut w = l.held.load(Ordering::Relaxed);
+        loop {
+            let n = Self::count(w).saturating_sub(1);
+            match l.held.compare_exchange_weak(w, Self::next(w, n), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Gives one record back if the queue has a quota.
+    #[inline]
+    pub fn give_if_limited(l: &QueueLimits) {
+        if l.max_records.load(Ordering::Relaxed) != 0 {
+            Self::give(l);
+        }
+    }
+}
+
 /// Records of each queue-table entry, by what the cap and the quota need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueRecordCount {
@@ -41,6 +107,8 @@ pub struct QueueRecordCount {
     pub used: u32,
     /// Its dead letters as `(enqueued_ns, handle)`, for the cap to drop the oldest.
     pub dead: Vec<(u64, crate::record::state::JobHandle)>,
+    /// Its `held` word as read before the walk, for [`Segment::correct_held`].
+    pub held_before: u64,
 }
 
 impl QueueRecordCount {
@@ -96,7 +164,7 @@ impl Segment {
             l.records_used.store(0, Ordering::Relaxed);
             l.dead.store(0, Ordering::Relaxed);
             l.dead_dropped.store(0, Ordering::Relaxed);
-            l.reserved.store(0, Ordering::Relaxed);
+            l.held.store(0, Ordering::Relaxed);
         }
     }
 
@@ -128,9 +196,43 @@ impl Segment {
         out
     }
 
-    /// Empty counts, one per queue-table entry, for [`QueueRecordCount::tally`].
+    /// Empty counts, one per queue-table entry, for [`QueueRecordCount::tally`]; each with
+    /// its entry's `held` word as it is now, so call it before the walk.
     pub fn queue_record_counts(&self) -> Vec<QueueRecordCount> {
-        vec![QueueRecordCount::default(); self.desc.config.queues as usize]
+        (0..self.desc.config.queues)
+            .map(|i| QueueRecordCount {
+                held_before: self.queue_limits(i).map_or(0, |l| l.held.load(Ordering::Relaxed)),
+                ..QueueRecordCount::default()
+            })
+            .collect()
+    }
+
+    /// Sets entry `index`'s held count to `walked`, what a walk counted, if its word is still
+    /// `before` (read before the walk: [`QueueRecordCount::held_before`]): no push or free of the queue moved it meanwhile, so
+    /// the walk saw what the word should say, but for a push or an ack caught between its
+    /// two CASes. Whether it changed the count.
+    pub fn correct_held(&self, index: u32, before: u64, walked: u32) -> bool {
+        let Some(l) = self.queue_limits(index) else { return false };
+        if Held::count(before) == walked {
+            return false;
+        }
+        l.held
+            .compare_exchange(before, Held::next(before, walked), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Sets entry `index`'s held count to `n` whatever it was (a quota just set on a queue
+    /// whose pushes did not keep it).
+    pub fn set_held(&self, index: u32, n: u32) {
+        if let Some(l) = self.queue_limits(index) {
+            let w = l.held.load(Ordering::Relaxed);
+            l.held.store(Held::next(w, n), Ordering::Relaxed);
+        }
+    }
+
+    /// Entry `index`'s held count (0 out of range or without a quota kept).
+    pub fn held(&self, index: u32) -> u32 {
+        self.queue_limits(index).map_or(0, |l| Held::count(l.held.load(Ordering::Relaxed)))
     }
 
     /// Publishes what a scan counted for entry `index`, writing only the words that changed,
@@ -147,5 +249,48 @@ impl Segment {
             let old = l.dead_dropped.load(Ordering::Relaxed);
             l.dead_dropped.store(old.saturating_add(dropped), Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::AtomicU32;
+
+    fn limits() -> QueueLimits {
+        QueueLimits {
+            max_records: AtomicU32::new(2),
+            max_dead: AtomicU32::new(0),
+            records_used: AtomicU32::new(0),
+            dead: AtomicU32::new(0),
+            dead_dropped: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+        }
+    }
+
+    #[test]
+    fn held_stops_at_the_quota_and_never_goes_below_zero() {
+        let l = limits();
+        assert_eq!((Held::take(&l, 2), Held::take(&l, 2), Held::take(&l, 2)), (Ok(()), Ok(()), Err(2)));
+        Held::give(&l);
+        assert_eq!(Held::take(&l, 2), Ok(()));
+        for _ in 0..5 {
+            Held::give(&l);
+        }
+        assert_eq!(Held::count(l.held.load(Ordering::Relaxed)), 0);
+        // Every change moved the sequence: 4 takes that counted, 6 gives.
+        assert_eq!(l.held.load(Ordering::Relaxed) >> 32, 9);
+    }
+
+    #[test]
+    fn a_word_that_moved_during_the_walk_is_not_corrected() {
+        let l = limits();
+        Held::take(&l, 2).unwrap();
+        let before = l.held.load(Ordering::Relaxed);
+        // A take and a give during the walk: same count, another sequence.
+        Held::take(&l, 2).unwrap();
+        Held::give(&l);
+        assert_eq!(Held::count(l.held.load(Ordering::Relaxed)), Held::count(before));
+        assert_ne!(l.held.load(Ordering::Relaxed), before);
     }
 }
