@@ -1,6 +1,6 @@
-//! The quota words of a queue (`QueueLimits`, layout version 5) as pushes and the daemon's
-//! counting see them: a quota refuses pushes past it with `QuotaFull` and nothing is
-//! allocated; garbage in the words (which any attached process can write) refuses or allows
+//! The quota words of a queue (`QueueLimits`, layout version 5) as pushes, acks and the
+//! daemon's counting see them: a quota refuses pushes past it with `QuotaFull` and nothing is
+//! allocated, with no scan in between; garbage in the words (which any attached process can write) refuses or allows
 //! pushes to that queue only, and never panics or hangs; a new create clears them.
 
 use std::sync::atomic::Ordering;
@@ -30,7 +30,8 @@ fn a_quota_refuses_pushes_past_it_and_counts_are_the_scan_s() {
     for i in 0..5u8 {
         inj.push(&[i]).unwrap();
     }
-    // The quota counts what the daemon's scan last published: publish it as a scan would.
+    // The pushes counted themselves: no scan has run.
+    assert_eq!(s.held(q.index), 5);
     let counts = s.count_queue_records();
     assert_eq!(counts[q.index as usize].used, 5);
     s.store_queue_counts(q.index, counts[q.index as usize].used, 0, 0);
@@ -48,9 +49,15 @@ fn a_quota_refuses_pushes_past_it_and_counts_are_the_scan_s() {
 
     // Garbage in every word: compared, never trusted as an index.
     let l = s.queue_limits(q.index).unwrap();
+    l.held.store(u64::from(u32::MAX), Ordering::Relaxed);
     l.records_used.store(u32::MAX, Ordering::Relaxed);
     l.max_records.store(u32::MAX, Ordering::Relaxed);
     assert!(matches!(inj.push(b"x"), Err(PushError::QuotaFull { .. })));
+    // A count below the truth admits pushes to this queue only, up to the quota.
+    l.max_records.store(5, Ordering::Relaxed);
+    l.held.store(4, Ordering::Relaxed);
+    inj.push(b"z").unwrap();
+    assert!(matches!(inj.push(b"x"), Err(PushError::QuotaFull { used: 5, max: 5 })));
     l.max_records.store(0, Ordering::Relaxed);
     inj.push(b"y").unwrap();
     let t = Thief::new(s.clone(), &q, 1).unwrap();
@@ -59,7 +66,7 @@ fn a_quota_refuses_pushes_past_it_and_counts_are_the_scan_s() {
         j.ack().unwrap();
         n += 1;
     }
-    assert_eq!(n, 6);
+    assert_eq!(n, 7);
 
     // A create anew clears the last queue's counts and sets its own limits.
     s.delete_queue_at(q.index, true).unwrap();
