@@ -2,7 +2,7 @@
 //! them: a plain restart with `--export-on-stop F --import-on-start F` (the segment
 //! survives), owners and grants across a reboot, who may read a dump, a directory planted
 //! at its temporary name, a segment file truncated while it is read, and queue names in a
-//! dump that no create would take. Each was broken before (RELIABILITY.md, "Export and
+//! dump that no create would take. Each was broken before (docs/src/guarantees/data.md, "Export and
 //! import"). Real xtcqd, real `xtcq`, real users where it matters.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
