@@ -17,9 +17,9 @@ fn listed_deps() -> Vec<(String, BTreeSet<String>)> {
         .collect()
 }
 
-/// The packages that test and measure the others: they link whatever they test, and nothing
-/// shipped may link them.
-const TEST_PACKAGES: [&str; 3] = ["xtcq-tests", "xtcq-testkit", "xtcq-benches"];
+/// The packages that test, measure or show the others (the examples): they link whatever
+/// they need, and nothing shipped may link them.
+const TEST_PACKAGES: [&str; 4] = ["xtcq-tests", "xtcq-testkit", "xtcq-benches", "xtcq-examples"];
 
 /// The packages of the workspace's members that ship (all but [`TEST_PACKAGES`]).
 fn workspace_crates() -> BTreeSet<String> {
