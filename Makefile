@@ -37,7 +37,9 @@ install: $(if $(NO_BUILD),,build)
 	chmod 644 $(DESTDIR)$(UNITDIR)/xtcqd.service
 	$(INSTALL) -Dm644 systemd/xtcq.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/xtcq.conf
 	$(INSTALL) -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
-	$(INSTALL) -Dm644 RELIABILITY.md $(DESTDIR)$(DOCDIR)/RELIABILITY.md
+	$(INSTALL) -Dm644 CHANGELOG.md $(DESTDIR)$(DOCDIR)/CHANGELOG.md
+	$(INSTALL) -d $(DESTDIR)$(DOCDIR)/guarantees
+	$(INSTALL) -m644 docs/src/guarantees/*.md $(DESTDIR)$(DOCDIR)/guarantees/
 	$(BIN)/xtcq man --dir $(DESTDIR)$(MANDIR)/man1
 	$(INSTALL) -d $(DESTDIR)$(BASHDIR) $(DESTDIR)$(ZSHDIR) $(DESTDIR)$(FISHDIR)
 	$(BIN)/xtcq completions bash > $(DESTDIR)$(BASHDIR)/xtcq

@@ -35,7 +35,7 @@
 //! xtcq / crossbeam for (a)-(c), as speed (> 1: xtcq is faster).
 //!
 //! Run: `cargo bench -p xtcq-benches --bench deque` (about 1.5 minutes on 2 cores; figures and
-//! analysis in BENCHMARKS.md);
+//! analysis in benches/results/);
 //! `XTCQ_BENCH_QUICK=1` for a short run (fewer samples, 200,000 jobs); `XTCQ_BENCH_JOBS=N`
 //! overrides the job count of (b)-(d). A thief thread (or process) and the owner each keep a
 //! core busy, so (b)-(d) want two otherwise idle cores.

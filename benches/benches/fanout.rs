@@ -24,7 +24,7 @@
 //!   merges them into a bitmap and fails the run on a job taken twice or never.
 //! - Every row says whether it was oversubscribed (more processes than CPUs online): with
 //!   two cores here, 1 producer + 2 consumers already take turns, so only the device machine's
-//!   rows say how the job path scales (BENCHMARKS.md, "Scaling").
+//!   rows say how the job path scales (benches/results/2026-12-04.md, "Scaling").
 //! - Every figure is the median over `XTCQ_BENCH_RUNS` runs (default 3).
 
 use std::fs::File;

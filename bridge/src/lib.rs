@@ -9,7 +9,7 @@
 //!   settled (see `inbound`).
 //!
 //! Both stop on SIGTERM or SIGINT after finishing what they hold (a second signal stops at
-//! once, leaving unsettled messages to the server's redelivery); see RELIABILITY.md.
+//! once, leaving unsettled messages to the server's redelivery); see docs/src/guarantees/across-hosts.md.
 
 mod auth;
 mod error;

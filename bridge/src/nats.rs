@@ -141,7 +141,7 @@ async fn client(
                         if e.contains("Permissions Violation") =>
                     {
                         tracing::warn!(%url, "NATS refused: {e}: the user this bridge connects as may not do \
-                            that; give it the permissions its side needs (README, \"Many hosts\": nats.conf)")
+                            that; give it the permissions its side needs (the shipped bridge/nats.conf)")
                     }
                     e => tracing::info!(%url, "NATS: {e}"),
                 }

@@ -1,4 +1,4 @@
-//! The exit statuses of `xtcq`, in one place so `--help`, the README and the code agree.
+//! The exit statuses of `xtcq`, in one place so `--help`, the book and the code agree.
 
 /// Done.
 pub const OK: i32 = 0;

@@ -163,7 +163,7 @@ impl OwnerHandle {
     /// ring, or in a later batch. When the deque is full, do not retry at once in a loop:
     /// each try reads the line every steal CASes, and topping the deque up a slot at a time
     /// writes the line its consumer reads next (a consumer drained about a fifth slower so;
-    /// BENCHMARKS.md, "A full deque"). Back off, or spill as below.
+    /// benches/results/2026-12-04.md, "A full deque"). Back off, or spill as below.
     ///
     /// ```no_run
     /// # let client = xtcq_client::Client::connect(None)?;

@@ -201,7 +201,7 @@ impl Client {
     /// command running job `id` (held by this process): if this process dies or the job's
     /// lease expires, the daemon kills that process group, and waits until it is empty,
     /// before the job can be claimed again (or dead-letters it when it cannot). For
-    /// executors that run a job outside their own process; see RELIABILITY.md.
+    /// executors that run a job outside their own process; see the book's guarantees, "Fencing".
     ///
     /// `generation` is the claim's, as its handle has it now (`Job::handle().generation`):
     /// a registration for a claim that was taken back meanwhile is refused, even if this

@@ -12,7 +12,7 @@
 //! control socket.
 //!
 //! Without an fd store (a plain `xtcqd &`), the segment is the `--segment` file, as before,
-//! so that a restarted daemon can adopt it by path (see RELIABILITY.md).
+//! so that a restarted daemon can adopt it by path (see docs/src/guarantees/threat-model.md).
 //!
 //! Invariant: fds passed in `$LISTEN_FDS` that are not ours are closed, and the `LISTEN_*`
 //! variables are removed, before any thread exists (they must not reach the commands of

@@ -1,4 +1,4 @@
-//! The bridge against an authenticated nats-server: the README's own `nats.conf` (users with
+//! The bridge against an authenticated nats-server: the shipped `bridge/nats.conf` (users with
 //! permissions, passwords from the server's environment), then the same with TLS and client
 //! certificates. Jobs go through with the right credentials; a client without them, or with a
 //! wrong password, or without its certificate, is refused (the bridge ends at once, naming the
@@ -13,18 +13,17 @@ use std::process::Command;
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(45);
-const README: &str = include_str!("../../README.md");
+/// The server configuration the book's "Many hosts" page shows, as shipped.
+const NATS_CONF: &str = include_str!("../../bridge/nats.conf");
 const PRODUCER_PW: &str = "producer-pw-1";
 const WORKER_PW: &str = "worker-pw-2";
 
-/// The README's `nats.conf`, listening on `port` with its store in `store`, with an admin
+/// The shipped `nats.conf`, listening on `port` with its store in `store`, with an admin
 /// user added for the test's own look at the stream, and `extra` after its `listen` line.
-fn readme_config(port: u16, store: &Path, extra: &str) -> String {
-    let block = README.split_once("```conf\n# nats.conf").map(|(_, b)| b).expect("README's nats.conf block");
-    let block = block.split_once("```").map(|(b, _)| b).expect("the block's end");
-    let conf = format!("# nats.conf{block}");
+fn shipped_config(port: u16, store: &Path, extra: &str) -> String {
+    let conf = NATS_CONF.to_string();
     for line in ["listen: 0.0.0.0:4222\n", "store_dir: /var/lib/nats", "users: ["] {
-        assert!(conf.contains(line), "README's nats.conf has {line:?}:\n{conf}");
+        assert!(conf.contains(line), "bridge/nats.conf has {line:?}:\n{conf}");
     }
     conf.replace("listen: 0.0.0.0:4222\n", &format!("listen: 127.0.0.1:{port}\n{extra}\n"))
         .replace("store_dir: /var/lib/nats", &format!("store_dir: {:?}", store.display().to_string()))
@@ -34,7 +33,7 @@ fn readme_config(port: u16, store: &Path, extra: &str) -> String {
 fn start(test: &str, extra: &str) -> Option<Nats> {
     let env = [("XTCQ_PRODUCER_PASSWORD", PRODUCER_PW), ("XTCQ_WORKER_PASSWORD", WORKER_PW)];
     Nats::start_with_config(test, ("admin", "admin-pw"), &env, |port, store| {
-        readme_config(port, store, extra)
+        shipped_config(port, store, extra)
     })
 }
 
@@ -67,8 +66,8 @@ fn append(file: &Path) -> String {
 }
 
 #[test]
-fn the_readmes_authenticated_server_carries_jobs_and_refuses_strangers() {
-    let Some(nats) = start("the_readmes_authenticated_server_carries_jobs_and_refuses_strangers", "") else {
+fn the_shipped_authenticated_server_carries_jobs_and_refuses_strangers() {
+    let Some(nats) = start("the_shipped_authenticated_server_carries_jobs_and_refuses_strangers", "") else {
         return;
     };
     let (a, b) = (Host::start("A"), Host::start("B"));
@@ -90,7 +89,7 @@ fn the_readmes_authenticated_server_carries_jobs_and_refuses_strangers() {
     assert!(names.iter().all(|n| counts.get(n) == Some(&1)), "each job ran once: {counts:?}");
     out.stop();
     for (side, log) in [("out", out.proc.log_text()), ("in", inb.proc.log_text())] {
-        assert!(!log.contains("Permissions Violation"), "the README's permissions suffice for {side}: {log}");
+        assert!(!log.contains("Permissions Violation"), "the shipped permissions suffice for {side}: {log}");
     }
     // The password from the environment instead of a file.
     let env = [("XTCQ_NATS_USER", "producer"), ("XTCQ_NATS_PASSWORD", PRODUCER_PW)];

@@ -99,7 +99,7 @@ fn kills_of_every_component_lose_no_job_and_never_overlap_a_job() {
     wait_until(Duration::from_secs(120), "every job ran", || ran(&runs(&log)).len() as u64 == n);
     // Settled upstream: nothing left to deliver, nothing delivered and unacked. (Not "the
     // stream is empty": after a kill -9 of nats-server 2.9 the stream can keep messages that
-    // the consumer had acked, below its ack floor, never delivered again; RELIABILITY.md.)
+    // the consumer had acked, below its ack floor, never delivered again; guarantees/across-hosts.md.)
     wait_until(LONG, "the consumer settled", || {
         let (pending, unacked, _) = nats.consumer("JOBS", "B");
         pending == 0 && unacked == 0 && inb.stat("held") == 0

@@ -1,8 +1,8 @@
 //! The C API from C: programs compiled with the system's `cc` against `include/xtcq.h` and
 //! the `libxtcq.a` built with this package, run against a real daemon.
 //!
-//! - `examples/c/pool.c`: a postmaster-like parent, forked backends, one kill -9ed holding
-//!   a job; every job acked exactly once and the segment consistent.
+//! - `examples/c/pool/pool.c`: a postmaster-like parent, forked backends, one kill -9ed
+//!   holding a job; every job acked exactly once and the segment consistent.
 //! - `tests/c/status_codes.c`: every status code a correct caller can meet, produced once.
 //! - `tests/c/steal_batch.c`: `xtcq_thief_steal_batch` takes a FIFO queue's jobs in
 //!   batches, each once and oldest first, and refuses bad handle arrays.
@@ -19,7 +19,7 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn a_forked_pool_of_backends_acks_every_job_once_when_one_is_killed() {
     let daemon = Daemon::builder().daemon_defaults().start();
-    let pool = compile_c("examples/c/pool.c", daemon.dir(), &[]);
+    let pool = compile_c("examples/c/pool/pool.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&pool).arg(&daemon.socket).args(["10000", "3"]), Duration::from_secs(180));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -138,13 +138,13 @@ fn a_c_batch_steal_takes_each_job_once_oldest_first() {
     assert!(stdout.contains("batches of 4, 4, 2, each once"), "{stdout}");
 }
 
-/// `examples/c/epoll_wait.c`: a C consumer waiting in epoll on its thief's wake descriptor and
-/// a timerfd together, as a PostgreSQL backend waits on a socket and its latch; jobs pushed
-/// by other processes (`xtcq push`) at gaps wake it, and every one is acked.
+/// `examples/c/epoll_wait/epoll_wait.c`: a C consumer waiting in epoll on its thief's wake
+/// descriptor and a timerfd together, as a PostgreSQL backend waits on a socket and its
+/// latch; jobs pushed by other processes (`xtcq push`) at gaps wake it, and every one is acked.
 #[test]
 fn a_c_consumer_waits_in_epoll_on_its_wake_descriptor_and_a_timer() {
     let daemon = Daemon::start();
-    let exe = compile_c("examples/c/epoll_wait.c", daemon.dir(), &[]);
+    let exe = compile_c("examples/c/epoll_wait/epoll_wait.c", daemon.dir(), &[]);
     let client = daemon.client();
     client
         .create_queue(&xtcq_client::QueueParams { capacity: 64, ..xtcq_client::QueueParams::new("w") })
@@ -177,7 +177,7 @@ fn a_c_consumer_waits_in_epoll_on_its_wake_descriptor_and_a_timer() {
 #[test]
 fn a_c_consumer_in_epoll_notices_the_daemon_going_away() {
     let mut daemon = Daemon::start();
-    let exe = compile_c("examples/c/epoll_wait.c", daemon.dir(), &[]);
+    let exe = compile_c("examples/c/epoll_wait/epoll_wait.c", daemon.dir(), &[]);
     daemon
         .client()
         .create_queue(&xtcq_client::QueueParams { capacity: 64, ..xtcq_client::QueueParams::new("w") })

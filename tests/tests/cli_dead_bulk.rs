@@ -120,7 +120,7 @@ fn requeue_of_a_job_that_is_not_a_dead_letter_of_the_queue_changes_nothing() {
     assert_eq!((dead_ids(&d, "a"), dead_ids(&d, "b")), (a_dead, b_dead));
 }
 
-/// The figures of the README / report: `time xtcq dead q --requeue` of `XTCQ_MEASURE_N`
+/// The figures of the report: `time xtcq dead q --requeue` of `XTCQ_MEASURE_N`
 /// dead letters (default 65536) with the `xtcq` at `XTCQ_MEASURE_BIN` (default this build),
 /// e.g. `XTCQ_MEASURE_BIN=/path/to/old/xtcq XTCQ_MEASURE_N=4096 cargo test -p xtcq-cli
 /// --test dead_bulk -- --ignored --nocapture`.

@@ -52,6 +52,8 @@ fn make_install_lays_out_everything_and_the_unit_verifies_against_it() {
             format!("{p}/share/zsh/site-functions/_xtcq"),
             format!("{p}/share/fish/vendor_completions.d/xtcq.fish"),
             format!("{p}/share/doc/xtcq/README.md"),
+            format!("{p}/share/doc/xtcq/CHANGELOG.md"),
+            format!("{p}/share/doc/xtcq/guarantees/promises.md"),
         ];
         for f in &files {
             assert!(root.join(&f[1..]).is_file(), "{f} not installed under {}", root.display());

@@ -1,4 +1,4 @@
-//! `xtcq` at the trust boundary (RELIABILITY "Threat model"): a daemon run by a user this
+//! `xtcq` at the trust boundary (docs/src/guarantees/threat-model.md): a daemon run by a user this
 //! user does not trust is refused with exit 4 and its uid named; names read from the
 //! segment are printed escaped; bad queue names are refused before any request.
 //!

@@ -43,7 +43,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 #[test]
 fn an_idle_daemon_with_a_million_records_uses_almost_no_cpu() {
-    // No queue, no client, the default 100 ms scan: the README's example size.
+    // No queue, no client, the default 100 ms scan; a million records, the book's sizing example.
     let d = Daemon::builder().flags(["--records", "1000000"]).start();
     // Its first walks (at start) are over well before this.
     std::thread::sleep(Duration::from_secs(4));

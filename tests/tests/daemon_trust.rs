@@ -1,4 +1,4 @@
-//! The daemon's files as a trust boundary (RELIABILITY "Threat model"): symbolic links and
+//! The daemon's files as a trust boundary (docs/src/guarantees/threat-model.md): symbolic links and
 //! files planted by another local user in the socket directory or at the segment path are
 //! refused, and nothing is written through them.
 //!

@@ -1,26 +1,25 @@
-//! The README's "Dependencies and why" lists what each crate links directly; this keeps that
-//! list true by comparing it with `cargo tree -e normal --depth 1` for each crate named there.
+//! The book's design chapter ("Layers and dependencies") shows two data files: what each crate
+//! links directly (`tests/fixtures/crate-deps.txt`) and the arrows between the workspace's
+//! crates (`tests/fixtures/crate-layers.txt`). This keeps both true by comparing them with
+//! `cargo tree -e normal --depth 1` for each crate named there.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-/// `crate: dep, dep` lines of the README's first `text` block after the section heading.
-fn readme_lists() -> Vec<(String, BTreeSet<String>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let section = readme.split("## Dependencies and why").nth(1).expect("a 'Dependencies and why' section");
-    let block = section.split("```text\n").nth(1).and_then(|b| b.split("```").next()).expect("a text block");
-    block
-        .lines()
+/// The `crate: dep, dep` lines of `tests/fixtures/crate-deps.txt`.
+fn listed_deps() -> Vec<(String, BTreeSet<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crate-deps.txt");
+    let text = std::fs::read_to_string(&path).expect("tests/fixtures/crate-deps.txt");
+    text.lines()
         .filter_map(|l| l.split_once(": "))
         .map(|(krate, deps)| (krate.to_string(), deps.split(", ").map(str::to_string).collect()))
         .collect()
 }
 
-/// The packages that test and measure the others: they link whatever they test, and nothing
-/// shipped may link them.
-const TEST_PACKAGES: [&str; 3] = ["xtcq-tests", "xtcq-testkit", "xtcq-benches"];
+/// The packages that test, measure or show the others (the examples): they link whatever
+/// they need, and nothing shipped may link them.
+const TEST_PACKAGES: [&str; 4] = ["xtcq-tests", "xtcq-testkit", "xtcq-benches", "xtcq-examples"];
 
 /// The packages of the workspace's members that ship (all but [`TEST_PACKAGES`]).
 fn workspace_crates() -> BTreeSet<String> {
@@ -57,14 +56,11 @@ fn linked(krate: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_readme_lists_what_each_crate_links() {
-    let lists = readme_lists();
+fn the_book_lists_what_each_crate_links() {
+    let lists = listed_deps();
     let named: BTreeSet<String> = lists.iter().map(|(k, _)| k.clone()).collect();
     let shipped = workspace_crates();
-    assert_eq!(
-        named, shipped,
-        "README 'Dependencies and why' (left) must name every crate of the workspace (right)"
-    );
+    assert_eq!(named, shipped, "crate-deps.txt (left) must name every crate of the workspace (right)");
     for (krate, listed) in lists {
         let have = linked(&krate);
         for test_package in TEST_PACKAGES {
@@ -72,7 +68,7 @@ fn the_readme_lists_what_each_crate_links() {
         }
         assert_eq!(
             listed, have,
-            "README 'Dependencies and why' is out of date for {krate}: listed (left) vs cargo tree (right)"
+            "tests/fixtures/crate-deps.txt is out of date for {krate}: listed (left) vs cargo tree (right)"
         );
     }
 }
@@ -92,20 +88,12 @@ fn the_client_library_links_no_runtime_no_command_line_and_no_daemon() {
     }
 }
 
-/// `crate -> dep, dep` lines of the README's Layout section: its workspace-internal arrows.
-fn readme_arrows() -> Vec<(String, BTreeSet<String>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let section = readme.split("## Layout").nth(1).expect("a 'Layout' section");
-    let section = section.split("\n## ").next().expect("the section");
-    let block = section
-        .split("```text\n")
-        .skip(1) // the prose before the first block
-        .find(|b| b.contains(" ->"))
-        .and_then(|b| b.split("```").next())
-        .expect("a text block of `crate -> dep` lines");
-    block
-        .lines()
+/// The `crate -> dep, dep` lines of `tests/fixtures/crate-layers.txt`: the workspace-internal
+/// arrows.
+fn drawn_arrows() -> Vec<(String, BTreeSet<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/crate-layers.txt");
+    let text = std::fs::read_to_string(&path).expect("tests/fixtures/crate-layers.txt");
+    text.lines()
         .filter_map(|l| l.split_once(" ->"))
         .map(|(krate, deps)| {
             let deps = deps.split(',').map(str::trim).filter(|d| !d.is_empty()).map(str::to_string).collect();
@@ -115,19 +103,19 @@ fn readme_arrows() -> Vec<(String, BTreeSet<String>)> {
 }
 
 #[test]
-fn the_readme_layout_draws_every_arrow_between_the_workspace_crates() {
-    let arrows = readme_arrows();
+fn the_book_layers_draw_every_arrow_between_the_workspace_crates() {
+    let arrows = drawn_arrows();
     let shipped = workspace_crates();
     let named: BTreeSet<String> = arrows.iter().map(|(k, _)| k.clone()).collect();
-    assert_eq!(named, shipped, "README 'Layout' (left) must name every crate of the workspace (right)");
+    assert_eq!(named, shipped, "crate-layers.txt (left) must name every crate of the workspace (right)");
     for (krate, listed) in &arrows {
         let have: BTreeSet<String> = linked(krate).into_iter().filter(|d| shipped.contains(d)).collect();
         assert_eq!(
             listed, &have,
-            "README 'Layout' arrows are out of date for {krate}: drawn (left) vs cargo tree (right)"
+            "tests/fixtures/crate-layers.txt is out of date for {krate}: drawn (left) vs cargo tree (right)"
         );
     }
-    // The layering rules the section states.
+    // The layering rules the book's page states.
     let of = |k: &str| arrows.iter().find(|(n, _)| n == k).map(|(_, d)| d.clone()).unwrap_or_default();
     assert!(of("xtcq-shm").is_empty(), "the engine crate links no other workspace crate");
     assert!(of("xtcq-proto").is_empty(), "the protocol crate links no other workspace crate");

@@ -2,7 +2,7 @@
 //! them: a plain restart with `--export-on-stop F --import-on-start F` (the segment
 //! survives), owners and grants across a reboot, who may read a dump, a directory planted
 //! at its temporary name, a segment file truncated while it is read, and queue names in a
-//! dump that no create would take. Each was broken before (RELIABILITY.md, "Export and
+//! dump that no create would take. Each was broken before (docs/src/guarantees/data.md, "Export and
 //! import"). Real xtcqd, real `xtcq`, real users where it matters.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -39,8 +39,8 @@ fn with_suffix(p: &Path, s: &str) -> std::path::PathBuf {
     o.into()
 }
 
-/// A plain restart with the README's pair of flags: the segment survives, so the dump of it
-/// must not be imported on top of it. Before, every queued job and dead letter was doubled,
+/// A plain restart with the book's pair of flags (Upgrades): the segment survives, so the
+/// dump of it must not be imported on top of it. Before, every queued job and dead letter was doubled,
 /// and the job running across the stop was queued again while it still ran.
 #[test]
 fn a_restart_with_a_surviving_segment_does_not_import_its_own_dump() {
@@ -290,9 +290,9 @@ fn as_version_2(f: &Path) {
     std::fs::write(f, lines.join("\n") + "\n").expect("rewrite the dump");
 }
 
-/// The upgrade the README's pair of flags is for: the build before this one stopped with
-/// `--export-on-stop` (a version 2 dump, which names no segment), this build starts on the
-/// same, surviving segment with `--import-on-start`. Before, both copies were kept: every
+/// The upgrade the book's pair of flags (Upgrades) is for: the build before this one stopped
+/// with `--export-on-stop` (a version 2 dump, which names no segment), this build starts on
+/// the same, surviving segment with `--import-on-start`. Before, both copies were kept: every
 /// job doubled. A dump written after the adopted segment was made may hold its jobs: it is
 /// set aside. After a reboot (a segment made after the dump) it is imported as before.
 #[test]

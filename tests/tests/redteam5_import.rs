@@ -1,6 +1,6 @@
 //! Red-team pass 5 on `xtcq import` and `--import-on-start`: dumps an import can know it
 //! cannot take, yet took part of before. Each refused dump must keep its name, create no
-//! queue and queue no job (RELIABILITY.md "Export and import"). Real xtcqd, real `xtcq`.
+//! queue and queue no job (docs/src/guarantees/data.md, "Export and import"). Real xtcqd, real `xtcq`.
 
 use std::path::Path;
 use xtcq_testkit::*;

@@ -216,7 +216,7 @@ impl<'a> QueueCtx<'a> {
     /// Claims record `index` if it is `Queued` for this queue (at `generation`, when given).
     // Always: returned through memory, the job costs a store-forwarding stall (see
     // `Owner::pop`); with the counters' lane check, `#[inline]` left it out of the thief's
-    // steal, and steal + payload + ack went from 50 to 58 ns on one core (BENCHMARKS).
+    // steal, and steal + payload + ack went from 50 to 58 ns on one core (benches/results/).
     #[inline(always)]
     fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
         let (hdr, g) = self.claim_cas(index, generation, me)?;

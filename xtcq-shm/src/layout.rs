@@ -393,7 +393,7 @@ pub struct QueueLimits {
 /// needs a *different* word; here every steal reads both (load `top`, fence, load `bottom`,
 /// CAS `top`), and the owner's LIFO pop reads `top` right after writing `bottom`. With a line
 /// each, every steal misses on two lines the other core has written instead of one. Measured
-/// (BENCHMARKS.md, "Deque"): the same deque code over heap words reached 1.00-1.05x
+/// (benches/results/2026-12-03.md, "Deque"): the same deque code over heap words reached 1.00-1.05x
 /// crossbeam-deque with single steals and 1.05-1.18x with batch steals (LIFO) with both words
 /// on one line, against 0.36-0.80x with a line each; crossbeam-deque also keeps its `front`
 /// and `back` together. The price: thieves polling an idle deque share the line the owner's

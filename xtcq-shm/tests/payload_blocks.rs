@@ -255,11 +255,11 @@ fn bytes_per_job(inline_bytes: u32, payload_bytes: u32, block: Option<u32>) -> u
     (make(1024) - make(0)) / 1024
 }
 
-/// The README's table ("Memory per queued job"): before, every record sized for the largest
-/// payload (here 64 KiB, all inline, as layout 5 did); after, 64-byte inline areas and a
-/// block of the payload's class.
+/// The table the book's sizing page shows (`tests/fixtures/memory-per-job.md`): before, every
+/// record sized for the largest payload (here 64 KiB, all inline, as layout 5 did); after,
+/// 64-byte inline areas and a block of the payload's class.
 #[test]
-fn memory_per_queued_job_is_as_the_readme_says() {
+fn memory_per_queued_job_is_as_the_book_says() {
     let before = bytes_per_job(65536, 65536, None);
     assert_eq!(before, 65600);
     let after: Vec<u64> = [(16, None), (256, Some(256)), (4096, Some(4096)), (65536, Some(65536))]
@@ -267,13 +267,13 @@ fn memory_per_queued_job_is_as_the_readme_says() {
         .map(|&(_, b)| bytes_per_job(64, 65536, b))
         .collect();
     assert_eq!(after, [128, 392, 4232, 65672]);
-    let readme = include_str!("../../README.md");
+    let table = include_str!("fixtures/memory-per-job.md");
     for row in [
         "| 16 B | 65,600 | 128 |",
         "| 256 B | 65,600 | 392 |",
         "| 4 KiB | 65,600 | 4,232 |",
         "| 64 KiB | 65,600 | 65,672 |",
     ] {
-        assert!(readme.contains(row), "README lacks the row {row:?}");
+        assert!(table.contains(row), "tests/fixtures/memory-per-job.md lacks the row {row:?}");
     }
 }

@@ -12,7 +12,7 @@
 //!   and every job is drained the sweep leaves no orphan.
 //! - A forged class table in the segment header (same region sizes, other classes) makes a
 //!   later attacher lay blocks over live jobs' blocks: ignored (the engine alone has nothing
-//!   to compare with; clients check the daemon's digest), see RELIABILITY.md.
+//!   to compare with; clients check the daemon's digest), see docs/src/guarantees/crashes.md.
 //! - A batch steal with a limit of 0 claims nothing (it used to claim one job).
 //! - A memfd segment larger than the host's memory and swap is refused before any page is
 //!   taken.
@@ -337,7 +337,7 @@ fn class_table_offset() -> u64 {
 }
 
 #[test]
-#[ignore = "engine alone: nothing to compare a forged header with; clients check the daemon's digest (RELIABILITY.md)"]
+#[ignore = "engine alone: nothing to compare a forged header with; clients check the daemon's digest (guarantees/crashes.md)"]
 fn a_forged_class_table_lets_a_later_attacher_overwrite_live_jobs() {
     // 8 blocks of 128 B: the same owner table (rounded to 128 bytes) and data bytes as 4 of 256 B.
     let c = config(64, 128, &[(128, 8)]);

@@ -18,7 +18,7 @@
 //! A process attached to the segment can rewrite a quota word (as it can every word there);
 //! the share holds for users who go through the daemon and the client API, as the per-queue
 //! quota does, and as late: a push is checked against the last scan's count, so a burst
-//! between two scans can take more (RELIABILITY.md, "Known gaps").
+//! between two scans can take more (docs/src/guarantees/known-gaps.md).
 
 use xtcq_proto as proto;
 use xtcq_shm::segment::QueueQuota;

@@ -164,7 +164,7 @@ impl Owner {
     /// oldest first for FIFO), else from the overflow ring; claimed for us.
     // Inlined, as the rest of the job path (`claim`, `read_payload`, `ack`): returned
     // through memory, the ~40-byte result is written field by field and read back in 16-byte
-    // loads, a store-forwarding stall that cost a third of a push+pop pair (BENCHMARKS).
+    // loads, a store-forwarding stall that cost a third of a push+pop pair (benches/results/).
     // Always: with the counters' handle lane the body grew past what `#[inline]` got inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {

@@ -3,7 +3,7 @@
 //!
 //! - The shared lane takes a `lock xadd` per count, because every thread of the process may
 //!   count into it. On the one-thread push + pop + ack pair those three locked instructions
-//!   cost about 4 ns of 42 (BENCHMARKS, "Counting without a locked instruction").
+//!   cost about 4 ns of 42 (benches/results/2026-12-04.md, "Counting without a locked instruction").
 //! - A lane has one writer at a time. A process-wide registry hands it to the first handle
 //!   (`Owner`, `Injector`, `Thief`) of its (segment, queue, slot) and takes it back when that
 //!   handle is dropped; later handles of the same triple count into the shared lane. The
