@@ -9,6 +9,8 @@
 //!   64-byte jobs as fast as the deque takes them (a full deque is retried after a backoff,
 //!   `FullWait`), one at a time or
 //!   `XTCQ_BENCH_PUSH_BATCH=K` at a time (`push_batch`: one store of `bottom` a batch).
+//!   `XTCQ_BENCH_PRODUCERS=P` (P > 1): P producer processes (CPUs 0..P), each the owner of
+//!   a deque of its own, push N/P jobs each (`producers`); the consumers take CPUs P.. .
 //! - Each consumer (this binary again, pinned to CPU k, k = 1..) loops on `steal` (or on
 //!   `steal_batch(B)` with `XTCQ_BENCH_BATCH=B`; `steal_into(B)` and one `ack_all` a batch
 //!   with `XTCQ_BENCH_BATCH_INTO=1` too), copies the payload out and acks. When a
@@ -36,10 +38,16 @@ use std::time::Duration;
 
 use xtcq_benches::{bench_queue, env_u64, ncpus, pin, start_daemon, wait_for, SharedPage, BENCH_SEGMENT};
 use xtcq_client::{Client, JobBatch};
+
+#[path = "fanout/producers.rs"]
+mod producers;
+use producers::{push_share, Share};
 use xtcq_testkit::{monotonic_ns, Daemon};
 
 const MSG: usize = 64;
 const QUEUE: &str = "fanout";
+/// The most producers (`XTCQ_BENCH_PRODUCERS`), each a deque of the queue.
+const MAX_PRODUCERS: usize = 16;
 /// Consumers we can track: one line each in the shared control page.
 const MAX_CONSUMERS: usize = 30;
 /// The most jobs a prefilled run queues: the bench queue's deque (65,536) and overflow ring
@@ -52,8 +60,12 @@ struct Line(AtomicU64, [u64; 15]);
 
 #[repr(C)]
 struct Ctl {
-    /// Consumers that are attached and spinning.
+    /// Consumers (and producer processes) that are attached and spinning.
     ready: Line,
+    /// Set when producer processes may queue every job of a prefilled run.
+    fill: Line,
+    /// Producer processes that pushed their share.
+    pushed: Line,
     /// Set by the producer once every job was taken: consumers write their files and exit.
     stop: Line,
     /// Set by the producer when the consumers may start: at once, or once every job is
@@ -111,37 +123,10 @@ impl Poll {
     }
 }
 
-/// The producer's wait while the queue is full: pauses doubling from 1 to 1024 between
-/// tries. Each try of a full deque reads `top`, the line every steal CASes; retried as fast
-/// as the CPU goes (a run of `push_batch(32)` against one consumer tried 122,000-892,000
-/// times) it keeps taking that line from the consumer and slows the drain it waits for.
-#[derive(Default)]
-struct FullWait {
-    /// Doublings so far in this wait.
-    level: u32,
-    /// Tries in this wait, to fail a run whose consumers died instead of hanging.
-    tries: u64,
-}
-
-impl FullWait {
-    fn wait(&mut self) {
-        for _ in 0..1u32 << self.level {
-            std::hint::spin_loop();
-        }
-        self.level = (self.level + 1).min(10);
-        self.tries += 1;
-        assert!(self.tries < 1 << 22, "the queue stayed full: are the consumers alive?");
-    }
-
-    fn reset(&mut self) {
-        *self = FullWait::default();
-    }
-}
-
 /// Consumer role: steal until told to stop, then write the sequence numbers taken.
 fn consumer() {
     let index: usize = env_u64("XTCQ_BENCH_INDEX").expect("index") as usize;
-    pin(index + 1);
+    pin(index + env_u64("XTCQ_BENCH_PRODUCERS").unwrap_or(1) as usize);
     let batch = env_u64("XTCQ_BENCH_BATCH").unwrap_or(1).max(1) as usize;
     let into = std::env::var("XTCQ_BENCH_BATCH_INTO").is_ok_and(|v| v == "1");
     let ctl_map =
@@ -280,8 +265,11 @@ struct Run {
 
 struct Bench {
     daemon: Daemon,
-    owner: xtcq_client::OwnerHandle,
+    /// This process's deque (one producer); `None` with producer processes.
+    owner: Option<xtcq_client::OwnerHandle>,
     _client: Client,
+    /// Producer processes (1: this process pushes).
+    producers: usize,
     n: u64,
     batch: u64,
     /// Jobs the producer queues per `push_batch` (1: single pushes).
@@ -299,6 +287,7 @@ impl Bench {
                     .env("XTCQ_BENCH_ROLE", "consumer")
                     .env("XTCQ_BENCH_INDEX", k.to_string())
                     .env("XTCQ_BENCH_BATCH", self.batch.to_string())
+                    .env("XTCQ_BENCH_PRODUCERS", self.producers.to_string())
                     .env("XTCQ_BENCH_CTL", ctl_path)
                     .env("XTCQ_BENCH_SEQS", &seqs)
                     .env("XTCQ_SOCKET", &self.daemon.socket)
@@ -312,47 +301,40 @@ impl Bench {
             .collect()
     }
 
-    fn push_all(&self) {
-        if self.push_batch > 1 {
-            return self.push_all_batched();
+    /// The producer processes (`XTCQ_BENCH_PRODUCERS` > 1), each told its index.
+    fn spawn_producers(&self, ctl_path: &Path) -> Vec<Child> {
+        if self.owner.is_some() {
+            return Vec::new();
         }
-        let mut m = [0xabu8; MSG];
-        let mut full = FullWait::default();
-        for seq in 0..self.n {
-            m[..8].copy_from_slice(&seq.to_le_bytes());
-            while let Err(e) = self.owner.push(&m) {
-                match e {
-                    xtcq_client::Error::QueueFull { .. } | xtcq_client::Error::RecordsFull(_) => full.wait(),
-                    e => panic!("push: {e}"),
-                }
-            }
-            full.reset();
-        }
+        (0..self.producers)
+            .map(|p| {
+                Command::new(std::env::current_exe().expect("current exe"))
+                    .env("XTCQ_BENCH_ROLE", "producer")
+                    .env("XTCQ_BENCH_INDEX", p.to_string())
+                    .env("XTCQ_BENCH_PRODUCERS", self.producers.to_string())
+                    .env("XTCQ_BENCH_N", self.n.to_string())
+                    .env("XTCQ_BENCH_PUSH_BATCH", self.push_batch.to_string())
+                    .env("XTCQ_BENCH_PREFILL", if self.prefill { "1" } else { "0" })
+                    .env("XTCQ_BENCH_CTL", ctl_path)
+                    .env("XTCQ_SOCKET", &self.daemon.socket)
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn producer")
+            })
+            .collect()
     }
 
-    /// `push_all` in batches of `push_batch` (`OwnerHandle::push_batch`: one store of the
-    /// deque's `bottom` and one wake a batch); a full deque is waited out as a full queue is.
-    fn push_all_batched(&self) {
-        let mut msgs = vec![[0xabu8; MSG]; self.push_batch];
-        let mut seq = 0;
-        let mut full = FullWait::default();
-        while seq < self.n {
-            let k = (self.n - seq).min(self.push_batch as u64) as usize;
-            for (i, m) in msgs[..k].iter_mut().enumerate() {
-                m[..8].copy_from_slice(&(seq + i as u64).to_le_bytes());
-            }
-            let refs: Vec<&[u8]> = msgs[..k].iter().map(|m| m.as_slice()).collect();
-            match self.owner.push_batch(&refs) {
-                Ok(0) | Err(xtcq_client::Error::RecordsFull(_)) => full.wait(),
-                Ok(n) => {
-                    seq += n as u64;
-                    if n < k {
-                        full.wait();
-                    } else {
-                        full.reset();
-                    }
-                }
-                Err(e) => panic!("push_batch: {e}"),
+    /// Every job pushed: by this process, or by the producer processes once `start` is set
+    /// (waited for with `procs` watched).
+    fn push_all(&self, ctl: &Ctl, start: &Line, procs: &mut [&mut Child]) {
+        match &self.owner {
+            Some(owner) => push_share(owner, Share { first: 0, step: 1, n: self.n }, self.push_batch),
+            None => {
+                start.0.store(1, Ordering::Release);
+                let p = self.producers as u64;
+                wait_for(procs, "every producer to push its share", Duration::from_secs(120), || {
+                    ctl.pushed.0.load(Ordering::Acquire) == p
+                });
             }
         }
     }
@@ -362,24 +344,35 @@ impl Bench {
         let ctl_path = self.daemon.dir().join(format!("ctl.{tag}"));
         let ctl_map = SharedPage::<Ctl>::open(&ctl_path, true);
         let ctl = ctl_map.get();
+        let mut producers = self.spawn_producers(&ctl_path);
         let mut children = self.spawn_consumers(consumers, &ctl_path, &tag);
         let limit = Duration::from_secs(120);
         let mut procs: Vec<&mut Child> = children.iter_mut().map(|(c, _)| c).collect();
-        wait_for(&mut procs, "the consumers to attach", limit, || {
-            ctl.ready.0.load(Ordering::Acquire) == consumers as u64
+        procs.extend(producers.iter_mut());
+        let attached = (consumers + producers_len(self)) as u64;
+        wait_for(&mut procs, "the consumers and producers to attach", limit, || {
+            ctl.ready.0.load(Ordering::Acquire) == attached
         });
         if self.prefill {
-            self.push_all();
+            self.push_all(ctl, &ctl.fill, &mut procs);
         }
         let t0 = monotonic_ns();
-        ctl.go.0.store(1, Ordering::Release);
+        if self.prefill || self.owner.is_some() {
+            ctl.go.0.store(1, Ordering::Release);
+        }
         if !self.prefill {
-            self.push_all();
+            // With producer processes, `go` starts them and the consumers at once.
+            self.push_all(ctl, &ctl.go, &mut procs);
         }
         let taken = || ctl.taken[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum::<u64>();
         wait_for(&mut procs, "every job to be taken", limit, || taken() >= self.n);
         let t_end = monotonic_ns();
         ctl.stop.0.store(1, Ordering::Release);
+        drop(procs);
+        for mut p in producers {
+            let st = p.wait().expect("wait producer");
+            assert!(st.success(), "producer failed: {st}");
+        }
         let counts = self.check_exactly_once(children);
         let (lo, hi) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
         Run {
@@ -413,6 +406,15 @@ impl Bench {
     }
 }
 
+/// Producer processes a run has (none: this process pushes).
+fn producers_len(b: &Bench) -> usize {
+    if b.owner.is_some() {
+        0
+    } else {
+        b.producers
+    }
+}
+
 /// N = 1, 2, 4, ... while N + 1 fits the CPUs, then the first oversubscribed N.
 fn default_consumer_counts(cpus: usize) -> Vec<usize> {
     let mut v = Vec::new();
@@ -435,9 +437,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    if std::env::var("XTCQ_BENCH_ROLE").as_deref() == Ok("consumer") {
-        consumer();
-        return;
+    match std::env::var("XTCQ_BENCH_ROLE").as_deref() {
+        Ok("consumer") => return consumer(),
+        Ok("producer") => return producers::producer(),
+        _ => {}
     }
     let cpus = ncpus();
     let prefill = std::env::var("XTCQ_BENCH_PREFILL").is_ok_and(|v| v == "1");
@@ -456,12 +459,34 @@ fn main() {
         Err(_) => default_consumer_counts(cpus),
     };
     assert!(counts.iter().all(|&c| (1..=MAX_CONSUMERS).contains(&c)), "1 to {MAX_CONSUMERS} consumers");
-    let daemon = start_daemon(BENCH_SEGMENT);
+    let producers = env_u64("XTCQ_BENCH_PRODUCERS").unwrap_or(1) as usize;
+    assert!((1..=MAX_PRODUCERS).contains(&producers), "XTCQ_BENCH_PRODUCERS: 1 to {MAX_PRODUCERS}");
+    // A deque per producer.
+    let deques = producers.max(2).to_string();
+    let flags: Vec<&str> = BENCH_SEGMENT
+        .chunks(2)
+        .flat_map(|kv| if kv[0] == "--deques-per-queue" { [kv[0], deques.as_str()] } else { [kv[0], kv[1]] })
+        .collect();
+    let daemon = start_daemon(&flags);
     pin(0);
     let client = daemon.client();
-    let owner = bench_queue(&client, QUEUE);
-    let bench = Bench { daemon, owner, _client: client, n, batch, push_batch, prefill };
-    let producer_how = if push_batch > 1 { format!("push_batch({push_batch})") } else { "push".to_string() };
+    let owner = if producers == 1 {
+        Some(bench_queue(&client, QUEUE))
+    } else {
+        // As `bench_queue` makes it, with a deque for each producer process.
+        let mut params = xtcq_client::QueueParams::new(QUEUE);
+        params.deques = producers as u32;
+        params.capacity = 65536;
+        params.flavor = xtcq_client::Flavor::Fifo;
+        client.create_queue(&params).expect("create queue");
+        None
+    };
+    let bench = Bench { daemon, owner, _client: client, producers, n, batch, push_batch, prefill };
+    let producer_how = format!(
+        "{producers} producer{} ({})",
+        if producers > 1 { "s, each its own deque" } else { "" },
+        if push_batch > 1 { format!("push_batch({push_batch})") } else { "push".to_string() }
+    );
 
     let poll = Poll::from_env();
     let into = std::env::var("XTCQ_BENCH_BATCH_INTO").is_ok_and(|v| v == "1");
@@ -472,9 +497,13 @@ fn main() {
         (false, _) => format!("steal, {} when empty", poll.name()),
     };
     println!(
-        "fanout: {cpus} CPUs online, 1 producer ({producer_how}) -> N consumers ({consumer_how} + payload + {work} ack), \
+        "fanout: {cpus} CPUs online, {producer_how} -> N consumers ({consumer_how} + payload + {work} ack), \
          64-byte jobs, {n} jobs per run, median of {runs} run(s), every run checked exactly once{}",
-        if prefill { "; prefilled: all queued before the consumers start, the rate is the drain's" } else { "" }
+        if prefill {
+            "; prefilled: all queued before the consumers start, the rate is the drain's"
+        } else {
+            ""
+        }
     );
     println!();
     println!("| consumers | M jobs/s | x 1 consumer | smallest-largest share | processes / CPUs |");
@@ -486,13 +515,14 @@ fn main() {
         let lo = median(rs.iter().map(|r| r.share.0).collect());
         let hi = median(rs.iter().map(|r| r.share.1).collect());
         let base_rate = *base.get_or_insert(rate);
-        let load = if c + 1 > cpus { "oversubscribed" } else { "fits" };
+        let procs = c + producers;
+        let load = if procs > cpus { "oversubscribed" } else { "fits" };
         println!(
             "| {c} | {rate:.2} | {:.2} | {:.0}%-{:.0}% | {}/{cpus} {load} |",
             rate / base_rate,
             lo * 100.0,
             hi * 100.0,
-            c + 1
+            procs
         );
     }
 }

@@ -17,8 +17,10 @@
 //!   first instruction, and the daemon sees it there when it registers it;
 //! - whether it works is tried once at the start (a cgroup made, a child moved in, removed);
 //!   elsewhere the process group alone fences, as the start line says;
-//! - a cgroup is removed once empty (after the command and what it left are dead); those a
-//!   killed worker left behind are removed by the next worker that finds them empty.
+//! - a worker thread runs its next command in the cgroup its last one ended in, once that
+//!   is empty (the command and what it left are dead), and removes it when it stops; those a
+//!   killed worker left behind are removed by the next worker that finds them empty. The
+//!   daemon forgets a registration whose cgroup a newer command of the worker runs in.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -115,7 +117,7 @@ impl CgroupHome {
         &self.path
     }
 
-    /// A new cgroup for one command.
+    /// A new cgroup for a worker thread's commands.
     pub fn create(&self) -> io::Result<CommandCgroup<'_>> {
         loop {
             let n = self.next.fetch_add(1, Ordering::Relaxed);

@@ -98,7 +98,8 @@ impl Drop for Registration<'_> {
         // whole timeout, and the daemon forgets a registration whose group is gone by itself
         // within a second.
         if !self.left && self.client.is_connected() {
-            let _ = self.client.unfence_command(self.id, self.pid);
+            // Not waited for: the daemon handles it before this connection's next request.
+            let _ = self.client.unfence_command_nowait(self.id, self.pid);
         }
     }
 }

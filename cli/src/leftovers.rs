@@ -99,6 +99,12 @@ impl<'h> Scope<'h> {
         }
     }
 
+    /// Its cgroup, for the worker's next command, if nothing runs in it (else it is removed
+    /// once empty, as when dropped).
+    pub(crate) fn into_reusable(self) -> Option<CommandCgroup<'h>> {
+        self.cgroup.filter(|g| g.populated().is_ok_and(|p| !p))
+    }
+
     fn cgroup_said(&self) -> &'static str {
         if self.cgroup.is_some() {
             " or its cgroup"
@@ -146,6 +152,32 @@ pub(crate) fn has_exited(child: &Child) -> Result<bool> {
     let pid = Pid::from_raw(child.id() as i32).context("the command has no pid")?;
     let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
     Ok(waitid(WaitId::Pid(pid), opts).context("cannot wait for the command")?.is_some())
+}
+
+/// A descriptor that becomes readable when the command exits (a pidfd); `None` where none
+/// can be had (no descriptor left), and the caller looks at intervals instead.
+pub(crate) fn exit_watch(child: &Child) -> Option<std::os::fd::OwnedFd> {
+    let pid = Pid::from_raw(child.id() as i32)?;
+    // The command is not reaped until we wait for it, so the pid still names it.
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// How long `wait_exit` waits at most: a second SIGINT / SIGTERM is seen within it.
+const STOP_LOOK: Duration = Duration::from_millis(20);
+
+/// Waits until the command watched by `pidfd` exits, `limit` passes (a heartbeat is due) or
+/// `STOP_LOOK` passes; without a pidfd, 2 ms.
+pub(crate) fn wait_exit(pidfd: Option<&std::os::fd::OwnedFd>, limit: Option<Duration>) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let Some(fd) = pidfd else {
+        std::thread::sleep(Duration::from_millis(2));
+        return;
+    };
+    let d = limit.map_or(STOP_LOOK, |l| l.min(STOP_LOOK));
+    let t = Timespec { tv_sec: 0, tv_nsec: i64::from(d.subsec_nanos()) };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    // Interrupted or failed: the caller's loop looks again.
+    let _ = poll(&mut fds, Some(&t));
 }
 
 /// Kills a command that has no scope yet (it leads its own process group).

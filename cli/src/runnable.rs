@@ -15,21 +15,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
-/// Refuses `program` when `exec` could not find it, with what was looked at.
-pub fn check(program: &str) -> Result<()> {
+/// The file `exec` would run for `program` (looked up once: a lookup in every spawn tries
+/// each `PATH` directory with an `execve` of its own); refused, with what was looked at,
+/// when there is none.
+pub fn resolve(program: &str) -> Result<PathBuf> {
     if program.is_empty() {
         bail!("the command to run is empty: give it after `--`, e.g. `xtcq work QUEUE -- sh -c '...'`");
     }
     if program.contains('/') {
         return match kind(Path::new(program)) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(PathBuf::from(program)),
             Err(why) => bail!("cannot run {program:?}: {why}"),
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
     let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    if dirs.iter().any(|d| kind(&d.join(program)).is_ok()) {
-        return Ok(());
+    if let Some(found) = dirs.iter().map(|d| d.join(program)).find(|p| kind(p).is_ok()) {
+        return Ok(found);
     }
     bail!(
         "cannot run {program:?}: no executable of that name in PATH ({}); give its full path, \
@@ -56,7 +58,7 @@ fn kind(p: &Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::check;
+    use super::resolve as check;
 
     #[test]
     fn programs_are_found_as_exec_finds_them() {

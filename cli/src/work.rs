@@ -89,6 +89,9 @@ pub struct WorkArgs {
     /// The command and its arguments, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     cmd: Vec<String>,
+    /// The file the command's name resolved to (see `runnable::resolve`), once.
+    #[arg(skip)]
+    program: Option<std::path::PathBuf>,
 }
 
 /// The most commands `work` runs at once: each is a thread, a child process and a few file
@@ -177,8 +180,9 @@ enum Started<'c> {
 /// The command line of the job's command, with its environment and process group.
 fn command_for(a: &WorkArgs, job: &Job<'_>, payload: &[u8]) -> Command {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(&a.cmd[0]);
-    cmd.args(&a.cmd[1..])
+    let mut cmd = Command::new(a.program.as_deref().unwrap_or(Path::new(&a.cmd[0])));
+    cmd.arg0(&a.cmd[0])
+        .args(&a.cmd[1..])
         .stdin(Stdio::piped())
         .env("XTCQ_QUEUE", &a.queue)
         // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
@@ -261,9 +265,12 @@ fn run_one<'h>(
     job: &Job<'_>,
     lease: Option<Duration>,
     stop: &Stop,
+    spare: &mut Option<CommandCgroup<'h>>,
 ) -> Result<Ran<'h>> {
     let payload = job.payload()?;
-    let cgroup = match home.map(|h| (h, h.create())) {
+    // The cgroup the worker's last command ended in, empty, if any: making and removing one
+    // per command costs more than the command `true` itself.
+    let cgroup = match home.map(|h| (h, spare.take().map_or_else(|| h.create(), Ok))) {
         None => None,
         Some((_, Ok(g))) => Some(g),
         Some((h, Err(e))) => {
@@ -279,7 +286,8 @@ fn run_one<'h>(
     };
     let scope = Scope::new(&child, cgroup)?;
     let writer = feed_stdin(&mut child, payload);
-    let ran = supervise(&mut child, scope, job, lease, stop)?;
+    let (ran, reusable) = supervise(&mut child, scope, job, lease, stop)?;
+    *spare = reusable;
     // Reaped (by try_wait or kill_group): the daemon may forget it, unless its group lives
     // on, which the daemon's fence must then stop.
     if matches!(ran, Ran::LeftRunning(..)) {
@@ -294,31 +302,41 @@ fn run_one<'h>(
     Ok(ran)
 }
 
-/// Writes the payload to the command's stdin from its own thread: a command that does not
-/// read a payload larger than a pipe holds would otherwise block us, with no heartbeat,
-/// until it exits.
+/// Payloads up to this size are written to the command's stdin at once: an empty pipe takes
+/// `PIPE_BUF` bytes in one write that never blocks, so no thread is needed.
+const STDIN_AT_ONCE: usize = 4096;
+
+/// Writes the payload to the command's stdin: at once when it fits an empty pipe, else from
+/// its own thread (a command that does not read a payload larger than a pipe holds would
+/// otherwise block us, with no heartbeat, until it exits).
 fn feed_stdin(child: &mut std::process::Child, payload: Vec<u8>) -> Option<std::thread::JoinHandle<()>> {
-    child.stdin.take().map(|mut stdin| {
-        std::thread::spawn(move || {
-            // A command that does not read its stdin closes the pipe: that is not an error.
-            let _ = stdin.write_all(&payload);
-        })
-    })
+    let mut stdin = child.stdin.take()?;
+    if payload.len() <= STDIN_AT_ONCE {
+        // A command that does not read its stdin closes the pipe: that is not an error.
+        let _ = stdin.write_all(&payload);
+        return None;
+    }
+    Some(std::thread::spawn(move || {
+        let _ = stdin.write_all(&payload);
+    }))
 }
 
 /// Waits for the command (and its process group and cgroup) to end, extending the lease
-/// three times a lease and stopping the command on a second interrupt or a lost lease.
+/// three times a lease and stopping the command on a second interrupt or a lost lease; with
+/// its cgroup, if empty, for the worker's next command.
 fn supervise<'h>(
     child: &mut std::process::Child,
     scope: Scope<'h>,
     job: &Job<'_>,
     lease: Option<Duration>,
     stop: &Stop,
-) -> Result<Ran<'h>> {
+) -> Result<(Ran<'h>, Option<CommandCgroup<'h>>)> {
     // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
     // steps keep up).
     let beat = lease.map(|l| l / 3);
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
+    // Its exit wakes this thread at once (no descriptor left: the loop looks every 2 ms).
+    let exited = crate::leftovers::exit_watch(child);
     let keep_lease = || {
         if let Some(l) = lease {
             let _ = job.extend_lease(l);
@@ -327,15 +345,15 @@ fn supervise<'h>(
     loop {
         if has_exited(child)? {
             return Ok(match scope.stop_leftovers(child, keep_lease) {
-                Ok(st) => Ran::Exited(st),
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), scope),
+                Ok(st) => (Ran::Exited(st), scope.into_reusable()),
+                Err(e) => (Ran::LeftRunning(format!("{e:#}"), scope), None),
             });
         }
         if stop.now.load(Ordering::Relaxed) {
             scope.kill(child);
             return Ok(match scope.wait_empty(keep_lease) {
-                Ok(()) => Ran::Interrupted,
-                Err(e) => Ran::LeftRunning(format!("{e:#}"), scope),
+                Ok(()) => (Ran::Interrupted, scope.into_reusable()),
+                Err(e) => (Ran::LeftRunning(format!("{e:#}"), scope), None),
             });
         }
         if let (Some(l), Some(nb)) = (lease, next_beat) {
@@ -344,12 +362,13 @@ fn supervise<'h>(
                     // The daemon re-queued the job (we stalled past the lease): another
                     // worker may run it now, so this run must not go on beside it.
                     scope.kill(child);
-                    return Ok(Ran::Killed(format!("killed: {e}")));
+                    return Ok((Ran::Killed(format!("killed: {e}")), scope.into_reusable()));
                 }
                 next_beat = beat.and_then(|b| Instant::now().checked_add(b));
             }
         }
-        std::thread::sleep(Duration::from_millis(2));
+        let until_beat = next_beat.map(|nb| nb.saturating_duration_since(Instant::now()));
+        crate::leftovers::wait_exit(exited.as_ref(), until_beat);
     }
 }
 
@@ -499,6 +518,7 @@ pub(crate) fn worker(
 ) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
+    let mut spare = None;
     while !stop.taking.load(Ordering::Relaxed) {
         if a.max_jobs != 0 && n.taken.fetch_add(1, Ordering::Relaxed) >= a.max_jobs {
             break;
@@ -522,7 +542,7 @@ pub(crate) fn worker(
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, (c, home), &job, lease, stop);
+        let outcome = run_one(a, (c, home), &job, lease, stop, &mut spare);
         n.running.fetch_sub(1, Ordering::Relaxed);
         if let Ok(Ran::LeftRunning(why, scope)) = &outcome {
             eprintln!(
@@ -541,11 +561,11 @@ pub(crate) fn worker(
     Ok(())
 }
 
-pub fn work(socket: Option<&Path>, a: WorkArgs) -> Result<i32> {
+pub fn work(socket: Option<&Path>, mut a: WorkArgs) -> Result<i32> {
     if a.jobs == 0 || a.jobs > MAX_JOBS {
         bail!("--jobs must be between 1 and {MAX_JOBS}, not {}", a.jobs);
     }
-    crate::runnable::check(&a.cmd[0])?;
+    a.program = Some(crate::runnable::resolve(&a.cmd[0])?);
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
     let home = fence_in_force();

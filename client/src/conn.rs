@@ -427,6 +427,27 @@ impl Conn {
         Ok((r, fd))
     }
 
+    /// Sends `req` without waiting for its reply (read and dropped by the next request, as a
+    /// late one): for a word whose answer changes nothing for the sender. Never reconnects:
+    /// a lost link is reported as the loss.
+    pub(crate) fn post(&self, req: Request) -> Result<(), Error> {
+        self.not_forked()?;
+        let mut link = lock(&self.link);
+        read_pending_on(&mut link);
+        if link.status.lost.load(Ordering::Acquire) {
+            return Err(self.lost());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = frame::write_frame(&mut link.writer, &RequestFrame { id, request: req }) {
+            give_up(&mut link);
+            return Err(match Error::from_frame(e, &self.path) {
+                Error::DaemonLost { .. } => self.lost(),
+                other => other,
+            });
+        }
+        Ok(())
+    }
+
     /// A copy of the current link's stream: it reports a hang-up when the daemon goes away
     /// (for a wake descriptor's epoll).
     pub(crate) fn link_stream(&self) -> std::io::Result<UnixStream> {

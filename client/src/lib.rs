@@ -266,6 +266,14 @@ impl Client {
         }
     }
 
+    /// [`unfence_command`](Self::unfence_command) without waiting for the daemon's answer:
+    /// it is sent, and the daemon handles it before this connection's next request. A word
+    /// that is lost with the connection is made up for by the daemon, which forgets a
+    /// registration whose command and group are gone by itself.
+    pub fn unfence_command_nowait(&self, id: JobId, pid: u32) -> Result<(), Error> {
+        self.conn.post(Request::Unfence { index: id.index, birth: id.birth, pid })
+    }
+
     fn unexpected(&self, r: Response) -> Error {
         Error::Protocol { path: self.conn.path().to_path_buf(), message: format!("unexpected reply {r:?}") }
     }

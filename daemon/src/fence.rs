@@ -73,6 +73,15 @@ impl Command {
             }
     }
 
+    /// The id of the cgroup it runs in, if any.
+    fn cgroup_id(&self) -> Option<u64> {
+        match &self.cgroup {
+            Some(CommandCgroup::Held(g)) => Some(g.record().id),
+            Some(CommandCgroup::Unknown(r, _)) => Some(r.id),
+            None => None,
+        }
+    }
+
     /// Whether nothing of it may be running any more in its cgroup (none: nothing there).
     fn cgroup_empty(&self) -> bool {
         match &self.cgroup {
@@ -151,7 +160,8 @@ pub(crate) fn send_signal(fd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()
 impl Fences {
     /// Registers `pid` as the command of the job in record `index` (birth `birth`) held by
     /// `slot`, whose process is `worker` (pid, uid from the kernel); `cgroup`: the
-    /// directory and `cgroup.kill` descriptors of the cgroup it runs in, if any.
+    /// directory and `cgroup.kill` descriptors of the cgroup it runs in, if any. Returns the
+    /// registrations it superseded (see `superseded_by`), forgotten.
     pub fn register(
         &mut self,
         slot: u32,
@@ -159,7 +169,7 @@ impl Fences {
         pid: u32,
         worker: (u32, u32),
         cgroup: Option<(OwnedFd, OwnedFd)>,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<FenceRecord>, String> {
         let (worker_pid, worker_uid) = worker;
         let need = 1 + if cgroup.is_some() { 3 } else { 0 };
         let held: usize =
@@ -209,9 +219,33 @@ impl Fences {
             None => None,
         };
         let c = Command { pidfd: Some(fd), pid, start_time: st.start_time, birth, cgroup };
+        let keys = self.superseded_by(slot, index, &c);
+        let superseded: Vec<FenceRecord> = keys.iter().filter_map(|&(s, i)| self.record(s, i)).collect();
+        for k in &keys {
+            self.commands.remove(k);
+        }
         self.commands.insert((slot, index), c);
         self.changed = true;
-        Ok(())
+        Ok(superseded)
+    }
+
+    /// The registrations of `slot` for other records that `new` supersedes: a worker runs
+    /// its next command in the cgroup its last one ended in only once that is empty, so an
+    /// earlier command of that cgroup whose leader has exited is over (its word that it
+    /// ended is late, or was lost with a connection). Forgotten here: its group id and its
+    /// cgroup now name someone else's command.
+    fn superseded_by(&self, slot: u32, index: u32, new: &Command) -> Vec<(u32, u32)> {
+        let Some(id) = new.cgroup_id() else { return Vec::new() };
+        self.commands
+            .iter()
+            .filter(|(&(s, i), old)| {
+                s == slot
+                    && i != index
+                    && old.cgroup_id() == Some(id)
+                    && old.pidfd.as_ref().is_none_or(|fd| peer::pidfd_exited(fd.as_fd()))
+            })
+            .map(|(k, _)| *k)
+            .collect()
     }
 
     /// Forgets the command `pid` of record `index` held by `slot` (it exited and was reaped).

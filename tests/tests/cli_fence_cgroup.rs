@@ -365,6 +365,50 @@ fn the_daemon_fences_only_a_cgroup_that_is_the_commands_and_kills_it_whole() {
     drop(job);
 }
 
+#[test]
+fn a_registration_whose_cgroup_the_workers_next_command_runs_in_is_forgotten() {
+    // `xtcq work` runs a thread's next command in the cgroup its last one ended in, and does
+    // not wait for the daemon's answer to its word that the last one ended. Where that word
+    // is lost (the connection broke), the old registration must not stay: its cgroup now
+    // holds another job's command, which a fence of the old job would kill.
+    if !usable() {
+        return;
+    }
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["push", "q", "a"]));
+    ok(&d.run(&["push", "q", "b"]));
+    let c = xtcq_client::Client::connect(Some(&d.socket)).expect("connect");
+    let thief = c.attach_thief("q").expect("thief");
+    let (first, second) =
+        (thief.steal().expect("steal").expect("a"), thief.steal().expect("steal").expect("b"));
+    let g = TestCgroup::new("reused");
+    let register = |job: &xtcq_client::Job<'_>, pid: u32| {
+        c.fence_command_in_cgroup(
+            job.id(),
+            job.handle().generation,
+            pid,
+            (g.dir().as_fd(), g.open("cgroup.kill", true).as_fd()),
+        )
+        .expect("fence");
+    };
+    let registered = || {
+        xtcqd::state::StateFile::beside(&d.socket).expect("state file").load().map_or(0, |s| s.fences.len())
+    };
+    let mut a = g.sleeper(false);
+    register(&first, a.id());
+    let _ = a.kill();
+    let _ = a.wait();
+    // No Unfence for `a` (the word that was lost); the cgroup is empty and runs `b` next.
+    let mut b = g.sleeper(false);
+    register(&second, b.id());
+    assert_eq!(registered(), 1, "the registration of the command that ended is forgotten at once");
+    let _ = b.kill();
+    let _ = b.wait();
+    first.ack().expect("ack a");
+    second.ack().expect("ack b");
+}
+
 /// Kills the processes of a test user when dropped (before the user is removed).
 struct KillUserProcesses(String);
 

@@ -47,7 +47,7 @@ impl Registry {
                 ),
             ));
         }
-        t.fences.register(slot.slot, (index, birth), pid, worker, cgroup).map_err(|e| {
+        let superseded = t.fences.register(slot.slot, (index, birth), pid, worker, cgroup).map_err(|e| {
             ErrorReply::new(
                 ErrorCode::Unauthorized,
                 format!("cannot fence the command of job {index}.{birth}: {e}"),
@@ -60,6 +60,13 @@ impl Registry {
             .fences
             .record(slot.slot, index)
             .is_some_and(|r| self.keep_fence_change(&t, &FenceChange::Add(r)));
+        // Forgotten in the state file too (a failed append rewrites it whole from memory).
+        for r in superseded {
+            self.keep_fence_change(
+                &t,
+                &FenceChange::Remove { slot: r.slot, index: r.index, birth: r.birth, pid: r.pid },
+            );
+        }
         if !kept {
             t.fences.unregister(slot.slot, index, birth, pid);
             t.fences.take_changed();
