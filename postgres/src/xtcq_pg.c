@@ -192,17 +192,21 @@ _PG_init(void)
 	DefineCustomStringVariable("xtcq.socket",
 							   "xtcqd's socket (empty: $XTCQ_SOCKET, else xtcqd's standard path).",
 							   NULL, &xtcq_socket, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("xtcq.workers",
-							"Background workers that run jobs (needs shared_preload_libraries).",
-							NULL, &xtcq_workers, 0, 0, 64, PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomStringVariable("xtcq.worker_queues",
-							   "Comma-separated queues the workers serve (worker i takes queue i mod n).",
-							   NULL, &xtcq_worker_queues, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomStringVariable("xtcq.worker_database", "Database the workers connect to.",
-							   NULL, &xtcq_worker_database, "postgres", PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	DefineCustomStringVariable("xtcq.worker_role",
-							   "Role the workers run jobs as; may not be a superuser.",
-							   NULL, &xtcq_worker_role, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	/* Postmaster-level settings exist only when preloaded: defining them later is FATAL. */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("xtcq.workers",
+								"Background workers that run jobs (needs shared_preload_libraries).",
+								NULL, &xtcq_workers, 0, 0, 64, PGC_POSTMASTER, 0, NULL, NULL, NULL);
+		DefineCustomStringVariable("xtcq.worker_queues",
+								   "Comma-separated queues the workers serve (worker i takes queue i mod n).",
+								   NULL, &xtcq_worker_queues, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+		DefineCustomStringVariable("xtcq.worker_database", "Database the workers connect to.",
+								   NULL, &xtcq_worker_database, "postgres", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+		DefineCustomStringVariable("xtcq.worker_role",
+								   "Role the workers run jobs as; may not be a superuser.",
+								   NULL, &xtcq_worker_role, "", PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	}
 	DefineCustomStringVariable("xtcq.worker_sql",
 							   "SQL run per job with the payload as $1 (text); empty: the payload is the SQL.",
 							   NULL, &xtcq_worker_sql, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
