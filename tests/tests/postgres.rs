@@ -193,6 +193,26 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     let dead = pg.sql("SELECT attempts || ' ' || last_error FROM xtcq.dead('jobs')");
     assert!(dead.starts_with("2 division by zero"), "{dead}");
 
+    // SIGTERM of the worker running a job (pg_terminate_backend): the job is given back
+    // without counting an attempt and runs again (the sequence is not rolled back, so the
+    // second run does not sleep).
+    pg.sql("CREATE SEQUENCE tries1; CREATE SEQUENCE tries2; GRANT USAGE ON tries1, tries2 TO xtcq_worker");
+    let failed_before = pg.sql("SELECT failed FROM xtcq.stats('jobs')");
+    pg.sql(
+        "SELECT xtcq.push('jobs', 'SELECT CASE WHEN nextval(''tries1'') = 1 THEN pg_sleep(600) END; \
+         INSERT INTO done VALUES (5001)')",
+    );
+    let running = |seq: &str| {
+        format!(
+            "SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE backend_type = 'xtcq worker' \
+             AND query LIKE '%{seq}%' AND wait_event = 'PgSleep'"
+        )
+    };
+    wait_until(WAIT, "a worker sleeping in the job", || pg.sql(&running("tries1")) != "0");
+    pg.sql(&format!("SELECT pg_terminate_backend(({}))", running("tries1")));
+    wait_until(WAIT, "the job run again", || done(&pg).contains(&5001));
+    assert_eq!(pg.sql("SELECT failed FROM xtcq.stats('jobs')"), failed_before);
+
     // xtcqd restarts: the workers and the backends attach to the new one.
     d.kill();
     let flags: Vec<&str> = SHARED.to_vec();
@@ -200,4 +220,21 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     pg.sql("SELECT xtcq.push('jobs', 'INSERT INTO done VALUES (4001)')");
     wait_until(WAIT, "a job run after the restart", || done(&pg).contains(&4001));
     assert!(!pg.log_text().contains("terminated by signal"), "{}", pg.log_text());
+
+    // kill -9 of the worker running a job: the postmaster restarts every backend, xtcqd
+    // re-queues the dead process's job, and it runs again.
+    pg.sql(
+        "SELECT xtcq.push('jobs', 'SELECT CASE WHEN nextval(''tries2'') = 1 THEN pg_sleep(600) END; \
+         INSERT INTO done VALUES (5002)')",
+    );
+    wait_until(WAIT, "a worker sleeping in the job", || pg.sql(&running("tries2")) != "0");
+    let pid: i32 = pg.sql(&running("tries2")).parse().expect("a pid");
+    // The sequence's advance must outlive the crash-restart (its WAL may still be in buffers).
+    pg.sql("CHECKPOINT");
+    // SAFETY: kill has no memory preconditions; pid is the worker's.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_until(WAIT, "the killed worker's job run again", || {
+        pg.psql("SELECT 1 FROM done WHERE id = 5002").stdout.starts_with(b"1")
+    });
+    assert_eq!(done(&pg).iter().filter(|&&i| i == 5002).count(), 1);
 }
