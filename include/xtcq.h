@@ -467,6 +467,51 @@ int xtcq_injector_push_delayed(xtcq_injector *injector,
                                uint64_t delay_ms);
 
 /**
+ * Queues a job of `len` bytes on the queue's overflow ring, held back `delay_ms` when that
+ * is not 0 (as `xtcq_injector_push_delayed`), and stores its id in `*id`: `index << 32 |
+ * birth`, the `index.birth` that `xtcq work` and `xtcq dead` print.
+ *
+ * # Safety
+ * As `xtcq_injector_push`; `id` points to writable storage.
+ */
+int xtcq_injector_push_id(xtcq_injector *injector,
+                          const uint8_t *data,
+                          size_t len,
+                          uint64_t delay_ms,
+                          uint64_t *id);
+
+/**
+ * Stores in `buf` (`cap` bytes, NUL-terminated) a JSON array with one object per queue
+ * (`queue` NULL: all queues): its name, settings (`deques`, `capacity`, `max_attempts`,
+ * `lease_ms`) and counters (`queued`, `running`, `delayed`, `dead`, `pushed`, `acked`,
+ * `failed`, `dead_total`, `recovered`, `lease_expiries`, `sleepers`). `*len` is the text's
+ * length; `XTCQ_E_BUFFER_TOO_SMALL` stores the bytes needed (with the NUL) instead.
+ *
+ * # Safety
+ * `client` is a live client; `queue` NULL or a NUL-terminated string; `buf` valid for `cap`
+ * bytes (or NULL with `cap` 0); `len` writable.
+ */
+int xtcq_stats_json(const xtcq_client *client,
+                    const char *queue,
+                    char *buf,
+                    size_t cap,
+                    size_t *len);
+
+/**
+ * Stores in `buf` (`cap` bytes, NUL-terminated) a JSON array of the dead letters of
+ * `queue`: `id` (as `xtcq_injector_push_id` gives it), `attempts`, `last_error` and
+ * `payload_hex` (the payload in hex, cut to its first 8 KiB). Lengths as `xtcq_stats_json`.
+ *
+ * # Safety
+ * As `xtcq_stats_json`, with `queue` a NUL-terminated string.
+ */
+int xtcq_dead_json(const xtcq_client *client,
+                   const char *queue,
+                   char *buf,
+                   size_t cap,
+                   size_t *len);
+
+/**
  * A short, static description of a status code.
  *
  * # Safety

@@ -24,8 +24,8 @@ pub struct xtcq_owner {
 
 /// A pusher onto a queue's overflow ring (opaque).
 pub struct xtcq_injector {
-    inner: InjectorHandle,
-    born: u64,
+    pub(crate) inner: InjectorHandle,
+    pub(crate) born: u64,
 }
 
 /// One attach: checks `client`, `queue` and `out`, makes the handle with `make` and stores

@@ -19,6 +19,7 @@ pub mod daemon;
 pub mod exe;
 pub mod fork;
 pub mod metrics_http;
+pub mod postgres;
 pub mod python;
 pub mod rng;
 pub mod role;

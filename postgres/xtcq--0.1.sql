@@ -1,0 +1,59 @@
+-- xtcq 0.1: jobs pushed from SQL into xtcqd's queues (see docs/src/guide/postgres.md).
+\echo Use "CREATE EXTENSION xtcq" to load this file. \quit
+
+-- One job; returns its id (index << 32 | birth: xtcq work prints it as index.birth).
+CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+-- One job per element, in order; returns their ids.
+CREATE FUNCTION push(queue text, payloads bytea[]) RETURNS bigint[]
+    AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION push(queue text, payloads text[]) RETURNS bigint[]
+    AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+-- Pushed at commit; the workers run it only if the transaction committed.
+CREATE FUNCTION push_on_commit(queue text, payload bytea) RETURNS void
+    AS 'MODULE_PATHNAME', 'xtcq_push_on_commit' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION push_on_commit(queue text, payload text) RETURNS void
+    AS 'MODULE_PATHNAME', 'xtcq_push_on_commit' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION stats_json(queue text DEFAULT NULL) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'xtcq_stats_json_sql' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION dead_json(queue text) RETURNS jsonb
+    AS 'MODULE_PATHNAME', 'xtcq_dead_json_sql' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- A queue's (or every queue's) settings and counters, one row per queue.
+CREATE FUNCTION stats(queue text DEFAULT NULL)
+    RETURNS TABLE (queue text, queued bigint, running bigint, delayed bigint, dead bigint,
+                   pushed bigint, acked bigint, failed bigint, dead_total bigint,
+                   recovered bigint, max_attempts integer, lease_ms bigint)
+    LANGUAGE sql VOLATILE AS $$
+    SELECT r.queue, r.queued, r.running, r.delayed, r.dead, r.pushed, r.acked, r.failed,
+           r.dead_total, r.recovered, r.max_attempts, r.lease_ms
+    FROM jsonb_to_recordset(@extschema@.stats_json(queue)) AS r(
+        queue text, queued bigint, running bigint, delayed bigint, dead bigint, pushed bigint,
+        acked bigint, failed bigint, dead_total bigint, recovered bigint, max_attempts integer,
+        lease_ms bigint)
+$$;
+
+-- The dead letters of a queue (payloads cut to their first 8 KiB).
+CREATE FUNCTION dead(queue text)
+    RETURNS TABLE (id bigint, attempts integer, last_error text, payload bytea)
+    LANGUAGE sql VOLATILE AS $$
+    SELECT r.id, r.attempts, r.last_error, decode(r.payload_hex, 'hex')
+    FROM jsonb_to_recordset(@extschema@.dead_json(queue)) AS r(
+        id bigint, attempts integer, last_error text, payload_hex text)
+$$;
+
+-- Who may do what: nobody but the owner, until granted. GRANT xtcq_user TO a role to let it
+-- push and read the counters.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'xtcq_user') THEN
+        CREATE ROLE xtcq_user NOLOGIN;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA @extschema@ TO xtcq_user;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO xtcq_user;
