@@ -69,8 +69,11 @@ static FORK_GENERATION: StdAtomicU64 = StdAtomicU64::new(0);
 extern "C" fn before_fork() {
     // `try_with`: a fork from a thread-local destructor just goes without the lock.
     let _ = HELD_ACROSS_FORK.try_with(|h| {
+        // Already held: the hooks were registered twice (see `install_fork_hooks`).
         if let Ok(mut h) = h.try_borrow_mut() {
-            *h = Some(held());
+            if h.is_none() {
+                *h = Some(held());
+            }
         }
     });
 }
@@ -93,18 +96,48 @@ extern "C" fn in_child_after_fork() {
     THREAD_ID.with(|id| id.set(0));
 }
 
+/// Whether the fork hooks are installed: 0 not yet, else the installer's pid, with
+/// [`INSTALLED`] set once `pthread_atfork` returned.
+static INSTALL: StdAtomicU64 = StdAtomicU64::new(0);
+const INSTALLED: u64 = 1 << 32;
+
 /// The fork generation now, the child hook installed first (once per process); also what
 /// [`crate::fork`] compares.
 pub(crate) fn fork_generation() -> u64 {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // SAFETY: registers handlers that take and let go the registry's lock and touch an
-        // atomic and thread-local cells.
-        unsafe {
-            libc::pthread_atfork(Some(before_fork), Some(in_parent_after_fork), Some(in_child_after_fork))
-        };
-    });
+    if INSTALL.load(std::sync::atomic::Ordering::Acquire) & INSTALLED == 0 {
+        install_fork_hooks();
+    }
     FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Installs the hooks once. Not a `std::sync::Once`: a child forked while another thread of
+/// its parent was inside it would wait forever on a copy of that `Once` nobody finishes. An
+/// install begun under another pid (the parent's, copied at the fork) is taken over; at
+/// worst the hooks are then registered twice, which they allow.
+#[cold]
+fn install_fork_hooks() {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    let me = u64::from(std::process::id());
+    loop {
+        let state = INSTALL.load(Acquire);
+        if state & INSTALLED != 0 {
+            return;
+        }
+        if state == me {
+            // Another thread of this process is installing: it finishes soon.
+            std::thread::yield_now();
+            continue;
+        }
+        if INSTALL.compare_exchange(state, me, Acquire, Acquire).is_ok() {
+            // SAFETY: registers handlers that take and let go the registry's lock and touch
+            // an atomic and thread-local cells.
+            unsafe {
+                libc::pthread_atfork(Some(before_fork), Some(in_parent_after_fork), Some(in_child_after_fork))
+            };
+            INSTALL.store(me | INSTALLED, Release);
+            return;
+        }
+    }
 }
 
 /// The fork generation now, without the install (one relaxed load).
