@@ -727,7 +727,7 @@ fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until
 #[test]
 fn users_and_groups_are_named_through_the_name_service() {
     if !is_root() {
-        eprintln!("skipped: needs root to create a user and a group");
+        xtcq_testkit::skipped("needs root to create a user and a group");
         return;
     }
     use std::os::unix::fs::PermissionsExt;

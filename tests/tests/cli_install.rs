@@ -32,7 +32,7 @@ fn make_install(destdir: &Path, prefix: Option<&str>) {
 #[test]
 fn make_install_lays_out_everything_and_the_unit_verifies_against_it() {
     if !have("make") {
-        eprintln!("SKIPPED: needs make");
+        xtcq_testkit::skipped("needs make");
         return;
     }
     for (prefix, bindir) in [(Some("/usr"), "/usr/bin"), (None, "/usr/local/bin")] {
@@ -64,7 +64,7 @@ fn make_install_lays_out_everything_and_the_unit_verifies_against_it() {
             run_bounded(Command::new(root.join(format!("{}/xtcqd", &bindir[1..]))).arg("--version"), None);
         assert!(ok(&o).starts_with("xtcqd "), "{}", stdout(&o));
         if !have("systemd-analyze") {
-            eprintln!("SKIPPED: systemd-analyze verify (apt-get install systemd)");
+            xtcq_testkit::skipped("systemd-analyze verify (apt-get install systemd)");
             continue;
         }
         let o = run_bounded(
