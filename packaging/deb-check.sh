@@ -31,6 +31,11 @@ for f in /usr/bin/xtcqd /usr/bin/xtcq /usr/bin/xtcq-bridge /usr/lib/libxtcq.so.0
 done
 getent passwd xtcq >/dev/null || fail "the postinst made no user xtcq"
 id -nG xtcq-bridge | grep -qw xtcq || fail "xtcq-bridge is not in group xtcq"
+# The installed units verify on the host, with the command as documented (no flag hiding
+# errors of the units they pull in).
+if command -v systemd-analyze >/dev/null; then
+    systemd-analyze verify xtcqd.service xtcq-bridge.service || fail "systemd-analyze verify of the installed units"
+fi
 # The C library through pkg-config, as a C user would.
 pkg-config --cflags --libs xtcq | grep -q -- -lxtcq || fail "pkg-config does not find xtcq"
 
