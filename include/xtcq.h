@@ -28,7 +28,8 @@
 #include <stdint.h>
 
 /**
- * `flags` bit for [`xtcq_create_queue`]: an existing queue of that name is success.
+ * `flags` bit for [`xtcq_create_queue`]: an existing queue of that name with the same
+ * settings is success; one with other settings is [`XTCQ_E_MISMATCH`].
  */
 #define XTCQ_EXIST_OK 1
 
@@ -134,6 +135,12 @@
  * daemon and the segment may be fine. Close something or raise the limit, then retry.
  */
 #define XTCQ_E_RESOURCE -16
+
+/**
+ * Create with `XTCQ_EXIST_OK` found a queue of that name with other settings (flavor,
+ * deques, capacity, max attempts, lease, allowed users); the message names each.
+ */
+#define XTCQ_E_MISMATCH -17
 
 /**
  * `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.

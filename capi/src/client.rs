@@ -96,7 +96,8 @@ pub unsafe extern "C" fn xtcq_client_free(client: *mut xtcq_client) {
     });
 }
 
-/// `flags` bit for [`xtcq_create_queue`]: an existing queue of that name is success.
+/// `flags` bit for [`xtcq_create_queue`]: an existing queue of that name with the same
+/// settings is success; one with other settings is [`XTCQ_E_MISMATCH`].
 pub const XTCQ_EXIST_OK: u32 = 1;
 /// `flags` bit for [`xtcq_create_queue`]: owners pop their oldest job first (FIFO) instead
 /// of their newest (LIFO, the default).
@@ -142,9 +143,10 @@ pub unsafe extern "C" fn xtcq_create_queue(
         if flags & XTCQ_FIFO != 0 {
             p.flavor = ::xtcq_client::Flavor::Fifo;
         }
-        match c.inner.create_queue(&p) {
+        let options =
+            ::xtcq_client::CreateOptions { exist_ok: flags & XTCQ_EXIST_OK != 0, ..Default::default() };
+        match c.inner.create_queue_with(&p, &options) {
             Ok(_) => XTCQ_OK,
-            Err(::xtcq_client::Error::QueueExists(_)) if flags & XTCQ_EXIST_OK != 0 => XTCQ_OK,
             Err(e) => from_error(&e),
         }
     })

@@ -56,6 +56,10 @@ pub const XTCQ_E_IN_USE: c_int = -15;
 /// daemon and the segment may be fine. Close something or raise the limit, then retry.
 pub const XTCQ_E_RESOURCE: c_int = -16;
 
+/// Create with `XTCQ_EXIST_OK` found a queue of that name with other settings (flavor,
+/// deques, capacity, max attempts, lease, allowed users); the message names each.
+pub const XTCQ_E_MISMATCH: c_int = -17;
+
 /// Room for one message and its NUL; longer messages are cut at a character boundary.
 const MESSAGE_BYTES: usize = 1024;
 
@@ -95,6 +99,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         _ if e.is_unreachable() => XTCQ_E_UNREACHABLE,
         Error::NoSuchQueue(_) => XTCQ_E_NO_SUCH_QUEUE,
         Error::QueueExists(_) => XTCQ_E_EXISTS,
+        Error::QueueMismatch { .. } => XTCQ_E_MISMATCH,
         Error::QueueFull { .. } | Error::RecordsFull(_) => XTCQ_E_FULL,
         Error::PayloadTooLarge { .. } => XTCQ_E_TOO_LARGE,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => XTCQ_E_NOT_HELD,
@@ -143,6 +148,7 @@ pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
         XTCQ_E_OTHER => b"error\0",
         XTCQ_E_IN_USE => b"queue in use or not empty\0",
         XTCQ_E_RESOURCE => b"this process is out of file descriptors or memory\0",
+        XTCQ_E_MISMATCH => b"queue exists with other settings\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, DeadAction, Due, Error, Flavor, JobHandle, JobRef, QueueParams};
+use xtcq_client::{Client, DeadAction, Due, Flavor, JobHandle, JobRef, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
@@ -49,7 +49,9 @@ pub struct CreateArgs {
     /// milliseconds, at least 1ms.
     #[arg(long, value_parser = crate::parse_lease, default_value = "0")]
     lease: Duration,
-    /// Succeed if a queue of that name already exists.
+    /// Succeed if a queue of that name already exists with these settings (flavor, deques,
+    /// capacity, max attempts, lease, allowed users and groups); one with other settings is
+    /// refused, naming them. The limits and retry backoff given are set on it as on a new one.
     #[arg(long)]
     exist_ok: bool,
     /// Let this user (name or uid) use the queue too: attach as a producer or consumer,
@@ -113,16 +115,10 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         lease_ms,
     };
     args.quota.check(&client)?;
-    let created = if uids.is_empty() && gids.is_empty() {
-        client.create_queue(&p)
-    } else {
-        client.create_shared_queue(&p, &uids, &gids)
-    };
-    match created {
-        Ok(_) => {}
-        Err(Error::QueueExists(_)) if args.exist_ok => return Ok(exit::OK),
-        Err(e) => return Err(e.into()),
-    }
+    // With --exist-ok the daemon compares the settings and refuses other ones; the limits and
+    // backoff below are then set again to what was asked, which changes nothing on a rerun.
+    let options = xtcq_client::CreateOptions { exist_ok: args.exist_ok, allow_uids: uids, allow_gids: gids };
+    client.create_queue_with(&p, &options)?;
     args.quota.apply(&client, &args.queue)?;
     if let Some(b) = backoff {
         client.set_retry_backoff(&args.queue, Some(b)).with_context(|| {

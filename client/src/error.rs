@@ -103,6 +103,16 @@ pub enum Error {
         /// The daemon's explanation.
         message: String,
     },
+    /// An idempotent create ([`Client::create_queue_with`](crate::Client::create_queue_with)
+    /// with `exist_ok`) found a queue of that name with other settings or permissions than
+    /// those asked (flavor, deques, capacity, max_attempts, lease_ms, allowed uids or gids).
+    #[error("{message}")]
+    QueueMismatch {
+        /// The queue.
+        queue: String,
+        /// The daemon's explanation: each setting that differs, what it is and what was asked.
+        message: String,
+    },
     /// A delete without force was refused: the queue holds queued jobs or dead letters.
     #[error("{message}")]
     QueueNotEmpty {
@@ -264,6 +274,7 @@ impl Error {
             Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
             Error::QueueInUse { .. } => ErrorCode::QueueInUse,
             Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
+            Error::QueueMismatch { .. } => ErrorCode::QueueMismatch,
             Error::NoFreeDeque { .. } => ErrorCode::NoFreeDeque,
             Error::NoFreeSlot(_) => ErrorCode::NoFreeSlot,
             Error::LimitReached(_) => ErrorCode::LimitReached,
@@ -330,6 +341,7 @@ impl Error {
             ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
             ErrorCode::QueueInUse => Error::QueueInUse { queue: q(), message: e.message },
             ErrorCode::QueueNotEmpty => Error::QueueNotEmpty { queue: q(), message: e.message },
+            ErrorCode::QueueMismatch => Error::QueueMismatch { queue: q(), message: e.message },
             ErrorCode::NoFreeDeque => Error::NoFreeDeque { queue: q(), message: e.message },
             ErrorCode::NoFreeSlot => Error::NoFreeSlot(e.message),
             ErrorCode::LimitReached => Error::LimitReached(e.message),

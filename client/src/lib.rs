@@ -94,6 +94,18 @@ impl Default for ConnectOptions {
     }
 }
 
+/// How [`Client::create_queue_with`] creates a queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Succeed when a queue of that name exists with the same settings and permissions;
+    /// refuse ([`Error::QueueMismatch`]) when they differ.
+    pub exist_ok: bool,
+    /// Further uids that may use the queue (see [`Client::create_shared_queue`]).
+    pub allow_uids: Vec<u32>,
+    /// Gids whose members may use the queue.
+    pub allow_gids: Vec<u32>,
+}
+
 /// A connection to `xtcqd`. Cheap to clone (clones share the connection); `Send + Sync`.
 #[derive(Clone)]
 pub struct Client {
@@ -181,7 +193,9 @@ impl Client {
     /// Sends a raw request (for tools that need the whole protocol).
     pub fn call(&self, req: Request) -> Result<Response, Error> {
         let queue = match &req {
-            Request::CreateQueue(p) | Request::CreateSharedQueue { params: p, .. } => Some(p.name.clone()),
+            Request::CreateQueue(p)
+            | Request::CreateSharedQueue { params: p, .. }
+            | Request::CreateQueueExistOk { params: p, .. } => Some(p.name.clone()),
             Request::DeleteQueue { name, .. } => Some(name.clone()),
             Request::Stats { queue } => queue.clone(),
             Request::AttachOwner { queue, .. }
@@ -293,6 +307,56 @@ impl Client {
         match self.call(Request::CreateQueue(params.clone()))? {
             Response::QueueCreated(q) => Ok(q),
             r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Creates a queue as `options` say: shared with other users, and idempotent with
+    /// `exist_ok`. With `exist_ok`, a queue of that name with the same settings and permissions
+    /// is the answer (so a program can create its queue on every start), and one with other
+    /// settings is refused with [`Error::QueueMismatch`], naming each difference:
+    ///
+    /// ```no_run
+    /// use xtcq_client::{Client, CreateOptions, Error, Flavor, QueueParams};
+    /// let client = Client::connect(None)?;
+    /// let exist_ok = CreateOptions { exist_ok: true, ..Default::default() };
+    /// client.create_queue_with(&QueueParams::new("jobs"), &exist_ok)?; // creates it
+    /// client.create_queue_with(&QueueParams::new("jobs"), &exist_ok)?; // finds it: Ok
+    /// let fifo = QueueParams { flavor: Flavor::Fifo, ..QueueParams::new("jobs") };
+    /// match client.create_queue_with(&fifo, &exist_ok) {
+    ///     Err(Error::QueueMismatch { message, .. }) => eprintln!("{message}"), // flavor is lifo, not fifo
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), xtcq_client::Error>(())
+    /// ```
+    ///
+    /// A daemon that predates the idempotent create answers [`Error::BadRequest`], saying so.
+    pub fn create_queue_with(
+        &self,
+        params: &QueueParams,
+        options: &CreateOptions,
+    ) -> Result<QueueInfo, Error> {
+        if !options.exist_ok {
+            return if options.allow_uids.is_empty() && options.allow_gids.is_empty() {
+                self.create_queue(params)
+            } else {
+                self.create_shared_queue(params, &options.allow_uids, &options.allow_gids)
+            };
+        }
+        xtcq_proto::queue_name::check(&params.name)?;
+        let req = Request::CreateQueueExistOk {
+            params: params.clone(),
+            allow_uids: options.allow_uids.clone(),
+            allow_gids: options.allow_gids.clone(),
+        };
+        match self.call(req) {
+            Ok(Response::QueueCreated(q)) => Ok(q),
+            Ok(r) => Err(self.unexpected(r)),
+            // Ours never answers it with BadRequest for a valid name; one that cannot decode it does.
+            Err(Error::BadRequest(m)) if m.contains("unknown variant") => Err(Error::BadRequest(format!(
+                "xtcqd at {} predates the idempotent create (exist_ok); upgrade it: {m}",
+                self.conn.path().display()
+            ))),
+            Err(e) => Err(e),
         }
     }
 

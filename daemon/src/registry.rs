@@ -51,6 +51,7 @@ use xtcq_proto as proto;
 mod dead;
 mod delayed;
 mod delete;
+mod exist_ok;
 mod fencing;
 mod persist;
 mod quota;
@@ -397,7 +398,20 @@ impl Registry {
         limited: bool,
     ) -> Result<proto::QueueInfo, proto::ErrorReply> {
         let mut t = self.lock();
-        let quota = if limited { self.quota_for_new_queue(&t, owner)? } else { self.default_quota() };
+        self.create_queue_locked(&mut t, p, owner, uids, gids, limited)
+    }
+
+    /// [`create_queue_with`](Self::create_queue_with) under the lock already held (`t`).
+    fn create_queue_locked(
+        &self,
+        t: &mut Bookkeeping,
+        p: &proto::QueueParams,
+        owner: u32,
+        uids: &[u32],
+        gids: &[u32],
+        limited: bool,
+    ) -> Result<proto::QueueInfo, proto::ErrorReply> {
+        let quota = if limited { self.quota_for_new_queue(t, owner)? } else { self.default_quota() };
         let spec = QueueSpec {
             name: p.name.clone(),
             flavor: crate::convert::flavor_from_proto(p.flavor),
@@ -414,7 +428,7 @@ impl Registry {
             gids: gids.to_vec(),
             retry_backoff: None,
         };
-        self.record_acl(&mut t, q.index, acl);
+        self.record_acl(t, q.index, acl);
         Ok(queue_info(&q))
     }
 

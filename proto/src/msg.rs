@@ -42,7 +42,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
-pub use crate::queue_msg::{Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams};
+pub use crate::queue_msg::{
+    settings_differ, Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams,
+};
 pub use crate::stats_msg::{
     BlockClassStats, DequeStats, ProcessInfo, ProcessState, QueueMetrics, QueueStats, QuotaStats,
     RecordCounts, SegmentSummary, Stats,
@@ -317,6 +319,19 @@ pub enum Request {
         /// The queue.
         queue: String,
     },
+    /// An idempotent create: creates the queue as [`Request::CreateSharedQueue`] does, or,
+    /// when a queue of that name exists with exactly these settings and permissions, answers
+    /// [`Response::QueueCreated`] with it. One whose settings or permissions differ is refused
+    /// with [`ErrorCode::QueueMismatch`], the message naming each difference. Added without a
+    /// version bump: a daemon that predates it answers `BadRequest` (unknown variant).
+    CreateQueueExistOk {
+        /// The queue.
+        params: QueueParams,
+        /// Further uids allowed.
+        allow_uids: Vec<u32>,
+        /// Gids whose members are allowed.
+        allow_gids: Vec<u32>,
+    },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
     ReleaseWake {
@@ -449,6 +464,9 @@ pub enum ErrorCode {
     /// The daemon's segment was truncated, unlinked or replaced under it: it takes no new
     /// work (the message says which, and what to do).
     SegmentLost,
+    /// An idempotent create found a queue of that name whose settings or permissions differ
+    /// from those asked; the message names each difference.
+    QueueMismatch,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

@@ -48,6 +48,32 @@ impl QueueParams {
     }
 }
 
+/// Which settings of an existing queue differ from those a create asked for, one phrase
+/// each (`"flavor is lifo, not fifo"`); empty when they match. Used by the daemon to answer
+/// an idempotent create ([`Request::CreateQueueExistOk`](crate::Request::CreateQueueExistOk)).
+pub fn settings_differ(asked: &QueueParams, existing: &QueueInfo) -> Vec<String> {
+    let flavor = |f: Flavor| match f {
+        Flavor::Lifo => "lifo",
+        Flavor::Fifo => "fifo",
+    };
+    let mut out = Vec::new();
+    if asked.flavor != existing.flavor {
+        out.push(format!("flavor is {}, not {}", flavor(existing.flavor), flavor(asked.flavor)));
+    }
+    let numbers = [
+        ("deques", existing.deques, asked.deques),
+        ("capacity", existing.capacity, asked.capacity),
+        ("max_attempts", existing.max_attempts, asked.max_attempts),
+        ("lease_ms", existing.lease_ms, asked.lease_ms),
+    ];
+    for (what, has, want) in numbers {
+        if has != want {
+            out.push(format!("{what} is {has}, not {want}"));
+        }
+    }
+    out
+}
+
 /// A queue as the daemon describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {

@@ -10,7 +10,7 @@ use std::sync::RwLock;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use xtcq_client::{Client as RustClient, Error, Flavor, QueueParams};
+use xtcq_client::{Client as RustClient, CreateOptions, Flavor, QueueParams};
 
 use crate::args::{text, u32_arg};
 use crate::error::{invalid, OrRaise};
@@ -85,10 +85,8 @@ impl Client {
             p.flavor = Flavor::Fifo;
         }
         let client = self.live(py)?;
-        match py.detach(|| client.create_queue(&p)) {
-            Err(Error::QueueExists(_)) if exist_ok => Ok(()),
-            other => other.map(drop).or_raise(py),
-        }
+        let options = CreateOptions { exist_ok, ..Default::default() };
+        py.detach(|| client.create_queue_with(&p, &options)).map(drop).or_raise(py)
     }
 
     /// Deletes a queue. Refused (InUse) while a process is attached to it, force or not

@@ -29,6 +29,7 @@ pub(crate) enum Kind {
     Other,
     InUse,
     Resource,
+    Mismatch,
 }
 
 impl Kind {
@@ -48,6 +49,7 @@ impl Kind {
             Kind::Other => ("XtcqError", -14),
             Kind::InUse => ("InUse", -15),
             Kind::Resource => ("OutOfResources", -16),
+            Kind::Mismatch => ("QueueMismatch", -17),
         }
     }
 }
@@ -62,6 +64,7 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         _ if e.is_unreachable() => Kind::Unreachable,
         Error::NoSuchQueue(_) => Kind::NoSuchQueue,
         Error::QueueExists(_) => Kind::Exists,
+        Error::QueueMismatch { .. } => Kind::Mismatch,
         Error::QueueFull { .. } | Error::RecordsFull(_) => Kind::Full,
         Error::PayloadTooLarge { .. } => Kind::TooLarge,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => Kind::NotHeld,

@@ -95,7 +95,12 @@ def test_errors_are_exceptions_with_the_message(daemon):
     client.create_queue("q", deques=1)
     with pytest.raises(xtcq.QueueExists):
         client.create_queue("q")
-    client.create_queue("q", exist_ok=True)
+    client.create_queue("q", deques=1, exist_ok=True)
+    with pytest.raises(xtcq.QueueMismatch, match="deques is 1, not 4"):
+        client.create_queue("q", exist_ok=True)
+    with pytest.raises(xtcq.QueueMismatch, match="flavor is lifo, not fifo") as refused:
+        client.create_queue("q", deques=1, fifo=True, exist_ok=True)
+    assert refused.value.code == -17
     owner = client.owner("q")
     with pytest.raises(xtcq.NoRoom):
         client.owner("q")

@@ -26,6 +26,7 @@ from .errors import (
     OutOfResources,
     Panic,
     QueueExists,
+    QueueMismatch,
     SegmentError,
     TooLarge,
     Unauthorized,
@@ -35,7 +36,7 @@ from .errors import (
 
 __all__ = [
     "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
-    "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "Full", "TooLarge",
+    "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "QueueMismatch", "Full", "TooLarge",
     "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
     "MAX_BATCH",
 ]

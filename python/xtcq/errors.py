@@ -39,6 +39,11 @@ class QueueExists(XtcqError):
     """The queue already exists (XTCQ_E_EXISTS)."""
 
 
+class QueueMismatch(XtcqError):
+    """create_queue(exist_ok=True) found the queue with other settings (XTCQ_E_MISMATCH);
+    the message names each (flavor, deques, capacity, max_attempts, lease_ms)."""
+
+
 class Full(XtcqError):
     """The queue or the segment's records are full; retry later (XTCQ_E_FULL)."""
 

@@ -62,13 +62,21 @@ pub fn xtcq() -> Command {
     c
 }
 
-/// A directory holding this build's `xtcq` and `xtcqd` under their installed names (what
-/// `make install` and `cargo install` install): the tests' copies of the two `main`s,
+/// A directory holding this build's `xtcq`, `xtcqd`, `xtcq-bridge`, `libxtcq.so` and
+/// `libxtcq.a` under their installed names (what `make install NO_BUILD=1 BIN=...` takes):
+/// the tests' copies of the three `main`s and the C library cargo built for the tests,
 /// linked (or copied) there, so that an install test runs what the other tests run and no
 /// second build is needed.
 pub fn installable_binaries() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
-    for (built_as, name) in [(TEST_CLI, "xtcq"), (TEST_DAEMON, "xtcqd")] {
+    let built_for_tests = [
+        (TEST_CLI, "xtcq"),
+        (TEST_DAEMON, "xtcqd"),
+        (TEST_BRIDGE, "xtcq-bridge"),
+        ("deps/libxtcq.so", "libxtcq.so"),
+        ("deps/libxtcq.a", "libxtcq.a"),
+    ];
+    for (built_as, name) in built_for_tests {
         let from = built(built_as);
         let to = dir.path().join(name);
         if std::fs::hard_link(&from, &to).is_err() {

@@ -25,6 +25,7 @@ pub mod rng;
 pub mod role;
 pub mod runs;
 pub mod sizes;
+pub mod skip;
 pub mod tmux;
 pub mod users;
 
@@ -40,6 +41,7 @@ pub use metrics_http::{scrape_metrics, METRICS_ON_ANY_PORT};
 pub use rng::Rng;
 pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
 pub use sizes::{large_payload_segment, MEDIUM_SEGMENT, SMALL_SEGMENT, TINY_SEGMENT};
+pub use skip::{require_or_skip, skipped};
 pub use tmux::Tmux;
 pub use users::{is_root, SystemUser};
 /// CLOCK_MONOTONIC in ns, the clock every process on the host shares (the engine's own).

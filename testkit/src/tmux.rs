@@ -56,7 +56,7 @@ impl Tmux {
     pub fn installed() -> bool {
         let yes = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
         if !yes {
-            println!("SKIPPED: tmux is not installed (apt-get install -y tmux)");
+            crate::skipped("tmux is not installed (apt-get install -y tmux)");
         }
         yes
     }

@@ -165,6 +165,12 @@ int main(int argc, char **argv) {
     OK("create one", xtcq_create_queue(client, "one", 1, 0, 0, 0, 0));
     EXPECT("create one again", xtcq_create_queue(client, "one", 1, 0, 0, 0, 0), XTCQ_E_EXISTS);
     OK("create one again, exist_ok", xtcq_create_queue(client, "one", 1, 0, 0, 0, XTCQ_EXIST_OK));
+    EXPECT("create one again as FIFO, exist_ok", xtcq_create_queue(client, "one", 1, 0, 0, 0, XTCQ_EXIST_OK | XTCQ_FIFO),
+           XTCQ_E_MISMATCH);
+    if (!strstr(xtcq_last_error(), "flavor is lifo, not fifo")) {
+        fprintf(stderr, "status_codes: the mismatch does not name the flavor: %s\n", xtcq_last_error());
+        return 1;
+    }
     EXPECT("attach to a missing queue", xtcq_thief_attach(client, "missing", &thief), XTCQ_E_NO_SUCH_QUEUE);
     out_of_fds(argv[1], client);
     OK("attach owner", xtcq_owner_attach(client, "one", &owner));

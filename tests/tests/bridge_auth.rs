@@ -177,8 +177,7 @@ fn openssl(dir: &Path, args: &str) {
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in `dir`.
 fn certificates(dir: &Path) -> Option<PathBuf> {
     if Command::new("openssl").arg("version").output().is_err() {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED the TLS test: openssl not installed");
+        xtcq_testkit::skipped("the TLS test: openssl not installed (apt-get install openssl)");
         return None;
     }
     let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";

@@ -14,11 +14,12 @@ use xtcq_testkit::*;
 fn create_ls_push_steal_stats_round_trip() {
     let d = Daemon::start();
     ok(&d.run(&["create", "jobs", "--deques", "2", "--capacity", "64"]));
-    // Creating it again: an error, unless --exist-ok.
+    // Creating it again: an error, unless --exist-ok with the same settings
+    // (tests/tests/create_exist_ok.rs: other settings).
     let again = d.run(&["create", "jobs"]);
     assert_eq!(code(&again), 1);
     assert!(stderr(&again).contains("queue already exists: jobs"), "{}", stderr(&again));
-    ok(&d.run(&["create", "jobs", "--exist-ok"]));
+    ok(&d.run(&["create", "jobs", "--deques", "2", "--capacity", "64", "--exist-ok"]));
 
     ok(&d.run(&["push", "jobs", "one", "two"]));
     ok(&d.run_in(&["push", "jobs"], b"three\nfour\n\nfive"));
@@ -726,7 +727,7 @@ fn after_a_daemon_restart_a_process_attached_before_it_blocks_every_delete_until
 #[test]
 fn users_and_groups_are_named_through_the_name_service() {
     if !is_root() {
-        eprintln!("skipped: needs root to create a user and a group");
+        xtcq_testkit::skipped("needs root to create a user and a group");
         return;
     }
     use std::os::unix::fs::PermissionsExt;

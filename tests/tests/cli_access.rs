@@ -160,7 +160,7 @@ fn the_connection_limit_is_exit_4_naming_the_flag() {
 #[test]
 fn one_user_cannot_take_every_connection_or_process_slot() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -239,7 +239,7 @@ fn one_user_cannot_take_every_connection_or_process_slot() {
 #[test]
 fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -288,7 +288,7 @@ fn a_queue_is_its_creators_unless_shared_and_stays_so_after_a_restart() {
 #[test]
 fn a_user_not_allowed_on_a_queue_is_refused_its_dead_letters() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -320,7 +320,7 @@ fn a_user_not_allowed_on_a_queue_is_refused_its_dead_letters() {
 #[test]
 fn one_users_flood_of_bare_connections_does_not_lock_others_out() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -372,7 +372,7 @@ fn one_users_flood_of_bare_connections_does_not_lock_others_out() {
 #[test]
 fn one_user_cannot_take_every_queue_or_record() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -440,7 +440,7 @@ fn quota_of(d: &Daemon, name: &str) -> (Option<u64>, Option<u64>) {
 #[test]
 fn one_burst_cannot_take_more_than_the_records_share() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -481,7 +481,7 @@ fn one_burst_cannot_take_more_than_the_records_share() {
 #[test]
 fn a_user_with_a_share_imports_a_dump_whole_or_not_at_all() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;
@@ -532,7 +532,7 @@ fn a_user_with_a_share_imports_a_dump_whole_or_not_at_all() {
 #[test]
 fn a_records_share_above_the_segment_survives_a_reboot() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;

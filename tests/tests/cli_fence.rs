@@ -121,11 +121,11 @@ fn what_a_failed_command_left_running_is_dead_before_its_job_runs_again() {
 #[test]
 fn a_group_member_that_changed_uid_is_fenced_too() {
     if !is_root() {
-        eprintln!("skipped: needs root (a command that changes uid with setpriv)");
+        xtcq_testkit::skipped("needs root (a command that changes uid with setpriv)");
         return;
     }
     if std::process::Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: setpriv not found");
+        xtcq_testkit::skipped("setpriv not found");
         return;
     }
     let d = Daemon::start();
@@ -254,7 +254,7 @@ fn the_daemon_fences_only_a_child_of_the_holder_leading_its_own_group() {
         refused(ch.id(), "belongs to uid 65534");
         other_uid = Some(ch);
     } else {
-        eprintln!("skipped: the other-uid case needs root");
+        xtcq_testkit::skipped("the other-uid case needs root");
     }
     c.unfence_command(id, own.id()).expect("unfence");
     for ch in [Some(&mut same_group), Some(&mut own), other_uid.as_mut()].into_iter().flatten() {

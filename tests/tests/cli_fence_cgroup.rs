@@ -63,11 +63,13 @@ fn own_cgroup_dir() -> Result<PathBuf, String> {
 /// Whether the tests can run here; says why not when they cannot.
 fn usable() -> bool {
     if let Err(why) = own_cgroup_dir() {
-        eprintln!("skipped: no cgroup can be made here ({why}); run as root, or in a delegated cgroup");
+        xtcq_testkit::skipped(&format!(
+            "no cgroup can be made here ({why}); run as root, or in a delegated cgroup"
+        ));
         return false;
     }
     if std::process::Command::new("setsid").arg("--version").output().is_err() {
-        eprintln!("skipped: setsid not found");
+        xtcq_testkit::skipped("setsid not found");
         return false;
     }
     true
@@ -423,7 +425,7 @@ fn a_non_root_worker_in_a_cgroup_delegated_to_its_user_fences_what_left_its_grou
     // What the docs say to do for a user (`systemd-run --user --scope -p Delegate=yes`) and
     // for a unit (`Delegate=yes`): the worker's user owns its cgroup, as systemd delegates it.
     if !is_root() {
-        eprintln!("skipped: needs root (a user of its own, and a cgroup to delegate to it)");
+        xtcq_testkit::skipped("needs root (a user of its own, and a cgroup to delegate to it)");
         return;
     }
     if !usable() {

@@ -26,11 +26,11 @@ fn a_job_left_to_a_daemon_that_expires_no_lease_is_not_stranded() {
 /// over its attempts no two runs overlap and the job ends a dead letter.
 fn other_uid_leftovers(scan: &str, tag: &str) {
     if !is_root() {
-        eprintln!("skipped: needs root (two users and a setuid helper)");
+        xtcq_testkit::skipped("needs root (two users and a setuid helper)");
         return;
     }
     let Ok(setpriv) = which("setpriv") else {
-        eprintln!("skipped: setpriv not found");
+        xtcq_testkit::skipped("setpriv not found");
         return;
     };
     let (w, o) = (format!("xtcqfw{tag}"), format!("xtcqfo{tag}"));

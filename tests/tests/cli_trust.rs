@@ -29,7 +29,7 @@ fn text(o: &Output) -> String {
 #[test]
 fn a_daemon_run_by_an_untrusted_user_is_exit_4_naming_it() {
     if !is_root() {
-        eprintln!("skipped: needs root to run a daemon as another user");
+        xtcq_testkit::skipped("needs root to run a daemon as another user");
         return;
     }
     use std::os::unix::fs::PermissionsExt;

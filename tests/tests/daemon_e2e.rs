@@ -324,7 +324,7 @@ fn a_daemon_restart_keeps_queued_jobs() {
 #[test]
 fn a_process_of_a_disallowed_uid_is_unauthorized() {
     if rustix::process::getuid().as_raw() != 0 {
-        eprintln!("skipped: needs root to start a client under another uid");
+        xtcq_testkit::skipped("needs root to start a client under another uid");
         return;
     }
     let d = Daemon::builder().flags(MEDIUM_SEGMENT).start();

@@ -123,7 +123,7 @@ fn a_symlinked_socket_directory_is_refused() {
 #[test]
 fn a_planted_lock_file_link_is_refused_and_its_target_untouched() {
     if !is_root() {
-        eprintln!("skipped: needs root to plant a link as another user");
+        xtcq_testkit::skipped("needs root to plant a link as another user");
         return;
     }
     let _k = KernelGuardsOff::new();
@@ -146,7 +146,7 @@ fn a_planted_lock_file_link_is_refused_and_its_target_untouched() {
 #[test]
 fn a_planted_lock_file_of_another_user_is_refused_unwritten() {
     if !is_root() {
-        eprintln!("skipped: needs root to plant a file as another user");
+        xtcq_testkit::skipped("needs root to plant a file as another user");
         return;
     }
     let _k = KernelGuardsOff::new();
@@ -222,7 +222,7 @@ fn a_segment_with_modes_wider_than_configured_is_not_adopted() {
 #[test]
 fn a_segment_planted_by_another_user_is_not_adopted() {
     if !is_root() {
-        eprintln!("skipped: needs root to create a user who plants the segment");
+        xtcq_testkit::skipped("needs root to create a user who plants the segment");
         return;
     }
     let mallory = SystemUser::create("s");
@@ -283,7 +283,7 @@ fn spawn_daemon_as(user: &SystemUser, dir: &Path) -> Killed {
 #[test]
 fn a_client_refuses_a_daemon_run_by_a_user_it_does_not_trust() {
     if !is_root() {
-        eprintln!("skipped: needs root to run a daemon as another user");
+        xtcq_testkit::skipped("needs root to run a daemon as another user");
         return;
     }
     let mallory = SystemUser::create("d");

@@ -223,7 +223,7 @@ fn a_dump_cannot_create_queues_no_create_would() {
 #[test]
 fn owners_grants_and_backoff_survive_a_reboot() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;

@@ -135,7 +135,7 @@ fn between_markers(text: &str, label: &str) -> Result<(String, Vec<String>), Str
 
 fn skip() -> bool {
     if let Some(why) = strace_unusable() {
-        eprintln!("SKIPPED: {why} (apt-get install strace; .ci/run installs it)");
+        xtcq_testkit::skipped(&format!("{why} (apt-get install strace; .ci/run installs it)"));
         return true;
     }
     false

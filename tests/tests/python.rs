@@ -23,7 +23,7 @@ fn skip_unless(missing: Option<String>, what: &str) -> bool {
         None => false,
         Some(why) => {
             assert!(!required(), "XTCQ_REQUIRE_PYTHON=1 but {why}");
-            eprintln!("skipped: {what}: {why}");
+            xtcq_testkit::skipped(&format!("{what}: {why}"));
             true
         }
     }

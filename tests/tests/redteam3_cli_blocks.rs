@@ -245,13 +245,13 @@ fn tmpfs_size(dir: &std::path::Path) -> Option<u64> {
 fn a_segment_larger_than_its_tmpfs_is_refused_at_once_with_a_message() {
     let dir = tempfile::tempdir().expect("tempdir");
     let Some(size) = tmpfs_size(dir.path()) else {
-        eprintln!("skipped: {} is not on a tmpfs", dir.path().display());
+        xtcq_testkit::skipped(&format!("{} is not on a tmpfs", dir.path().display()));
         return;
     };
     // Blocks of 16 MiB worth the whole tmpfs and 1 GiB more (under the 1 TiB limit).
     let count = size / (16 << 20) + 64;
     if count * (16 << 20) >= 1 << 40 {
-        eprintln!("skipped: a tmpfs of {size} bytes");
+        xtcq_testkit::skipped(&format!("a tmpfs of {size} bytes"));
         return;
     }
     let blocks = format!("16MiB={count}");

@@ -173,7 +173,7 @@ fn a_dump_with_a_job_for_a_queue_the_user_may_not_use_writes_nothing() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     let tag = std::process::id() % 100_000;

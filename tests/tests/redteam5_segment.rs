@@ -74,12 +74,12 @@ impl Drop for Tmpfs {
 fn recreate_while_a_client_maps_the_old_segment_removes_nothing_it_cannot_replace() {
     use std::io::Write;
     if !is_root() {
-        eprintln!("skipped: needs root to mount a small tmpfs");
+        xtcq_testkit::skipped("needs root to mount a small tmpfs");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let Some(_mnt) = Tmpfs::mount(dir.path(), 20) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
+        xtcq_testkit::skipped("cannot mount a tmpfs here");
         return;
     };
     let sizes = [

@@ -54,7 +54,7 @@ fn service_unit_verifies_clean() {
     }
     assert!(!text.contains("PrivateDevices=yes"), "PrivateDevices would hide the clients' /dev/shm");
     let Some(msg) = verify("xtcqd.service", &text) else {
-        eprintln!("SKIPPED: systemd-analyze not installed (apt-get install systemd)");
+        xtcq_testkit::skipped("systemd-analyze not installed (apt-get install systemd)");
         return;
     };
     assert!(msg.trim().is_empty(), "systemd-analyze verify xtcqd.service:\n{msg}");
@@ -73,7 +73,7 @@ fn bridge_unit_verifies_clean() {
         assert!(text.contains(needed), "xtcq-bridge.service lost `{needed}`");
     }
     let Some(msg) = verify("xtcq-bridge.service", &text) else {
-        eprintln!("SKIPPED: systemd-analyze not installed (apt-get install systemd)");
+        xtcq_testkit::skipped("systemd-analyze not installed (apt-get install systemd)");
         return;
     };
     assert!(msg.trim().is_empty(), "systemd-analyze verify xtcq-bridge.service:\n{msg}");

@@ -231,7 +231,7 @@ fn wake_role_main() {
 #[test]
 fn another_user_cannot_reach_or_take_a_wake_socket() {
     if !is_root() {
-        eprintln!("skipped: needs root to create users");
+        xtcq_testkit::skipped("needs root to create users");
         return;
     }
     use std::os::unix::fs::PermissionsExt;

@@ -45,6 +45,7 @@ impl Conn {
         p: proto::QueueParams,
         mut uids: Vec<u32>,
         mut gids: Vec<u32>,
+        exist_ok: bool,
     ) -> Result<Response, ErrorReply> {
         uids.sort_unstable();
         uids.dedup();
@@ -53,7 +54,14 @@ impl Conn {
         // Names are printed by every reader and used in logs: only the portable set.
         proto::queue_name::check(&p.name)
             .map_err(|e| ErrorReply::new(ErrorCode::BadRequest, e.to_string()))?;
-        let q = self.st.reg.create_queue_as(&p, self.peer.uid, &uids, &gids)?;
+        let q = if exist_ok {
+            match self.st.reg.create_queue_exist_ok(&p, self.peer.uid, &uids, &gids)? {
+                (q, true) => q,
+                (q, false) => return Ok(Response::QueueCreated(q)),
+            }
+        } else {
+            self.st.reg.create_queue_as(&p, self.peer.uid, &uids, &gids)?
+        };
         info!(
             queue = %q.name, deques = q.deques, capacity = q.capacity, flavor = ?q.flavor,
             owner = self.peer.uid, allow_users = %names::uid_list_label(&uids),
@@ -70,9 +78,12 @@ impl Conn {
         }
         match req {
             Request::Ping => Ok(Response::Pong),
-            Request::CreateQueue(p) => self.create_queue(p, Vec::new(), Vec::new()),
+            Request::CreateQueue(p) => self.create_queue(p, Vec::new(), Vec::new(), false),
             Request::CreateSharedQueue { params, allow_uids, allow_gids } => {
-                self.create_queue(params, allow_uids, allow_gids)
+                self.create_queue(params, allow_uids, allow_gids, false)
+            }
+            Request::CreateQueueExistOk { params, allow_uids, allow_gids } => {
+                self.create_queue(params, allow_uids, allow_gids, true)
             }
             Request::ListQueues => self.list_queues(),
             Request::Stats { queue } => self.stats(queue).await,
