@@ -106,7 +106,7 @@ impl Postgres {
             },
         };
         assert!(std::env::var("XTCQ_REQUIRE_PG").as_deref() != Ok("1"), "XTCQ_REQUIRE_PG=1 but {why}");
-        eprintln!("SKIPPED: {why}");
+        crate::skipped(&why);
         None
     }
 
