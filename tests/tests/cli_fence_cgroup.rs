@@ -54,7 +54,10 @@ fn own_cgroup_dir() -> Result<PathBuf, String> {
             Some(Path::new(f[4]).join(below.trim_start_matches('/')))
         })
         .ok_or("no cgroup2 mount")?;
-    let probe = dir.join(format!("xtcq-test-probe.{}", std::process::id()));
+    // Tests of this file probe at once, from threads of one process: one name each.
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!("xtcq-test-probe.{}.{n}", std::process::id()));
     std::fs::create_dir(&probe).map_err(|e| format!("cannot make a cgroup in {}: {e}", dir.display()))?;
     let _ = std::fs::remove_dir(&probe);
     Ok(dir)
