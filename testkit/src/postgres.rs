@@ -158,9 +158,10 @@ impl Postgres {
         assert_eq!(code(&o), 0, "pg_ctl {args:?}: {}{}\nlog:\n{}", stdout(&o), stderr(&o), self.log_text());
     }
 
-    /// `psql` as `role` on database postgres, stopping at the first error; tuples only; errors
-    /// with their SQLSTATE.
-    pub fn psql_as(&self, role: &str, sql: &str) -> Output {
+    /// The `psql` command that runs `sql` as `role` on database postgres, stopping at the
+    /// first error; tuples only; errors with their SQLSTATE. For a test that runs it alongside
+    /// others (`spawn`); [`psql_as`](Self::psql_as) runs it to its end.
+    pub fn psql_command(&self, role: &str, sql: &str) -> Command {
         let mut c = self.cmd("psql");
         c.arg("-h").arg(&self.socket_dir).args([
             "-X",
@@ -175,7 +176,12 @@ impl Postgres {
             "postgres",
         ]);
         c.arg("-c").arg(sql);
-        run_within(&mut c, LIMIT)
+        c
+    }
+
+    /// `psql` as `role`, run to its end (see [`psql_command`](Self::psql_command)).
+    pub fn psql_as(&self, role: &str, sql: &str) -> Output {
+        run_within(&mut self.psql_command(role, sql), LIMIT)
     }
 
     /// `psql` as the superuser.

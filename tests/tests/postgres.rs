@@ -135,18 +135,11 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
                 c * 500 + 1,
                 c * 500 + 500
             );
-            let mut cmd = pg.cmd("psql");
-            cmd.arg("-h").arg(&pg.socket_dir).args([
-                "-X",
-                "-qAt",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-d",
-                "postgres",
-                "-c",
-                &sql,
-            ]);
-            cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("psql")
+            pg.psql_command("postgres", &sql)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("psql")
         })
         .collect();
     for c in clients {
@@ -163,11 +156,12 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
          ROLLBACK TO a; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3004)'); COMMIT",
     );
     // A transaction whose backend is killed before it commits pushes nothing.
-    let mut held = pg.cmd("psql");
-    held.arg("-h").arg(&pg.socket_dir).args(["-X", "-qAt", "-d", "postgres", "-c"]).arg(
-        "BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3005)'); SELECT pg_sleep(600); COMMIT",
-    );
-    let mut held = held.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("psql");
+    let mut held = pg
+        .psql_command(
+            "postgres",
+            "BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3005)'); SELECT pg_sleep(600); COMMIT",
+        )
+        .stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("psql");
     wait_until(WAIT, "the killed transaction sleeping", || {
         pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%VALUES (3005)%' AND wait_event = 'PgSleep'")
             == "1"
