@@ -159,13 +159,6 @@ pub struct LsArgs {
     json: bool,
 }
 
-pub(crate) fn flavor(f: Flavor) -> &'static str {
-    match f {
-        Flavor::Lifo => "lifo",
-        Flavor::Fifo => "fifo",
-    }
-}
-
 pub(crate) fn lease_or_dash(v: u32) -> String {
     if v == 0 {
         "-".into()
@@ -192,7 +185,7 @@ pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
         out.push_str(&format!(
             "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5} {:>8}  {}\n",
             escaped(&i.name),
-            flavor(i.flavor),
+            i.flavor.name(),
             i.deques,
             i.capacity,
             if i.max_attempts == 0 { "-".to_string() } else { i.max_attempts.to_string() },

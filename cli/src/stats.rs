@@ -19,7 +19,7 @@ use clap::Args;
 use xtcq_proto::msg::{QueueMetrics, QueueStats, Stats};
 use xtcq_proto::queue_name::escaped;
 
-use crate::cmd::{connect, flavor, lease_or_dash};
+use crate::cmd::{connect, lease_or_dash};
 use crate::exit;
 use crate::out::{self, outln};
 use crate::parse_interval;
@@ -124,7 +124,7 @@ fn queue_text(q: &QueueStats) -> String {
         t,
         "\nqueue {} ({}, {} deques x {}, max attempts {attempts}, lease {})",
         escaped(&i.name),
-        flavor(i.flavor),
+        i.flavor.name(),
         i.deques,
         i.capacity,
         lease_or_dash(i.lease_ms)

@@ -16,6 +16,16 @@ pub enum Flavor {
     Fifo,
 }
 
+impl Flavor {
+    /// Its name as the CLI takes and prints it: `lifo` or `fifo`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Lifo => "lifo",
+            Flavor::Fifo => "fifo",
+        }
+    }
+}
+
 /// Properties of a queue to create.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueParams {
@@ -52,13 +62,9 @@ impl QueueParams {
 /// each (`"flavor is lifo, not fifo"`); empty when they match. Used by the daemon to answer
 /// an idempotent create ([`Request::CreateQueueExistOk`](crate::Request::CreateQueueExistOk)).
 pub fn settings_differ(asked: &QueueParams, existing: &QueueInfo) -> Vec<String> {
-    let flavor = |f: Flavor| match f {
-        Flavor::Lifo => "lifo",
-        Flavor::Fifo => "fifo",
-    };
     let mut out = Vec::new();
     if asked.flavor != existing.flavor {
-        out.push(format!("flavor is {}, not {}", flavor(existing.flavor), flavor(asked.flavor)));
+        out.push(format!("flavor is {}, not {}", existing.flavor.name(), asked.flavor.name()));
     }
     let numbers = [
         ("deques", existing.deques, asked.deques),
