@@ -331,8 +331,8 @@ fn supervise<'h>(
     lease: Option<Duration>,
     stop: &Stop,
 ) -> Result<(Ran<'h>, Option<CommandCgroup<'h>>)> {
-    // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE, so this loop's 2 ms
-    // steps keep up).
+    // Three beats a lease (`worker` refuses leases under WORK_MIN_LEASE; the loop's waits
+    // end at the next beat, so they keep up).
     let beat = lease.map(|l| l / 3);
     let mut next_beat = beat.and_then(|b| Instant::now().checked_add(b));
     // Its exit wakes this thread at once (no descriptor left: the loop looks every 2 ms).

@@ -1,4 +1,4 @@
-//! The idempotent create (issue 29): a second create of the same queue with `exist_ok`
+//! The idempotent create: a second create of the same queue with `exist_ok`
 //! succeeds, and one that asks for other settings is refused, naming each of them, from the
 //! Rust client and from the CLI (C: tests/c/status_codes.c; Python: python/tests).
 

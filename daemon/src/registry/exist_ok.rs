@@ -1,7 +1,7 @@
 //! The idempotent create ([`proto::Request::CreateQueueExistOk`]): a second `create` of the
 //! same queue succeeds, one that asks for other settings is refused, naming them. Without
 //! the refusal a program that asked for a FIFO queue of one deque would silently run on a
-//! LIFO queue of four that someone made before (issue 29).
+//! LIFO queue of four that someone made before.
 
 use xtcq_proto as proto;
 
