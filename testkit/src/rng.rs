@@ -2,7 +2,7 @@
 //! segment or kill processes at random; one seed, one sequence, so a failure replays.
 //!
 //! - Self-contained (no `crate::` path, no dependency): the engine's own tests in
-//!   `xtcq-shm/tests` include this file by path, since they cannot link testkit (testkit
+//!   `shm-layout/tests` include this file by path, since they cannot link testkit (testkit
 //!   links the engine, through the client).
 //! - Not random enough for anything but tests.
 

@@ -1,4 +1,4 @@
-//! loom models of the Chase-Lev deque (`xtcq-shm/src/deque.rs`).
+//! loom models of the Chase-Lev deque (`shm-layout/src/deque.rs`).
 //!
 //! Run with (see `.ci/loom`)
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_deque`.

@@ -1,4 +1,4 @@
-//! loom models of the wait protocol (`xtcq-shm/src/wake_protocol.rs`): consumers that wait on
+//! loom models of the wait protocol (`shm-layout/src/wake_protocol.rs`): consumers that wait on
 //! a descriptor (arm, look again, poll) against producers that publish and notify.
 //!
 //! Run with (see `.ci/loom`)

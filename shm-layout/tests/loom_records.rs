@@ -1,4 +1,4 @@
-//! loom models of the job record's state word (`xtcq-shm/src/record/state.rs`).
+//! loom models of the job record's state word (`shm-layout/src/record/state.rs`).
 //!
 //! Run with (see `.ci/loom`)
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_records`.

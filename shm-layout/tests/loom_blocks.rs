@@ -1,4 +1,4 @@
-//! loom models of the payload block's owner word (`xtcq-shm/src/record/block_owner.rs`)
+//! loom models of the payload block's owner word (`shm-layout/src/record/block_owner.rs`)
 //! beside the record's state word.
 //!
 //! Run with (see `.ci/loom`)

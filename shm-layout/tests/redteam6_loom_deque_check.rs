@@ -1,4 +1,4 @@
-//! Red team 6: a loom model of `check`'s reads of a live deque (`xtcq-shm/src/check.rs`).
+//! Red team 6: a loom model of `check`'s reads of a live deque (`shm-layout/src/check.rs`).
 //!
 //! Run with
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test redteam6_loom_deque_check`.

@@ -1,4 +1,4 @@
-//! loom models of the overflow ring (`xtcq-shm/src/overflow.rs`).
+//! loom models of the overflow ring (`shm-layout/src/overflow.rs`).
 //!
 //! Run with (see `.ci/loom`)
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_overflow`.

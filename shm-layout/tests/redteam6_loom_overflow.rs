@@ -1,5 +1,5 @@
 //! Red team 6: a loom model of the overflow ring's `tail <= head + capacity` after a popper
-//! died in a full ring (`xtcq-shm/src/overflow.rs`).
+//! died in a full ring (`shm-layout/src/overflow.rs`).
 //!
 //! Run with
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test redteam6_loom_overflow`.
