@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::layout::{MetricsBlock, QueueLimits, RecordHeader};
-use crate::metrics::{Counter, HandleLane};
+use crate::metrics::Counter;
 use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::blocks::BlocksFull;
@@ -123,9 +123,8 @@ pub enum JobError {
     Corrupt(String),
 }
 
-/// What a consumer needs of one queue: resolved once, shared by its jobs. Not `Copy`: it may
-/// hold its handle's counter lane, which goes back when the handle is dropped.
-#[derive(Debug)]
+/// What a consumer needs of one queue: resolved once, shared by its jobs.
+#[derive(Clone, Copy, Debug)]
 struct QueueCtx<'a> {
     queue: u32,
     max_attempts: u32,
@@ -138,19 +137,12 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
-    /// The handle lane of our slot's block, when this handle was the first of its process to
-    /// ask; else counts go to the shared lane.
-    lane: Option<HandleLane<'a>>,
 }
 
 impl<'a> QueueCtx<'a> {
-    /// The context of a handle of process slot `me`: with the slot's handle lane if no other
-    /// handle of this process holds it.
-    fn for_handle(seg: &'a Segment, q: &QueueInfo, me: u32) -> Result<Self, QueueError> {
-        let mut ctx =
-            Self::from_parts(seg, q.index, q.spec.max_attempts, q.spec.lease_ms as u64 * 1_000_000)?;
-        ctx.lane = HandleLane::take(seg, q.index, me);
-        Ok(ctx)
+    /// The context of a handle of queue `q`.
+    fn for_handle(seg: &'a Segment, q: &QueueInfo) -> Result<Self, QueueError> {
+        Self::from_parts(seg, q.index, q.spec.max_attempts, q.spec.lease_ms as u64 * 1_000_000)
     }
 
     fn from_parts(
@@ -172,14 +164,7 @@ impl<'a> QueueCtx<'a> {
                 .metrics_blocks(queue)
                 .and_then(|b| b.get(..seg.config().process_slots as usize))
                 .ok_or_else(|| corrupt("no metrics blocks"))?,
-            lane: None,
         })
-    }
-
-    /// The same context for another handle of slot `me` (a clone of a thief): with the handle
-    /// lane only if no other handle holds it.
-    fn duplicate(&self, seg: &'a Segment, me: u32) -> Self {
-        Self { lane: HandleLane::take(seg, self.queue, me), ..*self }
     }
 
     /// Counts one `c` for process slot `me` (on its own block: no other process writes it).
@@ -188,17 +173,11 @@ impl<'a> QueueCtx<'a> {
         self.add(me, c, 1);
     }
 
-    /// Adds `n` to `c` for process slot `me` (a batch's claims or acks, counted once): into
-    /// our handle lane when we hold `me`'s and this is its thread, else into the shared lane.
+    /// Adds `n` to `c` for process slot `me` (a batch's claims or acks, counted once).
     #[inline(always)]
     fn add(&self, me: u32, c: Counter, n: u64) {
         if n == 0 {
             return;
-        }
-        if let Some(lane) = &self.lane {
-            if lane.slot() == me && lane.add(c, n) {
-                return;
-            }
         }
         crate::metrics::add(self.slots.get(me as usize), c, n);
     }
@@ -215,8 +194,8 @@ impl<'a> QueueCtx<'a> {
 
     /// Claims record `index` if it is `Queued` for this queue (at `generation`, when given).
     // Always: returned through memory, the job costs a store-forwarding stall (see
-    // `Owner::pop`); with the counters' lane check, `#[inline]` left it out of the thief's
-    // steal, and steal + payload + ack went from 50 to 58 ns on one core (benches/results/).
+    // `Owner::pop`); `#[inline]` alone once left it out of the thief's steal, and steal +
+    // payload + ack went from 50 to 58 ns on one core (benches/results/).
     #[inline(always)]
     fn claim(&self, index: u32, generation: Option<u32>, me: u32) -> Option<ClaimedJob<'_>> {
         let (hdr, g) = self.claim_cas(index, generation, me)?;

@@ -2,8 +2,7 @@
 //! and the C API: a client or handle inherited across `fork()` shares its parent's process
 //! slot and socket, and must not act in the child.
 //!
-//! - One `pthread_atfork` child hook (the handle lanes' own, installed on first use) bumps
-//!   a generation; each connection remembers the generation it was made in, and every call
+//! - One `pthread_atfork` child hook (installed on first use) bumps a generation; each connection remembers the generation it was made in, and every call
 //!   compares the two (one relaxed load, no system call) and refuses to act when they differ
 //!   (`Error::Forked` in the client, `XTCQ_E_FORKED` in the C API).
 //! - Dropping an inherited client or handle in the child releases nothing the parent still
@@ -12,17 +11,61 @@
 //!   that for a claimed job or batch, which would nack on drop.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// Bumped in each forked child.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the hook is installed: 0 not yet, else the installer's pid, with [`INSTALLED`]
+/// set once `pthread_atfork` returned.
+static INSTALL: AtomicU64 = AtomicU64::new(0);
+const INSTALLED: u64 = 1 << 32;
+
+extern "C" fn in_child_after_fork() {
+    // The child's only thread: an atomic add is all a fork hook may safely do here.
+    GENERATION.fetch_add(1, Relaxed);
+}
 
 /// The current generation, installing the hook on first use: read it before the first
 /// `fork()` that must be detected (a client's connect does).
 pub fn generation() -> u64 {
-    crate::metrics::fork_generation()
+    if INSTALL.load(Acquire) & INSTALLED == 0 {
+        install_hook();
+    }
+    GENERATION.load(Relaxed)
 }
 
-/// Whether something made at generation `born` is now in a forked child.
+/// Installs the hook once. Not a `std::sync::Once`: a child forked while another thread of
+/// its parent was inside it would wait forever on a copy of that `Once` nobody finishes. An
+/// install begun under another pid (the parent's, copied at the fork) is taken over; at
+/// worst the hook is then registered twice, which only bumps the generation by two.
+#[cold]
+fn install_hook() {
+    let me = u64::from(std::process::id());
+    loop {
+        let state = INSTALL.load(Acquire);
+        if state & INSTALLED != 0 {
+            return;
+        }
+        if state == me {
+            // Another thread of this process is installing: it finishes soon.
+            std::thread::yield_now();
+            continue;
+        }
+        if INSTALL.compare_exchange(state, me, Acquire, Acquire).is_ok() {
+            // SAFETY: registers a child handler that touches one atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
+            INSTALL.store(me | INSTALLED, Release);
+            return;
+        }
+    }
+}
+
+/// Whether something made at generation `born` is now in a forked child (one relaxed load).
 #[inline]
 pub fn forked_since(born: u64) -> bool {
-    crate::metrics::fork_generation_now() != born
+    GENERATION.load(Relaxed) != born
 }
 
 /// A claim (a [`ClaimedJob`](crate::ClaimedJob), [`OwnedJob`](crate::OwnedJob) or

@@ -262,7 +262,7 @@ fn garbage_in_the_handle_lanes_crashes_nothing() {
     owner.push(b"x").unwrap();
     for fill in [u64::MAX, u64::MAX - 1, 1 << 63, 0x9E37_79B9_7F4A_7C15] {
         for b in seg.metrics_blocks(q.index).unwrap() {
-            for c in b.handle_lane.iter().chain(&b.counters) {
+            for c in b.second_lane.iter().chain(&b.counters) {
                 c.store(fill, Ordering::Relaxed);
             }
         }
@@ -278,7 +278,7 @@ fn garbage_in_the_handle_lanes_crashes_nothing() {
         let _ = seg.queue_totals(q.index);
     }
     for b in seg.metrics_blocks(q.index).unwrap() {
-        for c in &b.handle_lane {
+        for c in &b.second_lane {
             c.store(u64::MAX, Ordering::Relaxed);
         }
     }

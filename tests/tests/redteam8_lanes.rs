@@ -322,7 +322,7 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     let q = seg.queue_by_name("q").unwrap();
     for fill in [u64::MAX, 0xAAAA_AAAA_AAAA_AAAA, u64::MAX - 1] {
         for b in seg.metrics_blocks(q.index).unwrap() {
-            for c in &b.handle_lane {
+            for c in &b.second_lane {
                 c.store(fill, Ordering::Relaxed);
             }
         }
@@ -371,7 +371,7 @@ fn top_draws_through_garbage_in_the_handle_lanes() {
     });
     for fill in [u64::MAX, 0, u64::MAX - 7, 0] {
         for b in seg.metrics_blocks(q.index).unwrap() {
-            for c in &b.handle_lane {
+            for c in &b.second_lane {
                 c.store(fill, Ordering::Relaxed);
             }
         }

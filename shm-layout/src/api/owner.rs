@@ -72,7 +72,7 @@ impl Owner {
         // lifetimes bounded by `&self`.
         let s = unsafe { extend(&seg) };
         let d = s.deque(queue, deque)?;
-        let ctx = QueueCtx::for_handle(s, queue, me)?;
+        let ctx = QueueCtx::for_handle(s, queue)?;
         Ok(Self {
             deque: DequeOwner::adopt(d),
             ctx,
@@ -165,7 +165,7 @@ impl Owner {
     // Inlined, as the rest of the job path (`claim`, `read_payload`, `ack`): returned
     // through memory, the ~40-byte result is written field by field and read back in 16-byte
     // loads, a store-forwarding stall that cost a third of a push+pop pair (benches/results/).
-    // Always: with the counters' handle lane the body grew past what `#[inline]` got inlined.
+    // Always: the body is past what `#[inline]` alone gets inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // Only we push, so at most `capacity` handles can come out during one call; more
@@ -362,7 +362,7 @@ impl Injector {
         // SAFETY: as in `Owner::new`.
         let s = unsafe { extend(&seg) };
         Ok(Self {
-            ctx: QueueCtx::for_handle(s, queue, me)?,
+            ctx: QueueCtx::for_handle(s, queue)?,
             info: queue.clone(),
             me,
             cursor: Cursors::new(me, s),

@@ -56,8 +56,7 @@ impl Clone for Thief {
     fn clone(&self) -> Self {
         Self {
             deques: self.deques.clone(),
-            // SAFETY: as in `new`: the view lives in `Self` beside the `Arc` it borrows from.
-            ctx: self.ctx.duplicate(unsafe { extend(&self.seg) }, self.me),
+            ctx: self.ctx,
             info: self.info.clone(),
             me: self.me,
             next: StdAtomicU32::new(self.next.load(Ordering::Relaxed).wrapping_add(7)),
@@ -84,7 +83,7 @@ impl Thief {
         let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deques: deques.into(),
-            ctx: QueueCtx::for_handle(s, queue, me)?,
+            ctx: QueueCtx::for_handle(s, queue)?,
             info: queue.clone(),
             me,
             next: StdAtomicU32::new(me.wrapping_mul(0x9E37_79B9)),
