@@ -380,9 +380,11 @@ def test_cancelled_async_steals_take_nothing(daemon):
     import asyncio
     import random
 
+    # As the tokio test (tests/tests/wake_fd.rs): 1,000 jobs across two consumer tasks whose
+    # steals a timer cancels at random points; every job taken once, none left claimed.
     queue = "cq"
     xtcq.Client(daemon).create_queue(queue)
-    total = 300
+    total = 1000
 
     async def main():
         client = xtcq.Client(daemon)
@@ -416,6 +418,7 @@ def test_cancelled_async_steals_take_nothing(daemon):
     assert cancelled > 0, "no steal was cancelled"
     assert sorted(got) == sorted(b"job %d" % i for i in range(total)), "each job once"
     assert xtcq.Client(daemon).thief(queue).steal() is None, "a job left behind"
+    assert xtcq.Client(daemon).check(quiescent=True) == [], "a job left claimed"
 
 
 def test_steal_batch_async_refuses_a_bad_n_before_it_waits(daemon):

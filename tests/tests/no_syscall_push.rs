@@ -1,5 +1,7 @@
 //! A push with nobody asleep makes no system call; a push with a thief asleep in
-//! `steal_wait` makes a futex wake (the negative control: the method can see a system call).
+//! `steal_wait` makes a futex wake (the negative control: the method can see a system call);
+//! a consumer holding a wake descriptor costs a push nothing until it arms it, and one armed
+//! costs the push one datagram.
 //!
 //! `xtcq-push-probe` (src/bin) attaches as owner to a real daemon and pushes between two
 //! marker writes to stderr; it runs under `strace -f`, and every line strace printed for the
@@ -166,6 +168,23 @@ fn push_with_nobody_asleep_makes_no_system_call() {
         t.tid,
         t.stdout.trim(),
         t.first
+    );
+}
+
+/// A consumer that holds a wake descriptor but is not waiting on it (it armed once, then
+/// disarmed: awake, busy with a job): pushes still make no system call.
+#[test]
+fn push_with_a_descriptor_registered_but_not_armed_makes_no_system_call() {
+    if skip() {
+        return;
+    }
+    let t = trace_probe("registered", JOBS);
+    assert!(
+        t.between.is_empty(),
+        "{JOBS} pushes with a descriptor registered and nobody asleep made {} system calls (thread {}):\n{}",
+        t.between.len(),
+        t.tid,
+        t.between.join("\n")
     );
 }
 

@@ -9,6 +9,9 @@
 //! pushes N jobs; the thief must be woken (the negative control).
 //! `xtcq-push-probe SOCKET QUEUE descriptor N`: first a thief of this process arms its wake
 //! descriptor, then N jobs are pushed; the descriptor must become readable.
+//! `xtcq-push-probe SOCKET QUEUE registered N`: a thief of this process holds a wake
+//! descriptor it armed once and disarmed again (a consumer awake, busy with a job); then N
+//! jobs are pushed, none of them waking anybody.
 //!
 //! Before either, one push between `XTCQ-FIRST-BEGIN` and `XTCQ-FIRST-END` markers (the
 //! process's first push), popped and acked again. Prints `tid T pushed N` on stdout at the end.
@@ -35,13 +38,13 @@ fn blocked_in(tid: i32) -> Option<i64> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 {
-        eprintln!("usage: xtcq-push-probe SOCKET QUEUE quiet|sleeper|descriptor N");
+        eprintln!("usage: xtcq-push-probe SOCKET QUEUE quiet|sleeper|descriptor|registered N");
         std::process::exit(2);
     }
     let socket = PathBuf::from(&args[1]);
     let queue = &args[2];
     let (sleeper, descriptor) = match args[3].as_str() {
-        "quiet" => (false, false),
+        "quiet" | "registered" => (false, false),
         "sleeper" => (true, false),
         "descriptor" => (false, true),
         m => panic!("unknown mode {m}"),
@@ -83,6 +86,14 @@ fn main() {
         let thief = client.attach_thief(queue).expect("attach_thief");
         let wake = thief.wake_fd().expect("wake_fd");
         assert!(thief.steal_or_arm(&wake).expect("steal_or_arm").is_none(), "a job was queued");
+        (thief, wake)
+    });
+
+    let _registered = (args[3] == "registered").then(|| {
+        let thief = client.attach_thief(queue).expect("attach_thief");
+        let wake = thief.wake_fd().expect("wake_fd");
+        assert!(thief.steal_or_arm(&wake).expect("steal_or_arm").is_none(), "a job was queued");
+        wake.disarm_and_hand_on();
         (thief, wake)
     });
 

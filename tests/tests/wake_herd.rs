@@ -1,0 +1,103 @@
+//! Which descriptor waiters a push wakes: one, not the herd; and when the woken one does not
+//! take the job (its loop is busy elsewhere), the daemon's scan wakes another. Real daemon,
+//! pushes by a real `xtcq push` process, real `poll(2)` on each waiter's descriptor.
+
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use xtcq_client::{Client, QueueParams, ThiefHandle, WakeFd};
+use xtcq_testkit::{ok, Daemon};
+
+/// Waiters armed at once in the wake-one test.
+const WAITERS: usize = 4;
+
+fn params(name: &str) -> QueueParams {
+    QueueParams { capacity: 64, ..QueueParams::new(name) }
+}
+
+/// Which of `fds` are readable, polling for up to `t` until at least one is.
+fn readable_of(fds: &[&WakeFd], t: Duration) -> Vec<usize> {
+    let ts = rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 };
+    let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(*f, PollFlags::IN)).collect();
+    match poll(&mut pfds, Some(&ts)) {
+        Ok(n) if n > 0 => (0..pfds.len()).filter(|&i| pfds[i].revents().contains(PollFlags::IN)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn sleepers(d: &Daemon) -> u64 {
+    d.stats()["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
+}
+
+/// Attaches `n` thieves of `q`, each with its own descriptor, all armed on an empty queue.
+fn armed_waiters(c: &Client, n: usize) -> Vec<(ThiefHandle, WakeFd)> {
+    (0..n)
+        .map(|_| {
+            let t = c.attach_thief("q").expect("thief");
+            let w = t.wake_fd().expect("a wake descriptor");
+            assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none(), "nothing queued yet");
+            (t, w)
+        })
+        .collect()
+}
+
+/// Four waiters armed; each push from another process makes exactly one readable, which
+/// takes the job and arms again; the other three stay asleep and counted. Five rounds.
+/// The scan is 10 s apart, so no nudge of the daemon's can make a second one readable.
+#[test]
+fn a_push_wakes_one_descriptor_waiter_not_all() {
+    let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let waiters = armed_waiters(&c, WAITERS);
+    let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
+    assert_eq!(sleepers(&d), WAITERS as u64, "every waiter counted");
+    assert!(readable_of(&fds, Duration::from_millis(200)).is_empty(), "readable with nothing pushed");
+    for round in 0..5 {
+        ok(&d.run(&["push", "q", &format!("job {round}")]));
+        let woken = readable_of(&fds, Duration::from_secs(10));
+        assert_eq!(woken.len(), 1, "round {round}: one push made {woken:?} readable");
+        let (t, w) = &waiters[woken[0]];
+        w.clear().expect("clear");
+        let j = t.steal_or_arm(w).expect("steal").expect("the woken waiter finds the job");
+        assert_eq!(j.payload().expect("payload"), format!("job {round}").as_bytes());
+        j.ack().expect("ack");
+        assert!(t.steal_or_arm(w).expect("arm again").is_none());
+        // A herd would have made the others readable by now: the datagram is sent before
+        // `xtcq push` exits.
+        let others = readable_of(&fds, Duration::from_millis(300));
+        assert!(others.is_empty(), "round {round}: others readable after the job was taken: {others:?}");
+        assert_eq!(sleepers(&d), WAITERS as u64, "round {round}: every waiter asleep again");
+    }
+}
+
+/// Two waiters armed, one push: the woken one does not take the job (its loop is busy). With
+/// a 1 s scan, the other is not woken at once (the push woke one), but by the daemon's nudge
+/// within two scans, and takes the job.
+#[test]
+fn a_wake_taken_by_a_busy_loop_wakes_another_within_two_scans() {
+    let d = Daemon::builder().flags(["--lease-scan-interval", "1s"]).start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let waiters = armed_waiters(&c, 2);
+    let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
+    ok(&d.run(&["push", "q", "stranded?"]));
+    let pushed = Instant::now();
+    let woken = readable_of(&fds, Duration::from_secs(10));
+    assert_eq!(woken.len(), 1, "one push made {woken:?} readable");
+    let other = 1 - woken[0];
+    // The busy one is left alone from here: never cleared, never stolen with.
+    assert!(
+        readable_of(&[fds[other]], Duration::from_millis(300)).is_empty(),
+        "the other waiter was woken with the first: a herd, or a nudge before one full scan"
+    );
+    let nudged = readable_of(&[fds[other]], Duration::from_secs(20));
+    assert_eq!(nudged, vec![0], "the other waiter was never woken while the job stayed queued");
+    eprintln!("the other waiter was woken {:?} after the push (scans 1 s apart)", pushed.elapsed());
+    let (t, w) = &waiters[other];
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect("the nudged waiter finds the job");
+    assert_eq!(j.payload().expect("payload"), b"stranded?");
+    j.ack().expect("ack");
+    assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0));
+}
