@@ -82,6 +82,8 @@ echo "SELECT cardinality(array_agg('job ' || i)) FROM generate_series(1, 1000) i
 echo "SELECT xtcq.push('e2e', 'INSERT INTO done VALUES (1)');" >"$s/e2e_push.sql"
 printf "BEGIN;\nSELECT xtcq.push_on_commit('e2c', 'INSERT INTO done VALUES (1)');\nCOMMIT;\n" >"$s/e2e_on_commit.sql"
 echo "INSERT INTO qtable(payload) VALUES ('INSERT INTO done VALUES (1)');" >"$s/sk_push.sql"
+# No queue: the clients run the jobs' statement themselves.
+echo "INSERT INTO done VALUES (1);" >"$s/no_queue.sql"
 # The consumer: take the oldest row nobody holds, run its statement's effect, in one transaction.
 # (c) latency: each job records when it was pushed and when it ran.
 job() { echo "format('INSERT INTO lat VALUES (''$1'', %L, clock_timestamp())', clock_timestamp())"; }
@@ -139,7 +141,8 @@ latency=$(psql "SELECT string_agg(format('%s p50 %s us, p99 %s us', kind, p50, p
 x=$(e2e "$s/e2e_push.sql")
 xc=$(e2e "$s/e2e_on_commit.sql")
 sk=$(e2e "$s/sk_push.sql" "$s/sk_take.sql")
+nq=$(e2e "$s/no_queue.sql")
 echo "synchronous_commit=$SYNC, $C pushing clients, $T s per run, $(nproc) cores, PostgreSQL $("$BIN/pg_config" --version | cut -d' ' -f2)"
 echo "(a) pushes/s from SQL, 1,000 per statement: xtcq.push $xtcq_push, INSERT into a table $table_push: $(awk "BEGIN { printf \"%.1f\", $xtcq_push / $table_push }")x; the statement building the array alone: $floor/s (the most any push could reach: $(awk "BEGIN { printf \"%.1f\", $floor / $table_push }")x)"
 echo "(c) push to the job's SQL running, $LAT_RATE jobs/s: $latency; the statement run by the client itself: $(awk "BEGIN { printf \"%d\", $direct_ms * 1000 }") us (pgbench's latency average)"
-echo "(b) jobs run/s end to end (4 workers): xtcq.push $x, xtcq.push_on_commit $xc, SKIP LOCKED table $sk: $(awk "BEGIN { printf \"%.1fx and %.1fx\", $x / ($sk > 0 ? $sk : 1), $xc / ($sk > 0 ? $sk : 1) }")"
+echo "(b) jobs run/s end to end (4 workers): xtcq.push $x, xtcq.push_on_commit $xc, SKIP LOCKED table $sk, no queue (the clients run the statement) $nq: $(awk "BEGIN { printf \"%.1fx and %.1fx\", $x / ($sk > 0 ? $sk : 1), $xc / ($sk > 0 ? $sk : 1) }")"
