@@ -49,10 +49,11 @@ $$ SET search_path = pg_catalog, pg_temp;
 
 -- Which roles may push to which queues ('*': every queue), read by the C functions as the
 -- caller; written only by its owner, through grant_push and revoke_push. A superuser may use
--- every queue. Kept by pg_dump.
+-- every queue. Kept by pg_dump, which writes a regrole as the role's name (an oid would name
+-- another role, or none, in the database it is restored into).
 CREATE TABLE queue_grants (
     queue text NOT NULL CHECK (queue <> ''),
-    role oid NOT NULL,
+    role regrole NOT NULL,
     PRIMARY KEY (queue, role)
 );
 SELECT pg_catalog.pg_extension_config_dump('queue_grants', '');
@@ -61,11 +62,11 @@ SELECT pg_catalog.pg_extension_config_dump('queue_grants', '');
 -- letters; '*' for every queue.
 CREATE FUNCTION grant_push(queue text, role regrole) RETURNS void
     LANGUAGE sql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
-    INSERT INTO @extschema@.queue_grants VALUES ($1, $2::oid) ON CONFLICT DO NOTHING
+    INSERT INTO @extschema@.queue_grants VALUES ($1, $2) ON CONFLICT DO NOTHING
 $$;
 CREATE FUNCTION revoke_push(queue text, role regrole) RETURNS void
     LANGUAGE sql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
-    DELETE FROM @extschema@.queue_grants g WHERE g.queue = $1 AND g.role = $2::oid
+    DELETE FROM @extschema@.queue_grants g WHERE g.queue = $1 AND g.role::oid = $2::oid
 $$;
 
 -- Who may do what: nobody but the owner, until granted. GRANT xtcq_user TO a role to let it

@@ -21,7 +21,7 @@
 #define GRANT_QUERY \
 	"SELECT 1 FROM xtcq.queue_grants g" \
 	" WHERE (g.queue OPERATOR(pg_catalog.=) $1 OR g.queue OPERATOR(pg_catalog.=) '*')" \
-	" AND pg_catalog.pg_has_role(g.role, 'USAGE') LIMIT 1"
+	" AND pg_catalog.pg_has_role(g.role::pg_catalog.oid, 'USAGE') LIMIT 1"
 
 static SPIPlanPtr grant_plan = NULL;
 

@@ -80,7 +80,10 @@ fn a_role_pushes_only_to_the_queues_granted_to_it() {
     refused(&pg.psql_as("carol", "SELECT xtcq.push('a', 'x')"), &["42501"]);
     // Nor may a granted role grant itself more.
     refused(&pg.psql_as("alice", "SELECT xtcq.grant_push('b', 'alice')"), &["permission denied"]);
-    refused(&pg.psql_as("alice", "INSERT INTO xtcq.queue_grants VALUES ('b', 10)"), &["permission denied"]);
+    refused(
+        &pg.psql_as("alice", "INSERT INTO xtcq.queue_grants VALUES ('b', 'alice')"),
+        &["permission denied"],
+    );
     // A SECURITY DEFINER function of alice's pushes to her queue for whoever may call it.
     pg.sql_as(
         "alice",
@@ -88,6 +91,18 @@ fn a_role_pushes_only_to_the_queues_granted_to_it() {
              SET search_path = pg_catalog AS $$ SELECT xtcq.push('a', p) $$",
     );
     pg.sql_as("carol", "SELECT alice.push_for('via alice')");
+    // pg_dump keeps the grants by role name, which a restore maps to that role's new oid.
+    let mut dump = pg.cmd("pg_dump");
+    dump.arg("-h").arg(&pg.socket_dir).args([
+        "-U",
+        "postgres",
+        "--data-only",
+        "-t",
+        "xtcq.queue_grants",
+        "postgres",
+    ]);
+    let dump = xtcq_testkit::stdout(&xtcq_testkit::run_within(&mut dump, WAIT));
+    assert!(dump.contains("a\talice"), "{dump}");
     // '*' grants every queue; revoke_push takes a grant back.
     pg.sql("SELECT xtcq.grant_push('*', 'carol')");
     pg.sql_as("carol", "SELECT xtcq.push('b', 'z')");
