@@ -25,11 +25,15 @@
 
 static SPIPlanPtr grant_plan = NULL;
 
-/* The last queue allowed, for whom and in which transaction: a statement's many pushes
- * ask once. */
+/*
+ * The last queue allowed, for whom, in which transaction and statement: the many pushes of
+ * one statement ask once, and a grant revoked elsewhere holds from the next statement, as
+ * PostgreSQL's own privileges do.
+ */
 static char allowed_queue[XTCQ_MAX_QUEUE_NAME + 1];
 static Oid allowed_user = InvalidOid;
 static LocalTransactionId allowed_lxid = InvalidLocalTransactionId;
+static TimestampTz allowed_statement = 0;
 
 static bool
 granted(const char *queue)
@@ -64,10 +68,12 @@ xtcq_pg_check_queue(const char *queue, const char *what)
 {
 	Oid user = GetUserId();
 	LocalTransactionId lxid = MyProc->lxid;
+	TimestampTz statement = GetCurrentStatementStartTimestamp();
 
 	if (superuser())
 		return;
-	if (allowed_lxid == lxid && allowed_user == user && strcmp(allowed_queue, queue) == 0)
+	if (allowed_lxid == lxid && allowed_statement == statement && allowed_user == user &&
+		strcmp(allowed_queue, queue) == 0)
 		return;
 	if (!granted(queue))
 		ereport(ERROR,
@@ -78,4 +84,5 @@ xtcq_pg_check_queue(const char *queue, const char *what)
 	strlcpy(allowed_queue, queue, sizeof(allowed_queue));
 	allowed_user = user;
 	allowed_lxid = lxid;
+	allowed_statement = statement;
 }

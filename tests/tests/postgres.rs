@@ -240,3 +240,47 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     });
     assert_eq!(done(&pg).iter().filter(|&&i| i == 5002).count(), 1);
 }
+
+#[test]
+fn a_revoke_holds_from_the_next_statement_of_a_connected_session() {
+    let Some(bin) = Postgres::available() else { return };
+    let d = shared_daemon();
+    create(&d, "a", &[]);
+    let pg = Postgres::start(&bin, &conf(&d, 0));
+    pg.sql("CREATE EXTENSION xtcq; CREATE ROLE alice LOGIN IN ROLE xtcq_user; SELECT xtcq.grant_push('a', 'alice')");
+    // One session, one transaction: it pushes, waits while another session revokes, pushes.
+    let dir = &pg.socket_dir;
+    let script = dir.join("revoke.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "BEGIN;\n\
+             SELECT xtcq.push('a', 'before') > 0;\n\
+             \\! touch {d}/pushed; while [ ! -e {d}/go ]; do sleep 0.05; done\n\
+             SELECT xtcq.push('a', 'after') > 0;\n\
+             COMMIT;\n",
+            d = dir.display()
+        ),
+    )
+    .expect("write the script");
+    let mut psql = pg.cmd("psql");
+    psql.arg("-h").arg(dir).args([
+        "-X",
+        "-qAt",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-U",
+        "alice",
+        "-d",
+        "postgres",
+        "-f",
+    ]);
+    let session = psql.arg(&script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("psql");
+    wait_until(WAIT, "the first push", || dir.join("pushed").exists());
+    pg.sql("SELECT xtcq.revoke_push('a', 'alice')");
+    std::fs::write(dir.join("go"), "").expect("go");
+    let o = session.wait_with_output().expect("psql");
+    refused(&o, &["permission denied to push to queue a"]);
+    assert_eq!(xtcq_testkit::stdout(&o).trim(), "t");
+    assert_eq!(d.drain("a").len(), 1);
+}
