@@ -168,10 +168,15 @@ fn a_worker_sql_that_errors_or_loops_dead_letters_each_job() {
     );
     let pid = pg.postmaster_pid();
     pg.sql_as("app", "SELECT xtcq.push('jobs', array['loop', ''])");
-    wait_until(WAIT, "2 dead letters", || pg.sql("SELECT count(*) FROM xtcq.dead('jobs')") == "2");
+    // Bytes that cannot be text: not UTF-8, or a NUL.
+    pg.sql_as("app", "SELECT xtcq.push('jobs', array['\\xff'::bytea, '\\x00'::bytea])");
+    wait_until(WAIT, "4 dead letters", || pg.sql("SELECT count(*) FROM xtcq.dead('jobs')") == "4");
     let why = pg.sql("SELECT string_agg(last_error, '|' ORDER BY last_error) FROM xtcq.dead('jobs')");
     // A dead letter keeps the first 24 bytes of the error; the server log has all of it.
-    assert_eq!(why, "canceling statement due |division by zero");
+    assert_eq!(
+        why,
+        "canceling statement due |division by zero|invalid byte sequence fo|xtcq: the payload holds"
+    );
     assert!(
         pg.log_text().contains("failed: canceling statement due to statement timeout"),
         "{}",
