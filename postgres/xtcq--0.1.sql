@@ -22,6 +22,8 @@ CREATE FUNCTION stats_json(queue text DEFAULT NULL) RETURNS jsonb
 CREATE FUNCTION dead_json(queue text) RETURNS jsonb
     AS 'MODULE_PATHNAME', 'xtcq_dead_json_sql' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The SQL functions name everything from pg_catalog: a caller's search_path (a schema
+-- someone else may create functions in) never chooses the code they run.
 -- A queue's (or every queue's) settings and counters, one row per queue.
 CREATE FUNCTION stats(queue text DEFAULT NULL)
     RETURNS TABLE (queue text, queued bigint, running bigint, delayed bigint, dead bigint,
@@ -34,7 +36,7 @@ CREATE FUNCTION stats(queue text DEFAULT NULL)
         queue text, queued bigint, running bigint, delayed bigint, dead bigint, pushed bigint,
         acked bigint, failed bigint, dead_total bigint, recovered bigint, max_attempts integer,
         lease_ms bigint)
-$$;
+$$ SET search_path = pg_catalog, pg_temp;
 
 -- The dead letters of a queue (payloads cut to their first 8 KiB).
 CREATE FUNCTION dead(queue text)
@@ -43,10 +45,32 @@ CREATE FUNCTION dead(queue text)
     SELECT r.id, r.attempts, r.last_error, decode(r.payload_hex, 'hex')
     FROM jsonb_to_recordset(@extschema@.dead_json(queue)) AS r(
         id bigint, attempts integer, last_error text, payload_hex text)
+$$ SET search_path = pg_catalog, pg_temp;
+
+-- Which roles may push to which queues ('*': every queue), read by the C functions as the
+-- caller; written only by its owner, through grant_push and revoke_push. A superuser may use
+-- every queue. Kept by pg_dump, which writes a regrole as the role's name (an oid would name
+-- another role, or none, in the database it is restored into).
+CREATE TABLE queue_grants (
+    queue text NOT NULL CHECK (queue <> ''),
+    role regrole NOT NULL,
+    PRIMARY KEY (queue, role)
+);
+SELECT pg_catalog.pg_extension_config_dump('queue_grants', '');
+
+-- Lets `role` (and the roles that inherit its privileges) push to `queue` and read its dead
+-- letters; '*' for every queue.
+CREATE FUNCTION grant_push(queue text, role regrole) RETURNS void
+    LANGUAGE sql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO @extschema@.queue_grants VALUES ($1, $2) ON CONFLICT DO NOTHING
+$$;
+CREATE FUNCTION revoke_push(queue text, role regrole) RETURNS void
+    LANGUAGE sql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    DELETE FROM @extschema@.queue_grants g WHERE g.queue = $1 AND g.role::oid = $2::oid
 $$;
 
 -- Who may do what: nobody but the owner, until granted. GRANT xtcq_user TO a role to let it
--- push and read the counters.
+-- use the functions and read the counters, then xtcq.grant_push(queue, role) per queue.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @extschema@ FROM PUBLIC;
 DO $$
 BEGIN
@@ -57,3 +81,5 @@ END
 $$;
 GRANT USAGE ON SCHEMA @extschema@ TO xtcq_user;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @extschema@ TO xtcq_user;
+REVOKE EXECUTE ON FUNCTION grant_push(text, regrole), revoke_push(text, regrole) FROM xtcq_user;
+GRANT SELECT ON queue_grants TO xtcq_user;

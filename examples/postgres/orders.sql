@@ -5,8 +5,16 @@ CREATE TABLE IF NOT EXISTS sent (order_id bigint PRIMARY KEY, at timestamptz DEF
 DO $$ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailer') THEN CREATE ROLE mailer LOGIN; END IF;
 END $$;
-GRANT SELECT ON orders TO mailer;
-GRANT INSERT ON sent TO mailer;
+-- The workers connect as mailer; each job runs as the role that pushed it: shop, which
+-- may push to queue mail and do what the job does.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'shop') THEN CREATE ROLE shop LOGIN; END IF;
+END $$;
+GRANT xtcq_user TO shop;
+SELECT xtcq.grant_push('mail', 'shop');
+GRANT SELECT, INSERT ON orders TO shop;
+GRANT USAGE ON SEQUENCE orders_id_seq TO shop;
+GRANT INSERT ON sent TO shop;
 
 -- What a worker runs per job ($1: the order id). ON CONFLICT: a job may run twice if its
 -- worker dies between its commit and its ack.
@@ -15,6 +23,8 @@ LANGUAGE sql AS $$
     INSERT INTO sent(order_id) SELECT id FROM orders WHERE id = order_id ON CONFLICT DO NOTHING
 $$;
 
+-- Jobs never run as a superuser: the orders are placed as shop.
+SET ROLE shop;
 BEGIN;
 WITH o AS (INSERT INTO orders(item) VALUES ('book') RETURNING id)
 SELECT xtcq.push_on_commit('mail', id::text) FROM o;
@@ -25,6 +35,7 @@ WITH o AS (INSERT INTO orders(item) VALUES ('lamp') RETURNING id)
 SELECT xtcq.push_on_commit('mail', id::text) FROM o;
 ROLLBACK;   -- no order, no e-mail job
 
+RESET ROLE;
 SELECT pg_sleep(2);   -- the workers start once the role mailer exists (retried every second)
 SELECT * FROM sent;
 SELECT * FROM xtcq.stats('mail');

@@ -6,15 +6,15 @@
  * killed before its commit record).
  *
  * How: payloads wait in this backend's memory (per subtransaction, so a rolled-back
- * savepoint drops its own) until PRE_COMMIT, where they are pushed, each prefixed with
- * "XTCQ-TXN <full transaction id>\n". A push that fails there (queue full, daemon away)
+ * savepoint drops its own) until PRE_COMMIT, where they are pushed, each with the job
+ * header (xtcq_pg.h) naming the full transaction id. A push that fails there (queue full, daemon away)
  * raises an ERROR, which aborts the transaction before it commits: never a silent loss
  * after. A job is thus in the queue from just before the commit record; a worker that takes
  * it waits for the transaction to end (XactLockTableWait) and runs it only if it committed
  * (pg_xact_status), else drops it. A crash between the push and the commit record leaves a
  * job whose transaction never committed: dropped the same way.
  *
- * Consumers other than the extension's workers (the CLI, a C program) see the prefix and
+ * Consumers other than the extension's workers (the CLI, a C program) see the header and
  * must make the same check themselves (pg_xact_status of the id).
  */
 #include "xtcq_pg.h"
@@ -22,6 +22,7 @@
 #include "access/transam.h"
 #include "access/xact.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "utils/builtins.h"
@@ -138,6 +139,8 @@ xtcq_push_on_commit(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload is NULL")));
 	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	xtcq_pg_check_queue_name(queue);
+	xtcq_pg_check_queue(queue, "push to");
 	payload = PG_GETARG_BYTEA_PP(1);
 	/* Attached now, so that a missing queue or daemon fails this statement, not the commit. */
 	(void) xtcq_pg_injector(queue);
@@ -149,7 +152,7 @@ xtcq_push_on_commit(PG_FUNCTION_ARGS)
 	j->queue = pstrdup(queue);
 	j->nest_level = GetCurrentTransactionNestLevel();
 	initStringInfo(&j->payload);
-	appendStringInfo(&j->payload, "%s" UINT64_FORMAT "\n", XTCQ_TXN_PREFIX, U64FromFullTransactionId(fxid));
+	xtcq_pg_job_header(&j->payload, GetUserId(), U64FromFullTransactionId(fxid));
 	appendBinaryStringInfo(&j->payload, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload));
 	pending = lappend(pending, j);
 	MemoryContextSwitchTo(old);

@@ -14,7 +14,9 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "miscadmin.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(xtcq_push);
@@ -22,17 +24,18 @@ PG_FUNCTION_INFO_V1(xtcq_push_many);
 PG_FUNCTION_INFO_V1(xtcq_stats_json_sql);
 PG_FUNCTION_INFO_V1(xtcq_dead_json_sql);
 
-/* The queue argument `n`, checked. */
+/* The queue argument `n`, checked; `what` (push to, read) must be granted on it. */
 static char *
-queue_arg(FunctionCallInfo fcinfo, int n)
+queue_arg(FunctionCallInfo fcinfo, int n, const char *what)
 {
 	char *queue;
 
 	if (PG_ARGISNULL(n))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the queue name is NULL")));
 	queue = text_to_cstring(PG_GETARG_TEXT_PP(n));
-	if (queue[0] == '\0')
-		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("xtcq: the queue name is empty")));
+	xtcq_pg_check_queue_name(queue);
+	if (what != NULL)
+		xtcq_pg_check_queue(queue, what);
 	return queue;
 }
 
@@ -53,37 +56,74 @@ delay_ms_arg(FunctionCallInfo fcinfo, int n)
 	return (uint64) (us / 1000.0);
 }
 
-static int64
-push_one(const char *queue, const char *data, size_t len, uint64 delay_ms)
+/* Pushes `len` bytes after the header already in `job` (its first `header_len` bytes). */
+static int
+push_one(const char *queue, StringInfo job, int header_len, const char *data, size_t len, uint64 delay_ms,
+		 uint64 *id)
 {
-	uint64 id = 0;
-	int rc = xtcq_pg_push(queue, data, len, delay_ms, &id);
+	job->len = header_len;
+	job->data[header_len] = '\0';
+	if (len > (size_t) (MaxAllocSize - header_len - 1))
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("xtcq: the payload is too large")));
+	appendBinaryStringInfo(job, data, (int) len);
+	return xtcq_pg_push(queue, job->data, job->len, delay_ms, id);
+}
 
-	if (rc != XTCQ_OK)
+/* A buffer holding this user's job header (xtcq.push: no transaction decides). */
+static StringInfo
+header_buffer(void)
+{
+	StringInfo job = makeStringInfo();
+
+	xtcq_pg_job_header(job, GetUserId(), 0);
+	return job;
+}
+
+/*
+ * A push of the array failed at element `i` (from 0) of `n`: the elements before it stay
+ * queued (xtcq.push is not transactional), which the error must say, or a caller that
+ * retries the statement pushes them twice.
+ */
+static void
+partial_push_error(int rc, const char *queue, int i, int n)
+{
+	char *what;
+
+	if (i == 0)
 		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
-	return (int64) id;
+	what = psprintf("%d of %d jobs were pushed (they stay queued), then cannot push to queue", i, n);
+	xtcq_pg_raise(ERROR, rc, what, queue);
 }
 
 /* xtcq.push(queue text, payload bytea|text, delay interval default null) returns bigint */
 Datum
 xtcq_push(PG_FUNCTION_ARGS)
 {
-	char *queue = queue_arg(fcinfo, 0);
+	char *queue = queue_arg(fcinfo, 0, "push to");
 	bytea *payload;
+	StringInfo job;
+	uint64 delay_ms;
+	uint64 id = 0;
+	int rc;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload is NULL"),
 						errhint("Push an empty string for a job without a payload.")));
+	delay_ms = delay_ms_arg(fcinfo, 2);
 	/* text and bytea share the varlena layout: one C function serves both. */
 	payload = PG_GETARG_BYTEA_PP(1);
-	PG_RETURN_INT64(push_one(queue, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms_arg(fcinfo, 2)));
+	job = header_buffer();
+	rc = push_one(queue, job, job->len, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms, &id);
+	if (rc != XTCQ_OK)
+		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
+	PG_RETURN_INT64((int64) id);
 }
 
 /* xtcq.push(queue text, payloads bytea[]|text[]) returns bigint[]: one job per element. */
 Datum
 xtcq_push_many(PG_FUNCTION_ARGS)
 {
-	char *queue = queue_arg(fcinfo, 0);
+	char *queue = queue_arg(fcinfo, 0, "push to");
 	ArrayType *arr;
 	Datum *elems;
 	bool *nulls;
@@ -93,6 +133,8 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 	int16 typlen;
 	bool typbyval;
 	char typalign;
+	StringInfo job;
+	int header_len;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload array is NULL")));
@@ -105,11 +147,17 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 							errmsg("xtcq: payload %d of the array is NULL; nothing was pushed", i + 1)));
 	ids = palloc(sizeof(Datum) * Max(n, 1));
+	job = header_buffer();
+	header_len = job->len;
 	for (i = 0; i < n; i++)
 	{
 		bytea *p = DatumGetByteaPP(elems[i]);
+		uint64 id = 0;
+		int rc = push_one(queue, job, header_len, VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p), 0, &id);
 
-		ids[i] = Int64GetDatum(push_one(queue, VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p), 0));
+		if (rc != XTCQ_OK)
+			partial_push_error(rc, queue, i, n);
+		ids[i] = Int64GetDatum((int64) id);
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
@@ -140,7 +188,7 @@ json_answer(json_call call, const char *queue, const char *what)
 Datum
 xtcq_stats_json_sql(PG_FUNCTION_ARGS)
 {
-	const char *queue = PG_ARGISNULL(0) ? NULL : queue_arg(fcinfo, 0);
+	const char *queue = PG_ARGISNULL(0) ? NULL : queue_arg(fcinfo, 0, NULL);
 
 	PG_RETURN_DATUM(json_answer(xtcq_stats_json, queue, "cannot read the counters of queue"));
 }
@@ -149,5 +197,5 @@ xtcq_stats_json_sql(PG_FUNCTION_ARGS)
 Datum
 xtcq_dead_json_sql(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(json_answer(xtcq_dead_json, queue_arg(fcinfo, 0), "cannot list the dead letters of queue"));
+	PG_RETURN_DATUM(json_answer(xtcq_dead_json, queue_arg(fcinfo, 0, "read the dead letters of"), "cannot list the dead letters of queue"));
 }

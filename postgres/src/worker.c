@@ -125,25 +125,14 @@ connect_thief(bool *said)
 }
 
 /*
- * For a push_on_commit job ("XTCQ-TXN <xid>\n" then the payload): waits until its
- * transaction ended and says whether it committed; moves *data and *len past the prefix.
+ * For a push_on_commit job: waits until transaction `fxid` ended and says whether it
+ * committed.
  */
 static bool
-transaction_committed(char **data, size_t *len)
+transaction_committed(uint64 fxid)
 {
-	char *nl = memchr(*data, '\n', *len);
-	char *end;
-	uint64 fxid;
 	char xid_text[32];
 
-	if (nl == NULL)
-		ereport(ERROR, (errmsg("xtcq: a push_on_commit payload without its transaction id")));
-	*nl = '\0';
-	fxid = strtou64(*data + strlen(XTCQ_TXN_PREFIX), &end, 10);
-	if (*end != '\0')
-		ereport(ERROR, (errmsg("xtcq: a push_on_commit payload with a bad transaction id")));
-	*len -= (nl + 1 - *data);
-	*data = nl + 1;
 	snprintf(xid_text, sizeof(xid_text), UINT64_FORMAT, fxid);
 	for (;;)
 	{
@@ -153,7 +142,8 @@ transaction_committed(char **data, size_t *len)
 		char *status;
 
 		/* pg_xact_status knows ids older than the status log's horizon are unknown (NULL). */
-		if (SPI_execute_with_args("select pg_xact_status($1::xid8)", 1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		if (SPI_execute_with_args("select pg_catalog.pg_xact_status($1::pg_catalog.xid8)", 1, types, values, NULL,
+								  true, 1) != SPI_OK_SELECT)
 			ereport(ERROR, (errmsg("xtcq: cannot look up transaction %s", xid_text)));
 		status = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (isnull)
@@ -165,6 +155,37 @@ transaction_committed(char **data, size_t *len)
 		/* In progress: between its PRE_COMMIT push and its commit record. Wait for its end. */
 		XactLockTableWait(XidFromFullTransactionId(FullTransactionIdFromU64(fxid)), NULL, NULL, XLTW_None);
 	}
+}
+
+typedef struct JobSql
+{
+	char *sql;
+	size_t len;
+} JobSql;
+
+/* Runs the job's SQL (or xtcq.worker_sql with it as $1); a job that cannot run is an ERROR. */
+static int
+execute_job(void *arg)
+{
+	JobSql *job = arg;
+	int rc;
+
+	if (xtcq_worker_sql[0] == '\0')
+		rc = SPI_execute(job->sql, false, 0);
+	else
+	{
+		Oid types[1] = {TEXTOID};
+		Datum values[1] = {PointerGetDatum(cstring_to_text_with_len(job->sql, (int) job->len))};
+
+		rc = SPI_execute_with_args(xtcq_worker_sql, 1, types, values, NULL, false, 0);
+	}
+	/* Transaction control (COMMIT, ROLLBACK) is refused by SPI with a code, not an ERROR:
+	 * the statements before it must not commit as if the job had run. */
+	if (rc < 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+						errmsg("COMMIT/ROLLBACK in a job: its SQL cannot run in a worker (%s)", SPI_result_code_string(rc)),
+						errhint("A job runs in a transaction of its own: leave out BEGIN, COMMIT and ROLLBACK.")));
+	return rc;
 }
 
 /* Runs the job in hand in its own transaction; acks after the commit, fails on an error. */
@@ -194,31 +215,24 @@ run_job(MemoryContext job_ctx)
 	StartTransactionCommand();
 	PG_TRY();
 	{
-		char *sql = data;
-		size_t sql_len = len;
+		JobSql job = {data, len};
+		Oid role = InvalidOid;
+		uint64 fxid = 0;
 
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		if (sql_len >= strlen(XTCQ_TXN_PREFIX) && memcmp(sql, XTCQ_TXN_PREFIX, strlen(XTCQ_TXN_PREFIX)) == 0)
-			run = transaction_committed(&sql, &sql_len);
+		if (xtcq_pg_parse_header(&job.sql, &job.len, &role, &fxid) && fxid != 0)
+			run = transaction_committed(fxid);
 		if (run)
 		{
-			if (memchr(sql, '\0', sql_len) != NULL)
+			if (memchr(job.sql, '\0', job.len) != NULL)
 				ereport(ERROR, (errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
 								errmsg("xtcq: the payload holds a NUL byte; it cannot be SQL text")));
-			pg_verifymbstr(sql, (int) sql_len, false);
-			pgstat_report_activity(STATE_RUNNING, xtcq_worker_sql[0] != '\0' ? xtcq_worker_sql : sql);
+			pg_verifymbstr(job.sql, (int) job.len, false);
+			pgstat_report_activity(STATE_RUNNING, xtcq_worker_sql[0] != '\0' ? xtcq_worker_sql : job.sql);
 			if (StatementTimeout > 0)
 				enable_timeout_after(STATEMENT_TIMEOUT, StatementTimeout);
-			if (xtcq_worker_sql[0] == '\0')
-				SPI_execute(sql, false, 0);
-			else
-			{
-				Oid types[1] = {TEXTOID};
-				Datum values[1] = {PointerGetDatum(cstring_to_text_with_len(sql, (int) sql_len))};
-
-				SPI_execute_with_args(xtcq_worker_sql, 1, types, values, NULL, false, 0);
-			}
+			(void) xtcq_pg_run_as(role, execute_job, &job);
 			disable_timeout(STATEMENT_TIMEOUT, false);
 		}
 		SPI_finish();

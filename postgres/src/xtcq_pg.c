@@ -187,6 +187,22 @@ xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, u
 }
 
 void
+xtcq_pg_check_queue_name(const char *queue)
+{
+	if (queue[0] == '\0')
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("xtcq: the queue name is empty")));
+	if (strlen(queue) > XTCQ_MAX_QUEUE_NAME)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("xtcq: the queue name is longer than %d bytes", XTCQ_MAX_QUEUE_NAME)));
+}
+
+void
+xtcq_pg_job_header(StringInfo buf, Oid role, uint64 fxid)
+{
+	appendStringInfo(buf, "%s%u " UINT64_FORMAT "\n", XTCQ_JOB_PREFIX, role, fxid);
+}
+
+void
 _PG_init(void)
 {
 	DefineCustomStringVariable("xtcq.socket",

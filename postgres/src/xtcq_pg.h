@@ -7,6 +7,8 @@
 
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
+
 #include "xtcq.h"
 
 /* GUCs (xtcq_pg.c). */
@@ -18,8 +20,21 @@ extern char *xtcq_worker_role;
 extern char *xtcq_worker_sql;
 extern int xtcq_lease_margin_ms;
 
-/* The prefix of a push_on_commit job's payload: "XTCQ-TXN <full xid>\n" then the payload. */
-#define XTCQ_TXN_PREFIX "XTCQ-TXN "
+/*
+ * Every job pushed from SQL starts with a header line, "XTCQ-JOB <role oid> <full xid>\n",
+ * then the payload as given: the role the job runs as (current_user at the push), and for
+ * push_on_commit the transaction whose commit decides whether it runs (0 for xtcq.push).
+ * The extension writes it in front of whatever SQL gave, so a payload that looks like a
+ * header stays payload.
+ */
+#define XTCQ_JOB_PREFIX "XTCQ-JOB "
+/* The longest header: prefix, two numbers, two separators. */
+#define XTCQ_JOB_HEADER_MAX 64
+/* Queue names are 1 to 64 bytes (xtcqd's rule). */
+#define XTCQ_MAX_QUEUE_NAME 64
+
+/* Writes the header of a job pushed by `role` in transaction `fxid` (0: none) into `buf`. */
+extern void xtcq_pg_job_header(StringInfo buf, Oid role, uint64 fxid);
 
 /* This backend's client, connected on first use (never in the postmaster). */
 extern xtcq_client *xtcq_pg_client(void);
@@ -34,8 +49,23 @@ extern void xtcq_pg_raise(int elevel, int status, const char *what, const char *
 /* The socket as the messages name it. */
 extern const char *xtcq_pg_socket_name(void);
 
+/* ERROR unless `queue` is a name xtcqd could hold (1 to 64 bytes). */
+extern void xtcq_pg_check_queue_name(const char *queue);
+
+/* grants.c: ERROR unless the current user may `what` (push to, read) `queue`. */
+extern void xtcq_pg_check_queue(const char *queue, const char *what);
+
 /* on_commit.c */
 extern void xtcq_on_commit_init(void);
+
+/* run_as.c */
+/* A job's header at *data: false when there is none (a job not pushed from SQL); moves
+ * *data and *len past it; ERROR when it is malformed. */
+extern bool xtcq_pg_parse_header(char **data, size_t *len, Oid *role, uint64 *fxid);
+/* ERROR, with the reason, unless a job pushed by `role` may run. */
+extern void xtcq_pg_check_job_role(Oid role);
+/* run(arg) as `role` (InvalidOid: the worker's), security-restricted, its settings undone. */
+extern int xtcq_pg_run_as(Oid role, int (*run) (void *), void *arg);
 
 /* worker.c */
 extern void xtcq_workers_register(void);

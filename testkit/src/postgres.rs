@@ -196,6 +196,23 @@ impl Postgres {
         stdout(&o).trim().to_string()
     }
 
+    /// `sql` as `role`; its output, or the test fails.
+    #[track_caller]
+    pub fn sql_as(&self, role: &str, sql: &str) -> String {
+        let o = self.psql_as(role, sql);
+        assert_eq!(code(&o), 0, "psql as {role} {sql:?}: {}{}", stdout(&o), stderr(&o));
+        stdout(&o).trim().to_string()
+    }
+
+    /// Fails the test if the server crash-restarted since its postmaster was `pid` (a
+    /// backend died of a signal, or the postmaster changed).
+    #[track_caller]
+    pub fn assert_no_crash(&self, pid: u32) {
+        assert_eq!(self.postmaster_pid(), pid, "the postmaster changed:\n{}", self.log_text());
+        let log = self.log_text();
+        assert!(!log.contains("terminated by signal") && !log.contains("server process"), "{log}");
+    }
+
     /// The server's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -215,5 +232,61 @@ impl Drop for Postgres {
             c.arg("-D").arg(&self.data).args(["stop", "-m", "immediate"]);
             let _ = run_within(&mut c, LIMIT);
         }
+    }
+}
+
+/// Flags of a daemon the postgres OS user may use (it is not the daemon's user).
+pub const SHARED_DAEMON_FLAGS: &[&str] = &[
+    "--queues",
+    "8",
+    "--records",
+    "16384",
+    "--payload-bytes",
+    "256",
+    "--process-slots",
+    "128",
+    "--overflow-capacity",
+    "16384",
+    "--group",
+    "postgres",
+    "--allow-uid",
+    "postgres",
+];
+
+/// A daemon started with [`SHARED_DAEMON_FLAGS`] in a directory the postgres user can enter.
+pub fn shared_daemon() -> crate::Daemon {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    crate::Daemon::builder().in_dir(dir).flags(SHARED_DAEMON_FLAGS).start()
+}
+
+/// `xtcq create QUEUE --allow-uid postgres EXTRA...` on `d`.
+pub fn create_queue(d: &crate::Daemon, queue: &str, extra: &[&str]) {
+    let mut args = vec!["create", queue, "--allow-uid", "postgres"];
+    args.extend(extra);
+    crate::ok(&d.run(&args));
+}
+
+/// postgresql.conf lines for the extension on `d`, and `workers` background workers on
+/// `queues` as role `xtcq_worker`.
+pub fn extension_conf(d: &crate::Daemon, workers: u32, queues: &str) -> Vec<String> {
+    let mut c = vec![format!("xtcq.socket = '{}'", d.socket.display())];
+    if workers > 0 {
+        c.extend([
+            "shared_preload_libraries = 'xtcq'".to_string(),
+            format!("xtcq.workers = {workers}"),
+            format!("xtcq.worker_queues = '{queues}'"),
+            "xtcq.worker_role = 'xtcq_worker'".into(),
+        ]);
+    }
+    c
+}
+
+/// A failed statement: its stderr, which must hold each of `want`.
+#[track_caller]
+pub fn refused(o: &Output, want: &[&str]) {
+    assert_ne!(code(o), 0, "expected an error, got {}", stdout(o));
+    for w in want {
+        assert!(stderr(o).contains(w), "stderr lacks {w:?}: {}", stderr(o));
     }
 }

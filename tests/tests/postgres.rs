@@ -3,66 +3,19 @@
 //! before its commit, background workers running jobs once, retries and dead letters, an
 //! xtcqd restart, grants, and bad input. Skips without PostgreSQL unless XTCQ_REQUIRE_PG=1.
 
-use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::Duration;
 
-use xtcq_testkit::postgres::Postgres;
-use xtcq_testkit::{code, ok, stderr, wait_until, Daemon};
+use xtcq_testkit::postgres::{
+    create_queue as create, extension_conf, refused, shared_daemon, Postgres, SHARED_DAEMON_FLAGS as SHARED,
+};
+use xtcq_testkit::{ok, wait_until, Daemon};
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Flags of a daemon the postgres OS user may use (it is not the daemon's user).
-const SHARED: &[&str] = &[
-    "--queues",
-    "8",
-    "--records",
-    "16384",
-    "--payload-bytes",
-    "256",
-    "--process-slots",
-    "128",
-    "--overflow-capacity",
-    "16384",
-    "--group",
-    "postgres",
-    "--allow-uid",
-    "postgres",
-];
-
-fn shared_daemon() -> Daemon {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    Daemon::builder().in_dir(dir).flags(SHARED).start()
-}
-
-fn create(d: &Daemon, queue: &str, extra: &[&str]) {
-    let mut args = vec!["create", queue, "--allow-uid", "postgres"];
-    args.extend(extra);
-    ok(&d.run(&args));
-}
-
 /// postgresql.conf lines for the extension (and `workers` workers on queue `jobs`).
 fn conf(d: &Daemon, workers: u32) -> Vec<String> {
-    let mut c = vec![format!("xtcq.socket = '{}'", d.socket.display())];
-    if workers > 0 {
-        c.extend([
-            "shared_preload_libraries = 'xtcq'".to_string(),
-            format!("xtcq.workers = {workers}"),
-            "xtcq.worker_queues = 'jobs'".into(),
-            "xtcq.worker_role = 'xtcq_worker'".into(),
-        ]);
-    }
-    c
-}
-
-/// A failed statement: its stderr, which must hold each of `want`.
-#[track_caller]
-fn refused(o: &std::process::Output, want: &[&str]) {
-    assert_ne!(code(o), 0, "expected an error");
-    for w in want {
-        assert!(stderr(o).contains(w), "stderr lacks {w:?}: {}", stderr(o));
-    }
+    extension_conf(d, workers, "jobs")
 }
 
 #[test]
@@ -79,7 +32,11 @@ fn push_from_sql_steal_from_the_cli_and_bad_input_is_an_error() {
     let stats = pg.sql("SELECT queued FROM xtcq.stats('q')");
     assert_eq!(stats, "4");
     let o = ok(&d.run(&["steal", "q", "-n", "0"]));
-    assert_eq!(o.lines().collect::<Vec<_>>(), ["one", "two", "three", "four"]);
+    // Each job: the header line the extension writes (the pushing role's oid, and no
+    // transaction to wait for), then the payload as given.
+    let h = format!("XTCQ-JOB {} 0", pg.sql("SELECT 'postgres'::regrole::oid"));
+    let h = h.as_str();
+    assert_eq!(o.lines().collect::<Vec<_>>(), [h, "one", h, "two", h, "three", h, "four"]);
 
     let pid = pg.postmaster_pid();
     refused(&pg.psql("SELECT xtcq.push('nope', 'x')"), &["42704", "no such queue", "HINT"]);
@@ -95,17 +52,68 @@ fn push_from_sql_steal_from_the_cli_and_bad_input_is_an_error() {
 }
 
 #[test]
-fn a_role_without_the_grant_is_refused() {
+fn a_role_pushes_only_to_the_queues_granted_to_it() {
     let Some(bin) = Postgres::available() else { return };
     let d = shared_daemon();
-    create(&d, "q", &[]);
+    create(&d, "a", &[]);
+    create(&d, "b", &[]);
     let pg = Postgres::start(&bin, &conf(&d, 0));
-    pg.sql("CREATE EXTENSION xtcq; CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; GRANT xtcq_user TO alice");
-    refused(&pg.psql_as("bob", "SELECT xtcq.push('q', 'x')"), &["permission denied"]);
+    pg.sql(
+        "CREATE EXTENSION xtcq; CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE carol LOGIN;
+         GRANT xtcq_user TO alice, carol; SELECT xtcq.grant_push('a', 'alice');
+         CREATE SCHEMA alice AUTHORIZATION alice; GRANT USAGE ON SCHEMA alice TO carol",
+    );
+    // Without xtcq_user: not even the functions.
+    refused(&pg.psql_as("bob", "SELECT xtcq.push('a', 'x')"), &["42501", "permission denied"]);
     refused(&pg.psql_as("bob", "SELECT * FROM xtcq.stats()"), &["permission denied"]);
-    let o = pg.psql_as("alice", "SELECT xtcq.push('q', 'x')");
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(d.drain("q"), ["x"]);
+    refused(&pg.psql_as("bob", "SELECT xtcq.push_on_commit('a', 'x')"), &["permission denied"]);
+    // With xtcq_user, only the queues granted, by every function that names one.
+    assert_eq!(pg.sql_as("alice", "SELECT count(*) FROM xtcq.push('a', array['x', 'y'])"), "1");
+    for sql in [
+        "SELECT xtcq.push('b', 'x')",
+        "SELECT xtcq.push('b', array['x'])",
+        "SELECT xtcq.push_on_commit('b', 'x')",
+        "SELECT * FROM xtcq.dead('b')",
+    ] {
+        refused(&pg.psql_as("alice", sql), &["42501", "queue b", "xtcq.grant_push('b', 'alice')"]);
+    }
+    refused(&pg.psql_as("carol", "SELECT xtcq.push('a', 'x')"), &["42501"]);
+    // Nor may a granted role grant itself more.
+    refused(&pg.psql_as("alice", "SELECT xtcq.grant_push('b', 'alice')"), &["permission denied"]);
+    refused(
+        &pg.psql_as("alice", "INSERT INTO xtcq.queue_grants VALUES ('b', 'alice')"),
+        &["permission denied"],
+    );
+    // A SECURITY DEFINER function of alice's pushes to her queue for whoever may call it.
+    pg.sql_as(
+        "alice",
+        "CREATE FUNCTION alice.push_for(p text) RETURNS bigint LANGUAGE sql SECURITY DEFINER
+             SET search_path = pg_catalog AS $$ SELECT xtcq.push('a', p) $$",
+    );
+    pg.sql_as("carol", "SELECT alice.push_for('via alice')");
+    // pg_dump keeps the grants by role name, which a restore maps to that role's new oid.
+    let mut dump = pg.cmd("pg_dump");
+    dump.arg("-h").arg(&pg.socket_dir).args([
+        "-U",
+        "postgres",
+        "--data-only",
+        "-t",
+        "xtcq.queue_grants",
+        "postgres",
+    ]);
+    let dump = xtcq_testkit::stdout(&xtcq_testkit::run_within(&mut dump, WAIT));
+    assert!(dump.contains("a\talice"), "{dump}");
+    // '*' grants every queue; revoke_push takes a grant back.
+    pg.sql("SELECT xtcq.grant_push('*', 'carol')");
+    pg.sql_as("carol", "SELECT xtcq.push('b', 'z')");
+    pg.sql("SELECT xtcq.revoke_push('*', 'carol'); SELECT xtcq.revoke_push('a', 'alice')");
+    refused(&pg.psql_as("carol", "SELECT xtcq.push('b', 'x')"), &["42501"]);
+    refused(&pg.psql_as("alice", "SELECT xtcq.push('a', 'x')"), &["42501"]);
+    let payloads = |q: &str| -> Vec<String> {
+        d.drain(q).into_iter().map(|p| p.split_once('\n').expect("a header").1.to_string()).collect()
+    };
+    assert_eq!(payloads("a"), ["via alice", "x", "y"]);
+    assert_eq!(payloads("b"), ["z"]);
 }
 
 /// Ids in table `done`, sorted.
@@ -121,8 +129,9 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     create(&d, "jobs", &["--flavor", "fifo", "--max-attempts", "2"]);
     let pg = Postgres::start(&bin, &conf(&d, 4));
     pg.sql(
-        "CREATE EXTENSION xtcq; CREATE ROLE xtcq_worker LOGIN; GRANT xtcq_user TO xtcq_worker;
-         CREATE TABLE done(id bigint PRIMARY KEY); GRANT INSERT, SELECT ON done TO xtcq_worker",
+        "CREATE EXTENSION xtcq; CREATE ROLE xtcq_worker LOGIN; CREATE ROLE app LOGIN;
+         GRANT xtcq_user TO app; SELECT xtcq.grant_push('jobs', 'app');
+         CREATE TABLE done(id bigint PRIMARY KEY); GRANT INSERT, SELECT ON done TO app",
     );
 
     // 2,000 jobs pushed by 4 concurrent clients, each one row: every id exactly once (the
@@ -135,11 +144,7 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
                 c * 500 + 1,
                 c * 500 + 500
             );
-            pg.psql_command("postgres", &sql)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("psql")
+            pg.psql_command("app", &sql).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("psql")
         })
         .collect();
     for c in clients {
@@ -149,16 +154,17 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     wait_until(WAIT, "2,000 jobs run", || done(&pg).len() >= 2000);
 
     // push_on_commit: COMMIT runs it; ROLLBACK and a rolled-back savepoint do not.
-    pg.sql("BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3001)'); COMMIT");
-    pg.sql("BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3002)'); ROLLBACK");
-    pg.sql(
+    pg.sql_as("app", "BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3001)'); COMMIT");
+    pg.sql_as("app", "BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3002)'); ROLLBACK");
+    pg.sql_as(
+        "app",
         "BEGIN; SAVEPOINT a; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3003)');
          ROLLBACK TO a; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3004)'); COMMIT",
     );
     // A transaction whose backend is killed before it commits pushes nothing.
     let mut held = pg
         .psql_command(
-            "postgres",
+            "app",
             "BEGIN; SELECT xtcq.push_on_commit('jobs', 'INSERT INTO done VALUES (3005)'); SELECT pg_sleep(600); COMMIT",
         )
         .stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("psql");
@@ -170,7 +176,7 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     let _ = held.wait();
     // A marker pushed last: once it ran (FIFO, and the workers drain the queue), the jobs
     // before it did too.
-    pg.sql("SELECT xtcq.push('jobs', 'INSERT INTO done VALUES (3999)')");
+    pg.sql_as("app", "SELECT xtcq.push('jobs', 'INSERT INTO done VALUES (3999)')");
     wait_until(WAIT, "the marker job run", || done(&pg).contains(&3999));
     wait_until(WAIT, "the queue drained", || {
         pg.sql("SELECT queued + running FROM xtcq.stats('jobs')") == "0"
@@ -180,7 +186,7 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     assert_eq!(done(&pg).len(), 2003);
 
     // A failing job: retried once (max-attempts 2), then a dead letter with the error.
-    pg.sql("SELECT xtcq.push('jobs', 'SELECT 1/0')");
+    pg.sql_as("app", "SELECT xtcq.push('jobs', 'SELECT 1/0')");
     wait_until(WAIT, "the failing job dead-lettered", || {
         pg.sql("SELECT count(*) FROM xtcq.dead('jobs')") == "1"
     });
@@ -190,9 +196,10 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     // SIGTERM of the worker running a job (pg_terminate_backend): the job is given back
     // without counting an attempt and runs again (the sequence is not rolled back, so the
     // second run does not sleep).
-    pg.sql("CREATE SEQUENCE tries1; CREATE SEQUENCE tries2; GRANT USAGE ON tries1, tries2 TO xtcq_worker");
+    pg.sql("CREATE SEQUENCE tries1; CREATE SEQUENCE tries2; GRANT USAGE ON tries1, tries2 TO app");
     let failed_before = pg.sql("SELECT failed FROM xtcq.stats('jobs')");
-    pg.sql(
+    pg.sql_as(
+        "app",
         "SELECT xtcq.push('jobs', 'SELECT CASE WHEN nextval(''tries1'') = 1 THEN pg_sleep(600) END; \
          INSERT INTO done VALUES (5001)')",
     );
@@ -211,13 +218,14 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
     d.kill();
     let flags: Vec<&str> = SHARED.to_vec();
     d.restart_with(&flags, |_| {});
-    pg.sql("SELECT xtcq.push('jobs', 'INSERT INTO done VALUES (4001)')");
+    pg.sql_as("app", "SELECT xtcq.push('jobs', 'INSERT INTO done VALUES (4001)')");
     wait_until(WAIT, "a job run after the restart", || done(&pg).contains(&4001));
     assert!(!pg.log_text().contains("terminated by signal"), "{}", pg.log_text());
 
     // kill -9 of the worker running a job: the postmaster restarts every backend, xtcqd
     // re-queues the dead process's job, and it runs again.
-    pg.sql(
+    pg.sql_as(
+        "app",
         "SELECT xtcq.push('jobs', 'SELECT CASE WHEN nextval(''tries2'') = 1 THEN pg_sleep(600) END; \
          INSERT INTO done VALUES (5002)')",
     );
@@ -231,4 +239,48 @@ fn workers_run_jobs_once_follow_commits_retry_and_survive_an_xtcqd_restart() {
         pg.psql("SELECT 1 FROM done WHERE id = 5002").stdout.starts_with(b"1")
     });
     assert_eq!(done(&pg).iter().filter(|&&i| i == 5002).count(), 1);
+}
+
+#[test]
+fn a_revoke_holds_from_the_next_statement_of_a_connected_session() {
+    let Some(bin) = Postgres::available() else { return };
+    let d = shared_daemon();
+    create(&d, "a", &[]);
+    let pg = Postgres::start(&bin, &conf(&d, 0));
+    pg.sql("CREATE EXTENSION xtcq; CREATE ROLE alice LOGIN IN ROLE xtcq_user; SELECT xtcq.grant_push('a', 'alice')");
+    // One session, one transaction: it pushes, waits while another session revokes, pushes.
+    let dir = &pg.socket_dir;
+    let script = dir.join("revoke.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "BEGIN;\n\
+             SELECT xtcq.push('a', 'before') > 0;\n\
+             \\! touch {d}/pushed; while [ ! -e {d}/go ]; do sleep 0.05; done\n\
+             SELECT xtcq.push('a', 'after') > 0;\n\
+             COMMIT;\n",
+            d = dir.display()
+        ),
+    )
+    .expect("write the script");
+    let mut psql = pg.cmd("psql");
+    psql.arg("-h").arg(dir).args([
+        "-X",
+        "-qAt",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-U",
+        "alice",
+        "-d",
+        "postgres",
+        "-f",
+    ]);
+    let session = psql.arg(&script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("psql");
+    wait_until(WAIT, "the first push", || dir.join("pushed").exists());
+    pg.sql("SELECT xtcq.revoke_push('a', 'alice')");
+    std::fs::write(dir.join("go"), "").expect("go");
+    let o = session.wait_with_output().expect("psql");
+    refused(&o, &["permission denied to push to queue a"]);
+    assert_eq!(xtcq_testkit::stdout(&o).trim(), "t");
+    assert_eq!(d.drain("a").len(), 1);
 }
