@@ -45,6 +45,9 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
             if q.retry_backoff.is_some() {
                 reg.set_retry_backoff(&q.name, q.retry_backoff, None).map_err(refused)?;
             }
+            if q.paused {
+                reg.set_paused(&q.name, true, None).map_err(refused)?;
+            }
             created += 1;
         }
     }

@@ -354,6 +354,14 @@ pub fn render(s: &Stats, scans: u64) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), value(&q.metrics));
         }
     }
+    let name = "xtcq_queue_paused";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 while the queue is paused (its consumers take nothing).\n# TYPE {name} gauge"
+    );
+    for q in &s.queues {
+        let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), u8::from(q.info.paused));
+    }
     for (name, help, value) in BLOCK_FAMILIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for b in &s.payload_blocks {

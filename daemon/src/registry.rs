@@ -53,6 +53,7 @@ mod delayed;
 mod delete;
 mod exist_ok;
 mod fencing;
+mod flow;
 mod persist;
 mod quota;
 mod recover;

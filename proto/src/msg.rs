@@ -332,6 +332,17 @@ pub enum Request {
         /// Gids whose members are allowed.
         allow_gids: Vec<u32>,
     },
+    /// Pause (`paused`) or resume queue `queue`: while paused its consumers take no job
+    /// (jobs being run finish), pushes are still taken and wake nobody; a resume wakes its
+    /// sleepers. The state is in the segment, so it outlives a daemon restart, and in a
+    /// dump. Only the queue's owner, root and the daemon's uid may; [`Response::PausedSet`].
+    /// Added without a version bump, as `SetQueueLimits` was.
+    SetPaused {
+        /// Queue name.
+        queue: String,
+        /// Pause (true) or resume (false).
+        paused: bool,
+    },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
     ReleaseWake {
@@ -395,6 +406,11 @@ pub enum Response {
     },
     /// To [`Request::ReleaseWake`].
     WakeReleased,
+    /// To [`Request::SetPaused`].
+    PausedSet {
+        /// Whether the queue was paused before.
+        was_paused: bool,
+    },
 }
 
 /// Something the daemon tells a client without being asked.

@@ -294,6 +294,14 @@ impl<'a> QueueCtx<'a> {
         }
     }
 
+    /// Whether the queue is paused (`segment::flow`): read before a handle is taken off an
+    /// index, so a paused queue's jobs stay where they are. One load of a line only the
+    /// daemon writes, and rarely.
+    #[inline(always)]
+    fn paused(&self) -> bool {
+        self.wait.paused()
+    }
+
     fn pop_overflow(&self, me: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
         while let Some(i) = self.overflow.pop()? {
             if let Some(j) = self.claim(i, None, me) {

@@ -31,6 +31,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
 use crate::layout::WaitWord;
@@ -92,19 +93,37 @@ pub struct Waker<'a> {
     /// The daemon's wake directory, when this process knows it (else descriptor waiters are
     /// left to the daemon's nudge, and a futex sleeper is woken).
     pub dir: Option<&'a WakeDir>,
+    /// The queue's flow word (`layout::FLOW_PAUSED`): a paused queue wakes nobody.
+    pub flow: &'a AtomicU32,
+}
+
+impl Waker<'_> {
+    /// Whether the queue is paused: its consumers take nothing, so none is woken.
+    #[inline]
+    pub fn paused(&self) -> bool {
+        self.flow.load(Ordering::Relaxed) & crate::layout::FLOW_PAUSED != 0
+    }
 }
 
 /// Called by a producer after it published work.
 #[inline]
 pub fn notify(w: Waker<'_>) {
-    match w.word.sleepers().notify(w.dir.is_some()) {
-        Wake::Nobody => {}
-        wake => notify_sleeper(w, wake),
+    if w.word.sleepers().any() {
+        notify_sleeper(w);
     }
 }
 
 #[cold]
-fn notify_sleeper(w: Waker<'_>, mut wake: Wake) {
+fn notify_sleeper(w: Waker<'_>) {
+    // Read after the Dekker pair's fence: a resume clears the bit before it wakes every
+    // sleeper, so a job this skips is seen by the resume's wake (`segment::flow`).
+    if w.paused() {
+        return;
+    }
+    let mut wake = match (w.dir.is_some()).then(|| w.word.sleepers().claim()).flatten() {
+        Some(bit) => Wake::Descriptor(bit),
+        None => Wake::Futex,
+    };
     // A claimed waiter whose socket is gone took the count with it: try the next one.
     while let (Wake::Descriptor(bit), Some(dir)) = (wake, w.dir) {
         if dir.send(w.queue, bit) {

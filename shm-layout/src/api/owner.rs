@@ -168,6 +168,9 @@ impl Owner {
     // Always: with the counters' handle lane the body grew past what `#[inline]` got inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if self.ctx.paused() {
+            return Ok(None);
+        }
         // Only we push, so at most `capacity` handles can come out during one call; more
         // means corrupt indices (`bottom` far past `top`): stop walking garbage slots.
         for _ in 0..=self.deque.deque().capacity() {
@@ -182,6 +185,9 @@ impl Owner {
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if self.ctx.paused() {
+            return Ok(None);
+        }
         // Bounded as in `pop`.
         for _ in 0..=self.deque.deque().capacity() {
             let Some(w) = self.deque.take() else { break };

@@ -4,6 +4,8 @@
 //! - A steal takes a handle (one CAS on a deque's `top`, or on the ring's head), then claims
 //!   the record it names (one CAS on the state word): the claim alone decides who runs a job,
 //!   so a stale or duplicated handle is skipped, never run twice.
+//! - A paused queue (`segment::flow`) gives nothing: the flow word is read before a handle
+//!   is taken, so no job leaves its index only to be put back.
 //! - A round repeats only while some steal lost a race (another consumer's progress); more
 //!   skipped handles than the deques can hold means corrupt indices, reported, not walked.
 
@@ -109,6 +111,9 @@ impl Thief {
 
     /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
     pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
+        if self.ctx.paused() {
+            return Steal::Empty;
+        }
         self.steal_counted(deque, &mut 0)
     }
 
@@ -142,6 +147,9 @@ impl Thief {
         limit: usize,
         out: &mut Vec<ClaimedJob<'s>>,
     ) -> Steal<usize> {
+        if self.ctx.paused() {
+            return Steal::Empty;
+        }
         self.steal_batch_counted(deque, limit, out, &mut 0)
     }
 
@@ -158,6 +166,9 @@ impl Thief {
         batch: &mut ClaimedBatch<'s>,
     ) -> Steal<usize> {
         batch.clear();
+        if self.ctx.paused() {
+            return Steal::Empty;
+        }
         self.steal_batch_counted(deque, limit, batch.jobs_mut(), &mut 0)
     }
 
@@ -217,7 +228,7 @@ impl Thief {
         batch.clear();
         // 0 takes nothing (see `steal_batch_counted`).
         let limit = limit.min(MAX_BATCH);
-        if limit == 0 {
+        if limit == 0 || self.ctx.paused() {
             return Ok(0);
         }
         let ring_error = loop {
@@ -241,6 +252,9 @@ impl Thief {
 
     /// Takes a job from the overflow ring.
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if self.ctx.paused() {
+            return Ok(None);
+        }
         self.ctx.pop_overflow(self.me)
     }
 
@@ -249,6 +263,9 @@ impl Thief {
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // A corrupt ring must not hide the jobs in the deques: try them, and report the
         // ring's error only when they had nothing either.
+        if self.ctx.paused() {
+            return Ok(None);
+        }
         let ring_error = match self.ctx.pop_overflow(self.me) {
             Ok(Some(j)) => return Ok(Some(j)),
             Ok(None) => None,

@@ -131,6 +131,12 @@ impl Conn {
                 );
                 Ok(Response::LimitsSet)
             }
+            Request::SetPaused { queue, paused } => {
+                let who = self.access();
+                let was_paused = self.st.reg.set_paused(&queue, paused, Some(&who))?;
+                info!(queue = %queue, paused, was_paused, pid = self.peer.pid, "queue pause state set");
+                Ok(Response::PausedSet { was_paused })
+            }
             Request::Shutdown => self.shutdown(),
         }
     }
