@@ -267,7 +267,26 @@ impl Client {
         max_records: Option<u32>,
         max_dead: Option<u32>,
     ) -> Result<(), Error> {
-        match self.call(Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead })? {
+        let req =
+            Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead, max_running: None };
+        match self.call(req)? {
+            Response::LimitsSet => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Sets queue `queue`'s concurrency limit: at most `max` of its jobs claimed at once,
+    /// across every process (0: no limit; at most [`xtcq_proto::MAX_RUNNING_LIMIT`]).
+    /// Consumers that find the queue at its limit sleep until a job of it is settled. Only
+    /// the queue's owner, root and the daemon's uid may.
+    pub fn set_max_running(&self, queue: &str, max: u32) -> Result<(), Error> {
+        let req = Request::SetQueueLimits {
+            queue: queue.to_string(),
+            max_records: None,
+            max_dead: None,
+            max_running: Some(max),
+        };
+        match self.call(req)? {
             Response::LimitsSet => Ok(()),
             r => Err(self.unexpected(r)),
         }

@@ -62,6 +62,7 @@ mod share;
 mod stats;
 mod wakes;
 
+pub use quota::Limits;
 pub use share::UidShare;
 
 pub use crate::convert::{queue_error, queue_info};

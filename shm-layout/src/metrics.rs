@@ -103,7 +103,7 @@ impl Segment {
     pub fn metrics_blocks(&self, queue: u32) -> Option<&[MetricsBlock]> {
         let c = self.config();
         // A segment older than version 6 opened read-only has no metrics region where this
-        // build looks for one; version 6 differs from this one only in the queue's flow word.
+        // build looks for one; versions 6 and 7 differ from this one only in a queue's control line.
         if queue >= c.queues || self.descriptor().layout_version < 6 {
             return None;
         }

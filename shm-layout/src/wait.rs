@@ -31,7 +31,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::Instant;
 
 use crate::layout::WaitWord;
@@ -95,6 +95,9 @@ pub struct Waker<'a> {
     pub dir: Option<&'a WakeDir>,
     /// The queue's flow word (`layout::FLOW_PAUSED`): a paused queue wakes nobody.
     pub flow: &'a AtomicU32,
+    /// The queue's `max_running` and `running` words (`segment::running`): a queue at its
+    /// limit wakes nobody either.
+    pub limit: (&'a AtomicU32, &'a AtomicU64),
 }
 
 impl Waker<'_> {
@@ -102,6 +105,15 @@ impl Waker<'_> {
     #[inline]
     pub fn paused(&self) -> bool {
         self.flow.load(Ordering::Relaxed) & crate::layout::FLOW_PAUSED != 0
+    }
+
+    /// Whether a consumer would find the queue closed to it now: paused, or at its
+    /// concurrency limit.
+    #[inline]
+    pub fn closed(&self) -> bool {
+        let max = self.limit.0.load(Ordering::Relaxed);
+        self.paused()
+            || (max != 0 && crate::segment::Running::count(self.limit.1.load(Ordering::Relaxed)) >= max)
     }
 }
 
@@ -116,8 +128,9 @@ pub fn notify(w: Waker<'_>) {
 #[cold]
 fn notify_sleeper(w: Waker<'_>) {
     // Read after the Dekker pair's fence: a resume clears the bit before it wakes every
-    // sleeper, so a job this skips is seen by the resume's wake (`segment::flow`).
-    if w.paused() {
+    // sleeper, and a consumer that frees a slot gives it back before its own notify, so a
+    // job this skips is seen by that wake (`segment::flow`, `segment::running`).
+    if w.closed() {
         return;
     }
     let mut wake = match (w.dir.is_some()).then(|| w.word.sleepers().claim()).flatten() {

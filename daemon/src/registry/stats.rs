@@ -181,6 +181,8 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
             records_used: s.records_used,
             max_dead: s.quota.max_dead,
             dead_dropped: s.dead_dropped,
+            max_running: seg.max_running(q.index),
+            running: if seg.max_running(q.index) == 0 { 0 } else { seg.running(q.index) },
         },
         metrics: queue_metrics(seg, q.index, &records, oldest),
         records,
