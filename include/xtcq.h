@@ -255,6 +255,27 @@ int xtcq_create_queue(xtcq_client *client,
 int xtcq_delete_queue(xtcq_client *client, const char *name, int force);
 
 /**
+ * Pauses queue `name`: its consumers, in every process, take no job until it is resumed
+ * (jobs being run finish; pushes are still taken and wake nobody). Kept across daemon
+ * restarts. Only the queue's owner, root and the daemon's uid may (`XTCQ_E_UNAUTHORIZED`
+ * otherwise). Stores in `*was_paused` (when not NULL) 1 if it was paused already, else 0.
+ *
+ * # Safety
+ * `client` is a live client; `name` a NUL-terminated string; `was_paused` NULL or
+ * writable.
+ */
+int xtcq_pause_queue(xtcq_client *client, const char *name, int *was_paused);
+
+/**
+ * Resumes queue `name` ([`xtcq_pause_queue`]), waking its sleeping consumers. Stores in
+ * `*was_paused` (when not NULL) 1 if it was paused, else 0.
+ *
+ * # Safety
+ * As [`xtcq_pause_queue`].
+ */
+int xtcq_resume_queue(xtcq_client *client, const char *name, int *was_paused);
+
+/**
  * Checks the segment's invariants (what `xtcq check` does) and stores the number of
  * problems found in `*problems` (0: consistent); `xtcq_last_error` then holds the first
  * problem. With `quiescent` non-zero the check also asserts that nothing is in flight.

@@ -179,6 +179,62 @@ pub unsafe extern "C" fn xtcq_delete_queue(
     })
 }
 
+/// Pauses queue `name`: its consumers, in every process, take no job until it is resumed
+/// (jobs being run finish; pushes are still taken and wake nobody). Kept across daemon
+/// restarts. Only the queue's owner, root and the daemon's uid may (`XTCQ_E_UNAUTHORIZED`
+/// otherwise). Stores in `*was_paused` (when not NULL) 1 if it was paused already, else 0.
+///
+/// # Safety
+/// `client` is a live client; `name` a NUL-terminated string; `was_paused` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_pause_queue(
+    client: *mut xtcq_client,
+    name: *const c_char,
+    was_paused: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { set_paused(client, name, true, was_paused) }
+}
+
+/// Resumes queue `name` ([`xtcq_pause_queue`]), waking its sleeping consumers. Stores in
+/// `*was_paused` (when not NULL) 1 if it was paused, else 0.
+///
+/// # Safety
+/// As [`xtcq_pause_queue`].
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_resume_queue(
+    client: *mut xtcq_client,
+    name: *const c_char,
+    was_paused: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { set_paused(client, name, false, was_paused) }
+}
+
+/// # Safety
+/// As [`xtcq_pause_queue`].
+unsafe fn set_paused(client: *mut xtcq_client, name: *const c_char, paused: bool, was: *mut c_int) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (c, name) = match unsafe { client_and_name(client, name) } {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        let r = if paused { c.inner.pause_queue(name) } else { c.inner.resume_queue(name) };
+        match r {
+            Ok(had) => {
+                if !was.is_null() {
+                    // SAFETY: not NULL, and writable by the caller's contract.
+                    unsafe { *was = c_int::from(had) };
+                }
+                XTCQ_OK
+            }
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
 /// Checks the segment's invariants (what `xtcq check` does) and stores the number of
 /// problems found in `*problems` (0: consistent); `xtcq_last_error` then holds the first
 /// problem. With `quiescent` non-zero the check also asserts that nothing is in flight.

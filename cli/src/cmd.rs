@@ -178,12 +178,12 @@ pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
         return Ok(exit::OK);
     }
     let mut out = String::from(
-        "QUEUE                FLAVOR  DEQUES  CAPACITY  MAX-ATTEMPTS  LEASE   QUEUED  RUNNING  DEAD  DELAYED  RETRY-BACKOFF\n",
+        "QUEUE                FLAVOR  DEQUES  CAPACITY  MAX-ATTEMPTS  LEASE   QUEUED  RUNNING  DEAD  DELAYED  STATE   RETRY-BACKOFF\n",
     );
     for q in &stats.queues {
         let i = &q.info;
         out.push_str(&format!(
-            "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5} {:>8}  {}\n",
+            "{:<20} {:<7} {:>6} {:>9} {:>13}  {:<7} {:>6} {:>8} {:>5} {:>8}  {:<6}  {}\n",
             escaped(&i.name),
             i.flavor.name(),
             i.deques,
@@ -194,6 +194,7 @@ pub fn ls(socket: Option<&Path>, args: LsArgs) -> Result<i32> {
             q.records.claimed,
             q.records.dead,
             q.records.delayed,
+            if i.paused { "paused" } else { "active" },
             crate::delay::backoff_label(i.retry_backoff.as_ref())
         ));
     }

@@ -131,6 +131,16 @@ fn create_queues(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<
         if let Err(e) = client.set_queue_limits(&q.name, max_records, Some(q.max_dead)) {
             return Err(refused(&q.name, &e, &created));
         }
+        if q.max_running != 0 {
+            if let Err(e) = client.set_max_running(&q.name, q.max_running) {
+                return Err(refused(&q.name, &e, &created));
+            }
+        }
+        if q.paused {
+            if let Err(e) = client.pause_queue(&q.name) {
+                return Err(refused(&q.name, &e, &created));
+            }
+        }
     }
     Ok(())
 }

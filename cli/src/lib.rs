@@ -32,6 +32,7 @@ mod docs;
 mod exit;
 mod export;
 mod fence;
+mod flow;
 mod hold;
 mod leftovers;
 mod out;
@@ -114,6 +115,11 @@ enum Command {
     Steal(cmd::StealArgs),
     /// Change a queue's record quota or dead-letter cap (the limits `create` sets).
     Limits(quota::LimitsArgs),
+    /// Pause a queue: its consumers, in every process, take no job until it is resumed
+    /// (jobs being run finish; pushes are still taken). Kept across daemon restarts.
+    Pause(flow::FlowArgs),
+    /// Resume a paused queue, waking its sleeping consumers.
+    Resume(flow::FlowArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
     /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
@@ -170,6 +176,8 @@ pub fn main() {
         Command::Push(a) => cmd::push(socket, a),
         Command::Steal(a) => cmd::steal(socket, a),
         Command::Limits(a) => quota::limits(socket, a),
+        Command::Pause(a) => flow::pause(socket, a),
+        Command::Resume(a) => flow::resume(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
         Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),

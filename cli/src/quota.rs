@@ -24,6 +24,28 @@ pub struct QuotaArgs {
     /// quarter of the segment's records]
     #[arg(long, value_name = "N")]
     max_dead: Option<u32>,
+    /// The most of the queue's jobs claimed (running) at once, across every process:
+    /// consumers that find that many running sleep until one is settled. `none`: no limit.
+    /// [default: none]
+    #[arg(long, value_name = "K|none", value_parser = parse_max_running, allow_negative_numbers = true)]
+    max_running: Option<u32>,
+}
+
+/// Parses `K` (1 to [`xtcq_proto::MAX_RUNNING_LIMIT`]) or `none` (sent as 0).
+pub fn parse_max_running(s: &str) -> std::result::Result<u32, String> {
+    if s.trim() == "none" {
+        return Ok(0);
+    }
+    let max = xtcq_proto::MAX_RUNNING_LIMIT;
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("0 would run nothing: give 1 or more, or `none` for no limit".into()),
+        Ok(n) if n <= u64::from(max) => Ok(n as u32),
+        Ok(n) => Err(format!("{n} is more than {max}, the most a queue takes; give fewer, or `none`")),
+        Err(_) if s.trim().starts_with('-') => {
+            Err(format!("{s}: a limit is not negative; give 1 to {max}, or `none`"))
+        }
+        Err(_) => Err(format!("{s:?}: give a whole number of jobs from 1 to {max}, or `none`")),
+    }
 }
 
 /// A record quota as given.
@@ -74,13 +96,13 @@ impl QuotaArgs {
 
     /// Whether no limit was given.
     pub fn is_empty(&self) -> bool {
-        self.max_records.is_none() && self.max_dead.is_none()
+        self.max_records.is_none() && self.max_dead.is_none() && self.max_running.is_none()
     }
 
     /// Sends the limits given, if any, for the queue just created.
     pub fn apply(&self, client: &Client, queue: &str) -> Result<()> {
         self.send(client, queue).with_context(|| {
-            format!("queue {queue} was created, but its --max-records / --max-dead could not be set")
+            format!("queue {queue} was created, but its --max-records / --max-dead / --max-running could not be set")
         })
     }
 
@@ -94,7 +116,13 @@ impl QuotaArgs {
             Some(q) => Some(resolve(q, 0)),
             None => None,
         };
-        Ok(client.set_queue_limits(queue, max_records, self.max_dead)?)
+        if max_records.is_some() || self.max_dead.is_some() {
+            client.set_queue_limits(queue, max_records, self.max_dead)?;
+        }
+        if let Some(k) = self.max_running {
+            client.set_max_running(queue, k)?;
+        }
+        Ok(())
     }
 }
 
@@ -111,7 +139,7 @@ pub struct LimitsArgs {
 /// exists (those not given stay), as its owner or root may; prints the queue's quota line.
 pub fn limits(socket: Option<&std::path::Path>, args: LimitsArgs) -> Result<i32> {
     if args.quota.is_empty() {
-        eprintln!("xtcq: error: give --max-records, --max-dead or both: the limits to set");
+        eprintln!("xtcq: error: give --max-records, --max-dead or --max-running: the limits to set");
         return Ok(crate::exit::USAGE);
     }
     let client = crate::cmd::connect(socket)?;
@@ -129,13 +157,17 @@ pub fn limits(socket: Option<&std::path::Path>, args: LimitsArgs) -> Result<i32>
 /// The quota line of a queue in `xtcq stats`.
 pub fn stats_line(q: &xtcq_proto::QuotaStats) -> String {
     let dash = |n: u32| if n == 0 { "-".to_string() } else { n.to_string() };
-    format!(
+    let mut line = format!(
         "  quota:    {} of {} records in use, dead letters capped at {}, {} dropped by the cap\n",
         q.records_used,
         dash(q.max_records),
         dash(q.max_dead),
         q.dead_dropped
-    )
+    );
+    if q.max_running != 0 {
+        line.push_str(&format!("  running:  {} of at most {} at once\n", q.running, q.max_running));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -129,6 +129,9 @@ fn queue_text(q: &QueueStats) -> String {
         i.capacity,
         lease_or_dash(i.lease_ms)
     );
+    if i.paused {
+        let _ = writeln!(t, "  paused:   consumers take no job until `xtcq resume {}`", escaped(&i.name));
+    }
     let r = &q.records;
     let _ = writeln!(
         t,

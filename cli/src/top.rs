@@ -116,8 +116,9 @@ fn rows(s: &Stats, before: &HashMap<String, QueueMetrics>, secs: f64) -> Vec<[St
             let m = &q.metrics;
             let r = before.get(&q.info.name).map(|b| Rates::between(b, m, secs)).unwrap_or_default();
             let owners = q.deques.iter().filter(|d| d.owner_slot.is_some()).count();
+            let name = escaped(&q.info.name);
             [
-                escaped(&q.info.name).to_string(),
+                if q.info.paused { format!("{name} (paused)") } else { name.to_string() },
                 format!("{:.1}", r.pushed),
                 format!("{:.1}", r.acked),
                 format!("{:.1}", r.failed),

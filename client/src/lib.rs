@@ -205,7 +205,8 @@ impl Client {
             | Request::SetRetryBackoff { queue, .. }
             | Request::DeadLetters { queue, .. }
             | Request::ActOnDead { queue, .. }
-            | Request::SetQueueLimits { queue, .. } => Some(queue.clone()),
+            | Request::SetQueueLimits { queue, .. }
+            | Request::SetPaused { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())
@@ -266,8 +267,47 @@ impl Client {
         max_records: Option<u32>,
         max_dead: Option<u32>,
     ) -> Result<(), Error> {
-        match self.call(Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead })? {
+        let req =
+            Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead, max_running: None };
+        match self.call(req)? {
             Response::LimitsSet => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Sets queue `queue`'s concurrency limit: at most `max` of its jobs claimed at once,
+    /// across every process (0: no limit; at most [`xtcq_proto::MAX_RUNNING_LIMIT`]).
+    /// Consumers that find the queue at its limit sleep until a job of it is settled. Only
+    /// the queue's owner, root and the daemon's uid may.
+    pub fn set_max_running(&self, queue: &str, max: u32) -> Result<(), Error> {
+        let req = Request::SetQueueLimits {
+            queue: queue.to_string(),
+            max_records: None,
+            max_dead: None,
+            max_running: Some(max),
+        };
+        match self.call(req)? {
+            Response::LimitsSet => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Pauses queue `queue`: its consumers, in every process, take no job until it is
+    /// resumed (jobs being run finish; pushes are still taken). Only the queue's owner, root
+    /// and the daemon's uid may. Whether it was paused already.
+    pub fn pause_queue(&self, queue: &str) -> Result<bool, Error> {
+        self.set_paused(queue, true)
+    }
+
+    /// Resumes queue `queue` ([`pause_queue`](Self::pause_queue)) and wakes its sleeping consumers.
+    /// Whether it was paused.
+    pub fn resume_queue(&self, queue: &str) -> Result<bool, Error> {
+        self.set_paused(queue, false)
+    }
+
+    fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, Error> {
+        match self.call(Request::SetPaused { queue: queue.to_string(), paused })? {
+            Response::PausedSet { was_paused } => Ok(was_paused),
             r => Err(self.unexpected(r)),
         }
     }

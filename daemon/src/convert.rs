@@ -32,6 +32,7 @@ pub fn queue_info(q: &QueueInfo) -> proto::QueueInfo {
         max_attempts: q.spec.max_attempts,
         lease_ms: q.spec.lease_ms,
         retry_backoff: None,
+        paused: false,
     }
 }
 

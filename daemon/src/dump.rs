@@ -111,6 +111,16 @@ pub struct QueueLine {
     /// Its retry backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_backoff: Option<proto::RetryBackoff>,
+    /// Concurrency limit (0: none). Absent (none) from older dumps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_running: u32,
+    /// Paused (`xtcq pause`): imported paused. Absent (not paused) from older dumps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Which segment a dump was copied from: its creation time and creator's pid, as its
@@ -260,6 +270,8 @@ pub fn dump_of(copy: &SegmentCopy, acl: impl Fn(&str) -> Option<QueueAcl>) -> Du
                 allow_uids: acl.as_ref().map(|a| a.uids.clone()).unwrap_or_default(),
                 allow_gids: acl.as_ref().map(|a| a.gids.clone()).unwrap_or_default(),
                 retry_backoff: acl.and_then(|a| a.retry_backoff),
+                max_running: l.max_running,
+                paused: copy.paused.contains(&q.index),
             }
         })
         .collect();

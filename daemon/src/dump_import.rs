@@ -45,6 +45,14 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
             if q.retry_backoff.is_some() {
                 reg.set_retry_backoff(&q.name, q.retry_backoff, None).map_err(refused)?;
             }
+            if q.max_running != 0 {
+                let limits =
+                    crate::registry::Limits { max_running: Some(q.max_running), ..Default::default() };
+                reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
+            }
+            if q.paused {
+                reg.set_paused(&q.name, true, None).map_err(refused)?;
+            }
             created += 1;
         }
     }

@@ -354,6 +354,26 @@ pub fn render(s: &Stats, scans: u64) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), value(&q.metrics));
         }
     }
+    let name = "xtcq_queue_paused";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 while the queue is paused (its consumers take nothing).\n# TYPE {name} gauge"
+    );
+    for q in &s.queues {
+        let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), u8::from(q.info.paused));
+    }
+    let limits: [LimitFamily; 2] = [
+        ("xtcq_queue_max_running", "Most of the queue's jobs claimed at once (0: no limit).", |q| {
+            q.max_running
+        }),
+        ("xtcq_queue_running", "Slots of the queue's concurrency limit taken now.", |q| q.running),
+    ];
+    for (name, help, value) in limits {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for q in &s.queues {
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), value(&q.quota));
+        }
+    }
     for (name, help, value) in BLOCK_FAMILIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for b in &s.payload_blocks {
@@ -362,6 +382,9 @@ pub fn render(s: &Stats, scans: u64) -> String {
     }
     out
 }
+
+/// A concurrency-limit gauge: name, help, and how to read it from a queue's quota figures.
+type LimitFamily = (&'static str, &'static str, fn(&xtcq_proto::QuotaStats) -> u32);
 
 /// A payload-block gauge: name, help, and how to read it from a class's figures.
 type BlockFamily = (&'static str, &'static str, fn(&BlockClassStats) -> u32);

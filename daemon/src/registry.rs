@@ -53,6 +53,7 @@ mod delayed;
 mod delete;
 mod exist_ok;
 mod fencing;
+mod flow;
 mod persist;
 mod quota;
 mod recover;
@@ -61,6 +62,7 @@ mod share;
 mod stats;
 mod wakes;
 
+pub use quota::Limits;
 pub use share::UidShare;
 
 pub use crate::convert::{queue_error, queue_info};

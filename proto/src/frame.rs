@@ -205,6 +205,7 @@ mod tests {
             Request::Resume { slot: 3, slot_epoch: u64::MAX },
             Request::WakeDescriptor { queue: "q".into() },
             Request::ReleaseWake { queue: "q".into(), bit: 255 },
+            Request::SetPaused { queue: "q".into(), paused: true },
             Request::DeleteQueue { name: "q".into(), force: false },
             Request::DeleteQueue { name: "q".into(), force: true },
             Request::FenceCommand { index: 1, birth: 2, generation: 3, pid: 4 },
@@ -222,6 +223,7 @@ mod tests {
             max_attempts: 0,
             lease_ms: 0,
             retry_backoff: None,
+            paused: false,
         };
         let att =
             Attachment { process_slot: 3, slot_epoch: 9, segment_path: "/s".into(), queue: info.clone() };
@@ -237,6 +239,7 @@ mod tests {
             Ok(Response::Resumed { process_slot: 3, slot_epoch: 9 }),
             Ok(Response::WakeDescriptor { bit: 7 }),
             Ok(Response::WakeReleased),
+            Ok(Response::PausedSet { was_paused: true }),
             Ok(Response::QueueDeleted(QueueDeleted {
                 queue: info.clone(),
                 dropped_queued: 5,

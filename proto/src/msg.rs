@@ -52,6 +52,10 @@ pub use crate::stats_msg::{
 
 use crate::PROTOCOL_VERSION;
 
+/// The highest concurrency limit a queue takes (`SetQueueLimits::max_running`): more jobs
+/// than this running at once is no limit at all, and a typo.
+pub const MAX_RUNNING_LIMIT: u32 = 1 << 20;
+
 /// The id used in a reply to a request whose id could not be read.
 pub const UNKNOWN_REQUEST_ID: u64 = 0;
 
@@ -311,6 +315,10 @@ pub enum Request {
         max_records: Option<u32>,
         /// Most dead letters kept; past it the oldest are dropped.
         max_dead: Option<u32>,
+        /// Most of its jobs claimed at once, across every process (0: no limit; at most
+        /// [`MAX_RUNNING_LIMIT`]). Absent from a client that predates it: unchanged.
+        #[serde(default)]
+        max_running: Option<u32>,
     },
     /// A wake descriptor for this connection's process on queue `queue` (to which it must be
     /// attached as a thief): [`Response::WakeDescriptor`], with the socket passed as
@@ -331,6 +339,17 @@ pub enum Request {
         allow_uids: Vec<u32>,
         /// Gids whose members are allowed.
         allow_gids: Vec<u32>,
+    },
+    /// Pause (`paused`) or resume queue `queue`: while paused its consumers take no job
+    /// (jobs being run finish), pushes are still taken and wake nobody; a resume wakes its
+    /// sleepers. The state is in the segment, so it outlives a daemon restart, and in a
+    /// dump. Only the queue's owner, root and the daemon's uid may; [`Response::PausedSet`].
+    /// Added without a version bump, as `SetQueueLimits` was.
+    SetPaused {
+        /// Queue name.
+        queue: String,
+        /// Pause (true) or resume (false).
+        paused: bool,
     },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
@@ -395,6 +414,11 @@ pub enum Response {
     },
     /// To [`Request::ReleaseWake`].
     WakeReleased,
+    /// To [`Request::SetPaused`].
+    PausedSet {
+        /// Whether the queue was paused before.
+        was_paused: bool,
+    },
 }
 
 /// Something the daemon tells a client without being asked.

@@ -101,6 +101,10 @@ pub struct QueueInfo {
     /// from a daemon that predates it.
     #[serde(default)]
     pub retry_backoff: Option<crate::backoff::RetryBackoff>,
+    /// Paused ([`crate::msg::Request::SetPaused`]): consumers take nothing from it. Absent
+    /// (false) from a daemon that predates pausing.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// What an attached process needs to map the segment and act in it.

@@ -119,6 +119,13 @@ pub struct QuotaStats {
     pub max_dead: u32,
     /// Dead letters dropped by the cap (the oldest first) since the queue was created.
     pub dead_dropped: u64,
+    /// Most of its jobs claimed at once (0: no limit). Absent from a daemon that predates it.
+    #[serde(default)]
+    pub max_running: u32,
+    /// Slots of that limit taken now (its jobs running, give or take one being taken or
+    /// settled); 0 without a limit.
+    #[serde(default)]
+    pub running: u32,
 }
 
 /// A queue's running totals (since the queue was created, across daemon restarts) and

@@ -98,6 +98,22 @@ impl Client {
         py.detach(|| client.delete_queue(&name, force)).map(drop).or_raise(py)
     }
 
+    /// Pauses a queue: its consumers, in every process, take no job until it is resumed
+    /// (jobs being run finish; pushes are still taken). Kept across daemon restarts. Only its
+    /// owner, root and the daemon's user may. Whether it was paused already.
+    fn pause_queue(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let name = Self::name(py, name)?;
+        let client = self.live(py)?;
+        py.detach(|| client.pause_queue(&name)).or_raise(py)
+    }
+
+    /// Resumes a paused queue, waking its sleeping consumers. Whether it was paused.
+    fn resume_queue(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let name = Self::name(py, name)?;
+        let client = self.live(py)?;
+        py.detach(|| client.resume_queue(&name)).or_raise(py)
+    }
+
     /// The segment's problems, one message each (empty: consistent). `quiescent` also
     /// asserts that nothing is in flight.
     #[pyo3(signature = (quiescent=false))]

@@ -16,7 +16,7 @@ use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::blocks::BlocksFull;
 use crate::record::state::{JobHandle, State};
-use crate::segment::{monotonic_ns, QueueError, QueueInfo, Segment};
+use crate::segment::{monotonic_ns, QueueError, QueueInfo, Running, Segment};
 use crate::sync::Ordering;
 
 mod batch;
@@ -270,6 +270,59 @@ impl<'a> QueueCtx<'a> {
             handle: std::cell::Cell::new(JobHandle { index, generation }),
             me,
             done: false,
+        }
+    }
+
+    /// The gate before a handle is taken off an index: `None` when the queue is paused
+    /// (`segment::flow`) or at its concurrency limit (`segment::running`), so its jobs stay
+    /// where they are; else whether a slot of the limit was taken for the take, which
+    /// [`leave`](Self::leave) gives back if the take finds nothing. Without a limit, two
+    /// loads of one line that only the daemon writes, and rarely.
+    #[inline(always)]
+    fn enter(&self) -> Option<bool> {
+        if self.wait.paused() {
+            return None;
+        }
+        let (max, running) = self.wait.limit;
+        match max.load(Ordering::Relaxed) {
+            0 => Some(false),
+            max => Running::take(running, max).then_some(true),
+        }
+    }
+
+    /// [`enter`](Self::enter) for up to `want` takes: how many may be taken and whether each
+    /// holds a slot (under a limit, one slot per take, as many as are free).
+    #[inline(always)]
+    fn enter_many(&self, want: usize) -> Option<(usize, bool)> {
+        match self.enter()? {
+            false => Some((want, false)),
+            true => {
+                let (max, running) = self.wait.limit;
+                let max = max.load(Ordering::Relaxed);
+                let mut n = 1;
+                while n < want && Running::take(running, max) {
+                    n += 1;
+                }
+                Some((n, true))
+            }
+        }
+    }
+
+    /// Gives back `n` slots a take held and did not use, waking a sleeper for each.
+    #[cold]
+    fn leave(&self, n: usize) {
+        for _ in 0..n {
+            Running::give(self.wait.limit.1);
+            crate::wait::notify(self.wait);
+        }
+    }
+
+    /// A claim of this queue was settled by its holder (acked, given back, dead-lettered,
+    /// delayed): its slot goes back if the queue has a limit, and wakes one sleeper.
+    #[inline(always)]
+    fn settled(&self) {
+        if self.wait.limit.0.load(Ordering::Relaxed) != 0 {
+            self.leave(1);
         }
     }
 

@@ -61,7 +61,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 8;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -305,13 +305,29 @@ pub struct QueueDescriptor {
     pub created_unix_ns: u64,
 }
 
-/// A queue's state word.
+/// A queue's state word, and its flow word beside it.
 #[repr(C)]
 #[derive(Debug)]
 pub struct QueueControl {
     /// `QUEUE_*`.
     pub state: AtomicU32,
+    /// Flow bits ([`FLOW_PAUSED`]), written only by the daemon and read by every consumer
+    /// before it takes a job: a line that changes only on create, delete, pause and resume,
+    /// so it stays in every consumer's cache. Layout version 7; zero (no bit set) in a
+    /// segment made before.
+    pub flow: AtomicU32,
+    /// Most of the queue's jobs claimed at once, across every process (0: no limit). Written
+    /// only by the daemon. Layout version 8.
+    pub max_running: AtomicU32,
+    /// Slots of `max_running` taken: the count in the low 32 bits, a sequence every change
+    /// moves in the high 32 (`segment::running`). Kept only while the queue has a limit.
+    /// Layout version 8.
+    pub running: AtomicU64,
 }
+
+/// [`QueueControl::flow`] bit: the queue is paused, consumers take nothing from it and
+/// pushes wake nobody.
+pub const FLOW_PAUSED: u32 = 1;
 
 /// A futex word, the sleeper count and the armed descriptor waiters: consumers sleep on
 /// `seq` or on a descriptor, producers wake one only when `sleepers` is non-zero (see
@@ -525,6 +541,9 @@ const _: () = {
     assert!(offset_of!(QueueDescBlock, limits) == 96);
     assert!(size_of::<QueueLimits>() == 32);
     assert!(offset_of!(QueueEntry, control) == 128);
+    assert!(offset_of!(QueueControl, flow) == 4);
+    assert!(offset_of!(QueueControl, max_running) == 8);
+    assert!(offset_of!(QueueControl, running) == 16);
     assert!(offset_of!(QueueEntry, wait) == 256);
     // `top` and `bottom` on the first line, `lease` on the second; slots start on the third.
     assert!(size_of::<DequeHeader>() == 256);

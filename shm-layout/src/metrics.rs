@@ -102,8 +102,9 @@ impl Segment {
     /// daemon's, then the baseline. `None` for an entry out of range.
     pub fn metrics_blocks(&self, queue: u32) -> Option<&[MetricsBlock]> {
         let c = self.config();
-        // An older segment opened read-only has no metrics region.
-        if queue >= c.queues || self.descriptor().layout_version != crate::layout::LAYOUT_VERSION {
+        // A segment older than version 6 opened read-only has no metrics region where this
+        // build looks for one; versions 6 and 7 differ from this one only in a queue's control line.
+        if queue >= c.queues || self.descriptor().layout_version < 6 {
             return None;
         }
         let per_queue = c.process_slots as usize + 2;

@@ -152,6 +152,9 @@ fn give_back(
         (queue, &r)
     {
         // The daemon's own block: only the daemon gives claims back.
+        // The claim's slot of the queue's concurrency limit, only now that the fence reported
+        // its command stopped (`segment::running`).
+        seg.running_given_back(q);
         let block = seg.daemon_metrics(q);
         let event = if why == LEASE_EXPIRED { Counter::LeaseExpiries } else { Counter::Recovered };
         crate::metrics::bump(block, event);

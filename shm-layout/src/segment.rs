@@ -34,9 +34,11 @@ mod clock;
 mod compat;
 mod digest;
 mod errors;
+mod flow;
 mod memory;
 mod queue_table;
 mod quota;
+mod running;
 
 use clock::now_unix_ns;
 pub use clock::{coarse_monotonic_ns, monotonic_ns};
@@ -44,6 +46,7 @@ pub use errors::{DeleteError, QueueError, SegmentError};
 pub use memory::host_memory_and_swap;
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
 pub use quota::{Held, QueueQuota, QueueRecordCount, QuotaState};
+pub use running::{Running, RunningWalk};
 
 /// A mapped segment.
 #[derive(Debug)]
@@ -540,7 +543,13 @@ impl Segment {
 
     /// Queue `queue`'s wait word with what this process needs to wake its sleepers.
     pub fn waker(&self, queue: u32) -> Option<crate::wait::Waker<'_>> {
-        Some(crate::wait::Waker { word: self.wait_word(queue)?, queue, dir: self.wake.get() })
+        Some(crate::wait::Waker {
+            word: self.wait_word(queue)?,
+            queue,
+            dir: self.wake.get(),
+            flow: self.flow_word(queue)?,
+            limit: self.running_words(queue)?,
+        })
     }
 
     /// Sends descriptor wakes into the daemon's wake directory `dir` from now on (the daemon
@@ -612,8 +621,9 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// The layout versions [`Segment::open_read_only`] reads: versions 4 and 5 differ from this
 /// one in the descriptor (read through `compat`) and in having no payload blocks (every
 /// payload inline, the record sized for the largest), which their descriptor, put in this
-/// version's terms, says exactly.
-pub const READABLE_LAYOUT_VERSIONS: [u32; 3] = [4, 5, LAYOUT_VERSION];
+/// version's terms, says exactly; versions 6 and 7 only in the words of a queue's control
+/// line they lack (read as zero: not paused, no concurrency limit).
+pub const READABLE_LAYOUT_VERSIONS: [u32; 5] = [4, 5, 6, 7, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);

@@ -43,13 +43,16 @@ pub struct SegmentCopy {
     pub jobs: Vec<JobCopy>,
     /// Records that kept changing while copied (a live segment) and were left out.
     pub skipped: u32,
+    /// The queue-table indices of the queues that were paused.
+    pub paused: Vec<u32>,
 }
 
 /// Copies every queue and job of `seg`.
 pub fn copy_segment(seg: &Segment) -> SegmentCopy {
     let queues: Vec<(QueueInfo, QuotaState)> =
         seg.queues().into_iter().flatten().map(|q| (q.clone(), seg.quota_state(q.index))).collect();
-    let mut out = SegmentCopy { queues, ..SegmentCopy::default() };
+    let paused = queues.iter().map(|(q, _)| q.index).filter(|&i| seg.is_paused(i)).collect();
+    let mut out = SegmentCopy { queues, paused, ..SegmentCopy::default() };
     let records = seg.records();
     for i in 0..records.len() {
         let mut copied = None;

@@ -31,6 +31,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::Instant;
 
 use crate::layout::WaitWord;
@@ -92,19 +93,50 @@ pub struct Waker<'a> {
     /// The daemon's wake directory, when this process knows it (else descriptor waiters are
     /// left to the daemon's nudge, and a futex sleeper is woken).
     pub dir: Option<&'a WakeDir>,
+    /// The queue's flow word (`layout::FLOW_PAUSED`): a paused queue wakes nobody.
+    pub flow: &'a AtomicU32,
+    /// The queue's `max_running` and `running` words (`segment::running`): a queue at its
+    /// limit wakes nobody either.
+    pub limit: (&'a AtomicU32, &'a AtomicU64),
+}
+
+impl Waker<'_> {
+    /// Whether the queue is paused: its consumers take nothing, so none is woken.
+    #[inline]
+    pub fn paused(&self) -> bool {
+        self.flow.load(Ordering::Relaxed) & crate::layout::FLOW_PAUSED != 0
+    }
+
+    /// Whether a consumer would find the queue closed to it now: paused, or at its
+    /// concurrency limit.
+    #[inline]
+    pub fn closed(&self) -> bool {
+        let max = self.limit.0.load(Ordering::Relaxed);
+        self.paused()
+            || (max != 0 && crate::segment::Running::count(self.limit.1.load(Ordering::Relaxed)) >= max)
+    }
 }
 
 /// Called by a producer after it published work.
 #[inline]
 pub fn notify(w: Waker<'_>) {
-    match w.word.sleepers().notify(w.dir.is_some()) {
-        Wake::Nobody => {}
-        wake => notify_sleeper(w, wake),
+    if w.word.sleepers().any() {
+        notify_sleeper(w);
     }
 }
 
 #[cold]
-fn notify_sleeper(w: Waker<'_>, mut wake: Wake) {
+fn notify_sleeper(w: Waker<'_>) {
+    // Read after the Dekker pair's fence: a resume clears the bit before it wakes every
+    // sleeper, and a consumer that frees a slot gives it back before its own notify, so a
+    // job this skips is seen by that wake (`segment::flow`, `segment::running`).
+    if w.closed() {
+        return;
+    }
+    let mut wake = match (w.dir.is_some()).then(|| w.word.sleepers().claim()).flatten() {
+        Some(bit) => Wake::Descriptor(bit),
+        None => Wake::Futex,
+    };
     // A claimed waiter whose socket is gone took the count with it: try the next one.
     while let (Wake::Descriptor(bit), Some(dir)) = (wake, w.dir) {
         if dir.send(w.queue, bit) {

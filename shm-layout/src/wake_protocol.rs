@@ -106,16 +106,25 @@ impl Sleepers<'_> {
     /// not, it leaves armed waiters alone and wakes a futex sleeper.
     #[inline]
     pub fn notify(&self, descriptors: bool) -> Wake {
-        // Pairs with the consumer's SeqCst increment of `sleepers`.
-        fence(Ordering::SeqCst);
-        // Acquire: a bit set before the increment this load sees is visible to the claim.
-        if self.sleepers.load(Ordering::Acquire) == 0 {
+        if !self.any() {
             return Wake::Nobody;
         }
         match descriptors.then(|| self.claim()).flatten() {
             Some(bit) => Wake::Descriptor(bit),
             None => Wake::Futex,
         }
+    }
+
+    /// The producer's half of the Dekker pair: whether anyone sleeps, after a fence. A
+    /// producer that sees nobody makes no system call; one that sees someone then claims a
+    /// waiter ([`claim`](Self::claim)) or wakes a futex sleeper, as [`notify`](Self::notify)
+    /// says.
+    #[inline]
+    pub fn any(&self) -> bool {
+        // Pairs with the consumer's SeqCst increment of `sleepers`.
+        fence(Ordering::SeqCst);
+        // Acquire: a bit set before the increment this load sees is visible to the claim.
+        self.sleepers.load(Ordering::Acquire) != 0
     }
 
     /// Claims one armed waiter: clears its bit and takes it off the count.

@@ -134,6 +134,7 @@ fn restarting_fake(
                 max_attempts: 0,
                 lease_ms: 0,
                 retry_backoff: None,
+                paused: false,
             },
         };
         let r = ServerMessage::Reply { id: f.id, result: Ok(Response::ThiefAttached(att)) };

@@ -34,6 +34,8 @@ pub enum Op {
     Use,
     /// Delete it.
     Delete,
+    /// Pause or resume it: as `Delete`, its owner, root and xtcqd's uid.
+    Administer,
 }
 
 impl Registry {
@@ -94,10 +96,11 @@ impl Registry {
         let what = match op {
             Op::Use => "use (attach to)",
             Op::Delete => "delete",
+            Op::Administer => "pause or resume",
         };
         let why = match acl {
             None => "it has no recorded owner, so only root and xtcqd's own uid may".to_string(),
-            Some(a) if op == Op::Delete => format!("only its owner, {}, may", names::uid_label(a.owner)),
+            Some(a) if op != Op::Use => format!("only its owner, {}, may", names::uid_label(a.owner)),
             Some(a) => format!(
                 "it belongs to {} and is shared with users [{}], groups [{}]",
                 names::uid_label(a.owner),

@@ -94,9 +94,9 @@ impl Registry {
         t.queues.get(&index).filter(|a| a.name == name).and_then(|a| a.retry_backoff)
     }
 
-    /// `info` with its retry backoff filled in.
+    /// `info` with its retry backoff and its pause state filled in.
     pub fn with_backoff(&self, mut info: proto::QueueInfo) -> proto::QueueInfo {
         info.retry_backoff = self.retry_backoff(info.index, &info.name);
-        info
+        self.with_flow(info)
     }
 }

@@ -14,7 +14,7 @@
 //!   is left alone, and a daemon killed at any point loses no other job.
 
 use tracing::{debug, warn};
-use xtcq_shm::segment::{QueueQuota, QueueRecordCount};
+use xtcq_shm::segment::{QueueQuota, QueueRecordCount, RunningWalk};
 
 use super::*;
 
@@ -22,6 +22,17 @@ use super::*;
 /// dead letters of one queue whose jobs all fail cannot take every record from the others.
 pub fn default_max_dead(job_records: u32) -> u32 {
     (job_records / 4).max(1)
+}
+
+/// The limits a `SetQueueLimits` changes (each `None`: left as it is; 0: none).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits {
+    /// Record quota.
+    pub max_records: Option<u32>,
+    /// Dead-letter cap.
+    pub max_dead: Option<u32>,
+    /// Concurrency limit.
+    pub max_running: Option<u32>,
 }
 
 impl Registry {
@@ -39,6 +50,27 @@ impl Registry {
         max_dead: Option<u32>,
         who: Option<&Access>,
     ) -> Result<QueueQuota, proto::ErrorReply> {
+        self.set_queue_limits_running(name, Limits { max_records, max_dead, max_running: None }, who)
+    }
+
+    /// [`set_queue_limits`](Self::set_queue_limits) with the concurrency limit too
+    /// (`max_running`: `None` unchanged, 0 none).
+    pub fn set_queue_limits_running(
+        &self,
+        name: &str,
+        Limits { max_records, max_dead, max_running }: Limits,
+        who: Option<&Access>,
+    ) -> Result<QueueQuota, proto::ErrorReply> {
+        if let Some(n) = max_running.filter(|&n| n > proto::MAX_RUNNING_LIMIT) {
+            return Err(proto::ErrorReply::new(
+                proto::ErrorCode::BadRequest,
+                format!(
+                    "--max-running {n} is more than {}, the most jobs of one queue that can run at once; \
+                     give fewer (or none for no limit)",
+                    proto::MAX_RUNNING_LIMIT
+                ),
+            ));
+        }
         let records = self.seg.config().job_records;
         if let Some(n) = max_records.filter(|&n| n > records) {
             return Err(proto::ErrorReply::new(
@@ -73,6 +105,9 @@ impl Registry {
         if let Some(n) = max_dead {
             limits.max_dead.store(n, Ordering::Relaxed);
         }
+        if let Some(n) = max_running {
+            self.seg.set_max_running(q.index, n);
+        }
         // A lower cap drops dead letters at the next walk.
         t.scan.changed();
         Ok(self.seg.quota_state(q.index).quota)
@@ -81,9 +116,15 @@ impl Registry {
     /// The scan's quota pass, over what its walk counted of every queue's records: drops
     /// the oldest dead letters past each cap, and publishes the counts. Returns the dead
     /// letters dropped.
-    pub(super) fn enforce_quotas(&self, counts: Vec<QueueRecordCount>) -> u64 {
+    pub(super) fn enforce_quotas(
+        &self,
+        counts: Vec<QueueRecordCount>,
+        running: &mut Vec<Option<RunningWalk>>,
+    ) -> u64 {
         let mut total = 0;
+        running.resize(counts.len(), None);
         for (index, mut c) in (0u32..).zip(counts) {
+            self.correct_running(index, &c, running);
             let Ok(q) = self.seg.queue(index) else { continue };
             let cap = self.seg.quota_state(index).quota.max_dead;
             let mut dropped = 0u32;
@@ -115,5 +156,17 @@ impl Registry {
             total += u64::from(dropped);
         }
         total
+    }
+
+    /// Puts queue `index`'s running count right from this walk and the one before
+    /// (`xtcq_shm::segment::running`), logged when it changed.
+    fn correct_running(&self, index: u32, c: &QueueRecordCount, running: &mut [Option<RunningWalk>]) {
+        let now = RunningWalk { before: c.running_before, claimed: c.claimed };
+        let Some(earlier) = running.get_mut(index as usize) else { return };
+        if self.seg.correct_running(index, *earlier, now) {
+            let name = self.seg.queue(index).map(|q| q.spec.name).unwrap_or_default();
+            debug!(queue = %name, running = now.claimed, "concurrency limit: the running count was put right by the walk");
+        }
+        *earlier = Some(now);
     }
 }

@@ -173,7 +173,7 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
     let oldest = tally.oldest.get(q.index as usize).copied().unwrap_or(u64::MAX);
     let s = seg.quota_state(q.index);
     proto::QueueStats {
-        info: queue_info(q),
+        info: proto::QueueInfo { paused: seg.is_paused(q.index), ..queue_info(q) },
         deques,
         overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
         quota: proto::QuotaStats {
@@ -181,6 +181,8 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
             records_used: s.records_used,
             max_dead: s.quota.max_dead,
             dead_dropped: s.dead_dropped,
+            max_running: seg.max_running(q.index),
+            running: if seg.max_running(q.index) == 0 { 0 } else { seg.running(q.index) },
         },
         metrics: queue_metrics(seg, q.index, &records, oldest),
         records,

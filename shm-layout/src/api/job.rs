@@ -158,6 +158,7 @@ impl ClaimedJob<'_> {
         crate::fail_point!("ack.before_block_release");
         self.ctx.records.release_block(block);
         crate::segment::Held::give_if_limited(self.ctx.limits);
+        self.ctx.settled();
         Ok(())
     }
 
@@ -249,6 +250,7 @@ impl ClaimedJob<'_> {
         if count_attempt && self.ctx.max_attempts != 0 && attempts >= self.ctx.max_attempts {
             st.dead_letter_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
             self.ctx.count(self.me, Counter::Dead);
+            self.ctx.settled();
             return Ok(None);
         }
         if let Some(due) = due_ns {
@@ -257,6 +259,7 @@ impl ClaimedJob<'_> {
             hdr.enqueued_ns.store(due.max(1), Ordering::Relaxed);
             st.delay_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
             crate::fail_point!("delay.after_publish");
+            self.ctx.settled();
             return Ok(Some(JobHandle { index: idx, generation: next_generation(g) }));
         }
         // State first, then index: a crash in between leaves a Queued, unindexed record,
@@ -270,8 +273,12 @@ impl ClaimedJob<'_> {
             // sweep indexes it once there is (`recovery::StraySweep`), so the give-back is
             // done; failing it would tell the caller a queued job was lost.
             Err(RingError::Full) => {}
-            Err(source) => return Err(JobError::Requeue { handle: self.handle.get(), source }),
+            Err(source) => {
+                self.ctx.settled();
+                return Err(JobError::Requeue { handle: self.handle.get(), source });
+            }
         }
+        self.ctx.settled();
         Ok(None)
     }
 }

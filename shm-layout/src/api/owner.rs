@@ -168,6 +168,20 @@ impl Owner {
     // Always: the body is past what `#[inline]` alone gets inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        let limited = match self.ctx.enter() {
+            Some(l) => l,
+            None => return Ok(None),
+        };
+        let r = self.pop_open();
+        if limited && !matches!(r, Ok(Some(_))) {
+            self.ctx.leave(1);
+        }
+        r
+    }
+
+    /// [`pop`](Self::pop) once the gate let it through.
+    #[inline(always)]
+    fn pop_open(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // Only we push, so at most `capacity` handles can come out during one call; more
         // means corrupt indices (`bottom` far past `top`): stop walking garbage slots.
         for _ in 0..=self.deque.deque().capacity() {
@@ -182,6 +196,20 @@ impl Owner {
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        let limited = match self.ctx.enter() {
+            Some(l) => l,
+            None => return Ok(None),
+        };
+        let r = self.take_open();
+        if limited && !matches!(r, Ok(Some(_))) {
+            self.ctx.leave(1);
+        }
+        r
+    }
+
+    /// [`take`](Self::take) once the gate let it through.
+    #[inline(always)]
+    fn take_open(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // Bounded as in `pop`.
         for _ in 0..=self.deque.deque().capacity() {
             let Some(w) = self.deque.take() else { break };

@@ -4,6 +4,9 @@
 //! - A steal takes a handle (one CAS on a deque's `top`, or on the ring's head), then claims
 //!   the record it names (one CAS on the state word): the claim alone decides who runs a job,
 //!   so a stale or duplicated handle is skipped, never run twice.
+//! - A paused queue (`segment::flow`) gives nothing, nor does one at its concurrency limit
+//!   (`segment::running`): the gate is passed before a handle is taken, so no job leaves its
+//!   index only to be put back; a slot taken for a take that found nothing is given back.
 //! - A round repeats only while some steal lost a race (another consumer's progress); more
 //!   skipped handles than the deques can hold means corrupt indices, reported, not walked.
 
@@ -108,7 +111,12 @@ impl Thief {
 
     /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
     pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
-        self.steal_counted(deque, &mut 0)
+        let Some(limited) = self.ctx.enter() else { return Steal::Empty };
+        let r = self.steal_counted(deque, &mut 0);
+        if limited && !matches!(r, Steal::Success(_)) {
+            self.ctx.leave(1);
+        }
+        r
     }
 
     /// [`steal_from`](Self::steal_from), counting in `skipped` the handles taken off the
@@ -141,7 +149,14 @@ impl Thief {
         limit: usize,
         out: &mut Vec<ClaimedJob<'s>>,
     ) -> Steal<usize> {
-        self.steal_batch_counted(deque, limit, out, &mut 0)
+        // 0 takes nothing (see `steal_batch_counted`), and holds no slot.
+        if limit == 0 {
+            return Steal::Empty;
+        }
+        let Some((n, limited)) = self.ctx.enter_many(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let r = self.steal_batch_counted(deque, n, out, &mut 0);
+        self.leave_unused(limited, n, &r);
+        r
     }
 
     /// Like [`steal_batch_from`](Self::steal_batch_from), into `batch` (emptied first, its
@@ -157,7 +172,14 @@ impl Thief {
         batch: &mut ClaimedBatch<'s>,
     ) -> Steal<usize> {
         batch.clear();
-        self.steal_batch_counted(deque, limit, batch.jobs_mut(), &mut 0)
+        // 0 takes nothing (see `steal_batch_counted`), and holds no slot.
+        if limit == 0 {
+            return Steal::Empty;
+        }
+        let Some((n, limited)) = self.ctx.enter_many(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let r = self.steal_batch_counted(deque, n, batch.jobs_mut(), &mut 0);
+        self.leave_unused(limited, n, &r);
+        r
     }
 
     /// The batch steal: counts in `skipped` the handles taken off the deque whose claim
@@ -219,6 +241,21 @@ impl Thief {
         if limit == 0 {
             return Ok(0);
         }
+        let Some((limit, limited)) = self.ctx.enter_many(limit) else { return Ok(0) };
+        let r = self.steal_batch_open(limit, batch);
+        if limited {
+            self.ctx.leave(limit - r.as_ref().map_or(0, |&got| got));
+        }
+        r
+    }
+
+    /// [`steal_batch_claimed`](Self::steal_batch_claimed) once the gate let `limit` takes
+    /// through.
+    fn steal_batch_open<'s>(
+        &'s self,
+        limit: usize,
+        batch: &mut ClaimedBatch<'s>,
+    ) -> Result<usize, RingError> {
         let ring_error = loop {
             if batch.len() >= limit {
                 return Ok(batch.len());
@@ -240,12 +277,28 @@ impl Thief {
 
     /// Takes a job from the overflow ring.
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.pop_overflow(self.me)
+        let Some(limited) = self.ctx.enter() else { return Ok(None) };
+        let r = self.ctx.pop_overflow(self.me);
+        if limited && !matches!(r, Ok(Some(_))) {
+            self.ctx.leave(1);
+        }
+        r
     }
 
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
     /// while some steal lost a race. `None` when everything looked empty.
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        let Some(limited) = self.ctx.enter() else { return Ok(None) };
+        let r = self.steal_open();
+        if limited && !matches!(r, Ok(Some(_))) {
+            self.ctx.leave(1);
+        }
+        r
+    }
+
+    /// [`steal`](Self::steal) once the gate let it through.
+    #[inline]
+    fn steal_open(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         // A corrupt ring must not hide the jobs in the deques: try them, and report the
         // ring's error only when they had nothing either.
         let ring_error = match self.ctx.pop_overflow(self.me) {
@@ -254,6 +307,14 @@ impl Thief {
             Err(e) => Some(e),
         };
         self.walk_deques(ring_error, |d, skipped| self.steal_counted(d, skipped))
+    }
+
+    /// Gives back the slots of `held` takes that a batch steal `r` did not use.
+    fn leave_unused(&self, limited: bool, held: usize, r: &Steal<usize>) {
+        if limited {
+            let used = if let Steal::Success(n) = r { *n } else { 0 };
+            self.ctx.leave(held.saturating_sub(used));
+        }
     }
 
     /// The look both steals share: `look` at every deque from a rotating start, in rounds

@@ -219,6 +219,8 @@ impl Segment {
         // descriptor is plain data that nothing borrows.
         unsafe { core::ptr::write_volatile(desc_ptr, desc) };
         self.reset_queue_limits(index, quota);
+        self.reset_flow(index);
+        self.reset_running(index);
         // Release: readers that see ACTIVE (Acquire) see the descriptor.
         control.state.store(QUEUE_ACTIVE, Ordering::Release);
         Ok(QueueInfo { index, spec: spec.clone() })

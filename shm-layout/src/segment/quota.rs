@@ -34,6 +34,8 @@ pub struct QuotaState {
     pub dead: u32,
     /// Dead letters the cap dropped since the queue was created.
     pub dead_dropped: u64,
+    /// Its concurrency limit (`segment::running`; 0: none).
+    pub max_running: u32,
 }
 
 /// The `held` word of a queue with a record quota: how many records its jobs hold, kept by
@@ -109,6 +111,10 @@ pub struct QueueRecordCount {
     pub dead: Vec<(u64, crate::record::state::JobHandle)>,
     /// Its `held` word as read before the walk, for [`Segment::correct_held`].
     pub held_before: u64,
+    /// Its records `Claimed` or `Writing` (being run, or being given back).
+    pub claimed: u32,
+    /// Its `running` word as read before the walk, for [`Segment::correct_running`].
+    pub running_before: u64,
 }
 
 impl QueueRecordCount {
@@ -122,6 +128,10 @@ impl QueueRecordCount {
                 c.used += 1;
                 let handle = crate::record::state::JobHandle { index: i, generation: w.generation() };
                 c.dead.push((h.enqueued_ns.load(Ordering::Relaxed), handle));
+            }
+            Some(State::Claimed | State::Writing) => {
+                c.used += 1;
+                c.claimed += 1;
             }
             Some(_) => c.used += 1,
         }
@@ -152,6 +162,7 @@ impl Segment {
             records_used: l.records_used.load(Ordering::Relaxed),
             dead: l.dead.load(Ordering::Relaxed),
             dead_dropped: l.dead_dropped.load(Ordering::Relaxed),
+            max_running: self.max_running(index),
         }
     }
 
@@ -202,6 +213,7 @@ impl Segment {
         (0..self.desc.config.queues)
             .map(|i| QueueRecordCount {
                 held_before: self.queue_limits(i).map_or(0, |l| l.held.load(Ordering::Relaxed)),
+                running_before: self.running_words(i).map_or(0, |(_, r)| r.load(Ordering::Relaxed)),
                 ..QueueRecordCount::default()
             })
             .collect()

@@ -119,17 +119,25 @@ impl Conn {
             }
             Request::DeadLetters { queue, from } => self.dead_letters(queue, from).await,
             Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
-            Request::SetQueueLimits { queue, max_records, max_dead } => {
+            Request::SetQueueLimits { queue, max_records, max_dead, max_running } => {
                 let who = self.access();
-                let q = self.st.reg.set_queue_limits(&queue, max_records, max_dead, Some(&who))?;
+                let limits = crate::registry::Limits { max_records, max_dead, max_running };
+                let q = self.st.reg.set_queue_limits_running(&queue, limits, Some(&who))?;
                 info!(
                     queue = %queue,
                     max_records = q.max_records,
                     max_dead = q.max_dead,
+                    ?max_running,
                     pid = self.peer.pid,
                     "queue limits set"
                 );
                 Ok(Response::LimitsSet)
+            }
+            Request::SetPaused { queue, paused } => {
+                let who = self.access();
+                let was_paused = self.st.reg.set_paused(&queue, paused, Some(&who))?;
+                info!(queue = %queue, paused, was_paused, pid = self.peer.pid, "queue pause state set");
+                Ok(Response::PausedSet { was_paused })
             }
             Request::Shutdown => self.shutdown(),
         }
