@@ -15,7 +15,7 @@
 //! A snapshot is those words for the active queues and the registered process slots, read
 //! in a fixed order: the queue table's state words; per active queue the `top` and `bottom`
 //! of each of its deques and its ring's `head` and `tail`; per registered slot its metrics
-//! block of each active queue (both lines). Its size depends on the queues, deques and
+//! block of each active queue. Its size depends on the queues, deques and
 //! processes, not on the records.
 //!
 //! What it cannot see: a process stopped for good inside those few instructions (between a
@@ -51,7 +51,7 @@ pub fn snapshot(seg: &Segment, slots: &[u32], out: &mut Vec<u64>) {
             let Some(b) = blocks.get(s as usize) else { continue };
             // Acquire: a scan that sees a count sees what the count followed, where the
             // counting process ordered it so (the daemon walks once more anyway).
-            out.extend(b.counters.iter().chain(&b.second_lane).map(|w| w.load(Ordering::Acquire)));
+            out.extend(b.counters.iter().map(|w| w.load(Ordering::Acquire)));
         }
     }
 }

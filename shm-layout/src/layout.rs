@@ -510,16 +510,12 @@ pub const METRIC_COUNTERS: usize = 8;
 
 /// A block of running totals for one (process slot, queue), or the daemon's own totals of a
 /// queue, or a queue's reset baseline (see `metrics`). Its own two lines: only one process
-/// writes it. A total is the sum of its two lines.
+/// writes it. Its second line is padding: the next block starts on its own pair of lines.
 #[repr(C, align(128))]
 #[derive(Debug)]
 pub struct MetricsBlock {
-    /// The shared lane, indexed by `metrics::Counter`: any thread of the process, `fetch_add`.
+    /// Indexed by `metrics::Counter`: any thread of the process, `fetch_add`.
     pub counters: [AtomicU64; METRIC_COUNTERS],
-    /// No longer written (zero in a new segment). Builds of this layout version once
-    /// counted here for one thread of one handle without a locked instruction; it is still
-    /// added in, so a segment they left keeps its totals.
-    pub second_lane: [AtomicU64; METRIC_COUNTERS],
 }
 
 // The layout is a file format: pin it.

@@ -13,7 +13,7 @@
 //! - A slot's block belongs to the slot, not to the process: the next process given the slot
 //!   adds to what its predecessor left. So a process that detaches or dies needs no fold,
 //!   and a daemon killed at any point can neither lose nor double-count its totals.
-//! - A block's total is the sum of its two lines (`MetricsBlock::second_lane`); a queue's is `sum(slots) + daemon - baseline`. Deleting a queue sets the baseline
+//! - A queue's total is `sum(slots) + daemon - baseline`. Deleting a queue sets the baseline
 //!   to the slots' sum and zeroes the daemon block (both idempotent), so a queue created
 //!   anew in that entry starts from zero.
 //! - Nothing read from the region is trusted: sums saturate, a baseline above the sum reads
@@ -90,11 +90,9 @@ pub fn add(block: Option<&MetricsBlock>, c: Counter, n: u64) {
     }
 }
 
-/// A block's totals: its two lines added.
+/// A block's totals.
 fn read(b: &MetricsBlock) -> [u64; METRIC_COUNTERS] {
-    core::array::from_fn(|i| {
-        b.counters[i].load(Ordering::Relaxed).saturating_add(b.second_lane[i].load(Ordering::Relaxed))
-    })
+    core::array::from_fn(|i| b.counters[i].load(Ordering::Relaxed))
 }
 
 impl Segment {
@@ -153,9 +151,6 @@ impl Segment {
         }
         for (i, s) in sum.into_iter().enumerate() {
             blocks[slots + 1].counters[i].store(s, Ordering::Relaxed);
-            for b in &blocks[slots..] {
-                b.second_lane[i].store(0, Ordering::Relaxed);
-            }
             blocks[slots].counters[i].store(0, Ordering::Relaxed);
         }
     }

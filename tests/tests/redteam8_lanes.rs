@@ -1,4 +1,4 @@
-//! Red team: the handle lanes of the counter blocks seen through the real daemon. What
+//! Red team: the counters of the counter blocks seen through the real daemon. What
 //! `stats --json` and `/metrics` say must be the jobs really run, whatever the client's
 //! threads, clones and owned jobs do, after a worker is killed -9 holding jobs and the
 //! daemon is killed -9 and restarted on the segment; garbage in the lanes crashes no reader.
@@ -308,12 +308,12 @@ fn a_killed_worker_and_a_restarted_daemon_keep_the_totals_exact() {
     assert_eq!(sample(&body, "xtcq_jobs_acked_total", "q"), pushed);
 }
 
-/// Garbage a hostile attached process writes into the handle lanes (u64::MAX, alternating
+/// Garbage a hostile attached process writes into the counters (u64::MAX, alternating
 /// bits, a value that wraps on the next count): `stats`, `stats --json`, `stats --watch`
 /// and `/metrics` answer, the job path goes on, and a delete and re-create reads zero.
 /// (The new queue's totals then stay frozen at zero: garbage saturates the slots' sums.)
 #[test]
-fn garbage_in_the_handle_lanes_crashes_no_reader() {
+fn garbage_in_the_counters_crashes_no_reader() {
     let d = Daemon::start_with(&flags());
     ok(&d.run(&["create", "q"]));
     ok(&d.run(&["push", "q", "a"]));
@@ -322,7 +322,7 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     let q = seg.queue_by_name("q").unwrap();
     for fill in [u64::MAX, 0xAAAA_AAAA_AAAA_AAAA, u64::MAX - 1] {
         for b in seg.metrics_blocks(q.index).unwrap() {
-            for c in &b.second_lane {
+            for c in &b.counters {
                 c.store(fill, Ordering::Relaxed);
             }
         }
@@ -350,11 +350,11 @@ fn garbage_in_the_handle_lanes_crashes_no_reader() {
     scrape_metrics(&addr);
 }
 
-/// `xtcq top` (under tmux, skipped without it) while the handle lanes go from small values
+/// `xtcq top` (under tmux, skipped without it) while the counters go from small values
 /// to garbage and back to zero between its refreshes: its rates saturate, it keeps drawing,
 /// and quits on `q` with status 0.
 #[test]
-fn top_draws_through_garbage_in_the_handle_lanes() {
+fn top_draws_through_garbage_in_the_counters() {
     if !Tmux::installed() {
         return;
     }
@@ -371,7 +371,7 @@ fn top_draws_through_garbage_in_the_handle_lanes() {
     });
     for fill in [u64::MAX, 0, u64::MAX - 7, 0] {
         for b in seg.metrics_blocks(q.index).unwrap() {
-            for c in &b.second_lane {
+            for c in &b.counters {
                 c.store(fill, Ordering::Relaxed);
             }
         }
