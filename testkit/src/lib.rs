@@ -39,7 +39,7 @@ pub use exe::{artifact_dir, xtcq, xtcq_exe, xtcqd, xtcqd_exe};
 pub use fork::{fork_child, in_forked_child, wait_forked};
 pub use metrics_http::{scrape_metrics, METRICS_ON_ANY_PORT};
 pub use rng::Rng;
-pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, Role};
+pub use role::{child_entry, env_or, hold, out, spawn_role, spawn_role_with, test_name, Role};
 pub use sizes::{large_payload_segment, MEDIUM_SEGMENT, SMALL_SEGMENT, TINY_SEGMENT};
 pub use skip::{require_or_skip, skipped};
 pub use tmux::Tmux;

@@ -42,7 +42,7 @@ fn child_main() {
 /// Starts the `hold` role as `u` and waits for its first line.
 fn hold_as(d: &Daemon, u: &SystemUser) -> (Child, String) {
     let mut c = Command::new(std::env::current_exe().expect("test exe"));
-    c.args(["--exact", "child_main", "--nocapture", "--test-threads", "1"])
+    c.args(["--exact", &test_name(module_path!(), "child_main"), "--nocapture", "--test-threads", "1"])
         .env("XTCQ_TEST_ROLE", "hold")
         .env("XTCQ_TEST_SOCKET", &d.socket)
         .uid(u.id("-u"))

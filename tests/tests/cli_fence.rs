@@ -42,8 +42,11 @@ fn work(d: &Daemon, queue: &str, log: &Path, extra: &[&str]) -> Child {
 /// logging child (`child_main`).
 fn work_running(d: &Daemon, queue: &str, log: &Path, extra: &[&str], script: &str) -> Child {
     let exe = std::env::current_exe().expect("exe");
-    let child =
-        format!("'{}' --exact child_main --nocapture --test-threads 1 >/dev/null 2>&1", exe.display());
+    let child = format!(
+        "'{}' --exact {} --nocapture --test-threads 1 >/dev/null 2>&1",
+        exe.display(),
+        test_name(module_path!(), "child_main")
+    );
     let script = script.replace("{child}", &child);
     d.xtcq()
         .args(["work", queue, "--max-jobs", "1"])

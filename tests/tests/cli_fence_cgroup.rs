@@ -82,8 +82,11 @@ fn usable() -> bool {
 /// a later attempt runs the child alone, to its end.
 fn command_script(script: &str) -> String {
     let exe = std::env::current_exe().expect("exe");
-    let child =
-        format!("'{}' --exact child_main --nocapture --test-threads 1 >/dev/null 2>&1", exe.display());
+    let child = format!(
+        "'{}' --exact {} --nocapture --test-threads 1 >/dev/null 2>&1",
+        exe.display(),
+        test_name(module_path!(), "child_main")
+    );
     format!("if [ \"$XTCQ_ATTEMPT\" != 0 ]; then exec {{child}}; fi; {script}").replace("{child}", &child)
 }
 

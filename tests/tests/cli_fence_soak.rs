@@ -55,8 +55,9 @@ fn worker(d: &Daemon, log: &std::path::Path) -> Child {
     let exe = std::env::current_exe().expect("exe");
     // A grandchild in the command's group (`sh` waits for it), as real scripts have.
     let script = format!(
-        "'{}' --exact soak_command_main --nocapture --test-threads 1 >/dev/null 2>&1 & wait",
-        exe.display()
+        "'{}' --exact {} --nocapture --test-threads 1 >/dev/null 2>&1 & wait",
+        exe.display(),
+        test_name(module_path!(), "soak_command_main")
     );
     d.xtcq()
         .args(["work", "q", "-j", "3", "--", "sh", "-c", &script])

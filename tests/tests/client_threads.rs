@@ -41,7 +41,7 @@ fn the_client_starts_no_thread() {
     use std::io::{BufRead, Write};
     let mut d = Daemon::start();
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "child_main", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &test_name(module_path!(), "child_main"), "--nocapture", "--test-threads", "1"])
         .env("XTCQ_TEST_THREADS_SOCKET", &d.socket)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -196,7 +196,7 @@ fn run_dying(d: &Daemon, role: &str, point: &str, nth: u32) -> Log {
     let log = d.dir().join(format!("{role}.log"));
     let env =
         [("XTCQ_TEST_LOG", log.display().to_string()), ("XTCQ_FAILPOINTS", format!("{point}=kill@{nth}"))];
-    let mut r = spawn_role(role, &d.socket, &env);
+    let mut r = spawn_role(module_path!(), role, &d.socket, &env);
     let st = r.wait_dead(Duration::from_secs(30));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{role} not killed at {point}: {st:?}; log:\n{text}");
@@ -351,7 +351,8 @@ fn an_injector_killed_holding_a_block_for_an_unpublished_job_leaks_nothing() {
 fn a_batch_thief_killed_holding_a_claimed_batch_of_large_jobs_loses_nothing() {
     let (_tmp, d, c) = setup(BATCH, 0..24);
     let log = d.dir().join("hold.log");
-    let mut r = spawn_role("hold", &d.socket, &[("XTCQ_TEST_LOG", log.display().to_string())]);
+    let mut r =
+        spawn_role(module_path!(), "hold", &d.socket, &[("XTCQ_TEST_LOG", log.display().to_string())]);
     wait_until(Duration::from_secs(30), "the batch is held", || {
         std::fs::read_to_string(&log).unwrap_or_default().contains("H 0")
     });

@@ -231,7 +231,7 @@ fn role_env(log: &Path, n: u64, base: u64, extra: &[(&'static str, &str)]) -> Ve
 
 /// Runs role `role` to a clean exit.
 fn run_clean(d: &Daemon, role: &str, log: &Path, n: u64, base: u64, extra: &[(&'static str, &str)]) {
-    let mut r = spawn_role(role, &d.socket, &role_env(log, n, base, extra));
+    let mut r = spawn_role(module_path!(), role, &d.socket, &role_env(log, n, base, extra));
     let _ = r.finish(Duration::from_secs(20));
 }
 
@@ -249,7 +249,7 @@ fn run_dying(
     let fp = format!("{point}=kill@{nth}");
     let mut env = extra.to_vec();
     env.push(("XTCQ_FAILPOINTS", &fp));
-    let mut r = spawn_role(role, &d.socket, &role_env(log, n, base, &env));
+    let mut r = spawn_role(module_path!(), role, &d.socket, &role_env(log, n, base, &env));
     let pid = r.pid();
     let st = r.wait_dead(Duration::from_secs(20));
     assert_eq!(
@@ -572,12 +572,20 @@ fn daemon_killed_half_way_through_a_recovery_and_restarted() {
         create_queue(&c, 2, 1024, Flavor::Lifo, 0);
     }
     let l = logs_in(&d, &["producer", "dying"]);
-    let mut producer =
-        spawn_role("producer", &d.socket, &role_env(&l[0], 300, 0, &[("XTCQ_TEST_HOLD", "1")]));
+    let mut producer = spawn_role(
+        module_path!(),
+        "producer",
+        &d.socket,
+        &role_env(&l[0], 300, 0, &[("XTCQ_TEST_HOLD", "1")]),
+    );
     assert_eq!(producer.line(Duration::from_secs(20)), "pushed");
     // The consumer claims a batch and exits holding it; recovering it kills the daemon.
-    let mut dying =
-        spawn_role("consumer", &d.socket, &role_env(&l[1], 0, 0, &[("XTCQ_TEST_DIE_HOLDING", "1")]));
+    let mut dying = spawn_role(
+        module_path!(),
+        "consumer",
+        &d.socket,
+        &role_env(&l[1], 0, 0, &[("XTCQ_TEST_DIE_HOLDING", "1")]),
+    );
     let st = dying.wait_dead(Duration::from_secs(20));
     assert!(st.success(), "the consumer should exit holding its jobs: {st:?}");
     let st = d.wait_exit(Duration::from_secs(10));
@@ -608,7 +616,7 @@ fn an_expired_lease_re_queues_the_job_of_a_live_hung_consumer() {
     create_queue(&c, 1, 64, Flavor::Fifo, 300);
     let owner = c.attach_owner(QUEUE).unwrap();
     owner.push(b"L1").unwrap();
-    let mut hung = spawn_role("hang", &d.socket, &[]);
+    let mut hung = spawn_role(module_path!(), "hang", &d.socket, &[]);
     let line = hung.line(Duration::from_secs(10));
     let deadline: u64 = line
         .strip_prefix("claimed L1 deadline ")

@@ -48,7 +48,7 @@ fn killed_then_found(d: &Daemon, role: &str, payload: &[u8], attempts: u32) {
     let c = d.client();
     let t0 = Instant::now();
     let env = [("XTCQ_FAILPOINTS", "delay.after_publish=kill".to_string())];
-    let mut r = spawn_role(role, &d.socket, &env);
+    let mut r = spawn_role(module_path!(), role, &d.socket, &env);
     let st = r.wait_dead(Duration::from_secs(20));
     assert_eq!(st.signal(), Some(9), "the {role} child should have been killed at the fail point: {st:?}");
     let thief = c.attach_thief(QUEUE).unwrap();

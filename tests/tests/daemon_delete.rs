@@ -244,7 +244,7 @@ fn requeuing_a_dead_letter_attaches_the_process_so_no_delete_resets_the_ring_und
     p.max_attempts = 1;
     c.create_queue(&p).expect("create");
     // Pushed, and failed at its only attempt, by another process, which then exits.
-    let mut role = spawn_role("push-and-fail-one", &d.socket, &[]);
+    let mut role = spawn_role(module_path!(), "push-and-fail-one", &d.socket, &[]);
     role.finish(Duration::from_secs(20));
     let dead = c.dead_letters("dl").expect("dead letters");
     assert_eq!(dead.len(), 1);

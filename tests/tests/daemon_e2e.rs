@@ -173,9 +173,9 @@ fn ten_thousand_jobs_from_an_owner_process_to_a_thief_process_exactly_once() {
     let c = d.client();
     // Small deques, so the owner also spills into the overflow ring.
     queue(&c, "jobs", 2, 256);
-    let mut thief = spawn_role("thief-drain", &d.socket, &qenv("jobs", N));
+    let mut thief = spawn_role(module_path!(), "thief-drain", &d.socket, &qenv("jobs", N));
     assert_eq!(thief.line(Duration::from_secs(10)), "attached");
-    let mut owner = spawn_role("owner-push", &d.socket, &qenv("jobs", N));
+    let mut owner = spawn_role(module_path!(), "owner-push", &d.socket, &qenv("jobs", N));
     assert!(owner.line(Duration::from_secs(10)).starts_with("deque "));
     let o = owner.finish(Duration::from_secs(25));
     assert_eq!(o.last().map(String::as_str), Some("pushed 10000"), "{o:?}");
@@ -228,7 +228,7 @@ fn an_owner_lease_outlives_its_connection_but_not_its_process() {
 
     // A child owns "two"; while it lives nobody else gets it; once it is killed, the lease
     // is released and the deque can be owned again.
-    let mut child = spawn_role("owner-hold", &d.socket, &qenv("two", 0));
+    let mut child = spawn_role(module_path!(), "owner-hold", &d.socket, &qenv("two", 0));
     assert_eq!(child.line(Duration::from_secs(10)), "deque 0");
     assert!(matches!(c.attach_owner("two").unwrap_err(), Error::NoFreeDeque { .. }));
     let pid = child.pid();
@@ -250,7 +250,7 @@ fn the_claimed_job_of_a_killed_thief_is_requeued() {
     queue(&c, "work", 2, 64);
     let owner = c.attach_owner("work").unwrap();
     owner.push(b"job-A").unwrap();
-    let mut dying = spawn_role("claim-and-die", &d.socket, &qenv("work", 1));
+    let mut dying = spawn_role(module_path!(), "claim-and-die", &d.socket, &qenv("work", 1));
     assert_eq!(dying.line(Duration::from_secs(10)), "claimed job-A");
     let _ = dying.finish(Duration::from_secs(10));
     let thief = c.attach_thief("work").unwrap();
@@ -273,7 +273,7 @@ fn a_blocking_steal_is_woken_by_pushes_from_another_process() {
     let c = d.client();
     queue(&c, "wake", 2, 64);
     let owner = c.attach_owner("wake").unwrap();
-    let mut waiter = spawn_role("waiter", &d.socket, &qenv("wake", ROUNDS));
+    let mut waiter = spawn_role(module_path!(), "waiter", &d.socket, &qenv("wake", ROUNDS));
     let mut worst = Duration::ZERO;
     for k in 0..ROUNDS {
         assert_eq!(waiter.line(Duration::from_secs(10)), format!("waiting {k}"));
@@ -303,7 +303,7 @@ fn a_daemon_restart_keeps_queued_jobs() {
     {
         let c = d.client();
         queue(&c, "durable", 2, 64);
-        let mut p = spawn_role("owner-push", &d.socket, &qenv("durable", 500));
+        let mut p = spawn_role(module_path!(), "owner-push", &d.socket, &qenv("durable", 500));
         let lines = p.finish(Duration::from_secs(20));
         assert_eq!(lines.last().map(String::as_str), Some("pushed 500"));
     }
@@ -332,7 +332,7 @@ fn a_process_of_a_disallowed_uid_is_unauthorized() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let mut nobody = spawn_role_with("connect", &d.socket, &[], |c| {
+    let mut nobody = spawn_role_with(module_path!(), "connect", &d.socket, &[], |c| {
         use std::os::unix::process::CommandExt;
         c.uid(65534).gid(65534);
     });

@@ -66,7 +66,12 @@ fn queue() -> QueueParams {
 fn a_scribbler_that_marks_every_slot_taken_locks_nobody_out_not_even_after_a_restart() {
     let mut d = Daemon::builder().flags(MEDIUM_SEGMENT).start();
     d.client().create_queue(&queue()).expect("create");
-    let mut s = spawn_role("scribbler", &d.socket, &[("XTCQ_TEST_SEGMENT", d.segment.display().to_string())]);
+    let mut s = spawn_role(
+        module_path!(),
+        "scribbler",
+        &d.socket,
+        &[("XTCQ_TEST_SEGMENT", d.segment.display().to_string())],
+    );
     assert_eq!(s.line(Duration::from_secs(10)), "scribbled 32");
     s.finish(Duration::from_secs(10));
 

@@ -77,7 +77,7 @@ fn on_an_idle_daemon_a_thief_stopped_after_its_steal_leaves_no_stray() {
     let owner = c.attach_owner(QUEUE).expect("owner");
     owner.push(b"J").expect("push");
     let env = [("XTCQ_FAILPOINTS", "steal.after_cas=sleep:600000".to_string())];
-    let mut stopped = spawn_role("steal", &d.socket, &env);
+    let mut stopped = spawn_role(module_path!(), "steal", &d.socket, &env);
     // Until its steal moved `top` past the job (it is stopped right after).
     let seg = c.segment().expect("segment");
     let q = seg.queue_by_name(QUEUE).expect("queue");

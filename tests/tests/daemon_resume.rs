@@ -247,7 +247,7 @@ fn a_process_keeps_one_slot_across_more_daemon_restarts_than_there_are_spare_slo
     let mut d = Daemon::builder().at(&dir).flags(&sizes).start();
     let c = d.client(); // never attaches: holds no slot
     create_queue(&c);
-    let mut r = spawn_role("resumer", &d.socket, &[]);
+    let mut r = spawn_role(module_path!(), "resumer", &d.socket, &[]);
     let (slot, epoch) = slot_line(&r.line(T));
     let pid = r.pid();
     assert_eq!(slots_of(&c, pid).len(), 1);
@@ -286,7 +286,7 @@ fn a_client_killed_before_it_reconnects_to_a_second_restart_is_recovered_once() 
     let mut d = Daemon::builder().at(&dir).flags(&sizes).start();
     let c = d.client();
     create_queue(&c);
-    let mut r = spawn_role("resumer", &d.socket, &[]);
+    let mut r = spawn_role(module_path!(), "resumer", &d.socket, &[]);
     let (slot, _) = slot_line(&r.line(T));
     let pid = r.pid();
     // Resumed over the second daemon, where it claims three jobs; the third daemon adopts
@@ -346,7 +346,7 @@ fn a_connection_naming_a_slot_that_is_not_its_own_is_refused_and_takes_nothing()
     let c = d.client();
     create_queue(&c);
     // The victim: owner of deque 0 and thief, holding a claimed job.
-    let mut victim = spawn_role("resumer", &d.socket, &[]);
+    let mut victim = spawn_role(module_path!(), "resumer", &d.socket, &[]);
     let (slot, epoch) = slot_line(&victim.line(T));
     let vpid = victim.pid();
     send(&mut victim, "round 0");
@@ -428,7 +428,7 @@ fn a_process_whose_slot_a_restarted_daemon_recovered_is_told_once_then_gets_a_fr
     let mut d = Daemon::builder().at(&dir).flags(MEDIUM_SEGMENT).start();
     let c = d.client();
     create_queue(&c);
-    let mut r = spawn_role("resumer", &d.socket, &[]);
+    let mut r = spawn_role(module_path!(), "resumer", &d.socket, &[]);
     let (slot, epoch) = slot_line(&r.line(T));
     let pid = r.pid();
     // While no daemon runs, the slot's start time in the daemon's own record (its state file;

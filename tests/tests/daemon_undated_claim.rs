@@ -41,7 +41,7 @@ fn a_claim_stalled_before_its_deadline_is_re_queued_after_one_lease() {
     c.create_queue(&p).unwrap();
     c.attach_injector(QUEUE).unwrap().push(b"J").unwrap();
     let env = [("XTCQ_FAILPOINTS", "claim.after_cas=sleep:600000".to_string())];
-    let mut stalled = spawn_role("claim", &d.socket, &env);
+    let mut stalled = spawn_role(module_path!(), "claim", &d.socket, &env);
     // Wait until it holds the job (claimed, no deadline).
     let seg = c.segment().unwrap();
     let held = eventually(Duration::from_secs(10), || {

@@ -212,7 +212,7 @@ fn a_worker_killed_mid_stream_keeps_its_counts() {
     let injector = client.attach_injector("q").unwrap();
     let ready = d.dir().join("unused");
     let mut worker = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lane_worker_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test_name(module_path!(), "lane_worker_child"), "--nocapture", "--test-threads=1"])
         .env("RED8_SOCKET", &d.socket)
         .env("RED8_READY", &ready)
         .env("RED8_STREAM", "1")
@@ -274,7 +274,7 @@ fn a_killed_worker_and_a_restarted_daemon_keep_the_totals_exact() {
     }
     let ready = d.dir().join("worker-ready");
     let mut worker = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lane_worker_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test_name(module_path!(), "lane_worker_child"), "--nocapture", "--test-threads=1"])
         .env("RED8_SOCKET", &d.socket)
         .env("RED8_READY", &ready)
         .stdout(Stdio::null())

@@ -257,7 +257,13 @@ fn another_user_cannot_reach_or_take_a_wake_socket() {
     assert!(socket.exists(), "{} missing", socket.display());
     let try_as = |u: &SystemUser| {
         let out = std::process::Command::new(std::env::current_exe().expect("exe"))
-            .args(["--exact", "wake_role_main", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--exact",
+                &test_name(module_path!(), "wake_role_main"),
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env("XTCQ_TEST_WAKE_SOCKET", &socket)
             .uid(u.id("-u"))
             .gid(u.id("-g"))
@@ -301,7 +307,13 @@ fn a_waiter_killed_while_armed_is_taken_back() {
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "armed_role_main", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            &test_name(module_path!(), "armed_role_main"),
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
         .stdout(std::process::Stdio::piped())
         .spawn()
