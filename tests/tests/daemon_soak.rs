@@ -37,6 +37,8 @@ const QUEUE: &str = "soak";
 const BATCH: usize = 8;
 const WORKERS: usize = 4;
 const RECORDS: u64 = 16384;
+/// The module whose `child_main` the children run (`fleet` spawns them from its own module).
+const ROLES: &str = module_path!();
 
 /// The entry point of child processes; an ordinary (empty) test when `XTCQ_TEST_ROLE` is
 /// unset.

@@ -16,7 +16,7 @@ use xtcq_shm::segment::monotonic_ns;
 use xtcq_testkit::*;
 
 use super::tally::line_count;
-use super::{QUEUE, WORKERS};
+use super::{QUEUE, ROLES, WORKERS};
 
 /// The soak's sizes, from the environment (see the module docs of `daemon_soak.rs`).
 pub struct Settings {
@@ -129,7 +129,7 @@ impl Fleet {
             ("XTCQ_TEST_N", n.to_string()),
         ];
         self.producer_logs.push(log.clone());
-        self.producer = Some(Child { role: spawn_role("producer", &self.socket, &env), log });
+        self.producer = Some(Child { role: spawn_role(ROLES, "producer", &self.socket, &env), log });
     }
 
     fn spawn_worker(&mut self) -> Child {
@@ -141,7 +141,7 @@ impl Fleet {
             ("XTCQ_SOAK_WORK_US", env_or("XTCQ_SOAK_WORK_US", 200).to_string()),
         ];
         self.worker_logs.push(log.clone());
-        Child { role: spawn_role("worker", &self.socket, &env), log }
+        Child { role: spawn_role(ROLES, "worker", &self.socket, &env), log }
     }
 
     /// Whether the producer is running (`false` once it exited; a failure fails the soak).
