@@ -36,7 +36,9 @@ fn payload(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole() {
-    let d = Daemon::start_with(SEGMENT);
+    // Scans an hour apart: a scan writes the daemon's header back (the next test), and on a
+    // loaded host one did so, 100 ms after the forgery, before `xtcq check` had attached.
+    let d = Daemon::start_with(&[SEGMENT, &["--lease-scan-interval", "1h"]].concat());
     let c = d.client();
     let q = QueueParams {
         name: "q".into(),
