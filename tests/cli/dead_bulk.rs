@@ -122,8 +122,8 @@ fn requeue_of_a_job_that_is_not_a_dead_letter_of_the_queue_changes_nothing() {
 
 /// The figures of the report: `time xtcq dead q --requeue` of `XTCQ_MEASURE_N`
 /// dead letters (default 65536) with the `xtcq` at `XTCQ_MEASURE_BIN` (default this build),
-/// e.g. `XTCQ_MEASURE_BIN=/path/to/old/xtcq XTCQ_MEASURE_N=4096 cargo test -p xtcq-cli
-/// --test dead_bulk -- --ignored --nocapture`.
+/// e.g. `XTCQ_MEASURE_BIN=/path/to/old/xtcq XTCQ_MEASURE_N=4096 cargo test -p xtcq-tests
+/// --test cli -- --ignored --nocapture dead_bulk::`.
 #[test]
 #[ignore = "a measurement, not a test"]
 fn measure_requeue() {

@@ -15,7 +15,7 @@ fn create_ls_push_steal_stats_round_trip() {
     let d = Daemon::start();
     ok(&d.run(&["create", "jobs", "--deques", "2", "--capacity", "64"]));
     // Creating it again: an error, unless --exist-ok with the same settings
-    // (tests/tests/create_exist_ok.rs: other settings).
+    // (tests/client/create_exist_ok.rs: other settings).
     let again = d.run(&["create", "jobs"]);
     assert_eq!(code(&again), 1);
     assert!(stderr(&again).contains("queue already exists: jobs"), "{}", stderr(&again));
