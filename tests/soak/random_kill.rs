@@ -4,8 +4,8 @@
 //! socket and segment (the clients keep working in shared memory; the new daemon adopts them).
 //!
 //! ```sh
-//! cargo test --release -p xtcq-tests --test daemon_soak -- --ignored --nocapture
-//! XTCQ_SOAK_JOBS=20000 cargo test -p xtcq-tests --test daemon_soak -- --ignored --nocapture   # small
+//! cargo test --release -p xtcq-tests --test soak -- --ignored --nocapture
+//! XTCQ_SOAK_JOBS=20000 cargo test -p xtcq-tests --test soak -- --ignored --nocapture   # small
 //! ```
 //!
 //! Sizes from the environment: `XTCQ_SOAK_JOBS` (default 200,000), `XTCQ_SOAK_SECS` (stop
@@ -183,9 +183,7 @@ fn work(thief: &ThiefHandle, stop: &AtomicBool) -> Result<(), Error> {
 // ---------------------------------------------------------------------------------------
 // The parent side.
 
-#[path = "daemon_soak/fleet.rs"]
 mod fleet;
-#[path = "daemon_soak/tally.rs"]
 mod tally;
 
 #[test]

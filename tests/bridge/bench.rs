@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! cargo build --release -p xtcq-cli -p xtcq-bridge
-//! cargo test --release -p xtcq-tests --test bridge_bench -- --ignored --nocapture
+//! cargo test --release -p xtcq-tests --test bridge -- --ignored --nocapture bench::
 //! ```
 //!
 //! `XTCQ_BRIDGE_BENCH_JOBS` (20,000) jobs of 16 bytes; `XTCQ_BRIDGE_BENCH_PINGS` (200) single
