@@ -24,6 +24,7 @@ pub mod python;
 pub mod rng;
 pub mod role;
 pub mod runs;
+pub mod scribble;
 pub mod sizes;
 pub mod skip;
 pub mod tmux;

@@ -5,7 +5,6 @@
 //! Cross-user tests create their own unprivileged user when run as root and print
 //! "skipped" otherwise.
 
-use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -72,7 +71,7 @@ fn names_read_from_the_segment_are_printed_escaped_and_bad_names_refused() {
     let placeholder = "q".repeat(evil.len());
     let o = run(&mut xtcq(&d, &["create", &placeholder]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    scribble(&d.segment, placeholder.as_bytes(), evil.as_bytes());
+    xtcq_testkit::scribble::replace_first(&d.segment, placeholder.as_bytes(), evil.as_bytes());
     for cmd in ["ls", "stats"] {
         let o = run(&mut xtcq(&d, &[cmd]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -100,13 +99,4 @@ fn names_read_from_the_segment_are_printed_escaped_and_bad_names_refused() {
     let o = run(&mut xtcq(&d, &["dead", "jobs.v2_high-prio"]));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!out.contains('\u{1b}') && out.contains("bad\\x1b[31mred"), "{}", text(&o));
-}
-
-/// Overwrites the first occurrence of `from` in the file at `path` with `to` (same length).
-fn scribble(path: &Path, from: &[u8], to: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let bytes = std::fs::read(path).expect("read segment");
-    let at = bytes.windows(from.len()).position(|w| w == from).expect("the name is in the segment");
-    let f = std::fs::OpenOptions::new().write(true).open(path).expect("open segment");
-    f.write_all_at(to, at as u64).expect("scribble");
 }

@@ -20,7 +20,6 @@
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -218,8 +217,7 @@ fn garbage_in_a_block_reference_is_named_by_check_and_the_daemon_serves_on() {
     let i = (0..records.len()).find(|&i| records.held_block(i).is_some()).expect("the job's record");
     let hdr_off = seg.descriptor().regions.records + u64::from(i) * seg.descriptor().regions.record_stride;
     let ref_off = hdr_off + xtcq_shm::layout::RECORD_HEADER_SIZE as u64;
-    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open");
-    f.write_all_at(&u64::MAX.to_ne_bytes(), ref_off).expect("scribble");
+    scribble::write_at(&d.segment, ref_off, &u64::MAX.to_ne_bytes());
     let o = d.run(&["check"]);
     assert_ne!(code(&o), 0, "check found nothing: {}", stdout(&o));
     let out = format!("{}{}", stdout(&o), stderr(&o));
@@ -332,8 +330,7 @@ fn a_dead_letter_with_a_garbage_block_reference_is_listed_requeued_and_purged_sa
     let off = seg.descriptor().regions.records
         + u64::from(i) * seg.descriptor().regions.record_stride
         + xtcq_shm::layout::RECORD_HEADER_SIZE as u64;
-    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open");
-    f.write_all_at(&(6u64 << 32 | 1).to_ne_bytes(), off).expect("scribble");
+    scribble::write_at(&d.segment, off, &(6u64 << 32 | 1).to_ne_bytes());
     // Listing, re-queueing and purging go on; the daemon serves on.
     let o = d.run(&["dead", "q", "--json"]);
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));

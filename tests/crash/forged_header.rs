@@ -77,9 +77,7 @@ fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole()
     forged[1] = 4;
     let at = core::mem::offset_of!(SegmentDescriptor, config)
         + core::mem::offset_of!(SegmentConfig, payload_blocks);
-    let bytes: Vec<u8> = forged.iter().flat_map(|n| n.to_ne_bytes()).collect();
-    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open");
-    f.write_all_at(&bytes, at as u64).expect("forge");
+    scribble::write_at(&d.segment, at as u64, &scribble::u32_bytes(&forged));
 
     // Later attachers: refused, saying why.
     let o = d.run_in(
@@ -114,7 +112,7 @@ fn the_daemon_writes_its_validated_header_back_over_a_forged_one() {
     f.read_exact_at(&mut before, at).expect("read");
     let mut forged = [0u32; PAYLOAD_CLASSES];
     forged[1] = 4;
-    let bytes: Vec<u8> = forged.iter().flat_map(|n| n.to_ne_bytes()).collect();
+    let bytes = scribble::u32_bytes(&forged);
     f.write_all_at(&bytes, at).expect("forge");
     // Within a few scans the header is the daemon's again: a file check (no daemon asked)
     // then lays the segment out as the daemon does.

@@ -126,12 +126,11 @@ fn garbage_in_the_owner_table_crashes_nothing_and_is_swept() {
     // record number far out of range.
     let words: Vec<u64> =
         (0..11u64).map(|i| [u64::MAX, 1, (0xdead_beef << 32) | 0xffff_fff0, 7 + i][i as usize % 4]).collect();
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let f = std::fs::OpenOptions::new().write(true).open(&d.segment).expect("open the segment");
+    let bytes = scribble::u64_bytes(&words);
     // The daemon's scan (every 100 ms) frees what no live job holds, so the stats below may see
     // the garbage or not: each answer must be sane either way (`held` checks the sums).
     for _ in 0..5 {
-        std::os::unix::fs::FileExt::write_all_at(&f, &bytes, blocks_at).expect("scribble");
+        scribble::write_at(&d.segment, blocks_at, &bytes);
         let [small, large] = held(&d);
         assert!(small <= 8 && large <= 3, "{small} {large}");
         ok(&d.run(&["stats"]));
