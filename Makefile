@@ -3,7 +3,7 @@
 # completions, and the C library: libxtcq.so.0 (soname) with its links, libxtcq.a, xtcq.h
 # and xtcq.pc for pkg-config (`cc prog.c $(pkg-config --cflags --libs xtcq)`).
 #
-#   make install                       # builds (release) and installs under /usr/local
+#   make install                       # builds (dist profile) and installs under /usr/local
 #   make install PREFIX=/usr DESTDIR=pkg   # for a package: files under pkg/usr/...
 #   make install NO_BUILD=1 BIN=dir    # installs binaries and libxtcq.{so,a} already built there
 #   make install PREFIX=$HOME/.local   # outside the linker's path: xtcq.pc adds an rpath
@@ -14,7 +14,7 @@
 PREFIX ?= /usr/local
 DESTDIR ?=
 CARGO ?= cargo
-BIN ?= target/release
+BIN ?= target/dist
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 DOCDIR ?= $(PREFIX)/share/doc/xtcq
@@ -38,7 +38,7 @@ comma := ,
 .PHONY: build install
 
 build:
-	$(CARGO) build --locked --release -p xtcqd -p xtcq-cli -p xtcq-capi -p xtcq-bridge
+	$(CARGO) build --locked --profile dist -p xtcqd -p xtcq-cli -p xtcq-capi -p xtcq-bridge
 
 install: $(if $(NO_BUILD),,build)
 	$(INSTALL) -Dm755 $(BIN)/xtcqd $(DESTDIR)$(BINDIR)/xtcqd

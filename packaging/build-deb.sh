@@ -3,15 +3,15 @@
 # xtcq-bridge, libxtcq.so.0 / .a, xtcq.h, xtcq.pc, the systemd units, the sysusers entry,
 # the man pages and the shell completions. dpkg-deb only: no debhelper needed.
 #
-#   packaging/build-deb.sh [OUTDIR]              # builds the release binaries first
-#   NO_BUILD=1 BIN=target/release packaging/build-deb.sh [OUTDIR]
+#   packaging/build-deb.sh [OUTDIR]              # builds the binaries first (dist profile)
+#   NO_BUILD=1 BIN=target/dist packaging/build-deb.sh [OUTDIR]
 #
 # Prints the path of the .deb. Installing it runs systemd-sysusers (user and group xtcq);
 # the service is enabled by the administrator: `systemctl enable --now xtcqd`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/deb}
-bin=${BIN:-target/release}
+bin=${BIN:-target/dist}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
 if [ -z "${NO_BUILD:-}" ]; then

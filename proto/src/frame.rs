@@ -15,7 +15,7 @@
 //!
 //! The blocking helpers here serve clients (std sockets). The daemon reads and writes the same
 //! format with tokio-util's `LengthDelimitedCodec` configured to it (`xtcqd::server::framing`);
-//! `tests/tests/daemon_framing.rs` runs the two against each other. [`decode`] is shared: the
+//! `tests/daemon/framing.rs` runs the two against each other. [`decode`] is shared: the
 //! body is the same JSON either way.
 
 use std::io::{self, Read, Write};

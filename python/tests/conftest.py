@@ -1,7 +1,7 @@
 """A real xtcqd per test, on a socket and segment of its own.
 
 $XTCQ_DAEMON names the daemon binary (cargo's test runner sets it); else the repository's
-target/debug/xtcqd. `xtcq` is the installed package (tests/tests/python.rs installs the
+target/debug/xtcqd. `xtcq` is the installed package (tests/python/main.rs installs the
 wheel in a fresh venv), never python/xtcq/ from the source tree: that has no extension.
 """
 

@@ -380,7 +380,7 @@ def test_cancelled_async_steals_take_nothing(daemon):
     import asyncio
     import random
 
-    # As the tokio test (tests/tests/wake_fd.rs): 1,000 jobs across two consumer tasks whose
+    # As the tokio test (tests/client/wake_fd.rs): 1,000 jobs across two consumer tasks whose
     # steals a timer cancels at random points; every job taken once, none left claimed.
     queue = "cq"
     xtcq.Client(daemon).create_queue(queue)

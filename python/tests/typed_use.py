@@ -1,5 +1,5 @@
 """Every class and call of the package, typed: `mypy --strict` checks this file against
-the installed package's stubs (tests/tests/python.rs). It is never run, only checked."""
+the installed package's stubs (tests/python/main.rs). It is never run, only checked."""
 
 from typing import List, Optional
 

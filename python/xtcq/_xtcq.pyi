@@ -1,5 +1,5 @@
 """Types of the extension module xtcq._xtcq (python/src/*.rs); checked against it by
-`python -m mypy.stubtest xtcq` (tests/tests/python.rs)."""
+`python -m mypy.stubtest xtcq` (tests/python/main.rs)."""
 
 import os
 from types import TracebackType

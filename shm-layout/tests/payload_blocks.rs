@@ -12,12 +12,14 @@ use xtcq_shm::layout::payload::{class_size, PAYLOAD_CLASSES};
 use xtcq_shm::layout::RECORD_HEADER_SIZE;
 use xtcq_shm::{Flavor, JobError, Owner, PushError, QueueSpec, Segment, SegmentConfig, Thief};
 
+// testkit's block lists (std only): this package cannot link testkit (testkit links this
+// crate, through the client), so it includes the file by path.
+#[allow(dead_code)] // only `block_counts` is used here
+#[path = "../../testkit/src/scribble.rs"]
+mod scribble;
+
 fn blocks(list: &[(u32, u32)]) -> [u32; PAYLOAD_CLASSES] {
-    let mut b = [0; PAYLOAD_CLASSES];
-    for &(size, n) in list {
-        b[(0..PAYLOAD_CLASSES).find(|&k| class_size(k) == size).expect("a class size")] = n;
-    }
-    b
+    scribble::block_counts(list, class_size)
 }
 
 /// Small records, and a few blocks of 256 B, 4 KiB and 64 KiB.

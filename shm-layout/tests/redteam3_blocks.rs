@@ -34,12 +34,14 @@ use xtcq_shm::{ClaimedBatch, Flavor, Injector, Owner, PushError, QueueSpec, Segm
 mod rng;
 use rng::Rng;
 
+// testkit's block lists (std only): this package cannot link testkit (testkit links this
+// crate, through the client), so it includes the file by path.
+#[allow(dead_code)] // only `block_counts` is used here
+#[path = "../../testkit/src/scribble.rs"]
+mod scribble;
+
 fn blocks(list: &[(u32, u32)]) -> [u32; PAYLOAD_CLASSES] {
-    let mut b = [0; PAYLOAD_CLASSES];
-    for &(size, n) in list {
-        b[(0..PAYLOAD_CLASSES).find(|&k| class_size(k) == size).expect("a class size")] = n;
-    }
-    b
+    scribble::block_counts(list, class_size)
 }
 
 fn config(inline_bytes: u32, payload_bytes: u32, list: &[(u32, u32)]) -> SegmentConfig {

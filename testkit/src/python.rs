@@ -10,6 +10,7 @@
 //! - The wheel's crate is built in `python` under the target directory (its own cargo
 //!   workspace and lock, `--locked`), so a rebuild is incremental.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -125,6 +126,17 @@ impl PythonEnv {
             .env_remove("PYTHONPATH")
             .env_remove("PYTHONHOME")
             .env("PYTHONDONTWRITEBYTECODE", "1");
+        // Python makes SIGINT a KeyboardInterrupt only if SIGINT is not ignored when it starts,
+        // and an ignored signal stays ignored across exec: `cargo test` run in the background
+        // by a non-interactive shell (`cargo test &`, nohup) ignores it, and the suite's Ctrl-C
+        // tests failed there.
+        // SAFETY: signal(2) is async-signal-safe, and the closure touches nothing else.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            })
+        };
         cmd
     }
 

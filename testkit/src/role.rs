@@ -1,8 +1,9 @@
 //! A test binary re-run as a child process in a named role (`XTCQ_TEST_ROLE`), and the
 //! `@@ ` lines it reports back.
 //!
-//! - The child runs the test binary's `child_main` test only; [`child_entry`] makes that an
-//!   empty test when no role is set.
+//! - The child runs one test of the binary, its module's `child_main`, selected with `--exact`
+//!   and the name libtest gives it ([`test_name`]: one binary holds many modules, each may have
+//!   its own `child_main`); [`child_entry`] makes that an empty test when no role is set.
 //! - A role reports with [`out`], one flushed line at a time (it may be killed next), and
 //!   ends with `std::process::exit`, skipping destructors on purpose for the roles that stand
 //!   for a crash.
@@ -24,20 +25,33 @@ pub struct Role {
     pub lines: Receiver<String>,
 }
 
-/// Spawns this test binary as role `role` against `socket`, with `env`.
-pub fn spawn_role(role: &str, socket: &Path, env: &[(&str, String)]) -> Role {
-    spawn_role_with(role, socket, env, |_| {})
+/// The name libtest gives the test `name` of the module whose `module_path!()` is `module`:
+/// the path without the test binary's crate (`daemon::e2e` and `child_main` give
+/// `e2e::child_main`; at a binary's root, `child_main`). What `--exact` selects when a test
+/// binary re-runs itself as a child process.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_binary, inner)) => format!("{inner}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Spawns this test binary as role `role` of the `child_main` in module `module` (the
+/// caller's `module_path!()`) against `socket`, with `env`.
+pub fn spawn_role(module: &str, role: &str, socket: &Path, env: &[(&str, String)]) -> Role {
+    spawn_role_with(module, role, socket, env, |_| {})
 }
 
 /// [`spawn_role`], letting `f` adjust the command first.
 pub fn spawn_role_with(
+    module: &str,
     role: &str,
     socket: &Path,
     env: &[(&str, String)],
     f: impl FnOnce(&mut Command),
 ) -> Role {
     let mut c = Command::new(std::env::current_exe().expect("test exe"));
-    c.args(["--exact", "child_main", "--nocapture", "--test-threads", "1"])
+    c.args(["--exact", &test_name(module, "child_main"), "--nocapture", "--test-threads", "1"])
         .env("XTCQ_TEST_ROLE", role)
         .env("XTCQ_SOCKET", socket)
         .stdin(Stdio::piped())

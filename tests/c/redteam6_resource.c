@@ -1,6 +1,6 @@
 /*
  * redteam6_resource.c: the C API's entry points when this process is out of file
- * descriptors or address space, for tests/tests/redteam6_resource.rs.
+ * descriptors or address space, for tests/capi/resource_limits.rs.
  *
  *   usage: redteam6_resource SOCKET shm QUEUE
  *            with no fd free: push, batch push, steal, steal_wait, ack each work (they use the

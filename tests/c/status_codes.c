@@ -1,6 +1,6 @@
 /*
  * status_codes.c: produces every status the C API can return to a correct caller and
- * prints "produced NAME" for each; tests/tests/capi.rs checks the list against xtcq.h.
+ * prints "produced NAME" for each; tests/capi/programs.rs checks the list against xtcq.h.
  *
  *   usage: status_codes SOCKET REFUSING_SOCKET
  *   SOCKET: a daemon that admits us; REFUSING_SOCKET: one that does not.

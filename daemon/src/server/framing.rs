@@ -4,7 +4,7 @@
 //! Rules kept:
 //! - the codec is configured to exactly proto's wire format and its limit
 //!   ([`proto::MAX_FRAME_LEN`]): a longer announced body is refused from its 4 length bytes,
-//!   before anything is allocated; `tests/tests/daemon_framing.rs` runs it against proto's blocking
+//!   before anything is allocated; `tests/daemon/framing.rs` runs it against proto's blocking
 //!   side both ways;
 //! - answers may be larger, up to [`proto::MAX_REPLY_LEN`] ([`encode_reply`]): only clients
 //!   read them, and a whole-segment `Stats` of a big queue table needs more than 64 KiB;

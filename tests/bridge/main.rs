@@ -1,0 +1,18 @@
+//! `xtcq-bridge` with a real nats-server: jobs carried between hosts, authentication,
+//! identities, names, faults, a NATS server that is away, and the throughput bench
+//! (ignored).
+//!
+//! One test binary (`cargo test -p xtcq-tests --test bridge`), one module per feature: a
+//! new test of this area goes into the module of its feature, or a new module declared
+//! here. A test that re-runs this binary as a child process selects its test with `--exact`
+//! and `xtcq_testkit::test_name(module_path!(), ...)`, since the names libtest gives carry
+//! the module's path. The modules' tests run in parallel threads of one process: no fixed
+//! names, ports or users, and no `std::env::set_var`.
+
+mod auth;
+mod bench;
+mod end_to_end;
+mod faults;
+mod identity;
+mod names;
+mod nats_away;

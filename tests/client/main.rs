@@ -1,0 +1,21 @@
+//! The Rust client library across processes and threads: `fork()` and inherited handles,
+//! the thread it does not start, wake descriptors, idempotent creates and the counters'
+//! handle lanes.
+//!
+//! One test binary (`cargo test -p xtcq-tests --test client`), one module per feature: a
+//! new test of this area goes into the module of its feature, or a new module declared
+//! here. A test that re-runs this binary as a child process selects its test with `--exact`
+//! and `xtcq_testkit::test_name(module_path!(), ...)`, since the names libtest gives carry
+//! the module's path. The modules' tests run in parallel threads of one process: no fixed
+//! names, ports or users, and no `std::env::set_var`.
+
+mod create_exist_ok;
+mod fork_drop_client;
+mod fork_drop_job;
+mod fork_go_on;
+mod fork_inherited_ops;
+mod fork_reconnect;
+mod handle_lanes;
+mod no_threads;
+mod wake_fd;
+mod wake_herd;

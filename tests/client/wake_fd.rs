@@ -1,0 +1,340 @@
+//! Waiting for work from an event loop: a thief's wake descriptor (`ThiefHandle::wake_fd`),
+//! polled as epoll, libuv, tokio or PostgreSQL's `WaitEventSet` would. Real daemon, real
+//! producer processes (`xtcq push`), real `poll(2)`.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use xtcq_client::{Client, Error, QueueParams, ThiefHandle, WakeFd};
+use xtcq_testkit::*;
+
+fn params(name: &str) -> QueueParams {
+    QueueParams { capacity: 64, ..QueueParams::new(name) }
+}
+
+/// Polls `fd` for up to `t`; whether it became readable.
+fn readable(fd: &impl AsFd, t: Duration) -> bool {
+    let ts = rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 };
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
+/// An event loop's take of one job: steal or arm, poll, clear, again; gives up after `limit`
+/// without a wake (a lost wake-up, when a job was pushed).
+fn take_one<'a>(t: &'a ThiefHandle, w: &WakeFd, limit: Duration) -> Option<(xtcq_client::Job<'a>, u32)> {
+    let mut polls = 0;
+    loop {
+        if let Some(j) = t.steal_or_arm(w).expect("steal_or_arm") {
+            return Some((j, polls));
+        }
+        if !readable(w, limit) {
+            return None;
+        }
+        polls += 1;
+        w.clear().expect("clear");
+    }
+}
+
+/// A consumer armed on its descriptor is woken by a push from another process, and sleeps
+/// (not readable) while there is nothing.
+#[test]
+fn a_push_from_another_process_wakes_the_descriptor() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("a wake descriptor");
+    assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none(), "nothing queued yet");
+    assert!(!readable(&w, Duration::from_millis(200)), "readable with nothing pushed");
+    ok(&d.run(&["push", "q", "hello"]));
+    assert!(readable(&w, Duration::from_secs(10)), "the push did not wake the descriptor");
+    w.clear().expect("clear");
+    let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the job");
+    assert_eq!(j.payload().expect("payload"), b"hello");
+    j.ack().expect("ack");
+}
+
+/// The daemon killed while a consumer waits: the descriptor becomes readable, and `clear`
+/// says the daemon is gone (an event loop notices instead of sleeping forever).
+#[test]
+fn the_daemon_going_away_makes_the_descriptor_readable() {
+    let mut d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("a wake descriptor");
+    assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none());
+    d.kill();
+    assert!(readable(&w, Duration::from_secs(10)), "the daemon's death did not make it readable");
+    assert!(matches!(w.clear(), Err(Error::DaemonLost { .. })), "clear must say the daemon is gone");
+}
+
+/// 4 consumer threads, each its own descriptor and event loop, 400 jobs pushed by other
+/// processes at random gaps (some while everyone sleeps): every job is taken once, and no
+/// consumer ever waited 3 s for a wake while a job was queued (a lost wake-up).
+#[test]
+fn sleeping_descriptor_waiters_lose_no_wake() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let total = 400;
+    let taken = std::sync::Mutex::new(Vec::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let c = Client::connect(Some(&d.socket)).expect("connect");
+                let t = c.attach_thief("q").expect("thief");
+                let w = t.wake_fd().expect("wake");
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    match take_one(&t, &w, Duration::from_secs(3)) {
+                        Some((j, _)) => {
+                            let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+                            j.ack().expect("ack");
+                            let mut v = taken.lock().unwrap();
+                            v.push(p);
+                            if v.len() == total {
+                                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        None => {
+                            let queued = d.stats()["records"]["queued"].as_u64().unwrap_or(0);
+                            assert_eq!(
+                                queued, 0,
+                                "a consumer waited 3 s without a wake while {queued} jobs were queued"
+                            );
+                        }
+                    }
+                }
+            });
+        }
+        let mut rng = Rng::new(7);
+        let start = Instant::now();
+        let mut i = 0;
+        while i < total {
+            let n = (rng.below(8) + 1).min((total - i) as u64) as usize;
+            let batch: String = (i..i + n).map(|k| format!("job {k}\n")).collect();
+            ok(&d.run_in(&["push", "q"], batch.as_bytes()));
+            i += n;
+            std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+        }
+        let deadline = start + Duration::from_secs(120);
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "jobs not all taken: {}", taken.lock().unwrap().len());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut got = taken.into_inner().unwrap();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), total, "every job taken once");
+}
+
+/// In a child forked after the descriptor was made, it is refused like any inherited handle,
+/// and the parent's waiter goes on.
+#[test]
+fn an_inherited_descriptor_is_refused_in_the_child() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    let pid = fork_child(|| match (w.clear(), t.steal_or_arm(&w)) {
+        (Err(Error::Forked), Err(Error::Forked)) => 0,
+        _ => 1,
+    });
+    assert_eq!(wait_forked(pid), 0, "the child was not refused");
+    assert!(t.steal_or_arm(&w).expect("the parent goes on").is_none());
+    ok(&d.run(&["push", "q", "x"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
+}
+
+/// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
+/// `select!` (cancelled at random points, hundreds of times): every job acked once, none
+/// left claimed, none waiting.
+#[test]
+fn tokio_steals_cancelled_at_random_points_lose_and_hold_nothing() {
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    let total = 1000usize;
+    let acked = std::sync::Mutex::new(Vec::new());
+    let cancelled = std::sync::atomic::AtomicUsize::new(0);
+    let consumer = |seed: u64| {
+        let (acked, cancelled, socket) = (&acked, &cancelled, d.socket.clone());
+        async move {
+            let c = Client::connect(Some(&socket)).expect("connect");
+            let t = c.attach_thief("q").expect("thief");
+            let wake = xtcq_client::AsyncWake::new(t.wake_fd().expect("wake")).expect("register");
+            let mut rng = Rng::new(seed);
+            while acked.lock().unwrap().len() < total {
+                let timer = tokio::time::sleep(Duration::from_micros(rng.below(3000)));
+                tokio::select! {
+                    j = t.steal_async(&wake) => {
+                        let j = j.expect("steal_async");
+                        let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+                        j.ack().expect("ack");
+                        acked.lock().unwrap().push(p);
+                    }
+                    _ = timer => { cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed); }
+                }
+            }
+        }
+    };
+    let producer = std::thread::spawn({
+        let socket = d.socket.clone();
+        move || {
+            let c = Client::connect(Some(&socket)).expect("connect");
+            let inj = c.attach_injector("q").expect("injector");
+            let mut rng = Rng::new(3);
+            for i in 0..total {
+                while inj.push(format!("job {i}").as_bytes()).is_err() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if rng.below(10) == 0 {
+                    std::thread::sleep(Duration::from_micros(rng.below(5000)));
+                }
+            }
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async { tokio::join!(consumer(1), consumer(2)) });
+    producer.join().expect("producer");
+    let mut got = acked.into_inner().unwrap();
+    assert!(cancelled.load(std::sync::atomic::Ordering::Relaxed) > 0, "no steal was ever cancelled");
+    got.sort();
+    let n = got.len();
+    got.dedup();
+    assert_eq!((n, got.len()), (total, total), "each job acked once");
+    let s = d.stats();
+    assert_eq!(s["records"]["queued"].as_u64(), Some(0), "{s}");
+    assert_eq!(s["records"]["claimed"].as_u64(), Some(0), "a job left claimed: {s}");
+}
+
+/// The role for [`another_user_cannot_reach_or_take_a_wake_socket`]: tries to send a wake to
+/// the socket at `$XTCQ_TEST_WAKE_SOCKET` and to bind a name beside it; prints both results.
+#[test]
+fn wake_role_main() {
+    let Ok(path) = std::env::var("XTCQ_TEST_WAKE_SOCKET") else { return };
+    use rustix::net::{bind, sendto, socket, AddressFamily, SendFlags, SocketAddrUnix, SocketType};
+    let s = socket(AddressFamily::UNIX, SocketType::DGRAM, None).expect("socket");
+    let sent = sendto(&s, b"x", SendFlags::DONTWAIT, &SocketAddrUnix::new(path.as_str()).expect("addr"));
+    let beside = std::path::Path::new(&path).with_file_name("0.200");
+    let b = socket(AddressFamily::UNIX, SocketType::DGRAM, None).expect("socket");
+    let bound = bind(&b, &SocketAddrUnix::new(&beside).expect("addr"));
+    println!("@@ send {:?} bind {:?}", sent.map(|_| ()), bound);
+}
+
+/// A local user outside the daemon's group can neither send a waiter a wake nor bind a name
+/// in the wake directory first (the directory is the daemon's, 0750 for its group); a member
+/// of the group can send one, which is at most a spurious wake.
+#[test]
+fn another_user_cannot_reach_or_take_a_wake_socket() {
+    if !is_root() {
+        xtcq_testkit::skipped("needs root to create users");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqw{tag}");
+    let member = SystemUser::create(&format!("xtcqwm{tag}"), &group);
+    let outsider = SystemUser::create(&format!("xtcqwo{tag}"), &format!("xtcqwx{tag}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::builder()
+        .in_dir(dir)
+        .flags(["--group", group.as_str(), "--allow-uid", member.user.as_str()])
+        .start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let mut wake_dir = d.socket.clone().into_os_string();
+    wake_dir.push(".wake");
+    let socket = std::path::Path::new(&wake_dir).join(format!("{}.0", 0));
+    assert!(socket.exists(), "{} missing", socket.display());
+    let try_as = |u: &SystemUser| {
+        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                &test_name(module_path!(), "wake_role_main"),
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("XTCQ_TEST_WAKE_SOCKET", &socket)
+            .uid(u.id("-u"))
+            .gid(u.id("-g"))
+            .output()
+            .expect("role");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find_map(|l| l.split_once("@@ ").map(|(_, r)| r.to_string())).unwrap_or(text)
+    };
+    let o = try_as(&outsider);
+    assert!(o.starts_with("send Err(Os { code: 13"), "an outsider reached the socket: {o}");
+    assert!(o.contains("bind Err("), "an outsider bound a name in the wake directory: {o}");
+    let m = try_as(&member);
+    assert!(m.starts_with("send Ok"), "a member of the group cannot send: {m}");
+    assert!(m.contains("bind Err("), "a member bound a name in the daemon's directory: {m}");
+    // What the member's datagram did: a wake, spurious (no job), nothing else.
+    assert!(readable(&w, Duration::from_secs(10)));
+    w.clear().expect("clear");
+    assert!(t.steal_or_arm(&w).expect("steal").is_none(), "a datagram made a job");
+}
+
+/// The role for [`a_waiter_killed_while_armed_is_taken_back`]: arms a wake descriptor on
+/// queue `q`, says so, and waits to be killed.
+#[test]
+fn armed_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_ARMED_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    println!("@@ armed");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A waiter killed -9 while armed: the daemon takes its descriptor back (its socket is
+/// removed, its bit disarmed, the sleeper count back to 0), and a push then wakes the
+/// waiter that is left, not the dead one.
+#[test]
+fn a_waiter_killed_while_armed_is_taken_back() {
+    use std::io::BufRead;
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            &test_name(module_path!(), "armed_role_main"),
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    while !lines.next().expect("a line").expect("read").contains("@@ armed") {}
+    let sleepers = || {
+        let s = d.stats();
+        s["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
+    };
+    assert_eq!(sleepers(), 1, "the child is armed");
+    let mut wake_dir = d.socket.clone().into_os_string();
+    wake_dir.push(".wake");
+    let entries = || std::fs::read_dir(&wake_dir).expect("wake dir").count();
+    assert_eq!(entries(), 1);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    wait_until(Duration::from_secs(10), "the dead waiter taken back", || sleepers() == 0 && entries() == 0);
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    ok(&d.run(&["push", "q", "after"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");
+}

@@ -1,0 +1,15 @@
+//! What the documentation promises, run as written: the README's shell session, the
+//! examples, man pages and completions, the crate layering data files and `make install`.
+//!
+//! One test binary (`cargo test -p xtcq-tests --test docs`), one module per feature: a new
+//! test of this area goes into the module of its feature, or a new module declared here. A
+//! test that re-runs this binary as a child process selects its test with `--exact` and
+//! `xtcq_testkit::test_name(module_path!(), ...)`, since the names libtest gives carry the
+//! module's path. The modules' tests run in parallel threads of one process: no fixed
+//! names, ports or users, and no `std::env::set_var`.
+
+mod dependencies;
+mod examples;
+mod install;
+mod man_completions;
+mod readme_session;
