@@ -4,7 +4,7 @@
 //! run so that both see the same noise; the medians per steal + ack are printed.
 //!
 //! ```sh
-//! cargo bench -p xtcq-benches --bench flow_claim     # XTCQ_BENCH_N (jobs per run, 100,000), XTCQ_BENCH_RUNS (15)
+//! cargo bench -p xtcq-benches --bench flow_claim     # XTCQ_BENCH_N (jobs per run, 100,000), XTCQ_BENCH_RUNS (15), XTCQ_BENCH_CONTROL=1 (no limit on either)
 //! ```
 //!
 //! One process, one thread, no daemon: the segment is made in a temporary directory and the
@@ -53,7 +53,11 @@ fn main() {
     let free = seg.create_queue(&spec).expect("queue");
     spec.name = "limited".into();
     let limited = seg.create_queue(&spec).expect("queue");
-    seg.set_max_running(limited.index, u32::MAX >> 1);
+    // XTCQ_BENCH_CONTROL=1 leaves the second queue without a limit too: what the two
+    // queues differ by besides the limit (their memory), for comparison.
+    if env_u64("XTCQ_BENCH_CONTROL", 0) == 0 {
+        seg.set_max_running(limited.index, u32::MAX >> 1);
+    }
     let pairs = [&free, &limited].map(|q| {
         (Owner::new(seg.clone(), q, 0, 0).expect("owner"), Thief::new(seg.clone(), q, 1).expect("thief"))
     });
