@@ -120,6 +120,9 @@ enum Command {
     Pause(flow::FlowArgs),
     /// Resume a paused queue, waking its sleeping consumers.
     Resume(flow::FlowArgs),
+    /// What became of a job, by the id `push --print-handle` prints: queued, delayed,
+    /// running (by which pid, lease left), dead (why), finished, or unknown (exit 3).
+    Job(flow::JobArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
     /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
@@ -178,6 +181,7 @@ pub fn main() {
         Command::Limits(a) => quota::limits(socket, a),
         Command::Pause(a) => flow::pause(socket, a),
         Command::Resume(a) => flow::resume(socket, a),
+        Command::Job(a) => flow::job(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
         Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),

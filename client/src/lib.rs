@@ -206,7 +206,8 @@ impl Client {
             | Request::DeadLetters { queue, .. }
             | Request::ActOnDead { queue, .. }
             | Request::SetQueueLimits { queue, .. }
-            | Request::SetPaused { queue, .. } => Some(queue.clone()),
+            | Request::SetPaused { queue, .. }
+            | Request::JobFate { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())
@@ -303,6 +304,16 @@ impl Client {
     /// Whether it was paused.
     pub fn resume_queue(&self, queue: &str) -> Result<bool, Error> {
         self.set_paused(queue, false)
+    }
+
+    /// What became of job `id` of queue `queue` (queued, delayed, running and by whom, dead
+    /// and why, finished, or unknown), as its record tells it now.
+    pub fn job_state(&self, queue: &str, id: JobId) -> Result<xtcq_proto::JobState, Error> {
+        let job = xtcq_proto::JobRef { index: id.index, number: id.birth };
+        match self.call(Request::JobFate { queue: queue.to_string(), job })? {
+            Response::JobFate(s) => Ok(s),
+            r => Err(self.unexpected(r)),
+        }
     }
 
     fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, Error> {

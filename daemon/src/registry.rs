@@ -54,6 +54,7 @@ mod delete;
 mod exist_ok;
 mod fencing;
 mod flow;
+mod job_fate;
 mod persist;
 mod quota;
 mod recover;

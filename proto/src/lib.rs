@@ -29,6 +29,7 @@ pub mod backoff;
 pub mod dead;
 pub mod duration;
 pub mod frame;
+pub mod job_msg;
 pub mod lease;
 pub mod msg;
 pub mod names;

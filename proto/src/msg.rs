@@ -42,6 +42,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
+pub use crate::job_msg::JobState;
 pub use crate::queue_msg::{
     settings_differ, Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams,
 };
@@ -351,6 +352,15 @@ pub enum Request {
         /// Pause (true) or resume (false).
         paused: bool,
     },
+    /// What became of job `job` (its stable id, `index.birth`) of queue `queue`;
+    /// [`Response::JobFate`]. Refused as an attach is to a user who may not use the queue.
+    /// Added without a version bump.
+    JobFate {
+        /// Queue name.
+        queue: String,
+        /// The job, by its id (`number` is its birth).
+        job: JobRef,
+    },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
     ReleaseWake {
@@ -414,6 +424,8 @@ pub enum Response {
     },
     /// To [`Request::ReleaseWake`].
     WakeReleased,
+    /// To [`Request::JobFate`].
+    JobFate(JobState),
     /// To [`Request::SetPaused`].
     PausedSet {
         /// Whether the queue was paused before.

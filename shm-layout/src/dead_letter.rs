@@ -44,7 +44,7 @@ pub fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
     crate::JobId { index, birth }
 }
 
-fn load_last_error(hdr: &RecordHeader) -> String {
+pub(crate) fn load_last_error(hdr: &RecordHeader) -> String {
     let n = ((hdr.flags.load(Ordering::Relaxed) & LEN_MASK) as usize).min(LAST_ERROR_BYTES);
     let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
     for w in &hdr.reserved {

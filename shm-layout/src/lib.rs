@@ -52,6 +52,8 @@ pub mod dead_letter;
 #[cfg(not(xtcq_loom))]
 pub mod delayed;
 #[cfg(not(xtcq_loom))]
+pub mod job_fate;
+#[cfg(not(xtcq_loom))]
 pub mod layout;
 #[cfg(not(xtcq_loom))]
 pub mod lease_watch;

@@ -193,3 +193,14 @@ fn only_the_owner_or_root_may_pause_a_shared_queue() {
     ok(&d.run(&["resume", "shared"]));
     assert_eq!(state_in_ls(&d, "shared"), "active", "root may too");
 }
+
+#[test]
+fn the_c_api_pauses_and_resumes_and_says_what_it_was() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "c"]));
+    let exe = compile_c("tests/c/flow_pause.c", d.dir(), &[]);
+    let out = run_within(std::process::Command::new(&exe).arg(&d.socket).arg("c"), Duration::from_secs(60));
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(stdout(&out), "paused\nresumed\n");
+    assert_eq!(state_in_ls(&d, "c"), "active");
+}

@@ -139,6 +139,10 @@ impl Conn {
                 info!(queue = %queue, paused, was_paused, pid = self.peer.pid, "queue pause state set");
                 Ok(Response::PausedSet { was_paused })
             }
+            Request::JobFate { queue, job } => {
+                let who = self.access();
+                self.st.reg.job_state(&queue, job, &who).map(Response::JobFate)
+            }
             Request::Shutdown => self.shutdown(),
         }
     }
