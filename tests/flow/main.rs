@@ -1,10 +1,11 @@
-//! Flow control: pausing a queue and its concurrency limit, with real `xtcq work` consumers,
-//! kill -9 of holders and daemon restarts.
+//! Flow control: pausing a queue, its concurrency limit and a job's fate by id, with real
+//! `xtcq work` consumers, kill -9 of holders and daemon restarts.
 //!
 //! One test binary (`cargo test -p xtcq-tests --test flow`), one module per feature: a new
 //! test of this area goes into the module of its feature, or a new module declared here.
 //! The modules' tests run in parallel threads of one process: no fixed names, ports or
 //! users, and no `std::env::set_var`.
 
+mod job;
 mod pause;
 mod running;
