@@ -50,8 +50,9 @@ pub struct CreateArgs {
     #[arg(long, value_parser = crate::parse_lease, default_value = "0")]
     lease: Duration,
     /// Succeed if a queue of that name already exists with these settings (flavor, deques,
-    /// capacity, max attempts, lease, allowed users and groups); one with other settings is
-    /// refused, naming them. The limits and retry backoff given are set on it as on a new one.
+    /// capacity, max attempts, lease, allowed users and groups); one with other settings, or
+    /// one you may not use, is refused, naming why. The limits and retry backoff given are set
+    /// on it as on a new one.
     #[arg(long)]
     exist_ok: bool,
     /// Let this user (name or uid) use the queue too: attach as a producer or consumer,

@@ -138,6 +138,9 @@ struct Bookkeeping {
     wakes: BTreeMap<(u32, u32), u32>,
     /// Queues with jobs and sleepers at the last scan (see `wakes`).
     stranded: BTreeSet<u32>,
+    /// The limits this daemon set, by queue-table index: what the scan writes back over the
+    /// segment's words and what the per-user share is counted from (see `quota`).
+    quotas: BTreeMap<u32, xtcq_shm::segment::QueueQuota>,
 }
 
 impl Bookkeeping {
@@ -424,6 +427,7 @@ impl Registry {
             lease_ms: p.lease_ms,
         };
         let q = self.seg.create_queue_limited(&spec, quota).map_err(|e| queue_error(&e))?;
+        t.quotas.insert(q.index, quota);
         let acl = QueueAcl {
             name: q.spec.name.clone(),
             owner,

@@ -49,8 +49,16 @@ pub struct SegmentCopy {
 
 /// Copies every queue and job of `seg`.
 pub fn copy_segment(seg: &Segment) -> SegmentCopy {
+    // A quota word past the segment's records (any attached process can write one) means no
+    // more than "all of them": copied as that, so that a dump of it imports where its jobs fit.
+    let records = seg.config().job_records;
+    let quota = |index| {
+        let mut s = seg.quota_state(index);
+        s.quota.max_records = s.quota.max_records.min(records);
+        s
+    };
     let queues: Vec<(QueueInfo, QuotaState)> =
-        seg.queues().into_iter().flatten().map(|q| (q.clone(), seg.quota_state(q.index))).collect();
+        seg.queues().into_iter().flatten().map(|q| (q.clone(), quota(q.index))).collect();
     let paused = queues.iter().map(|(q, _)| q.index).filter(|&i| seg.is_paused(i)).collect();
     let mut out = SegmentCopy { queues, paused, ..SegmentCopy::default() };
     let records = seg.records();

@@ -11,6 +11,7 @@
 
 mod cli_trust;
 mod daemon_files;
+mod quota_words;
 mod segment_file;
 mod socket_paths;
 mod users;

@@ -10,6 +10,7 @@
 //! names, ports or users, and no `std::env::set_var`.
 
 mod create_exist_ok;
+mod exist_ok_other_user;
 mod fork_drop_client;
 mod fork_drop_job;
 mod fork_go_on;

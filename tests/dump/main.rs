@@ -14,4 +14,5 @@ mod export_tmp_file;
 mod import_attacks;
 mod import_checks;
 mod import_v5;
+mod quota_words;
 mod restart;

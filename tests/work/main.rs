@@ -10,9 +10,11 @@
 //! names, ports or users, and no `std::env::set_var`.
 
 mod cannot_run;
+mod cgroup_reuse;
 mod fd_limit;
 mod fence;
 mod fence_cgroup;
+mod fence_escape;
 mod fence_other_uid;
 mod fence_soak;
 mod stopped;

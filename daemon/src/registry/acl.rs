@@ -133,6 +133,7 @@ impl Registry {
 
     /// Forgets the permissions of a deleted queue (under the lock).
     pub(super) fn forget_acl(&self, t: &mut Bookkeeping, index: u32) {
+        t.quotas.remove(&index);
         if t.queues.remove(&index).is_some() {
             self.persist(t);
         }

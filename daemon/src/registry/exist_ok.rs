@@ -5,25 +5,29 @@
 
 use xtcq_proto as proto;
 
-use super::Registry;
+use super::{Access, Op, Registry};
 use crate::convert::queue_info;
 
 impl Registry {
     /// The existing queue `p.name` when its settings and permissions are those asked
     /// (`created` false); refused with `QueueMismatch`, naming each difference, when they
-    /// are not; else a new queue (`created` true). Looked up and created under one lock, so
-    /// that of two such creates racing, one creates and the other finds it.
+    /// are not; else a new queue (`created` true), owned by `who`. Looked up and created
+    /// under one lock, so that of two such creates racing, one creates and the other finds it.
+    /// An existing queue `who` may not use is refused as an attach to it would be, before its
+    /// settings are compared: "ok" must mean a queue the caller can use, and its settings
+    /// are not told to those who may not use it.
     pub fn create_queue_exist_ok(
         &self,
         p: &proto::QueueParams,
-        owner: u32,
+        who: &Access,
         uids: &[u32],
         gids: &[u32],
     ) -> Result<(proto::QueueInfo, bool), proto::ErrorReply> {
         let mut t = self.lock();
         let Ok(q) = self.queue(&p.name) else {
-            return self.create_queue_locked(&mut t, p, owner, uids, gids, true).map(|q| (q, true));
+            return self.create_queue_locked(&mut t, p, who.uid, uids, gids, true).map(|q| (q, true));
         };
+        self.check_access(&t, q.index, &q.spec.name, Some(who), Op::Use)?;
         let mut info = queue_info(&q);
         let mut differ = proto::settings_differ(p, &info);
         // A queue without a record (state file lost) is open to nobody else: no allow lists.

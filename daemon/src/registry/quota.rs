@@ -10,6 +10,10 @@
 //!   puts the held count right when nothing moved it during the walk (a process that died
 //!   between its two CASes), and past its cap drops a queue's oldest dead letters (by the
 //!   time they were queued), counted and logged;
+//! - the daemon keeps the limits it set in its own memory: the walk writes them back over
+//!   the segment's words before it reads the cap (an attached process can rewrite those
+//!   words, and a cap rewritten to 1 would drop another queue's dead letters), and the
+//!   per-user share is summed from that memory;
 //! - a drop is one CAS from `Dead` to `Free`: a dead letter re-queued or purged meanwhile
 //!   is left alone, and a daemon killed at any point loses no other job.
 
@@ -84,6 +88,9 @@ impl Registry {
         let mut t = self.lock();
         let q = self.queue(name)?;
         self.check_access(&t, q.index, &q.spec.name, who, Op::Delete)?;
+        // What is not asked for stays as this daemon set it, not as the segment now says.
+        let used = || self.seg.count_queue_records().get(q.index as usize).map_or(0, |c| c.used);
+        self.restore_quota(&mut t, q.index, used);
         if let (Some(n), Some(who), Some(acl)) = (max_records, who, t.queues.get(&q.index)) {
             if self.share_of(who.uid).is_some() {
                 self.check_quota_change(&t, q.index, acl.owner, n)?;
@@ -98,8 +105,7 @@ impl Registry {
             if had == 0 && n != 0 {
                 // Pushes and acks kept no count while the queue had no quota: start it from
                 // a walk (off by what moves during the walk, until a quiet walk puts it right).
-                let used = self.seg.count_queue_records().get(q.index as usize).map_or(0, |c| c.used);
-                self.seg.set_held(q.index, used);
+                self.seg.set_held(q.index, used());
             }
         }
         if let Some(n) = max_dead {
@@ -110,22 +116,59 @@ impl Registry {
         }
         // A lower cap drops dead letters at the next walk.
         t.scan.changed();
-        Ok(self.seg.quota_state(q.index).quota)
+        let set = self.seg.quota_state(q.index).quota;
+        t.quotas.insert(q.index, set);
+        Ok(set)
+    }
+
+    /// The limits this daemon set for queue `index` (those in the segment for a queue it
+    /// adopted and has not walked since).
+    pub(super) fn quota_of(&self, t: &Bookkeeping, index: u32) -> QueueQuota {
+        t.quotas.get(&index).copied().unwrap_or_else(|| self.seg.quota_state(index).quota)
+    }
+
+    /// Writes back queue `index`'s limits where the segment's words are not those this
+    /// daemon set (some attached process rewrote them), logged; a queue it has no record of
+    /// (adopted with the segment) is recorded as it is. `used`: its records as a walk
+    /// counts them, the held count to start from where the quota was rewritten to "none"
+    /// (pushes kept no count meanwhile).
+    fn restore_quota(&self, t: &mut Bookkeeping, index: u32, used: impl FnOnce() -> u32) {
+        let Some(l) = self.seg.queue_limits(index) else { return };
+        let now = self.seg.quota_state(index).quota;
+        let set = *t.quotas.entry(index).or_insert(now);
+        if now == set {
+            return;
+        }
+        l.max_records.store(set.max_records, Ordering::Relaxed);
+        l.max_dead.store(set.max_dead, Ordering::Relaxed);
+        if now.max_records == 0 && set.max_records != 0 {
+            self.seg.set_held(index, used());
+        }
+        let name = self.seg.queue(index).map(|q| q.spec.name).unwrap_or_default();
+        warn!(
+            queue = %name,
+            max_records = set.max_records,
+            max_dead = set.max_dead,
+            found_max_records = now.max_records,
+            found_max_dead = now.max_dead,
+            "a queue's record quota or dead-letter cap was rewritten in the segment by an attached process; \
+             the daemon's were written back"
+        );
     }
 
     /// The scan's quota pass, over what its walk counted of every queue's records: drops
     /// the oldest dead letters past each cap, and publishes the counts. Returns the dead
     /// letters dropped.
-    pub(super) fn enforce_quotas(
-        &self,
-        counts: Vec<QueueRecordCount>,
-        running: &mut Vec<Option<RunningWalk>>,
-    ) -> u64 {
+    pub(super) fn enforce_quotas(&self, t: &mut Bookkeeping, counts: Vec<QueueRecordCount>) -> u64 {
         let mut total = 0;
+        // Taken out for the loop, which also lends `t` to `restore_quota`.
+        let mut running = std::mem::take(&mut t.scan.running);
         running.resize(counts.len(), None);
         for (index, mut c) in (0u32..).zip(counts) {
-            self.correct_running(index, &c, running);
+            self.correct_running(index, &c, &mut running);
             let Ok(q) = self.seg.queue(index) else { continue };
+            // Before the cap is read: a rewritten cap must not drop anyone's dead letters.
+            self.restore_quota(t, index, || c.used);
             let cap = self.seg.quota_state(index).quota.max_dead;
             let mut dropped = 0u32;
             if cap != 0 && c.dead.len() > cap as usize {
@@ -155,6 +198,7 @@ impl Registry {
             }
             total += u64::from(dropped);
         }
+        t.scan.running = running;
         total
     }
 

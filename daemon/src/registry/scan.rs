@@ -140,7 +140,7 @@ impl Registry {
             );
         }
         let (blocks, dropped) = match walked.counts {
-            Some(counts) => self.after_walk(counts, &mut t.scan.running),
+            Some(counts) => self.after_walk(&mut t, counts),
             None => (0, 0),
         };
         if !taken.is_empty() || !swept.indexed.is_empty() || dropped > 0 {
@@ -178,18 +178,14 @@ impl Registry {
 
     /// What follows a walk: frees orphan payload blocks, enforces the queues' quotas with
     /// the walk's `counts`. Returns the blocks freed and the dead letters dropped.
-    fn after_walk(
-        &self,
-        counts: Vec<QueueRecordCount>,
-        running: &mut Vec<Option<xtcq_shm::segment::RunningWalk>>,
-    ) -> (u32, u64) {
+    fn after_walk(&self, t: &mut Bookkeeping, counts: Vec<QueueRecordCount>) -> (u32, u64) {
         // Payload blocks whose record moved on (a process died between freeing a record and
         // giving its block back, and its recovery ran before that): freed.
         let blocks = recovery::sweep_blocks(&self.seg);
         if blocks > 0 {
             warn!(blocks, "payload blocks held by no live job were freed");
         }
-        (blocks, self.enforce_quotas(counts, running))
+        (blocks, self.enforce_quotas(t, counts))
     }
 
     fn log_expired(&self, revoked: &[JobHandle]) {

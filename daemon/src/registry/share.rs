@@ -15,10 +15,9 @@
 //! - checked under the registry's lock, in the step that creates the queue or sets its
 //!   quota, so two creates at once cannot both take the last of a share.
 //!
-//! A process attached to the segment can rewrite a quota word (as it can every word there);
-//! the share holds for users who go through the daemon and the client API, as the per-queue
-//! quota does, and as late: a push is checked against the last scan's count, so a burst
-//! between two scans can take more (docs/src/guarantees/known-gaps.md).
+//! A process attached to the segment can rewrite a quota word (as it can every word there):
+//! the share is summed from the daemon's own record of the quotas it set, never from those
+//! words, and the scan writes them back (see `quota`), so a rewrite holds until then only.
 
 use xtcq_proto as proto;
 use xtcq_shm::segment::QueueQuota;
@@ -63,9 +62,7 @@ impl Registry {
         t.queues
             .iter()
             .filter(|(&i, a)| a.owner == uid && Some(i) != except)
-            .fold((0, 0), |(n, held), (&i, _)| {
-                (n + 1, held + u64::from(self.seg.quota_state(i).quota.max_records))
-            })
+            .fold((0, 0), |(n, held), (&i, _)| (n + 1, held + u64::from(self.quota_of(t, i).max_records)))
     }
 
     /// The quota a new queue of `owner` starts with, or why `owner` may not create one.

@@ -55,7 +55,8 @@ impl Conn {
         proto::queue_name::check(&p.name)
             .map_err(|e| ErrorReply::new(ErrorCode::BadRequest, e.to_string()))?;
         let q = if exist_ok {
-            match self.st.reg.create_queue_exist_ok(&p, self.peer.uid, &uids, &gids)? {
+            let who = self.access();
+            match self.st.reg.create_queue_exist_ok(&p, &who, &uids, &gids)? {
                 (q, true) => q,
                 (q, false) => return Ok(Response::QueueCreated(q)),
             }
