@@ -353,6 +353,28 @@ def test_a_delayed_push_and_a_retry_after_a_delay_wait_their_time(daemon):
         client.injector("later").push_delayed(b"y", -1)
 
 
+def test_a_paused_queue_takes_pushes_and_gives_nothing_until_resumed(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("held", deques=1)
+    thief = client.thief("held")
+    assert client.pause_queue("held") is False, "was not paused"
+    assert client.pause_queue("held") is True, "already paused"
+    client.injector("held").push(b"x")
+    assert thief.steal() is None, "taken from a paused queue"
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(thief.steal(timeout=20)))
+    waiter.start()
+    time.sleep(0.2)
+    assert not got, "a waiting steal took from a paused queue"
+    assert client.resume_queue("held") is True
+    waiter.join(30)
+    assert got and got[0] is not None and got[0].payload == b"x"
+    got[0].ack()
+    assert client.resume_queue("held") is False, "was not paused any more"
+    with pytest.raises(xtcq.XtcqError):
+        client.pause_queue("no-such-queue")
+
+
 def test_steal_async_is_woken_by_a_push_from_another_process(daemon):
     import asyncio
 
