@@ -1,5 +1,4 @@
-//! xtcq's bounded Chase-Lev deque against crossbeam-deque 0.8.8, in one run (issue 2,
-//! "Benchmarks").
+//! xtcq's bounded Chase-Lev deque against crossbeam-deque 0.8.8, in one run.
 //!
 //! Workloads, each on two layers where that means something:
 //! - `xtcq_raw`: the deque of job handles alone (`DequeOwner` / `DequeRef` over a real
@@ -1098,7 +1097,7 @@ fn print_layout_probe(s: &Settings) {
     }
 }
 
-/// The full job path against the raw deque. Targets of issue 13, as speed of the job path /
+/// The full job path against the raw deque. The job path's targets, as its speed /
 /// speed of the raw deque: (a) at most 3x the raw pair's time, (b) at least half its rate,
 /// (d) single steals at least 0.6 of it.
 fn print_job_path(s: &Settings) {

@@ -1,4 +1,4 @@
-//! Per-queue record quotas and dead-letter caps (issue 12, item 3): one queue whose jobs all
+//! Per-queue record quotas and dead-letter caps: one queue whose jobs all
 //! fail no longer fills the segment for the others, a queue's quota refuses its pushes past
 //! it, `stats` shows both, and a daemon killed around the cap loses no job.
 

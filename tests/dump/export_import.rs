@@ -1,4 +1,4 @@
-//! Jobs survive a reboot or an upgrade (issue 12, item 10): `xtcqd --export-on-stop` writes
+//! Jobs survive a reboot or an upgrade: `xtcqd --export-on-stop` writes
 //! every queue, queued job and dead letter to a dump, a new daemon on a new segment imports
 //! it once with `--import-on-start`, and a segment an older layout-4 build wrote (a committed
 //! fixture, `fixtures/make-v4-segment.sh`) imports into this build with every job once.

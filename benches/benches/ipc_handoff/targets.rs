@@ -1,8 +1,8 @@
-//! Issue 13's targets, as ratios of rows of one run, and the dependent-line count.
+//! The job path's targets, as ratios of rows of one run, and the dependent-line count.
 
 use super::*;
 
-/// Issue 13's targets that this bench measures, as ratios of rows of one run.
+/// The job path's targets that this bench measures, as ratios of rows of one run.
 #[derive(Default)]
 pub(crate) struct Targets {
     /// Medians (M msgs/s, p50 ns) by (transport, spinning, batch).
@@ -46,7 +46,7 @@ impl Targets {
         let mps = |r: Option<(f64, u64)>| r.map(|(m, _)| m);
         println!(
             "
-== issue 13 targets (ratios of rows of this run) =="
+== the job path's targets (ratios of rows of this run) =="
         );
         println!("{:<58} {:>8} {:>8}  met", "target", "ratio", "target");
         match self.probe {
