@@ -15,6 +15,27 @@ pub fn log_line(log: &mut std::fs::File, what: &str, job: &str, attempt: u32) {
         .write_all(format!("{what} {job} {attempt} {} {}\n", monotonic_ns(), std::process::id()).as_bytes());
 }
 
+/// The body of a fenced test's command role, run when environment variable `role` names a
+/// log (else it returns: the ordinary test run): logs `start`, then on a job's first attempt
+/// `alive` every 2 ms until it is killed, or on a later attempt `end` and exits.
+pub fn heartbeat_role(role: &str) {
+    let Ok(log) = std::env::var(role) else { return };
+    let job = std::env::var("XTCQ_PAYLOAD").unwrap_or_default();
+    let attempt: u32 = std::env::var("XTCQ_ATTEMPT").ok().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log");
+    let mut line = |what: &str| log_line(&mut f, what, &job, attempt);
+    line("start");
+    if attempt == 0 {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            line("alive");
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    line("end");
+    std::process::exit(0);
+}
+
 pub struct Line {
     pub what: String,
     pub job: String,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use xtcq_testkit::runs::{kill_logged, lines, log_line, overlaps};
+use xtcq_testkit::runs::{heartbeat_role, kill_logged, lines, overlaps};
 use xtcq_testkit::*;
 
 const ROLE: &str = "XTCQ_RED_FENCE_ESCAPE_LOG";
@@ -17,21 +17,7 @@ const ROLE: &str = "XTCQ_RED_FENCE_ESCAPE_LOG";
 /// (later attempts) one more line and exits.
 #[test]
 fn child_main() {
-    let Ok(log) = std::env::var(ROLE) else { return };
-    let job = std::env::var("XTCQ_PAYLOAD").unwrap_or_default();
-    let attempt: u32 = std::env::var("XTCQ_ATTEMPT").ok().and_then(|a| a.parse().ok()).unwrap_or(0);
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log");
-    let mut line = |what: &str| log_line(&mut f, what, &job, attempt);
-    line("start");
-    if attempt == 0 {
-        loop {
-            std::thread::sleep(Duration::from_millis(2));
-            line("alive");
-        }
-    }
-    std::thread::sleep(Duration::from_millis(5));
-    line("end");
-    std::process::exit(0);
+    heartbeat_role(ROLE);
 }
 
 /// This process's cgroup v2 directory (the worker's, which its commands' cgroups go under),
