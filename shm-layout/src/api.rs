@@ -308,6 +308,18 @@ impl<'a> QueueCtx<'a> {
         }
     }
 
+    /// Runs `take` behind the gate ([`enter`](Self::enter)): nothing when the queue is paused
+    /// or at its limit; the slot it held goes back when the take found nothing.
+    #[inline(always)]
+    fn gated<T, E>(&self, take: impl FnOnce() -> Result<Option<T>, E>) -> Result<Option<T>, E> {
+        let Some(limited) = self.enter() else { return Ok(None) };
+        let r = take();
+        if limited && !matches!(r, Ok(Some(_))) {
+            self.leave(1);
+        }
+        r
+    }
+
     /// Gives back `n` slots a take held and did not use, waking a sleeper for each.
     #[cold]
     fn leave(&self, n: usize) {

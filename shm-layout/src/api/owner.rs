@@ -168,15 +168,7 @@ impl Owner {
     // Always: the body is past what `#[inline]` alone gets inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        let limited = match self.ctx.enter() {
-            Some(l) => l,
-            None => return Ok(None),
-        };
-        let r = self.pop_open();
-        if limited && !matches!(r, Ok(Some(_))) {
-            self.ctx.leave(1);
-        }
-        r
+        self.ctx.gated(|| self.pop_open())
     }
 
     /// [`pop`](Self::pop) once the gate let it through.
@@ -196,15 +188,7 @@ impl Owner {
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        let limited = match self.ctx.enter() {
-            Some(l) => l,
-            None => return Ok(None),
-        };
-        let r = self.take_open();
-        if limited && !matches!(r, Ok(Some(_))) {
-            self.ctx.leave(1);
-        }
-        r
+        self.ctx.gated(|| self.take_open())
     }
 
     /// [`take`](Self::take) once the gate let it through.

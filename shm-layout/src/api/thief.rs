@@ -277,23 +277,13 @@ impl Thief {
 
     /// Takes a job from the overflow ring.
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        let Some(limited) = self.ctx.enter() else { return Ok(None) };
-        let r = self.ctx.pop_overflow(self.me);
-        if limited && !matches!(r, Ok(Some(_))) {
-            self.ctx.leave(1);
-        }
-        r
+        self.ctx.gated(|| self.ctx.pop_overflow(self.me))
     }
 
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
     /// while some steal lost a race. `None` when everything looked empty.
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        let Some(limited) = self.ctx.enter() else { return Ok(None) };
-        let r = self.steal_open();
-        if limited && !matches!(r, Ok(Some(_))) {
-            self.ctx.leave(1);
-        }
-        r
+        self.ctx.gated(|| self.steal_open())
     }
 
     /// [`steal`](Self::steal) once the gate let it through.
