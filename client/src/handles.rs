@@ -533,7 +533,7 @@ impl ThiefHandle {
     pub fn steal_wait(&self, timeout: Option<Duration>) -> Result<Option<Job<'_>>, Error> {
         // A timeout too long to add to the clock is as good as none.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let Some(w) = self.seg.wait_word(self.att.queue.index) else {
+        let Some(w) = self.seg.waker(self.att.queue.index) else {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };
         Ok(xtcq_shm::wait::wait_for(w, deadline, || self.steal_claimed())?

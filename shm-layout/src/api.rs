@@ -16,7 +16,7 @@ use crate::overflow::{OverflowRef, RingError};
 use crate::record::arena::{ArenaFull, BadPayloadLen, RecordArena};
 use crate::record::blocks::BlocksFull;
 use crate::record::state::{JobHandle, State};
-use crate::segment::{monotonic_ns, QueueError, QueueInfo, Running, Segment};
+use crate::segment::{monotonic_ns, QueueError, QueueInfo, Rate, Running, Segment};
 use crate::sync::Ordering;
 
 mod batch;
@@ -137,6 +137,15 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
+}
+
+/// What the gate let through ([`QueueCtx::enter`]): how many takes, whether each holds a
+/// slot of the queue's concurrency limit, and the rate tokens they hold.
+#[derive(Clone, Copy, Debug)]
+struct Pass {
+    n: usize,
+    slots: bool,
+    tokens: Option<crate::segment::Tokens>,
 }
 
 impl<'a> QueueCtx<'a> {
@@ -273,49 +282,77 @@ impl<'a> QueueCtx<'a> {
         }
     }
 
-    /// The gate before a handle is taken off an index: `None` when the queue is paused
-    /// (`segment::flow`) or at its concurrency limit (`segment::running`), so its jobs stay
-    /// where they are; else whether a slot of the limit was taken for the take, which
-    /// [`leave`](Self::leave) gives back if the take finds nothing. Without a limit, two
-    /// loads of one line that only the daemon writes, and rarely.
+    /// The gate before handles are taken off an index, for up to `want` takes: `None` when
+    /// the queue is paused (`segment::flow`), at its concurrency limit (`segment::running`)
+    /// or out of rate tokens (`segment::rate`), so its jobs stay where they are; else the
+    /// [`Pass`] of how many may be taken and what each holds, which
+    /// [`leave_unused`](Self::leave_unused) gives back for takes that found nothing. Without
+    /// a limit, two loads of one line that only the daemon writes, and rarely.
     #[inline(always)]
-    fn enter(&self) -> Option<bool> {
-        if self.wait.paused() {
+    fn enter(&self, want: usize) -> Option<Pass> {
+        let flow = self.wait.flow.load(Ordering::Relaxed);
+        let max = self.wait.limit.0.load(Ordering::Relaxed);
+        if flow == 0 && max == 0 {
+            return Some(Pass { n: want, slots: false, tokens: None });
+        }
+        self.enter_limited(want)
+    }
+
+    /// [`enter`](Self::enter) for a queue with a flow bit or a concurrency limit: tokens
+    /// first (they go back only to an unmoved bucket), then one slot per take.
+    #[inline(never)]
+    fn enter_limited(&self, want: usize) -> Option<Pass> {
+        // Acquire: pairs with the daemon's store of the bit, which follows the rate words.
+        let flow = self.wait.flow.load(Ordering::Acquire);
+        if flow & crate::layout::FLOW_PAUSED != 0 {
             return None;
         }
+        let mut tokens = None;
+        let mut n = want;
+        if flow & crate::layout::FLOW_RATED != 0 {
+            let t = Rate::take(self.wait.rate, want, monotonic_ns()).ok()?;
+            n = t.count;
+            tokens = Some(t);
+        }
         let (max, running) = self.wait.limit;
-        match max.load(Ordering::Relaxed) {
-            0 => Some(false),
-            max => Running::take(running, max).then_some(true),
+        let max = max.load(Ordering::Relaxed);
+        if max == 0 {
+            return Some(Pass { n, slots: false, tokens });
         }
+        let mut slots = 0;
+        while slots < n && Running::take(running, max) {
+            slots += 1;
+        }
+        let tokens = tokens.map(|t| Rate::give_back(self.wait.rate, t, n - slots));
+        (slots > 0).then_some(Pass { n: slots, slots: true, tokens })
     }
 
-    /// [`enter`](Self::enter) for up to `want` takes: how many may be taken and whether each
-    /// holds a slot (under a limit, one slot per take, as many as are free).
+    /// Gives back what `pass` held for the takes beyond the `used` that found a job.
     #[inline(always)]
-    fn enter_many(&self, want: usize) -> Option<(usize, bool)> {
-        match self.enter()? {
-            false => Some((want, false)),
-            true => {
-                let (max, running) = self.wait.limit;
-                let max = max.load(Ordering::Relaxed);
-                let mut n = 1;
-                while n < want && Running::take(running, max) {
-                    n += 1;
-                }
-                Some((n, true))
-            }
+    fn leave_unused(&self, pass: Pass, used: usize) {
+        if pass.slots || pass.tokens.is_some() {
+            self.leave_held(pass, pass.n.saturating_sub(used));
         }
     }
 
-    /// Runs `take` behind the gate ([`enter`](Self::enter)): nothing when the queue is paused
-    /// or at its limit; the slot it held goes back when the take found nothing.
+    #[cold]
+    fn leave_held(&self, pass: Pass, unused: usize) {
+        if let Some(t) = pass.tokens {
+            Rate::give_back(self.wait.rate, t, unused);
+        }
+        if pass.slots {
+            self.leave(unused);
+        }
+    }
+
+    /// Runs `take` behind the gate ([`enter`](Self::enter)): nothing when the queue is
+    /// closed; what the take held goes back when it found nothing.
     #[inline(always)]
     fn gated<T, E>(&self, take: impl FnOnce() -> Result<Option<T>, E>) -> Result<Option<T>, E> {
-        let Some(limited) = self.enter() else { return Ok(None) };
+        let Some(pass) = self.enter(1) else { return Ok(None) };
         let r = take();
-        if limited && !matches!(r, Ok(Some(_))) {
-            self.leave(1);
+        if !matches!(r, Ok(Some(_))) {
+            self.leave_unused(pass, 0);
         }
         r
     }

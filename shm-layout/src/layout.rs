@@ -61,7 +61,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 8;
+pub const LAYOUT_VERSION: u32 = 9;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -323,11 +323,33 @@ pub struct QueueControl {
     /// moves in the high 32 (`segment::running`). Kept only while the queue has a limit.
     /// Layout version 8.
     pub running: AtomicU64,
+    /// The queue's rate limit (`segment::rate`), read only while [`FLOW_RATED`] is set.
+    /// Layout version 9.
+    pub rate: RateWords,
+}
+
+/// A queue's rate limit: at most `burst` claims at once, then one every `interval_ns`, across
+/// every process (`segment::rate`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct RateWords {
+    /// ns between two claims at the limit's pace (0: no limit). Written only by the daemon.
+    pub interval_ns: AtomicU64,
+    /// Claims that may start at once after a quiet spell (at least 1). Written only by the
+    /// daemon.
+    pub burst: AtomicU32,
+    /// The bucket: the CLOCK_MONOTONIC time at which it would be empty again, advanced by
+    /// `interval_ns` for each claim let through (a generic cell rate algorithm).
+    pub theoretical: AtomicU64,
 }
 
 /// [`QueueControl::flow`] bit: the queue is paused, consumers take nothing from it and
 /// pushes wake nobody.
 pub const FLOW_PAUSED: u32 = 1;
+
+/// [`QueueControl::flow`] bit: the queue has a rate limit ([`QueueControl::rate`]), which a
+/// consumer checks before it takes a job. Layout version 9.
+pub const FLOW_RATED: u32 = 2;
 
 /// A futex word, the sleeper count and the armed descriptor waiters: consumers sleep on
 /// `seq` or on a descriptor, producers wake one only when `sleepers` is non-zero (see
@@ -540,6 +562,11 @@ const _: () = {
     assert!(offset_of!(QueueControl, flow) == 4);
     assert!(offset_of!(QueueControl, max_running) == 8);
     assert!(offset_of!(QueueControl, running) == 16);
+    assert!(offset_of!(QueueControl, rate) == 24);
+    assert!(size_of::<RateWords>() == 24);
+    assert!(offset_of!(RateWords, burst) == 8);
+    assert!(offset_of!(RateWords, theoretical) == 16);
+    assert!(size_of::<QueueControl>() <= 128);
     assert!(offset_of!(QueueEntry, wait) == 256);
     // `top` and `bottom` on the first line, `lease` on the second; slots start on the third.
     assert!(size_of::<DequeHeader>() == 256);

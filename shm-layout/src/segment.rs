@@ -38,6 +38,7 @@ mod flow;
 mod memory;
 mod queue_table;
 mod quota;
+mod rate;
 mod running;
 
 use clock::now_unix_ns;
@@ -46,6 +47,7 @@ pub use errors::{DeleteError, QueueError, SegmentError};
 pub use memory::host_memory_and_swap;
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
 pub use quota::{Held, QueueQuota, QueueRecordCount, QuotaState};
+pub use rate::{Rate, RateLimit, Tokens};
 pub use running::{Running, RunningWalk};
 
 /// A mapped segment.
@@ -549,6 +551,7 @@ impl Segment {
             dir: self.wake.get(),
             flow: self.flow_word(queue)?,
             limit: self.running_words(queue)?,
+            rate: self.rate_words(queue)?,
         })
     }
 
@@ -623,7 +626,7 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// payload inline, the record sized for the largest), which their descriptor, put in this
 /// version's terms, says exactly; versions 6 and 7 only in the words of a queue's control
 /// line they lack (read as zero: not paused, no concurrency limit).
-pub const READABLE_LAYOUT_VERSIONS: [u32; 5] = [4, 5, 6, 7, LAYOUT_VERSION];
+pub const READABLE_LAYOUT_VERSIONS: [u32; 6] = [4, 5, 6, 7, 8, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);

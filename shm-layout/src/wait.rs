@@ -98,6 +98,8 @@ pub struct Waker<'a> {
     /// The queue's `max_running` and `running` words (`segment::running`): a queue at its
     /// limit wakes nobody either.
     pub limit: (&'a AtomicU32, &'a AtomicU64),
+    /// The queue's rate limit (`segment::rate`), read while the flow word says so.
+    pub rate: &'a crate::layout::RateWords,
 }
 
 impl Waker<'_> {
@@ -107,8 +109,18 @@ impl Waker<'_> {
         self.flow.load(Ordering::Relaxed) & crate::layout::FLOW_PAUSED != 0
     }
 
+    /// ns until the queue's rate limit lets a claim start (0: now, or no rate limit). Reads
+    /// the clock only on a rated queue.
+    pub fn rate_wait_ns(&self) -> u64 {
+        if self.flow.load(Ordering::Acquire) & crate::layout::FLOW_RATED == 0 {
+            return 0;
+        }
+        crate::segment::Rate::wait_ns(self.rate, crate::segment::monotonic_ns())
+    }
+
     /// Whether a consumer would find the queue closed to it now: paused, or at its
-    /// concurrency limit.
+    /// concurrency limit. (Out of tokens is not closed: the next token is a time, so a
+    /// sleeper is woken to learn when.)
     #[inline]
     pub fn closed(&self) -> bool {
         let max = self.limit.0.load(Ordering::Relaxed);
@@ -182,13 +194,15 @@ const LOOK_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(
 /// one wake-up per slice).
 const SLICE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Calls `poll` until it yields something, sleeping on `w` between tries, until `deadline`
-/// (`None`: forever). `Ok(None)` means the deadline passed.
+/// Calls `poll` until it yields something, sleeping on `waker`'s word between tries, until
+/// `deadline` (`None`: forever). `Ok(None)` means the deadline passed. A queue out of rate
+/// tokens is looked at again when the next one is due: no event announces it.
 pub fn wait_for<T, E>(
-    w: &WaitWord,
+    waker: Waker<'_>,
     deadline: Option<Instant>,
     mut poll: impl FnMut() -> Result<Option<T>, E>,
 ) -> Result<Option<T>, E> {
+    let w = waker.word;
     loop {
         // The clock is read only once a look found nothing: a consumer that finds a job at
         // once (the common case under load) pays no clock read for the wait.
@@ -222,6 +236,10 @@ pub fn wait_for<T, E>(
                     }
                     (d - now).min(SLICE)
                 }
+            };
+            let timeout = match waker.rate_wait_ns() {
+                0 => timeout,
+                ns => timeout.min(std::time::Duration::from_nanos(ns)),
             };
             let timeout = rustix::time::Timespec {
                 tv_sec: timeout.as_secs() as _,

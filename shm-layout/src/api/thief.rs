@@ -111,10 +111,10 @@ impl Thief {
 
     /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
     pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
-        let Some(limited) = self.ctx.enter() else { return Steal::Empty };
+        let Some(pass) = self.ctx.enter(1) else { return Steal::Empty };
         let r = self.steal_counted(deque, &mut 0);
-        if limited && !matches!(r, Steal::Success(_)) {
-            self.ctx.leave(1);
+        if !matches!(r, Steal::Success(_)) {
+            self.ctx.leave_unused(pass, 0);
         }
         r
     }
@@ -153,9 +153,9 @@ impl Thief {
         if limit == 0 {
             return Steal::Empty;
         }
-        let Some((n, limited)) = self.ctx.enter_many(limit.min(MAX_BATCH)) else { return Steal::Empty };
-        let r = self.steal_batch_counted(deque, n, out, &mut 0);
-        self.leave_unused(limited, n, &r);
+        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let r = self.steal_batch_counted(deque, pass.n, out, &mut 0);
+        self.ctx.leave_unused(pass, if let Steal::Success(got) = r { got } else { 0 });
         r
     }
 
@@ -176,9 +176,9 @@ impl Thief {
         if limit == 0 {
             return Steal::Empty;
         }
-        let Some((n, limited)) = self.ctx.enter_many(limit.min(MAX_BATCH)) else { return Steal::Empty };
-        let r = self.steal_batch_counted(deque, n, batch.jobs_mut(), &mut 0);
-        self.leave_unused(limited, n, &r);
+        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let r = self.steal_batch_counted(deque, pass.n, batch.jobs_mut(), &mut 0);
+        self.ctx.leave_unused(pass, if let Steal::Success(got) = r { got } else { 0 });
         r
     }
 
@@ -241,11 +241,9 @@ impl Thief {
         if limit == 0 {
             return Ok(0);
         }
-        let Some((limit, limited)) = self.ctx.enter_many(limit) else { return Ok(0) };
-        let r = self.steal_batch_open(limit, batch);
-        if limited {
-            self.ctx.leave(limit - r.as_ref().map_or(0, |&got| got));
-        }
+        let Some(pass) = self.ctx.enter(limit) else { return Ok(0) };
+        let r = self.steal_batch_open(pass.n, batch);
+        self.ctx.leave_unused(pass, r.as_ref().map_or(0, |&got| got));
         r
     }
 
@@ -297,14 +295,6 @@ impl Thief {
             Err(e) => Some(e),
         };
         self.walk_deques(ring_error, |d, skipped| self.steal_counted(d, skipped))
-    }
-
-    /// Gives back the slots of `held` takes that a batch steal `r` did not use.
-    fn leave_unused(&self, limited: bool, held: usize, r: &Steal<usize>) {
-        if limited {
-            let used = if let Steal::Success(n) = r { *n } else { 0 };
-            self.ctx.leave(held.saturating_sub(used));
-        }
     }
 
     /// The look both steals share: `look` at every deque from a rotating start, in rounds
@@ -371,6 +361,6 @@ impl Thief {
     /// Like [`steal`](Self::steal), sleeping on the queue's wait word until a job arrives or
     /// `deadline` passes (`None`: forever). `Ok(None)`: timed out.
     pub fn steal_wait(&self, deadline: Option<Instant>) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        crate::wait::wait_for(self.ctx.wait.word, deadline, || self.steal())
+        crate::wait::wait_for(self.ctx.wait, deadline, || self.steal())
     }
 }

@@ -221,6 +221,7 @@ impl Segment {
         self.reset_queue_limits(index, quota);
         self.reset_flow(index);
         self.reset_running(index);
+        self.reset_rate(index);
         // Release: readers that see ACTIVE (Acquire) see the descriptor.
         control.state.store(QUEUE_ACTIVE, Ordering::Release);
         Ok(QueueInfo { index, spec: spec.clone() })
