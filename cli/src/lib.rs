@@ -38,6 +38,7 @@ mod leftovers;
 mod out;
 mod progress;
 mod quota;
+mod rate;
 mod room;
 mod runnable;
 mod stats;

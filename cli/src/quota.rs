@@ -29,6 +29,14 @@ pub struct QuotaArgs {
     /// [default: none]
     #[arg(long, value_name = "K|none", value_parser = parse_max_running, allow_negative_numbers = true)]
     max_running: Option<u32>,
+    /// The most of the queue's jobs that start per second (or minute, hour), across every
+    /// process: `200/s`, `30/min`, `5/h`; consumers out of turn sleep until the next start is
+    /// due. `none`: no limit. [default: none]
+    #[arg(long, value_name = "N/s|N/min|N/h|none", value_parser = crate::rate::parse_max_rate, allow_hyphen_values = true)]
+    max_rate: Option<u64>,
+    /// With --max-rate: how many jobs may start at once after a quiet spell. [default: 1]
+    #[arg(long, value_name = "N", value_parser = crate::rate::parse_burst, requires = "max_rate", allow_hyphen_values = true)]
+    burst: Option<u32>,
 }
 
 /// Parses `K` (1 to [`xtcq_proto::MAX_RUNNING_LIMIT`]) or `none` (sent as 0).
@@ -96,13 +104,16 @@ impl QuotaArgs {
 
     /// Whether no limit was given.
     pub fn is_empty(&self) -> bool {
-        self.max_records.is_none() && self.max_dead.is_none() && self.max_running.is_none()
+        self.max_records.is_none()
+            && self.max_dead.is_none()
+            && self.max_running.is_none()
+            && self.max_rate.is_none()
     }
 
     /// Sends the limits given, if any, for the queue just created.
     pub fn apply(&self, client: &Client, queue: &str) -> Result<()> {
         self.send(client, queue).with_context(|| {
-            format!("queue {queue} was created, but its --max-records / --max-dead / --max-running could not be set")
+            format!("queue {queue} was created, but its --max-records / --max-dead / --max-running / --max-rate could not be set")
         })
     }
 
@@ -122,6 +133,10 @@ impl QuotaArgs {
         if let Some(k) = self.max_running {
             client.set_max_running(queue, k)?;
         }
+        if let Some(interval_ns) = self.max_rate {
+            let burst = if interval_ns == 0 { 0 } else { self.burst.unwrap_or(1) };
+            client.set_max_rate(queue, xtcq_proto::RateLimit { interval_ns, burst })?;
+        }
         Ok(())
     }
 }
@@ -139,7 +154,9 @@ pub struct LimitsArgs {
 /// exists (those not given stay), as its owner or root may; prints the queue's quota line.
 pub fn limits(socket: Option<&std::path::Path>, args: LimitsArgs) -> Result<i32> {
     if args.quota.is_empty() {
-        eprintln!("xtcq: error: give --max-records, --max-dead or --max-running: the limits to set");
+        eprintln!(
+            "xtcq: error: give --max-records, --max-dead, --max-running or --max-rate: the limits to set"
+        );
         return Ok(crate::exit::USAGE);
     }
     let client = crate::cmd::connect(socket)?;
@@ -166,6 +183,9 @@ pub fn stats_line(q: &xtcq_proto::QuotaStats) -> String {
     );
     if q.max_running != 0 {
         line.push_str(&format!("  running:  {} of at most {} at once\n", q.running, q.max_running));
+    }
+    if q.max_rate.interval_ns != 0 {
+        line.push_str(&format!("  rate:     at most {}\n", crate::rate::describe(q.max_rate)));
     }
     line
 }

@@ -268,8 +268,13 @@ impl Client {
         max_records: Option<u32>,
         max_dead: Option<u32>,
     ) -> Result<(), Error> {
-        let req =
-            Request::SetQueueLimits { queue: queue.to_string(), max_records, max_dead, max_running: None };
+        let req = Request::SetQueueLimits {
+            queue: queue.to_string(),
+            max_records,
+            max_dead,
+            max_running: None,
+            max_rate: None,
+        };
         match self.call(req)? {
             Response::LimitsSet => Ok(()),
             r => Err(self.unexpected(r)),
@@ -286,6 +291,25 @@ impl Client {
             max_records: None,
             max_dead: None,
             max_running: Some(max),
+            max_rate: None,
+        };
+        match self.call(req)? {
+            Response::LimitsSet => Ok(()),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// Sets queue `queue`'s rate limit: at most `limit.burst` of its jobs claimed at once
+    /// after a quiet spell, then one every `limit.interval_ns`, across every process
+    /// (`interval_ns` 0: no limit). Consumers out of tokens sleep until the next is due. Only
+    /// the queue's owner, root and the daemon's uid may.
+    pub fn set_max_rate(&self, queue: &str, limit: xtcq_proto::RateLimit) -> Result<(), Error> {
+        let req = Request::SetQueueLimits {
+            queue: queue.to_string(),
+            max_records: None,
+            max_dead: None,
+            max_running: None,
+            max_rate: Some(limit),
         };
         match self.call(req)? {
             Response::LimitsSet => Ok(()),

@@ -14,6 +14,8 @@
 //!   ([`Error::DaemonLost`]): ask the thief for a new one;
 //! - spurious readiness is allowed, missed readiness never: arming is the protocol's Dekker
 //!   pair, and a waiter that stops waiting after it was sent a wake hands the wake on;
+//! - a queue out of rate tokens has no event to announce the next one: a timer in the same
+//!   epoll set makes the descriptor readable when it is due;
 //! - no thread, no signal handler; every fd is close-on-exec and non-blocking;
 //! - in a child forked after it was made, every call fails with [`Error::Forked`] and the
 //!   drop gives nothing back (the parent's waiter lives on).
@@ -36,6 +38,8 @@ use crate::Error;
 pub struct WakeFd {
     epoll: OwnedFd,
     socket: OwnedFd,
+    /// Readable when the queue's next rate token is due (armed only while out of tokens).
+    timer: OwnedFd,
     control: std::os::unix::net::UnixStream,
     bit: u32,
     queue: u32,
@@ -88,9 +92,14 @@ impl WakeFd {
         epoll::add(&ep, &socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN).map_err(io)?;
         // Only the hang-up (always reported): replies on it are read by requests.
         epoll::add(&ep, &control, epoll::EventData::new_u64(1), epoll::EventFlags::RDHUP).map_err(io)?;
+        use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
+        let timer = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK)
+            .map_err(io)?;
+        epoll::add(&ep, &timer, epoll::EventData::new_u64(2), epoll::EventFlags::IN).map_err(io)?;
         Ok(WakeFd {
             epoll: ep,
             socket,
+            timer,
             control,
             bit,
             queue: thief.att.queue.index,
@@ -113,6 +122,8 @@ impl WakeFd {
                 break;
             }
         }
+        // The count of expiries (EAGAIN when none): read to consume the readiness.
+        let _ = rustix::io::read(&self.timer, &mut [0u8; 8]);
         let mut fds = [rustix::event::PollFd::new(&self.control, rustix::event::PollFlags::RDHUP)];
         let hung_up = rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 }))
             .is_ok_and(|n| n > 0)
@@ -137,6 +148,23 @@ impl WakeFd {
                 w.sleepers().arm(self.bit);
             }
         }
+    }
+
+    /// Makes the descriptor readable in `ns` (the queue's next rate token); 0: leaves the
+    /// timer as it is (a readiness it brings later is spurious, which is allowed).
+    fn wake_in(&self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+        let due = Timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ };
+        // A failure leaves the daemon's nudge to wake the waiter a scan later.
+        let _ = timerfd_settime(
+            &self.timer,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec { it_interval: zero, it_value: due },
+        );
     }
 
     /// Disarms this waiter, if armed; whether a wake was sent to it meanwhile.
@@ -211,7 +239,10 @@ impl ThiefHandle {
                 wake.disarm();
                 Ok(Some(j))
             }
-            Ok(None) => Ok(None),
+            Ok(None) => {
+                wake.wake_in(self.seg.waker(self.att.queue.index).map_or(0, |w| w.rate_wait_ns()));
+                Ok(None)
+            }
             Err(e) => {
                 wake.disarm_and_hand_on();
                 Err(e)

@@ -57,6 +57,23 @@ use crate::PROTOCOL_VERSION;
 /// than this running at once is no limit at all, and a typo.
 pub const MAX_RUNNING_LIMIT: u32 = 1 << 20;
 
+/// The most claims a rate limit lets start at once (`RateLimit::burst`).
+pub const MAX_RATE_BURST: u32 = 1 << 20;
+
+/// The longest interval of a rate limit (`RateLimit::interval_ns`): one claim a day. A slower
+/// rate is a paused queue, and a typo.
+pub const MAX_RATE_INTERVAL_NS: u64 = 86_400 * 1_000_000_000;
+
+/// A queue's rate limit: at most `burst` claims at once, then one every `interval_ns`, across
+/// every process. `interval_ns` 0: no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// ns between claims at the limit's pace (0: no limit; at most [`MAX_RATE_INTERVAL_NS`]).
+    pub interval_ns: u64,
+    /// Claims that may start at once after a quiet spell (1 ..= [`MAX_RATE_BURST`]).
+    pub burst: u32,
+}
+
 /// The id used in a reply to a request whose id could not be read.
 pub const UNKNOWN_REQUEST_ID: u64 = 0;
 
@@ -320,6 +337,10 @@ pub enum Request {
         /// [`MAX_RUNNING_LIMIT`]). Absent from a client that predates it: unchanged.
         #[serde(default)]
         max_running: Option<u32>,
+        /// Its rate limit (`interval_ns` 0: none). Absent from a client that predates it:
+        /// unchanged.
+        #[serde(default)]
+        max_rate: Option<RateLimit>,
     },
     /// A wake descriptor for this connection's process on queue `queue` (to which it must be
     /// attached as a thief): [`Response::WakeDescriptor`], with the socket passed as

@@ -126,6 +126,9 @@ pub struct QuotaStats {
     /// settled); 0 without a limit.
     #[serde(default)]
     pub running: u32,
+    /// Its rate limit (`interval_ns` 0: none). Absent from a daemon that predates it.
+    #[serde(default)]
+    pub max_rate: crate::RateLimit,
 }
 
 /// A queue's running totals (since the queue was created, across daemon restarts) and

@@ -8,4 +8,5 @@
 
 mod job;
 mod pause;
+mod rate;
 mod running;

@@ -37,6 +37,8 @@ pub struct Limits {
     pub max_dead: Option<u32>,
     /// Concurrency limit.
     pub max_running: Option<u32>,
+    /// Rate limit (`interval_ns` 0: none).
+    pub max_rate: Option<proto::RateLimit>,
 }
 
 impl Registry {
@@ -54,7 +56,7 @@ impl Registry {
         max_dead: Option<u32>,
         who: Option<&Access>,
     ) -> Result<QueueQuota, proto::ErrorReply> {
-        self.set_queue_limits_running(name, Limits { max_records, max_dead, max_running: None }, who)
+        self.set_queue_limits_running(name, Limits { max_records, max_dead, ..Limits::default() }, who)
     }
 
     /// [`set_queue_limits`](Self::set_queue_limits) with the concurrency limit too
@@ -62,9 +64,12 @@ impl Registry {
     pub fn set_queue_limits_running(
         &self,
         name: &str,
-        Limits { max_records, max_dead, max_running }: Limits,
+        Limits { max_records, max_dead, max_running, max_rate }: Limits,
         who: Option<&Access>,
     ) -> Result<QueueQuota, proto::ErrorReply> {
+        if let Some(r) = max_rate {
+            check_rate(r)?;
+        }
         if let Some(n) = max_running.filter(|&n| n > proto::MAX_RUNNING_LIMIT) {
             return Err(proto::ErrorReply::new(
                 proto::ErrorCode::BadRequest,
@@ -113,6 +118,10 @@ impl Registry {
         }
         if let Some(n) = max_running {
             self.seg.set_max_running(q.index, n);
+        }
+        if let Some(r) = max_rate {
+            let limit = xtcq_shm::segment::RateLimit { interval_ns: r.interval_ns, burst: r.burst };
+            self.seg.set_rate_limit(q.index, limit);
         }
         // A lower cap drops dead letters at the next walk.
         t.scan.changed();
@@ -213,4 +222,23 @@ impl Registry {
         }
         *earlier = Some(now);
     }
+}
+
+/// Refuses a rate limit no flag of the CLI makes: an interval past a day, a burst of none or
+/// past [`proto::MAX_RATE_BURST`].
+fn check_rate(r: proto::RateLimit) -> Result<(), proto::ErrorReply> {
+    let bad = |what: String| Err(proto::ErrorReply::new(proto::ErrorCode::BadRequest, what));
+    if r.interval_ns == 0 {
+        return Ok(());
+    }
+    if r.interval_ns > proto::MAX_RATE_INTERVAL_NS {
+        return bad(format!(
+            "--max-rate of one claim every {} s is slower than one a day; give a faster rate, or pause the queue",
+            r.interval_ns / 1_000_000_000
+        ));
+    }
+    if r.burst == 0 || r.burst > proto::MAX_RATE_BURST {
+        return bad(format!("--burst {} must be from 1 to {}", r.burst, proto::MAX_RATE_BURST));
+    }
+    Ok(())
 }

@@ -183,6 +183,10 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
             dead_dropped: s.dead_dropped,
             max_running: seg.max_running(q.index),
             running: if seg.max_running(q.index) == 0 { 0 } else { seg.running(q.index) },
+            max_rate: {
+                let r = seg.rate_limit(q.index);
+                proto::RateLimit { interval_ns: r.interval_ns, burst: r.burst }
+            },
         },
         metrics: queue_metrics(seg, q.index, &records, oldest),
         records,

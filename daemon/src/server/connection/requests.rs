@@ -120,15 +120,16 @@ impl Conn {
             }
             Request::DeadLetters { queue, from } => self.dead_letters(queue, from).await,
             Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
-            Request::SetQueueLimits { queue, max_records, max_dead, max_running } => {
+            Request::SetQueueLimits { queue, max_records, max_dead, max_running, max_rate } => {
                 let who = self.access();
-                let limits = crate::registry::Limits { max_records, max_dead, max_running };
+                let limits = crate::registry::Limits { max_records, max_dead, max_running, max_rate };
                 let q = self.st.reg.set_queue_limits_running(&queue, limits, Some(&who))?;
                 info!(
                     queue = %queue,
                     max_records = q.max_records,
                     max_dead = q.max_dead,
                     ?max_running,
+                    ?max_rate,
                     pid = self.peer.pid,
                     "queue limits set"
                 );
