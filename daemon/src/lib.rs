@@ -24,8 +24,6 @@ pub mod config;
 pub mod config_file;
 pub mod convert;
 pub mod delayed;
-pub mod dump;
-pub mod dump_check;
 pub mod dump_import;
 pub mod entry;
 pub mod fdstore;
@@ -61,7 +59,7 @@ pub enum DaemonError {
     Config(#[from] config::ConfigError),
     /// `--import-on-start` or `--export-on-stop` failed.
     #[error(transparent)]
-    Dump(#[from] dump::DumpError),
+    Dump(#[from] xtcq_dump::DumpError),
     /// Another daemon serves the socket.
     #[error("another xtcqd is already serving {socket} ({detail}); stop it first, or use another --socket")]
     AlreadyRunning {

@@ -141,7 +141,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         let (path, adopted) = (path.clone(), !prep.created);
         tokio::task::spawn_blocking(move || crate::dump_import::import_on_start(&reg, &path, adopted))
             .await
-            .map_err(|e| DaemonError::Dump(crate::dump::DumpError::Import(e.to_string())))??;
+            .map_err(|e| DaemonError::Dump(xtcq_dump::DumpError::Import(e.to_string())))??;
     }
     announce_ready(&cfg, &seg);
 
@@ -154,7 +154,9 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     let live = seg.header_live();
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
     if let Some(path) = &cfg.export_on_stop {
-        let (queues, jobs, skipped) = crate::dump::export(&seg, path, |name| st.reg.acl_of(name))?;
+        let (queues, jobs, skipped) = xtcq_dump::export(&seg, path, |name| {
+            st.reg.acl_of(name).map(crate::state::QueueAcl::into_grants)
+        })?;
         info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
     }
     info!(%reason, "xtcqd stopped");
