@@ -63,7 +63,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     let me = ProcessId {
         pid,
         uid: rustix::process::getuid().as_raw(),
-        start_time: crate::peer::start_time(pid).unwrap_or(0),
+        start_time: crate::server::peer::start_time(pid).unwrap_or(0),
     };
     let slot = reg.register(me, proto::ROLE_INJECTOR, reg.keeper()).map_err(refused)?;
     let result = write_jobs(reg, d, slot.slot);
