@@ -67,9 +67,9 @@ pub fn embedded_daemon(socket: Option<&Path>, args: Vec<String>) -> Result<i32> 
         argv.push(s.as_os_str().to_owned());
     }
     argv.extend(args.into_iter().map(Into::into));
-    match xtcqd::entry::run_with_args(argv) {
+    match xtcqd::startup::entry::run_with_args(argv) {
         Ok(()) => Ok(exit::OK),
-        Err(xtcqd::entry::EntryError::Args(e)) => Err(anyhow!("{e}")),
+        Err(xtcqd::startup::entry::EntryError::Args(e)) => Err(anyhow!("{e}")),
         Err(e) => Err(anyhow::Error::from(e)),
     }
 }

@@ -1,12 +1,12 @@
 //! `xtcq export` and `xtcq import`: every queue, queued job and dead letter of a segment into a dump file
-//! (JSON lines, `xtcqd::dump`), for `xtcqd --import-on-start` after a reboot or upgrade.
+//! (JSON lines, `xtcq_dump`), for `xtcqd --import-on-start` after a reboot or upgrade.
 //!
 //! Rules kept:
 //! - the segment is mapped read-only: an export changes nothing, and reads a segment of
 //!   this or an older readable layout version (one a newer build refuses to adopt);
 //! - with a daemon running, the copy is racy (jobs move while it is taken): stop producers
 //!   and consumers first, or use `xtcqd --export-on-stop`;
-//! - an import renames FILE to FILE.importing, then FILE.imported (`xtcqd::dump_import`):
+//! - an import renames FILE to FILE.importing, then FILE.imported (`xtcq_dump::claim`):
 //!   a file is imported once, and an interrupted import is refused, not guessed at;
 //! - before the rename, the dump is checked against the daemon's stats, an injector is
 //!   attached to each existing queue it has jobs for, and its missing queues are created
@@ -34,7 +34,7 @@ pub fn export(socket: Option<&std::path::Path>, args: ExportArgs) -> Result<i32>
         Some(p) => p,
         None => crate::cmd::connect(socket)?.stats(None)?.segment.path,
     };
-    let (queues, jobs, skipped) = xtcqd::dump::export_file(&path, &args.output)
+    let (queues, jobs, skipped) = xtcq_dump::export_file(&path, &args.output)
         .with_context(|| format!("cannot export the segment {}", path.display()))?;
     eprintln!("xtcq export: {queues} queue(s), {jobs} job(s) written to {}", args.output.display());
     if skipped > 0 {
@@ -51,28 +51,28 @@ pub struct ImportArgs {
 }
 
 /// Refuses `d` before anything is written when the daemon's segment, as its stats say,
-/// cannot take it (`xtcqd::dump_check`).
-fn check_room(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(), xtcqd::dump::DumpError> {
+/// cannot take it (`xtcq_dump::check`).
+fn check_room(client: &xtcq_client::Client, d: &xtcq_dump::Dump) -> Result<(), xtcq_dump::DumpError> {
     let stats = client
         .stats(None)
-        .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot read the daemon's stats: {e}")))?;
+        .map_err(|e| xtcq_dump::DumpError::Import(format!("cannot read the daemon's stats: {e}")))?;
     // A queue being deleted holds a table entry that stats do not show: the create's own
     // refusal stays the last word for those.
-    let room = xtcqd::dump_check::room_of(&stats);
-    xtcqd::dump_check::check(d, &room)
+    let room = xtcq_dump::check::room_of(&stats);
+    xtcq_dump::check::check(d, &room)
 }
 
 /// Refuses a dump of the very segment the daemon serves: it holds those jobs already, or
 /// what became of them (run, acked), and an import would run each a second time.
 fn refuse_same_segment(
     client: &xtcq_client::Client,
-    d: &xtcqd::dump::Dump,
-) -> Result<(), xtcqd::dump::DumpError> {
+    d: &xtcq_dump::Dump,
+) -> Result<(), xtcq_dump::DumpError> {
     let seg = client
         .segment()
-        .map_err(|e| xtcqd::dump::DumpError::Import(format!("cannot map the daemon's segment: {e}")))?;
-    if d.segment == Some(xtcqd::dump::SegmentId::of(&seg)) {
-        return Err(xtcqd::dump::DumpError::Import(
+        .map_err(|e| xtcq_dump::DumpError::Import(format!("cannot map the daemon's segment: {e}")))?;
+    if d.segment == Some(xtcq_dump::SegmentId::of(&seg)) {
+        return Err(xtcq_dump::DumpError::Import(
             "the dump was taken of the segment this daemon serves now, which still holds its jobs (or \
              what became of them): importing it would run them twice; nothing was imported. Import it \
              only into another segment (after a reboot, or into a daemon started with --recreate)"
@@ -88,9 +88,9 @@ fn refuse_same_segment(
 /// attached to after their creation.
 fn attach_existing(
     client: &xtcq_client::Client,
-    d: &xtcqd::dump::Dump,
+    d: &xtcq_dump::Dump,
     injectors: &mut Vec<(String, xtcq_client::InjectorHandle)>,
-) -> Result<(), xtcqd::dump::DumpError> {
+) -> Result<(), xtcq_dump::DumpError> {
     for j in &d.jobs {
         if injectors.iter().any(|(name, _)| *name == j.queue) {
             continue;
@@ -99,7 +99,7 @@ fn attach_existing(
             Ok(inj) => injectors.push((j.queue.clone(), inj)),
             Err(xtcq_client::Error::NoSuchQueue(_)) if d.queues.iter().any(|q| q.name == j.queue) => {}
             Err(e) => {
-                return Err(xtcqd::dump::DumpError::Import(format!(
+                return Err(xtcq_dump::DumpError::Import(format!(
                     "queue {}: {e}; nothing was imported",
                     j.queue
                 )))
@@ -115,14 +115,14 @@ fn attach_existing(
 /// after the claim left the file `.importing` and a queue without its jobs. On a refusal
 /// the queues made so far are deleted again. A dump's "no quota" (0) keeps the quota the
 /// daemon gives a new queue of this user.
-fn create_queues(client: &xtcq_client::Client, d: &xtcqd::dump::Dump) -> Result<(), xtcqd::dump::DumpError> {
+fn create_queues(client: &xtcq_client::Client, d: &xtcq_dump::Dump) -> Result<(), xtcq_dump::DumpError> {
     let mut created = Vec::new();
     let refused = |q: &str, e: &dyn std::fmt::Display, created: &[String]| {
         remove_created(client, created);
-        xtcqd::dump::DumpError::Import(format!("queue {q}: {e}; nothing was imported"))
+        xtcq_dump::DumpError::Import(format!("queue {q}: {e}; nothing was imported"))
     };
     for q in &d.queues {
-        match client.create_queue(&xtcqd::dump::params(q)) {
+        match client.create_queue(&xtcq_dump::params(q)) {
             Ok(_) => created.push(q.name.clone()),
             Err(xtcq_client::Error::QueueExists(_)) => continue,
             Err(e) => return Err(refused(&q.name, &e, &created)),
@@ -160,7 +160,7 @@ fn remove_created(client: &xtcq_client::Client, created: &[String]) {
 pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32> {
     let client = crate::cmd::connect(socket)?;
     let mut injectors: Vec<(String, xtcq_client::InjectorHandle)> = Vec::new();
-    let claimed = xtcqd::dump_import::claim_file(&args.file, |d| {
+    let claimed = xtcq_dump::claim::claim_file(&args.file, |d| {
         refuse_same_segment(&client, d)?;
         check_room(&client, d)?;
         attach_existing(&client, d, &mut injectors)?;
@@ -187,10 +187,10 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
         let payload = j
             .payload_bytes()
             .with_context(|| format!("job {} of the dump has no payload, or bad hex", n + 1))?;
-        inj.import(&payload, j.attempts, &j.last_error, j.state == xtcqd::dump::JobState::Dead)
+        inj.import(&payload, j.attempts, &j.last_error, j.state == xtcq_dump::JobState::Dead)
             .with_context(|| format!("job {} of the dump (queue {})", n + 1, j.queue))?;
     }
-    let done = xtcqd::dump_import::finish_file(&args.file)?;
+    let done = xtcq_dump::claim::finish_file(&args.file)?;
     eprintln!(
         "xtcq import: {} job(s) imported; {} renamed {}",
         d.jobs.len(),

@@ -6,7 +6,7 @@
 //! is the connected process, so the pid cannot have been reused: the worker has not reaped
 //! it), of the worker's uid, leading its own process group, and that it may signal it; then
 //! it keeps a pidfd for it, in its own memory and in its private state file
-//! ([`crate::state`]), so that the next daemon fences it too (a worker stopped or killed
+//! ([`crate::persistence::state`]), so that the next daemon fences it too (a worker stopped or killed
 //! across a daemon restart). Nothing here ever signals a pid read from the shared segment.
 //!
 //! Rules kept:
@@ -38,8 +38,8 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use crate::fence_cgroup::Cgroup;
-use crate::peer;
-use crate::state::{CgroupRecord, FenceRecord};
+use crate::persistence::state::{CgroupRecord, FenceRecord};
+use crate::server::peer;
 
 /// How long a fence waits for a killed process group to be gone.
 const FENCE_WAIT: Duration = Duration::from_secs(5);

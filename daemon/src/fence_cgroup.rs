@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::peer;
-use crate::state::CgroupRecord;
+use crate::persistence::state::CgroupRecord;
+use crate::server::peer;
 
 /// `statfs.f_type` of a cgroup v2 file system.
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;

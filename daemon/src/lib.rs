@@ -1,67 +1,46 @@
 //! `xtcqd` as a library: the daemon's pieces, so that `main.rs` stays a thin shell and tests
 //! can reach the parts that need no running daemon.
 //!
-//! - [`config`]: the command line and the resolved configuration;
-//! - [`startup`]: socket directory, single-daemon checks, segment create/adopt, bind;
-//! - [`server`]: the tokio control-channel server and process watching;
-//! - [`registry`]: process slots, deque leases, recovery and stats over the segment;
-//! - [`paths_secure`]: no-follow, owner-checked opens under shared directories;
-//! - [`limits`]: per-user connection limits;
-//! - [`state`]: the daemon-private state file (slots and queue permissions, for a restart);
-//! - [`peer`]: peer credentials, pidfds, `/proc` start times;
-//! - [`notify`]: systemd readiness notification;
-//! - [`fdstore`]: the sealed memfd segment kept in systemd's fd store;
-//! - [`guard`]: watching the segment's file for truncation, unlinking and replacement;
-//! - [`segment_memory`]: the daemon's record of the segment it served, checked at the next start;
-//! - [`segment_size`]: refusing a segment too large to create, or to fit where it goes.
+//! - [`startup`]: the command line and config file, socket directory, single-daemon checks,
+//!   segment create/adopt, bind, logging, systemd;
+//! - [`persistence`]: the daemon's private files (for a restart) and `--import-on-start`;
+//! - [`server`]: the tokio control-channel server: accepting, connections, framing, peer
+//!   credentials, the segment file's guard, process watching;
+//! - [`registry`]: process slots, deque leases, queues, recovery over the segment;
+//! - [`fence`], [`delayed`], [`limits`], [`wake`], [`metrics_http`]: the features.
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
 
 #![warn(missing_docs)]
 
-pub mod config;
-pub mod config_file;
 pub mod convert;
 pub mod delayed;
-pub mod dump;
-pub mod dump_check;
-pub mod dump_import;
-pub mod entry;
-pub mod fdstore;
 pub mod fence;
 pub mod fence_cgroup;
-pub mod guard;
 pub mod limits;
-pub mod logging;
 pub mod metrics_http;
-pub mod notify;
-pub mod paths_secure;
-pub mod payload_blocks;
-pub mod peer;
+pub mod persistence;
 pub mod registry;
-pub mod segment_memory;
-pub mod segment_size;
 pub mod server;
 pub mod startup;
-pub mod state;
 pub mod wake;
 
 use std::io;
 use std::path::PathBuf;
 
-pub use config::{Args, Config};
-pub use logging::LogFormat;
+pub use startup::config::{Args, Config};
+pub use startup::logging::LogFormat;
 
 /// Why the daemon could not start, or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// Bad arguments.
     #[error(transparent)]
-    Config(#[from] config::ConfigError),
+    Config(#[from] startup::config::ConfigError),
     /// `--import-on-start` or `--export-on-stop` failed.
     #[error(transparent)]
-    Dump(#[from] dump::DumpError),
+    Dump(#[from] xtcq_dump::DumpError),
     /// Another daemon serves the socket.
     #[error("another xtcqd is already serving {socket} ({detail}); stop it first, or use another --socket")]
     AlreadyRunning {
@@ -86,7 +65,7 @@ pub enum DaemonError {
     Segment(#[from] xtcq_shm::SegmentError),
     /// The segment the size flags describe is too large to create, or to fit where it goes.
     #[error(transparent)]
-    SegmentSize(#[from] segment_size::SizeError),
+    SegmentSize(#[from] startup::segment_size::SizeError),
     /// An existing segment could not be adopted.
     #[error("cannot adopt the existing segment {path}: {source}; remove it, or start with --recreate (which drops its jobs)")]
     Adopt {
@@ -186,15 +165,15 @@ pub(crate) fn early_signal() -> Option<&'static str> {
     }
 }
 
-/// Installs the daemon's text log subscriber (see [`logging`]); [`init_logging_as`] picks
+/// Installs the daemon's text log subscriber (see [`startup::logging`]); [`init_logging_as`] picks
 /// the format.
 pub fn init_logging() {
-    logging::init(LogFormat::Text)
+    startup::logging::init(LogFormat::Text)
 }
 
 /// Installs the daemon's log subscriber in `format` (`--log-format`).
 pub fn init_logging_as(format: LogFormat) {
-    logging::init(format)
+    startup::logging::init(format)
 }
 
 /// Runs the daemon until SIGTERM, SIGINT or a Shutdown request.

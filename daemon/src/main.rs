@@ -1,5 +1,5 @@
-//! `xtcqd`: the xtcq daemon (see `xtcqd::entry`).
+//! `xtcqd`: the xtcq daemon (see `xtcqd::startup::entry`).
 
 fn main() {
-    xtcqd::entry::main()
+    xtcqd::startup::entry::main()
 }

@@ -2,7 +2,7 @@
 //!
 //! The segment holds the jobs, so a restarted daemon can adopt them, but not who holds a
 //! process slot, since every attached process can write it: that is this daemon's memory
-//! ([`Bookkeeping`]) and, for the next daemon, its private state file ([`crate::state`]).
+//! ([`Bookkeeping`]) and, for the next daemon, its private state file ([`crate::persistence::state`]).
 //!
 //! Rules kept:
 //! - this module is the only writer of the process table, the queue table and the deque
@@ -43,7 +43,7 @@ use xtcq_shm::recovery::{self, lease_holder, lease_word};
 use xtcq_shm::segment::DeleteError;
 use xtcq_shm::{QueueInfo, QueueSpec, Segment};
 
-use crate::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
+use crate::persistence::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
 use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;

@@ -43,16 +43,18 @@ use xtcq_proto::frame::{self, FrameError};
 use xtcq_proto::names;
 use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
 
-use crate::config::Config;
 use crate::limits::{UidConnection, UidConnections};
-use crate::peer::{self, Peer};
 use crate::registry::{Access, Keeper, ProcessId, Registry, SlotId};
+use crate::startup::config::Config;
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
+use peer::Peer;
 
 mod connection;
 mod fdrecv;
 pub mod framing;
+pub mod guard;
+pub mod peer;
 
 use connection::{connection, watch_exit};
 
@@ -68,7 +70,7 @@ struct Shared {
     per_uid: Arc<UidConnections>,
     my_uid: u32,
     /// The segment file's watch: once it is lost, control requests are refused.
-    guard: crate::guard::SegmentGuard,
+    guard: guard::SegmentGuard,
 }
 
 impl Shared {
@@ -139,22 +141,26 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     if let Some(path) = &cfg.import_on_start {
         let reg = st.reg.clone();
         let (path, adopted) = (path.clone(), !prep.created);
-        tokio::task::spawn_blocking(move || crate::dump_import::import_on_start(&reg, &path, adopted))
-            .await
-            .map_err(|e| DaemonError::Dump(crate::dump::DumpError::Import(e.to_string())))??;
+        tokio::task::spawn_blocking(move || {
+            crate::persistence::import::import_on_start(&reg, &path, adopted)
+        })
+        .await
+        .map_err(|e| DaemonError::Dump(xtcq_dump::DumpError::Import(e.to_string())))??;
     }
     announce_ready(&cfg, &seg);
 
     let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
 
-    let _ = crate::notify::sd_notify("STOPPING=1");
+    let _ = crate::startup::notify::sd_notify("STOPPING=1");
     drop(listener);
     startup::remove_socket(&cfg.socket, prep.socket_id);
     drain(&mut tasks).await;
     let live = seg.header_live();
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
     if let Some(path) = &cfg.export_on_stop {
-        let (queues, jobs, skipped) = crate::dump::export(&seg, path, |name| st.reg.acl_of(name))?;
+        let (queues, jobs, skipped) = xtcq_dump::export(&seg, path, |name| {
+            st.reg.acl_of(name).map(crate::persistence::state::QueueAcl::into_grants)
+        })?;
         info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
     }
     info!(%reason, "xtcqd stopped");
@@ -166,7 +172,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
 fn shared_state(
     cfg: &Config,
     seg: &Arc<xtcq_shm::Segment>,
-    state: crate::state::StateFile,
+    state: crate::persistence::state::StateFile,
     fds: u64,
     max_connections: usize,
 ) -> Result<Arc<Shared>, DaemonError> {
@@ -211,7 +217,7 @@ fn shared_state(
         connections: AtomicU64::new(0),
         per_uid: UidConnections::new(cfg.max_connections_per_uid, Config::unlimited_uids()),
         my_uid: rustix::process::getuid().as_raw(),
-        guard: crate::guard::SegmentGuard::new(seg.clone()).map_err(|e| DaemonError::Io {
+        guard: guard::SegmentGuard::new(seg.clone()).map_err(|e| DaemonError::Io {
             what: "cannot fstat the segment".into(),
             path: seg.path().to_path_buf(),
             source: e,
@@ -293,7 +299,7 @@ fn install_stop_signals(st: &Arc<Shared>) -> Result<(), DaemonError> {
 
 /// Tells systemd (when it started us) and the log that the daemon serves.
 fn announce_ready(cfg: &Config, seg: &xtcq_shm::Segment) {
-    match crate::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
+    match crate::startup::notify::sd_notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
         Ok(true) => debug!("notified systemd: READY=1"),
         Ok(false) => {}
         Err(e) => warn!(error = %e, "cannot notify systemd"),
@@ -467,11 +473,11 @@ async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
     }
 }
 
-/// Checks the segment's file at every scan ([`crate::guard`]); stops checking once it is lost
+/// Checks the segment's file at every scan ([`guard`]); stops checking once it is lost
 /// (the loss is kept, and the first finding was logged).
 async fn watch_segment(st: Arc<Shared>) {
     let mut rx = st.shutdown.subscribe();
-    let mut tick = tokio::time::interval(crate::guard::SCAN_EVERY);
+    let mut tick = tokio::time::interval(guard::SCAN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

@@ -13,8 +13,8 @@ use xtcq_proto::{Flavor, QueueParams, ROLE_THIEF};
 use xtcq_shm::layout::PROCESS_ACTIVE;
 use xtcq_shm::{Segment, SegmentConfig};
 use xtcq_testkit::*;
+use xtcqd::persistence::state::StateFile;
 use xtcqd::registry::{ProcessId, Registry};
-use xtcqd::state::StateFile;
 
 #[test]
 fn child_main() {

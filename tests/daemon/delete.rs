@@ -13,8 +13,8 @@ use xtcq_proto::{ErrorCode, Flavor, QueueParams, ROLE_OWNER, ROLE_THIEF};
 use xtcq_shm::layout::{QueueEntry, QUEUE_DELETING, QUEUE_FREE};
 use xtcq_shm::{Flavor as SegFlavor, Segment, SegmentConfig};
 use xtcq_testkit::*;
+use xtcqd::persistence::state::StateFile;
 use xtcqd::registry::{ProcessId, Registry};
-use xtcqd::state::StateFile;
 
 fn params(name: &str, deques: u32, capacity: u32) -> QueueParams {
     QueueParams { name: name.into(), deques, capacity, flavor: Flavor::Fifo, max_attempts: 0, lease_ms: 0 }

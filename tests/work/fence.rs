@@ -515,7 +515,10 @@ fn a_registration_whose_command_ended_unannounced_is_forgotten() {
     let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
     c.fence_command(job.id(), job.handle().generation, child.id()).expect("fence");
     let registered = || {
-        xtcqd::state::StateFile::beside(&d.socket).expect("state file").load().map_or(0, |s| s.fences.len())
+        xtcqd::persistence::state::StateFile::beside(&d.socket)
+            .expect("state file")
+            .load()
+            .map_or(0, |s| s.fences.len())
     };
     assert_eq!(registered(), 1, "kept in the state file");
     let _ = child.kill();

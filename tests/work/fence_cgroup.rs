@@ -387,7 +387,10 @@ fn a_registration_whose_cgroup_the_workers_next_command_runs_in_is_forgotten() {
         .expect("fence");
     };
     let registered = || {
-        xtcqd::state::StateFile::beside(&d.socket).expect("state file").load().map_or(0, |s| s.fences.len())
+        xtcqd::persistence::state::StateFile::beside(&d.socket)
+            .expect("state file")
+            .load()
+            .map_or(0, |s| s.fences.len())
     };
     let mut a = g.sleeper(false);
     register(&first, a.id());

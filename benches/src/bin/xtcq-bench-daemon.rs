@@ -2,5 +2,5 @@
 //! (without the tests' fail points) so that cargo builds it for `cargo bench -p xtcq-benches`.
 
 fn main() {
-    xtcqd::entry::main()
+    xtcqd::startup::entry::main()
 }

@@ -1,4 +1,4 @@
-//! Per-queue permissions (see [`crate::state::QueueAcl`]): the uid that created a queue owns
+//! Per-queue permissions (see [`crate::persistence::state::QueueAcl`]): the uid that created a queue owns
 //! it; `create --allow-uid / --allow-gid` let others use it too. Using a queue is attaching
 //! to it as an owner, thief or injector (which re-queuing and purging dead letters do
 //! first); deleting it is for its owner. Root and the daemon's own uid may do either.
@@ -16,7 +16,7 @@ use tracing::warn;
 use xtcq_proto::{self as proto, names};
 
 use super::{Bookkeeping, Registry};
-use crate::state::QueueAcl;
+use crate::persistence::state::QueueAcl;
 
 /// Who asks: a connection's uid and every group it is in (primary and supplementary).
 #[derive(Clone, Debug, Default)]

@@ -8,7 +8,7 @@ use xtcq_proto as proto;
 use xtcq_shm::record::state::State;
 
 use super::{Registry, SlotId};
-use crate::state::FenceChange;
+use crate::persistence::state::FenceChange;
 use proto::{ErrorCode, ErrorReply};
 
 impl Registry {

@@ -1,4 +1,4 @@
-//! The registry's side of the state file (`crate::state`): what this daemon knows, written
+//! The registry's side of the state file (`crate::persistence::state`): what this daemon knows, written
 //! under the registry lock before a change is answered, and read back on adopt.
 
 use super::*;

@@ -13,7 +13,7 @@ use xtcq_shm::recovery;
 use xtcq_proto::{self as proto, names};
 
 use super::{Adopted, Bookkeeping, ProcessId, Registry, SlotId};
-use crate::state::DaemonState;
+use crate::persistence::state::DaemonState;
 
 /// Log at most this many reclaimed slots one by one; then a count.
 const LOG_EACH: usize = 8;

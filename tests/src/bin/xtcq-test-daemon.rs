@@ -3,5 +3,5 @@
 //! binaries of a package only for that package's own tests.
 
 fn main() {
-    xtcqd::entry::main()
+    xtcqd::startup::entry::main()
 }

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use tracing::{info, warn};
 use xtcq_shm::Segment;
 
-use crate::config::Config;
+use crate::startup::config::Config;
 use crate::DaemonError;
 
 /// The name the segment's fd has in the store.
@@ -91,7 +91,7 @@ pub fn open_segment(
     // Before the stored segment is retired by --recreate: a new one that cannot fit is
     // refused with the old one (and its jobs) still kept.
     if (stored.is_none() || cfg.recreate) && store_size().is_some() {
-        crate::segment_size::check_memfd(&cfg.segment_config, &label)?;
+        crate::startup::segment_size::check_memfd(&cfg.segment_config, &label)?;
     }
     if let Some(fd) = stored {
         let seg = Segment::attach_file(File::from(fd), &label)
@@ -101,14 +101,15 @@ pub fn open_segment(
             return Ok(Some((seg, false)));
         }
         seg.retire();
-        crate::notify::sd_notify(&format!("FDSTOREREMOVE=1\nFDNAME={FDNAME}"))
+        crate::startup::notify::sd_notify(&format!("FDSTOREREMOVE=1\nFDNAME={FDNAME}"))
             .map_err(io_err("cannot remove the old segment from systemd's fd store"))?;
         warn!("--recreate: retired the segment kept in systemd's fd store and dropped it");
     }
     let Some(max) = store_size() else { return Ok(None) };
     let seg = Segment::create_memfd(FDNAME, &cfg.segment_config)?;
-    let sent = crate::notify::sd_notify_with_fd(&format!("FDSTORE=1\nFDNAME={FDNAME}"), seg.file().as_fd())
-        .map_err(io_err("cannot hand the segment to systemd's fd store"))?;
+    let sent =
+        crate::startup::notify::sd_notify_with_fd(&format!("FDSTORE=1\nFDNAME={FDNAME}"), seg.file().as_fd())
+            .map_err(io_err("cannot hand the segment to systemd's fd store"))?;
     if !sent {
         return Ok(None);
     }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use xtcq_proto as proto;
 use xtcq_shm::QueueSpec;
 
-use crate::dump::{Dump, DumpError, JobState, QueueLine};
+use crate::{flavor, params, Dump, DumpError, JobState, QueueLine};
 
 /// The segment's queue table and sizes, against which the queues a dump creates are checked.
 #[derive(Clone, Copy, Debug)]
@@ -214,10 +214,10 @@ fn check_queues<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) ->
 /// Why the segment would refuse to create `q`, if it would.
 fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
     proto::queue_name::check(&q.name).map_err(|e| e.to_string())?;
-    let p = crate::dump::params(q);
+    let p = params(q);
     let spec = QueueSpec {
         name: p.name,
-        flavor: crate::convert::flavor_from_proto(p.flavor),
+        flavor: flavor(q),
         deques: p.deques,
         capacity: p.capacity,
         max_attempts: p.max_attempts,

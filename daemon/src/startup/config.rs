@@ -292,7 +292,7 @@ impl Config {
         let Access { allow_uids, allow_gids, group } = access_from(args)?;
         check_socket_len(&socket)?;
         check_connection_limits(args)?;
-        let state = args.state.clone().unwrap_or_else(|| crate::state::default_path(&socket));
+        let state = args.state.clone().unwrap_or_else(|| crate::persistence::state::default_path(&socket));
         Ok(Config {
             socket,
             segment,
@@ -358,7 +358,7 @@ fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), Co
         // Each repeat adds its classes (`parse` refuses a size named twice): last-wins, as
         // the other flags do, would drop the earlier classes without a word.
         let spec = args.payload_blocks.join(",");
-        c.payload_blocks = crate::payload_blocks::parse(&spec).map_err(ConfigError::Invalid)?;
+        c.payload_blocks = crate::startup::payload_blocks::parse(&spec).map_err(ConfigError::Invalid)?;
         let names = xtcq_shm::layout::payload::CLASS_FIELDS;
         explicit.extend(names.iter().zip(c.payload_blocks).map(|(&name, n)| (name, n)));
     }

@@ -11,7 +11,7 @@ use clap::Parser;
 pub enum EntryError {
     /// `--config FILE` could not be read or parsed.
     #[error(transparent)]
-    ConfigFile(#[from] crate::config_file::ConfigFileError),
+    ConfigFile(#[from] crate::startup::config_file::ConfigFileError),
     /// The flags did not parse (or `--help` / `--version` was asked for: clap prints it).
     #[error(transparent)]
     Args(#[from] clap::Error),
@@ -22,7 +22,7 @@ pub enum EntryError {
 
 /// Runs the daemon with `argv` (the program name first), until it stops.
 pub fn run_with_args(argv: impl IntoIterator<Item = OsString>) -> Result<(), EntryError> {
-    let argv = crate::config_file::argv(argv)?;
+    let argv = crate::startup::config_file::argv(argv)?;
     let args = crate::Args::try_parse_from(argv)?;
     crate::init_logging_as(args.log_format);
     let cfg = crate::Config::from_args(&args).map_err(crate::DaemonError::from)?;

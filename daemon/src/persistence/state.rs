@@ -122,6 +122,18 @@ pub struct QueueAcl {
     pub retry_backoff: Option<xtcq_proto::RetryBackoff>,
 }
 
+impl QueueAcl {
+    /// What a dump carries of it.
+    pub fn into_grants(self) -> xtcq_dump::QueueGrants {
+        xtcq_dump::QueueGrants {
+            owner: self.owner,
+            uids: self.uids,
+            gids: self.gids,
+            retry_backoff: self.retry_backoff,
+        }
+    }
+}
+
 /// The file's content.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DaemonState {

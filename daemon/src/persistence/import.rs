@@ -1,7 +1,7 @@
-//! Importing a dump ([`crate::dump`]) into the daemon's segment, and `--import-on-start`.
+//! Importing a dump ([`xtcq_dump`]) into the daemon's segment, and `--import-on-start`.
 //!
 //! Rules kept:
-//! - nothing is written when the dump cannot fit ([`crate::dump_check`]);
+//! - nothing is written when the dump cannot fit ([`xtcq_dump::check`]);
 //! - a queue the segment already has is used as it is; a missing one is created with the
 //!   dump's definition, limits, owner, grants and retry backoff (a dump that names no owner,
 //!   older or from `xtcq export`, gives it to the daemon's uid, with a warning);
@@ -18,14 +18,16 @@
 //! - `FILE` becomes `FILE.importing` before the first job and `FILE.imported` after the
 //!   last: never imported twice; an interrupted import is refused, not guessed at.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tracing::{info, warn};
 use xtcq_proto as proto;
 use xtcq_shm::Injector;
 
-use crate::dump::{self, Dump, DumpError, JobState};
-use crate::dump_check::{check, room_of};
+use xtcq_dump::check::{check, room_of};
+use xtcq_dump::claim::{claim, finish_file, may_hold_this_segment, read_unclaimed};
+use xtcq_dump::{Dump, DumpError, JobState, SegmentId};
+
 use crate::registry::{ProcessId, Registry};
 
 /// Imports `d` into `reg`'s segment; returns (queues created, jobs imported).
@@ -40,7 +42,8 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
                       wrote): xtcqd's own uid owns it now; delete it and create it again to share it");
                 me
             });
-            reg.import_queue_as(&dump::params(q), owner, &q.allow_uids, &q.allow_gids).map_err(refused)?;
+            reg.import_queue_as(&xtcq_dump::params(q), owner, &q.allow_uids, &q.allow_gids)
+                .map_err(refused)?;
             reg.set_queue_limits(&q.name, Some(q.max_records), Some(q.max_dead), None).map_err(refused)?;
             if q.retry_backoff.is_some() {
                 reg.set_retry_backoff(&q.name, q.retry_backoff, None).map_err(refused)?;
@@ -60,7 +63,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     let me = ProcessId {
         pid,
         uid: rustix::process::getuid().as_raw(),
-        start_time: crate::peer::start_time(pid).unwrap_or(0),
+        start_time: crate::server::peer::start_time(pid).unwrap_or(0),
     };
     let slot = reg.register(me, proto::ROLE_INJECTOR, reg.keeper()).map_err(refused)?;
     let result = write_jobs(reg, d, slot.slot);
@@ -68,7 +71,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
     Ok((created, result?))
 }
 
-/// Refuses `d` before anything is written when it cannot fit ([`crate::dump_check`]), by
+/// Refuses `d` before anything is written when it cannot fit ([`xtcq_dump::check`]), by
 /// the daemon's own stats (each queue's dead letters as counted now, not as the last scan
 /// counted them, which an adopted segment's first scan has not yet done).
 fn check_room(reg: &Registry, d: &Dump) -> Result<(), DumpError> {
@@ -101,79 +104,6 @@ fn write_jobs(reg: &Registry, d: &Dump, slot: u32) -> Result<usize, DumpError> {
     Ok(d.jobs.len())
 }
 
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-/// Takes `path` for an import: refuses when `FILE.importing` exists (an interrupted import),
-/// reads the dump, refuses it when `check` does (nothing imported, so it keeps its name),
-/// renames `FILE` to `FILE.importing` and returns that name and the dump; `None` when `FILE`
-/// does not exist. A file that does not read as a dump keeps its name
-/// (nothing of it was imported), so it can be fixed and imported again.
-pub fn claim_file(
-    path: &Path,
-    check: impl FnOnce(&Dump) -> Result<(), DumpError>,
-) -> Result<Option<(PathBuf, Dump)>, DumpError> {
-    let Some(d) = read_unclaimed(path)? else { return Ok(None) };
-    check(&d)?;
-    Ok(Some((claim(path)?, d)))
-}
-
-/// The dump at `path`, unless an import of it was interrupted (an error) or there is no
-/// such file (`None`); the file keeps its name.
-fn read_unclaimed(path: &Path) -> Result<Option<Dump>, DumpError> {
-    let importing = with_suffix(path, ".importing");
-    if importing.exists() {
-        return Err(DumpError::Import(format!(
-            "{} exists: another import of it is running, or an earlier one was interrupted and some of its \
-             jobs may be in the segment already; wait for the other, or check them (`xtcq stats`, \
-             `xtcq dead`), then remove or rename that file and try again",
-            importing.display()
-        )));
-    }
-    if !path.exists() {
-        return Ok(None);
-    }
-    // A FIFO or a device would block the open (the daemon's start, deaf to SIGTERM, which
-    // it catches) or read without end; a directory is no dump either.
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return Err(DumpError::Import(format!(
-            "{} is not a regular file; give the dump file `xtcq export` or --export-on-stop wrote",
-            path.display()
-        )));
-    }
-    dump::read(path).map(Some)
-}
-
-/// Renames `path` to `FILE.importing`; returns that name.
-fn claim(path: &Path) -> Result<PathBuf, DumpError> {
-    let importing = with_suffix(path, ".importing");
-    std::fs::rename(path, &importing).map_err(|source| match source.kind() {
-        // Read and checked here, but renamed by another import in between: that one imports it.
-        std::io::ErrorKind::NotFound => DumpError::Import(format!(
-            "{} was taken by another import meanwhile (it is now {}); nothing was imported here, \
-             a file is imported once",
-            path.display(),
-            importing.display()
-        )),
-        _ => DumpError::Io { what: "cannot rename", path: path.to_path_buf(), source },
-    })?;
-    Ok(importing)
-}
-
-/// Renames `FILE.importing` (from [`claim_file`]) to `FILE.imported`; returns the new name.
-pub fn finish_file(path: &Path) -> Result<PathBuf, DumpError> {
-    let (importing, done) = (with_suffix(path, ".importing"), with_suffix(path, ".imported"));
-    std::fs::rename(&importing, &done).map_err(|source| DumpError::Io {
-        what: "cannot rename",
-        path: importing.clone(),
-        source,
-    })?;
-    Ok(done)
-}
-
 /// `--import-on-start FILE`: imports `FILE` (a dump, or a segment file of this or an older
 /// readable layout) once. A missing file is nothing to import; the daemon's own segment file
 /// is refused; a dump that may be of the segment the daemon `adopted` is set aside, not
@@ -185,7 +115,7 @@ pub fn import_on_start(reg: &Registry, path: &Path, adopted: bool) -> Result<(),
         return Ok(());
     };
     if adopted {
-        if let Some(why) = may_hold_this_segment(&d, dump::SegmentId::of(reg.segment()), path) {
+        if let Some(why) = may_hold_this_segment(&d, SegmentId::of(reg.segment()), path) {
             set_aside(path, why);
             return Ok(());
         }
@@ -216,44 +146,19 @@ fn refuse_own_segment(reg: &Registry, path: &Path) -> Result<(), DumpError> {
     Ok(())
 }
 
-/// Why the dump `d` at `path` may hold the jobs of the segment `here` (adopted, so they are
-/// in it still, or ran), if it may: it names that segment; or it names none (an older
-/// build wrote it) and was written after `here` was made.
-fn may_hold_this_segment(d: &Dump, here: dump::SegmentId, path: &Path) -> Option<&'static str> {
-    match d.segment {
-        Some(id) if id == here => Some(
-            "the dump was taken of this very segment, which survived the restart and still holds its jobs \
-             (or what became of them); importing it would run them twice",
-        ),
-        Some(_) => None,
-        None => {
-            let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-            let ns = written.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_nanos());
-            // Unknown: assume it may, as the safe side (the file is kept).
-            ns.is_none_or(|ns| ns >= u128::from(here.created_unix_ns)).then_some(
-                "the dump names no segment (an older xtcq wrote it) and was written after the segment this \
-                 daemon adopted was made, so it may be of this segment, whose jobs are still here (or ran); \
-                 importing it could run them twice. If its jobs are not in the segment, import it by hand \
-                 (xtcq import FILE)",
-            )
-        }
-    }
-}
-
-/// Renames `path` to `FILE.superseded` and logs `why`; where the rename fails (something in
-/// the way), logs that and leaves it: it is not imported either way.
+/// Sets `path` aside as `FILE.superseded` and logs `why`; where the rename fails (something
+/// in the way), logs that and leaves it: it is not imported either way.
 fn set_aside(path: &Path, why: &str) {
-    let kept = with_suffix(path, ".superseded");
-    match std::fs::rename(path, &kept) {
-        Ok(()) => warn!(
+    match xtcq_dump::claim::set_aside(path) {
+        Ok(kept) => warn!(
             file = %path.display(),
             renamed_to = %kept.display(),
             "--import-on-start: not imported: {why}"
         ),
         Err(e) => warn!(
             file = %path.display(),
-            "--import-on-start: not imported: {why}. It keeps its name: it could not be renamed {}: {e}",
-            kept.display()
+            "--import-on-start: not imported: {why}. It keeps its name: it could not be renamed {}.superseded: {e}",
+            path.display()
         ),
     }
 }

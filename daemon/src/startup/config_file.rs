@@ -265,7 +265,7 @@ mod tests {
         let a = args("metrics = \"127.0.0.1:9187\"\n", &[]).unwrap();
         assert!(a.contains(&"--metrics=127.0.0.1:9187".to_string()), "{a:?}");
         let parsed = crate::Args::parse_from(["xtcqd", "--metrics", "127.0.0.1:9187"]);
-        let c = crate::config::Config::from_args(&parsed).unwrap();
+        let c = crate::startup::config::Config::from_args(&parsed).unwrap();
         assert_eq!(c.metrics, Some("127.0.0.1:9187".parse().unwrap()));
         assert!(crate::Args::try_parse_from(["xtcqd", "--metrics", "nowhere"]).is_err());
     }

@@ -1,0 +1,11 @@
+//! What the daemon keeps on disk for the next daemon, and the dumps it reads at start.
+//!
+//! - [`state`]: the daemon-private state file `SOCKET.state` (process slots, queue
+//!   permissions, fenced commands), which a restarted daemon trusts and nothing else;
+//! - [`segment_memory`]: `SOCKET.segment`, the record of the segment this daemon served,
+//!   checked at the next start so that a lost segment is said, not silently replaced;
+//! - [`import`]: `--import-on-start`, a dump ([`xtcq_dump`]) written into the segment.
+
+pub mod import;
+pub mod segment_memory;
+pub mod state;
