@@ -136,6 +136,11 @@ fn create_queues(client: &xtcq_client::Client, d: &xtcq_dump::Dump) -> Result<()
                 return Err(refused(&q.name, &e, &created));
             }
         }
+        if let Some(r) = q.max_rate {
+            if let Err(e) = client.set_max_rate(&q.name, r) {
+                return Err(refused(&q.name, &e, &created));
+            }
+        }
         if q.paused {
             if let Err(e) = client.pause_queue(&q.name) {
                 return Err(refused(&q.name, &e, &created));

@@ -374,6 +374,17 @@ pub fn render(s: &Stats, scans: u64) -> String {
             let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", label(&q.info.name), value(&q.quota));
         }
     }
+    let name = "xtcq_queue_max_rate";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Most of the queue's claims started per second at the rate limit's pace (0: no limit).\n\
+         # TYPE {name} gauge"
+    );
+    for q in &s.queues {
+        let r = q.quota.max_rate;
+        let per_s = if r.interval_ns == 0 { 0.0 } else { 1e9 / r.interval_ns as f64 };
+        let _ = writeln!(out, "{name}{{queue=\"{}\"}} {per_s}", label(&q.info.name));
+    }
     for (name, help, value) in BLOCK_FAMILIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for b in &s.payload_blocks {

@@ -123,6 +123,9 @@ pub struct QueueLine {
     /// Concurrency limit (0: none). Absent (none) from older dumps.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_running: u32,
+    /// Rate limit. Absent (none) from older dumps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<proto::RateLimit>,
     /// Paused (`xtcq pause`): imported paused. Absent (not paused) from older dumps.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -294,6 +297,10 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                 allow_gids: kept.as_ref().map(|g| g.gids.clone()).unwrap_or_default(),
                 retry_backoff: kept.and_then(|g| g.retry_backoff),
                 max_running: l.max_running,
+                max_rate: (l.max_rate.interval_ns != 0).then_some(proto::RateLimit {
+                    interval_ns: l.max_rate.interval_ns,
+                    burst: l.max_rate.burst,
+                }),
                 paused: copy.paused.contains(&q.index),
             }
         })

@@ -187,3 +187,26 @@ fn readable(wake: &xtcq_client::WakeFd, ms: i32) -> bool {
         rustix::time::Timespec { tv_sec: i64::from(ms / 1000), tv_nsec: i64::from(ms % 1000) * 1_000_000 };
     rustix::event::poll(&mut fds, Some(&t)).is_ok_and(|n| n > 0)
 }
+
+#[test]
+fn the_rate_outlives_a_daemon_kill_and_an_export_and_import_and_shows_in_metrics() {
+    let flags = [SMALL_SEGMENT, &METRICS_ON_ANY_PORT[..]].concat();
+    let mut d = Daemon::start_with(&flags);
+    ok(&d.run(&["create", "r", "--max-rate", "30/min", "--burst", "2"]));
+    ok(&d.run(&["create", "other"]));
+    let m = scrape_metrics(&d.metrics_addr());
+    assert!(m.contains("xtcq_queue_max_rate{queue=\"r\"} 0.5"), "{m}");
+    assert!(m.contains("xtcq_queue_max_rate{queue=\"other\"} 0"), "{m}");
+    d.kill();
+    d.restart_with(&flags, |_| {});
+    assert!(
+        ok(&d.run(&["stats", "r"])).contains("rate:     at most 30/min, burst 2"),
+        "kept across a kill -9"
+    );
+    let dump = d.dir().join("dump.jsonl");
+    ok(&d.run(&["export", dump.to_str().expect("utf-8 path")]));
+    let e = Daemon::start();
+    ok(&e.run(&["import", dump.to_str().expect("utf-8 path")]));
+    assert!(ok(&e.run(&["stats", "r"])).contains("rate:     at most 30/min, burst 2"), "imported");
+    assert!(!ok(&e.run(&["stats", "other"])).contains("rate:"));
+}

@@ -53,6 +53,10 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
                     crate::registry::Limits { max_running: Some(q.max_running), ..Default::default() };
                 reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
             }
+            if let Some(r) = q.max_rate {
+                let limits = crate::registry::Limits { max_rate: Some(r), ..Default::default() };
+                reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
+            }
             if q.paused {
                 reg.set_paused(&q.name, true, None).map_err(refused)?;
             }

@@ -36,6 +36,8 @@ pub struct QuotaState {
     pub dead_dropped: u64,
     /// Its concurrency limit (`segment::running`; 0: none).
     pub max_running: u32,
+    /// Its rate limit (`segment::rate`; `interval_ns` 0: none).
+    pub max_rate: super::RateLimit,
 }
 
 /// The `held` word of a queue with a record quota: how many records its jobs hold, kept by
@@ -163,6 +165,7 @@ impl Segment {
             dead: l.dead.load(Ordering::Relaxed),
             dead_dropped: l.dead_dropped.load(Ordering::Relaxed),
             max_running: self.max_running(index),
+            max_rate: self.rate_limit(index),
         }
     }
 
