@@ -55,7 +55,7 @@ pub struct JobArgs {
     json: bool,
 }
 
-fn parse_job_id(s: &str) -> std::result::Result<xtcq_client::JobId, String> {
+pub fn parse_job_id(s: &str) -> std::result::Result<xtcq_client::JobId, String> {
     let bad = || format!("{s:?} is not a job id; give it as `push --print-handle` prints it (like 12.3)");
     let (i, b) = s.split_once('.').ok_or_else(bad)?;
     Ok(xtcq_client::JobId { index: i.parse().map_err(|_| bad())?, birth: b.parse().map_err(|_| bad())? })

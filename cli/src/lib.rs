@@ -24,6 +24,7 @@ macro_rules! eprint {
     }};
 }
 
+mod cancel;
 mod cgroup;
 mod cmd;
 mod delay;
@@ -124,6 +125,10 @@ enum Command {
     /// What became of a job, by the id `push --print-handle` prints: queued, delayed,
     /// running (by which pid, lease left), dead (why), finished, or unknown (exit 3).
     Job(flow::JobArgs),
+    /// Cancel jobs by id: a queued or delayed job never runs; a running one is taken from its
+    /// holder and its command stopped before this returns (exit 0: all cancelled; 3: some were
+    /// not there to cancel; 5: a command could not be stopped).
+    Cancel(cancel::CancelArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
     /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
@@ -183,6 +188,7 @@ pub fn main() {
         Command::Pause(a) => flow::pause(socket, a),
         Command::Resume(a) => flow::resume(socket, a),
         Command::Job(a) => flow::job(socket, a),
+        Command::Cancel(a) => cancel::cancel(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
         Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),

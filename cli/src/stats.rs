@@ -146,8 +146,17 @@ fn queue_text(q: &QueueStats) -> String {
     );
     let _ = writeln!(
         t,
-        "  totals:   {} pushed, {} claimed, {} acked, {} nacked, {} failed, {} dead, {} lease expiries, {} recovered",
-        m.pushed, m.claimed, m.acked, m.nacked, m.failed, m.dead_total, m.lease_expiries, m.recovered
+        "  totals:   {} pushed, {} claimed, {} acked, {} nacked, {} failed, {} dead, {} lease expiries, {} recovered, \
+         {} cancelled",
+        m.pushed,
+        m.claimed,
+        m.acked,
+        m.nacked,
+        m.failed,
+        m.dead_total,
+        m.lease_expiries,
+        m.recovered,
+        m.cancelled
     );
     if let Some(b) = &i.retry_backoff {
         let _ = writeln!(t, "  retry backoff: {}", crate::delay::backoff_label(Some(b)));

@@ -440,7 +440,7 @@ fn jitter_bits(id: xtcq_client::JobId) -> u64 {
 /// `attempt` is the job's attempt count read when it was claimed: the record's may have
 /// moved on since (its lease ran out and the daemon re-queued it, counting an attempt).
 fn settle(
-    a: &WorkArgs,
+    (a, c): (&WorkArgs, &Client),
     queue: &QueueInfo,
     n: &Counters,
     (job, attempt): (Job<'_>, u32),
@@ -463,16 +463,31 @@ fn settle(
         Ok(Ran::Exited(_) | Ran::Killed(_) | Ran::LeftRunning(..)) => fail(job, &what, backoff),
         Err(_) => fail(job, "cannot run", backoff),
     };
+    // A job no longer ours whose record finished (or already holds another job) was
+    // cancelled: the daemon stopped its command and freed it. One re-queued after its lease
+    // ran out keeps its id and reads queued or running.
+    let cancelled = settled.is_err()
+        && c.job_state(&a.queue, id)
+            .is_ok_and(|s| matches!(s, xtcq_proto::JobState::Finished | xtcq_proto::JobState::Unknown));
     // Counted once settled: a job whose command succeeded but whose ack came too late
     // (its lease ran out and it was re-queued) did not succeed here.
     n.settled(
         id,
         match &outcome {
+            _ if cancelled => Settled::Cancelled,
             _ if succeeded && settled.is_ok() => Settled::Ok,
             Ok(Ran::Interrupted | Ran::Unfenced(_)) => Settled::GivenBack,
             _ => work_summary::failed_outcome(attempt, queue.max_attempts),
         },
     );
+    if cancelled {
+        eprintln!(
+            "xtcq: job {id} attempt {} of {}: cancelled; its command was stopped",
+            attempt + 1,
+            a.queue
+        );
+        return Ok(());
+    }
     if a.verbose || unusual {
         eprintln!("xtcq: job {id} attempt {} of {}: {what}", attempt + 1, a.queue);
     }
@@ -555,7 +570,7 @@ pub(crate) fn worker(
             idle_since = Instant::now();
             continue;
         }
-        settle(a, thief.queue(), n, (job, attempt), outcome)?;
+        settle((a, c), thief.queue(), n, (job, attempt), outcome)?;
         idle_since = Instant::now();
     }
     Ok(())

@@ -27,6 +27,8 @@ pub enum Settled {
     Dead,
     /// Not run to its end (interrupted, not fenced): given back without counting an attempt.
     GivenBack,
+    /// Cancelled while it ran (`xtcq cancel`): the daemon stopped its command and freed it.
+    Cancelled,
 }
 
 /// The counters the workers share: live ones for the progress line, and each job's last
@@ -63,6 +65,7 @@ pub struct Summary {
     pub failed: u64,
     pub dead: u64,
     pub given_back: u64,
+    pub cancelled: u64,
     pub attempts: u64,
 }
 
@@ -73,7 +76,7 @@ impl Counters {
         match what {
             Settled::Ok => self.ok.fetch_add(1, Ordering::Relaxed),
             Settled::Failed | Settled::Dead => self.failed.fetch_add(1, Ordering::Relaxed),
-            Settled::GivenBack => 0,
+            Settled::GivenBack | Settled::Cancelled => 0,
         };
         // A poisoned lock only means a worker panicked mid-insert; the map is still whole.
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -89,6 +92,7 @@ impl Counters {
                 Settled::Failed => s.failed += 1,
                 Settled::Dead => s.dead += 1,
                 Settled::GivenBack => s.given_back += 1,
+                Settled::Cancelled => s.cancelled += 1,
             }
         }
         s
@@ -99,8 +103,11 @@ impl Summary {
     /// The final line, e.g. `xtcq work q: 3 job(s) ok, 1 failed, 2 dead, 0 given back;
     /// 9 attempt(s) in 1.2 s`.
     pub fn line(&self, queue: &str, took: Duration) -> String {
+        // Named only when some were: a run without cancels prints the line it always did.
+        let cancelled =
+            if self.cancelled > 0 { format!(", {} cancelled", self.cancelled) } else { String::new() };
         format!(
-            "xtcq work {queue}: {} job(s) ok, {} failed, {} dead, {} given back; {} attempt(s) in {:.1} s",
+            "xtcq work {queue}: {} job(s) ok, {} failed, {} dead, {} given back{cancelled}; {} attempt(s) in {:.1} s",
             self.ok,
             self.failed,
             self.dead,
@@ -149,7 +156,7 @@ mod tests {
         n.settled(id(3), Settled::GivenBack);
         n.settled(id(4), Settled::Failed);
         let s = n.summary();
-        assert_eq!(s, Summary { ok: 1, failed: 1, dead: 1, given_back: 1, attempts: 7 });
+        assert_eq!(s, Summary { ok: 1, failed: 1, dead: 1, given_back: 1, cancelled: 0, attempts: 7 });
         assert_eq!(s.status(), exit::FAILED);
         assert_eq!(failed_outcome(2, 3), Settled::Dead);
         assert_eq!(failed_outcome(1, 3), Settled::Failed);
@@ -161,6 +168,9 @@ mod tests {
         let n = Counters::default();
         n.settled(id(1), Settled::GivenBack);
         n.settled(id(2), Settled::Ok);
-        assert_eq!(n.summary().status(), exit::OK);
+        n.settled(id(3), Settled::Failed);
+        n.settled(id(3), Settled::Cancelled);
+        assert_eq!(n.summary().status(), exit::OK, "a cancelled job is no failure");
+        assert!(n.summary().line("q", Duration::ZERO).contains("0 given back, 1 cancelled;"));
     }
 }

@@ -340,6 +340,18 @@ impl Client {
         }
     }
 
+    /// Cancels job `id` of queue `queue`: a queued or delayed job never runs; a running one
+    /// is taken from its holder (whose ack then fails) and the command `xtcq work` ran for it
+    /// is stopped before this returns. Only the queue's owner, root and xtcqd's uid may. What
+    /// the cancel did (or why there was nothing to cancel).
+    pub fn cancel_job(&self, queue: &str, id: JobId) -> Result<xtcq_proto::CancelOutcome, Error> {
+        let job = xtcq_proto::JobRef { index: id.index, number: id.birth };
+        match self.call(Request::CancelJob { queue: queue.to_string(), job })? {
+            Response::JobCancelled(out) => Ok(out),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
     fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, Error> {
         match self.call(Request::SetPaused { queue: queue.to_string(), paused })? {
             Response::PausedSet { was_paused } => Ok(was_paused),

@@ -315,7 +315,7 @@ async fn respond_with(
 /// One metric family: name, type, help, and how to read it from a queue's figures.
 type Family = (&'static str, &'static str, &'static str, fn(&QueueMetrics) -> String);
 
-const FAMILIES: [Family; 14] = [
+const FAMILIES: [Family; 15] = [
     ("xtcq_jobs_pushed_total", "counter", "Jobs pushed.", |m| m.pushed.to_string()),
     ("xtcq_jobs_claimed_total", "counter", "Claims won by consumers.", |m| m.claimed.to_string()),
     ("xtcq_jobs_acked_total", "counter", "Jobs acked.", |m| m.acked.to_string()),
@@ -329,6 +329,9 @@ const FAMILIES: [Family; 14] = [
     }),
     ("xtcq_jobs_recovered_total", "counter", "Claims of dead processes given back.", |m| {
         m.recovered.to_string()
+    }),
+    ("xtcq_jobs_cancelled_total", "counter", "Jobs cancelled (queued, delayed or running).", |m| {
+        m.cancelled.to_string()
     }),
     ("xtcq_jobs_queued", "gauge", "Jobs waiting in line.", |m| m.queued.to_string()),
     ("xtcq_jobs_running", "gauge", "Jobs claimed now.", |m| m.running.to_string()),

@@ -48,6 +48,7 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 use xtcq_proto as proto;
 
+mod cancel;
 mod dead;
 mod delayed;
 mod delete;

@@ -74,6 +74,35 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+/// What a [`Request::CancelJob`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelOutcome {
+    /// It was queued: it will not run.
+    WasQueued,
+    /// It was delayed: it will not run.
+    WasDelayed,
+    /// It was running: its command (if `xtcq work` ran one) was stopped, and its holder's
+    /// ack fails.
+    WasRunning {
+        /// The holder's pid, as the daemon watches it (`None` when it is not known).
+        pid: Option<u32>,
+    },
+    /// It was running and its command could not be stopped: it is a dead letter ("could not
+    /// stop command") and may still run.
+    NotStopped {
+        /// The holder's pid, when known.
+        pid: Option<u32>,
+    },
+    /// It had finished (acked, purged or cancelled) already.
+    Finished,
+    /// It is a dead letter: purge it (`xtcq dead purge`) instead.
+    Dead,
+    /// Its producer is still writing it: try again.
+    BeingPushed,
+    /// No job of the queue has this id.
+    Unknown,
+}
+
 /// The id used in a reply to a request whose id could not be read.
 pub const UNKNOWN_REQUEST_ID: u64 = 0;
 
@@ -382,6 +411,16 @@ pub enum Request {
         /// The job, by its id (`number` is its birth).
         job: JobRef,
     },
+    /// Cancels job `job` (its stable id, `index.birth`) of queue `queue`: a queued or delayed
+    /// job never runs, a running one's command is stopped (by the fence) before the answer;
+    /// [`Response::JobCancelled`]. Only the queue's owner, root and xtcqd's uid may. Added
+    /// without a version bump.
+    CancelJob {
+        /// Queue name.
+        queue: String,
+        /// The job, by its id (`number` is its birth).
+        job: JobRef,
+    },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
     ReleaseWake {
@@ -447,6 +486,8 @@ pub enum Response {
     WakeReleased,
     /// To [`Request::JobFate`].
     JobFate(JobState),
+    /// To [`Request::CancelJob`]: what the cancel did.
+    JobCancelled(CancelOutcome),
     /// To [`Request::SetPaused`].
     PausedSet {
         /// Whether the queue was paused before.

@@ -152,6 +152,8 @@ pub struct QueueMetrics {
     pub lease_expiries: u64,
     /// Claims of dead processes given back.
     pub recovered: u64,
+    /// Jobs cancelled (`xtcq cancel`).
+    pub cancelled: u64,
     /// Jobs queued now (`records.queued`).
     pub queued: u64,
     /// Jobs claimed now (`records.claimed`).

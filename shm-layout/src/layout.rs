@@ -528,7 +528,7 @@ pub struct ProcessSlot {
 }
 
 /// Counters in a [`MetricsBlock`]: the index of each running total.
-pub const METRIC_COUNTERS: usize = 8;
+pub const METRIC_COUNTERS: usize = 9;
 
 /// A block of running totals for one (process slot, queue), or the daemon's own totals of a
 /// queue, or a queue's reset baseline (see `metrics`). Its own two lines: only one process

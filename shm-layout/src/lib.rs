@@ -46,6 +46,8 @@ pub mod activity;
 #[cfg(not(xtcq_loom))]
 pub mod api;
 #[cfg(not(xtcq_loom))]
+pub mod cancel;
+#[cfg(not(xtcq_loom))]
 pub mod check;
 #[cfg(not(xtcq_loom))]
 pub mod dead_letter;

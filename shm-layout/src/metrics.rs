@@ -43,6 +43,8 @@ pub enum Counter {
     LeaseExpiries = 6,
     /// Claims of dead processes the daemon gave back.
     Recovered = 7,
+    /// Jobs cancelled (queued, delayed or running), by the daemon. Layout version 9.
+    Cancelled = 8,
 }
 
 /// Every counter, in block order.
@@ -55,6 +57,7 @@ pub const COUNTERS: [Counter; METRIC_COUNTERS] = [
     Counter::Dead,
     Counter::LeaseExpiries,
     Counter::Recovered,
+    Counter::Cancelled,
 ];
 
 /// The block index, after the per-slot blocks, of the daemon's own totals.

@@ -230,7 +230,7 @@ fn give_back_uncounted(
 /// Revokes `holder`'s claim (or write) seen as `w`: `Claimed | Writing (g, holder) ->
 /// Claimed(g, NO_HOLDER)`, so the holder can no longer ack or extend it. False when the
 /// record moved on since `w` was read.
-fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
+pub(crate) fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
     if !matches!(w.state(), Some(State::Claimed | State::Writing)) || w.holder() != holder {
         return false;
     }

@@ -6,6 +6,7 @@
 //! The modules' tests run in parallel threads of one process: no fixed names, ports or
 //! users, and no `std::env::set_var`.
 
+mod cancel;
 mod job;
 mod pause;
 mod rate;

@@ -185,7 +185,11 @@ fn only_the_owner_or_root_may_pause_a_shared_queue() {
     for verb in ["pause", "resume"] {
         let o = as_user(&bob, &[verb, "shared"]);
         assert_eq!(code(&o), 4, "{verb} by bob: {}", stderr(&o));
-        assert!(stderr(&o).contains("may not pause or resume queue shared"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("may not pause, resume or cancel the jobs of queue shared"),
+            "{}",
+            stderr(&o)
+        );
     }
     assert_eq!(state_in_ls(&d, "shared"), "active", "bob's refused pause changed nothing");
     ok(&as_user(&alice, &["pause", "shared"]));

@@ -96,7 +96,7 @@ impl Registry {
         let what = match op {
             Op::Use => "use (attach to)",
             Op::Delete => "delete",
-            Op::Administer => "pause or resume",
+            Op::Administer => "pause, resume or cancel the jobs of",
         };
         let why = match acl {
             None => "it has no recorded owner, so only root and xtcqd's own uid may".to_string(),

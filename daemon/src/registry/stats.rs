@@ -33,6 +33,7 @@ fn queue_metrics(
         dead_total: t.get(Counter::Dead),
         lease_expiries: t.get(Counter::LeaseExpiries),
         recovered: t.get(Counter::Recovered),
+        cancelled: t.get(Counter::Cancelled),
         queued: records.queued,
         running: records.claimed,
         dead: records.dead,

@@ -141,6 +141,16 @@ impl Conn {
                 info!(queue = %queue, paused, was_paused, pid = self.peer.pid, "queue pause state set");
                 Ok(Response::PausedSet { was_paused })
             }
+            Request::CancelJob { queue, job } => {
+                let who = self.access();
+                let reg = self.st.reg.clone();
+                // A running job's command is stopped by the fence, which waits for its group
+                // to exit: off the async threads.
+                tokio::task::spawn_blocking(move || reg.cancel_job(&queue, job, &who))
+                    .await
+                    .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("cancel failed: {e}")))?
+                    .map(Response::JobCancelled)
+            }
             Request::JobFate { queue, job } => {
                 let who = self.access();
                 self.st.reg.job_state(&queue, job, &who).map(Response::JobFate)

@@ -1,0 +1,204 @@
+//! Cancelling a job by id: a queued or delayed job is withdrawn (it never runs); a running
+//! one is taken from its holder, its command stopped by the daemon's fence, then freed.
+//! Counted as cancelled in the daemon's metrics block, never as a dead letter.
+//!
+//! Rules kept:
+//! - the record's state CAS is the one arbiter, as for a claim: `Queued(g) -> Free(g + 1)`
+//!   and `Delayed(g) -> Free(g + 1)` (a consumer whose index still names it finds a stale
+//!   handle and skips it), or the revoke `Claimed | Writing (g, holder) -> Claimed(g,
+//!   NO_HOLDER)` that a lease expiry uses, after which the holder's ack, nack or lease
+//!   extension fails;
+//! - a revoked claim is freed only after the fence reported its command stopped; one it
+//!   could not stop becomes a dead letter "could not stop command" (as a lease expiry's does)
+//!   and the cancel says so;
+//! - a revoked claim's slot of a concurrency limit goes back with the record, as a give-back
+//!   by the daemon does (`segment::running`);
+//! - a job that is being pushed, was finished, is dead or is unknown is left as it is, and
+//!   the answer says which;
+//! - the caller (the daemon) is the only one that revokes: a cancel that dies between the
+//!   revoke and the free leaves `Claimed(g, NO_HOLDER)`, which the next start's recovery
+//!   gives back (the job runs again rather than being lost).
+
+use crate::layout::RecordHeader;
+use crate::metrics::Counter;
+use crate::record::state::{State, StateWord, NO_HOLDER};
+use crate::recovery::{Fence, UNFENCED};
+use crate::segment::{Held, Segment};
+use crate::sync::Ordering;
+
+/// What a cancel did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was queued: withdrawn, it will not run.
+    WasQueued,
+    /// It was delayed: withdrawn, it will not run.
+    WasDelayed,
+    /// It was running (held by process slot `holder`): taken back, its command stopped.
+    WasRunning {
+        /// The slot that held it.
+        holder: u32,
+    },
+    /// It was running, and the command the fence knew of could not be stopped: it became a
+    /// dead letter ("could not stop command").
+    NotStopped {
+        /// The slot that held it.
+        holder: u32,
+    },
+    /// It finished (acked, purged or cancelled) before.
+    Finished,
+    /// It is a dead letter (purge it instead).
+    Dead,
+    /// Its producer is still writing it.
+    BeingPushed,
+    /// No job of this queue has this id.
+    Unknown,
+}
+
+/// Cancels job `index.birth` of queue-table entry `queue`, fencing a running one's command
+/// with `fence` (called with the record and its holder) before its record is freed.
+pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fence<'_>) -> Cancelled {
+    let records = seg.records();
+    let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else {
+        return Cancelled::Unknown;
+    };
+    // A few tries: the state may move under us (claimed, settled) between the read and the
+    // CAS; each try reads it again.
+    for _ in 0..16 {
+        let w = st.load();
+        if !names(hdr, index, queue, birth) {
+            return Cancelled::Unknown;
+        }
+        // Read while the record is still this job, freed once the CAS succeeded.
+        let block = records.held_block(index);
+        let done = match w.state() {
+            None => return Cancelled::Unknown,
+            Some(State::Free) => return Cancelled::Finished,
+            Some(State::Dead) => return Cancelled::Dead,
+            Some(State::Filling) => return Cancelled::BeingPushed,
+            Some(from @ (State::Queued | State::Delayed)) => st
+                .withdraw(w.generation(), from)
+                .is_ok()
+                .then_some(if from == State::Queued { Cancelled::WasQueued } else { Cancelled::WasDelayed }),
+            Some(State::Claimed | State::Writing) => running(seg, hdr, index, w, fence),
+        };
+        let Some(done) = done else { continue };
+        if !matches!(done, Cancelled::NotStopped { .. }) {
+            records.release_block(block);
+            if let Some(l) = seg.queue_limits(queue) {
+                Held::give_if_limited(l);
+            }
+        }
+        let daemon = seg.daemon_metrics(queue);
+        crate::metrics::bump(
+            daemon,
+            if matches!(done, Cancelled::NotStopped { .. }) { Counter::Dead } else { Counter::Cancelled },
+        );
+        return done;
+    }
+    // Moved on every try (a storm of claims and give-backs): report what it is now.
+    match crate::job_fate::job_fate(seg, queue, index, birth) {
+        crate::job_fate::Fate::Finished => Cancelled::Finished,
+        crate::job_fate::Fate::Dead { .. } => Cancelled::Dead,
+        _ => Cancelled::Unknown,
+    }
+}
+
+/// Whether record `index` (header `hdr`) is job `birth` of queue `queue`.
+fn names(hdr: &RecordHeader, index: u32, queue: u32, birth: u32) -> bool {
+    crate::dead_letter::job_id(hdr, index).birth == birth && hdr.queue.load(Ordering::Relaxed) == queue
+}
+
+/// A running job seen as `w`: revoked from its holder, its command fenced, then freed (or
+/// dead-lettered when the command could not be stopped). `None`: the record moved first.
+fn running(
+    seg: &Segment,
+    hdr: &RecordHeader,
+    index: u32,
+    w: StateWord,
+    fence: Fence<'_>,
+) -> Option<Cancelled> {
+    let holder = w.holder();
+    let records = seg.records();
+    let st = records.state(index)?;
+    if holder != NO_HOLDER && !crate::recovery::revoke(st, w, holder) {
+        return None;
+    }
+    let g = w.generation();
+    let fenced = fence(index, holder);
+    let q = hdr.queue.load(Ordering::Relaxed);
+    if fenced.is_err() {
+        crate::dead_letter::store_last_error(hdr, UNFENCED);
+        let _ = st.dead_letter(g, NO_HOLDER);
+        seg.running_given_back(q);
+        return Some(Cancelled::NotStopped { holder });
+    }
+    crate::dead_letter::store_last_error(hdr, "cancelled");
+    // Only we may move `Claimed(g, NO_HOLDER)` now: the ack's CAS with no holder frees it.
+    st.ack(g, NO_HOLDER).ok()?;
+    seg.running_given_back(q);
+    Some(Cancelled::WasRunning { holder })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{cancel_job, Cancelled};
+    use crate::segment::{QueueSpec, Segment};
+    use crate::{JobId, Owner, SegmentConfig, Thief};
+
+    fn no_fence(_: u32, _: u32) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn queued_and_running_jobs_are_cancelled_once_and_never_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
+        let seg = Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
+        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+        let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+        let a = JobId::of_push(owner.push(b"a").unwrap());
+        let b = JobId::of_push(owner.push(b"b").unwrap());
+        let c = JobId::of_push(owner.push(b"c").unwrap());
+        assert_eq!(cancel_job(&seg, q.index, a.index, a.birth, &mut no_fence), Cancelled::WasQueued);
+        assert_eq!(cancel_job(&seg, q.index, a.index, a.birth, &mut no_fence), Cancelled::Finished);
+        let held = thief.steal().unwrap().expect("a job");
+        let running = if held.payload().unwrap() == b"b" { b } else { c };
+        let mut fenced = Vec::new();
+        let mut fence = |i: u32, h: u32| {
+            fenced.push((i, h));
+            Ok(())
+        };
+        assert_eq!(
+            cancel_job(&seg, q.index, running.index, running.birth, &mut fence),
+            Cancelled::WasRunning { holder: 1 }
+        );
+        assert_eq!(fenced, [(running.index, 1)], "the command was fenced");
+        assert!(held.ack().is_err(), "the holder's ack fails once cancelled");
+        let rest: Vec<_> = std::iter::from_fn(|| thief.steal().unwrap()).collect();
+        assert_eq!(rest.len(), 1, "only the job not cancelled is left");
+        assert_eq!(cancel_job(&seg, q.index, 9, 1234, &mut no_fence), Cancelled::Unknown);
+        let m = seg.queue_totals(q.index);
+        assert_eq!(m.get(crate::metrics::Counter::Cancelled), 2);
+    }
+
+    #[test]
+    fn a_command_that_cannot_be_stopped_makes_a_dead_letter() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
+        let seg = Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
+        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+        let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+        let a = JobId::of_push(owner.push(b"a").unwrap());
+        let _held = thief.steal().unwrap().expect("a job");
+        let mut fence = |_: u32, _: u32| Err("stuck".to_string());
+        assert_eq!(
+            cancel_job(&seg, q.index, a.index, a.birth, &mut fence),
+            Cancelled::NotStopped { holder: 1 }
+        );
+        assert_eq!(cancel_job(&seg, q.index, a.index, a.birth, &mut no_fence), Cancelled::Dead);
+    }
+}
