@@ -50,7 +50,7 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
             }
             if q.max_running != 0 {
                 let limits =
-                    crate::registry::Limits { max_running: Some(q.max_running), ..Default::default() };
+                    crate::limits::quota::Limits { max_running: Some(q.max_running), ..Default::default() };
                 reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
             }
             if q.paused {

@@ -67,7 +67,7 @@ pub struct FenceRecord {
     pub pid: u32,
     /// Its start time from `/proc`.
     pub start_time: u64,
-    /// The cgroup it runs in, when the worker handed one over (see [`crate::fence_cgroup`]).
+    /// The cgroup it runs in, when the worker handed one over (see [`crate::fence::cgroup`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupRecord>,
 }

@@ -10,7 +10,28 @@
 //! - a stopping daemon ends the connection without recovering anything: the next daemon adopts
 //!   the slot.
 
-use super::*;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use xtcq_proto::frame::{self, FrameError};
+use xtcq_proto::names;
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
+
+use crate::limits::connections::UidConnection;
+use crate::registry::{Access, Keeper, ProcessId, SlotId};
+use crate::server::fdrecv;
+use crate::server::framing;
+use crate::server::framing::FrameReader;
+use crate::server::peer::{self, Peer};
+use crate::server::{refuse_early, shutdown_requested, sleep_or_never, Shared, REFUSAL_WAIT};
 
 mod requests;
 
@@ -53,7 +74,7 @@ pub(super) async fn connection(
     st: Arc<Shared>,
     stream: UnixStream,
     permit: tokio::sync::OwnedSemaphorePermit,
-    uid_conn: Option<crate::limits::UidConnection>,
+    uid_conn: Option<crate::limits::connections::UidConnection>,
 ) {
     let peer = match peer::identify(stream.as_fd()) {
         Ok(p) => p,

@@ -8,8 +8,18 @@
 //! - blocking registry work (walks of every record, the state file) runs on tokio's blocking
 //!   threads, not on the connection's task.
 
-use super::*;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+use xtcq_proto::names;
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response};
+
 use crate::registry::queue_info;
+use crate::registry::{ProcessId, SlotId};
+use crate::server::connection::Conn;
+use crate::server::peer;
 
 /// How long a delete waits for exited processes in its way to be recovered.
 const DELETE_WAIT_FOR_EXITED: Duration = Duration::from_secs(3);
@@ -122,7 +132,7 @@ impl Conn {
             Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
             Request::SetQueueLimits { queue, max_records, max_dead, max_running } => {
                 let who = self.access();
-                let limits = crate::registry::Limits { max_records, max_dead, max_running };
+                let limits = crate::limits::quota::Limits { max_records, max_dead, max_running };
                 let q = self.st.reg.set_queue_limits_running(&queue, limits, Some(&who))?;
                 info!(
                     queue = %queue,

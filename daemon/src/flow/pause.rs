@@ -8,7 +8,7 @@
 
 use xtcq_proto as proto;
 
-use super::{Access, Op, Registry};
+use crate::registry::{Access, Op, Registry};
 
 impl Registry {
     /// Pauses (`paused`) or resumes queue `name`, if `who` may administer it (`None`: the

@@ -14,6 +14,8 @@
 //! - the memory is bounded: a duplicate is not added, and past twice the segment's record
 //!   count the set is rebuilt from a scan.
 
+mod registry;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
