@@ -4,3 +4,4 @@
 //! - [`registry`]: listing them a page at a time, re-queuing or purging many at once.
 
 mod registry;
+mod requests;

@@ -15,6 +15,7 @@
 //!   count the set is rebuilt from a scan.
 
 mod registry;
+mod requests;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};

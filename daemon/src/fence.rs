@@ -33,6 +33,7 @@
 
 pub mod cgroup;
 mod registry;
+mod requests;
 
 use std::collections::HashMap;
 use std::io;

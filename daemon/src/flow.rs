@@ -8,3 +8,4 @@
 
 mod job_fate;
 mod pause;
+mod requests;

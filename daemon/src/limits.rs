@@ -8,4 +8,5 @@
 
 pub mod connections;
 pub mod quota;
+mod requests;
 pub mod share;

@@ -4,4 +4,5 @@
 //! - [`http`]: the same as Prometheus text at `GET /metrics` (`--metrics ADDR`).
 
 pub mod http;
+mod requests;
 mod stats;

@@ -46,7 +46,7 @@ use crate::startup::config::Config;
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
 
-mod connection;
+pub(crate) mod connection;
 mod fdrecv;
 pub mod framing;
 pub mod guard;
@@ -57,16 +57,16 @@ use connection::{connection, watch_exit};
 use framing::FrameReader;
 
 /// State shared by every task.
-struct Shared {
-    cfg: Config,
-    reg: Registry,
-    hello: proto::HelloOk,
-    shutdown: watch::Sender<Option<String>>,
-    connections: AtomicU64,
-    per_uid: Arc<UidConnections>,
-    my_uid: u32,
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) reg: Registry,
+    pub(crate) hello: proto::HelloOk,
+    pub(crate) shutdown: watch::Sender<Option<String>>,
+    pub(crate) connections: AtomicU64,
+    pub(crate) per_uid: Arc<UidConnections>,
+    pub(crate) my_uid: u32,
     /// The segment file's watch: once it is lost, control requests are refused.
-    guard: guard::SegmentGuard,
+    pub(crate) guard: guard::SegmentGuard,
 }
 
 impl Shared {

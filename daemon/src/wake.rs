@@ -15,6 +15,7 @@
 //!   waits are off, with a warning, and the rest works.
 
 pub(crate) mod registry;
+mod requests;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};

@@ -43,28 +43,28 @@ enum ConnectionEnd {
     Shutdown,
 }
 
-struct Conn {
-    st: Arc<Shared>,
-    stream: UnixStream,
+pub(crate) struct Conn {
+    pub(crate) st: Arc<Shared>,
+    pub(crate) stream: UnixStream,
     /// Frames read from `stream`, and the bytes of the next one already read.
-    reader: FrameReader,
+    pub(crate) reader: FrameReader,
     /// Descriptors passed with the bytes read (see `fdrecv`).
-    inbox: fdrecv::FdInbox,
+    pub(crate) inbox: fdrecv::FdInbox,
     /// Those that came inside the request being answered.
-    frame_fds: Vec<OwnedFd>,
-    peer: Peer,
-    name: String,
+    pub(crate) frame_fds: Vec<OwnedFd>,
+    pub(crate) peer: Peer,
+    pub(crate) name: String,
     /// This connection as the keeper of the slot it registers or resumes.
-    keeper: Keeper,
-    slot: Option<SlotId>,
+    pub(crate) keeper: Keeper,
+    pub(crate) slot: Option<SlotId>,
     /// This connection, counted against its uid's limit.
-    uid_conn: Option<UidConnection>,
+    pub(crate) uid_conn: Option<UidConnection>,
     /// The peer's uid and groups, for queue permissions (read once, when first needed).
-    access: Option<Access>,
+    pub(crate) access: Option<Access>,
     /// `(queue index, queue name, deque, lease word)`.
-    leases: Vec<(u32, String, u32, u64)>,
+    pub(crate) leases: Vec<(u32, String, u32, u64)>,
     /// An fd the handler of the current request passes with its reply (a wake descriptor).
-    reply_fd: Option<OwnedFd>,
+    pub(crate) reply_fd: Option<OwnedFd>,
 }
 
 /// Serves one connection; `permit` (its place under `--max-connections`) is given back when
@@ -292,7 +292,7 @@ impl Conn {
     }
 
     /// Who this connection is, for a queue's permissions.
-    fn access(&mut self) -> Access {
+    pub(crate) fn access(&mut self) -> Access {
         if self.access.is_none() {
             let mut gids = self.supplementary_groups();
             gids.push(self.peer.gid);
