@@ -157,7 +157,10 @@ pub fn new_timers() -> Arc<Timers> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use xtcq_shm::delayed::DelayedJob;
+    use xtcq_shm::JobHandle;
+
+    use super::Timers;
 
     fn job(due_ns: u64, index: u32) -> DelayedJob {
         DelayedJob { due_ns, handle: JobHandle { index, generation: 1 } }

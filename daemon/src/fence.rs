@@ -502,7 +502,7 @@ fn kill_member(c: &Command, pid: u32) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse_stat;
 
     #[test]
     fn stat_fields_are_read_after_the_command_name() {

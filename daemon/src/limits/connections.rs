@@ -74,7 +74,9 @@ impl Drop for UidConnection {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use xtcq_proto::ErrorCode;
+
+    use super::UidConnections;
 
     #[test]
     fn a_uid_gets_its_share_and_the_exempt_ones_are_not_counted() {

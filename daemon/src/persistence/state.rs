@@ -350,7 +350,9 @@ pub fn file_id(f: &std::fs::File) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::{CgroupRecord, DaemonState, FenceChange, FenceRecord, QueueAcl, SlotRecord, StateFile};
     use std::os::unix::fs::PermissionsExt;
 
     fn sample() -> DaemonState {
