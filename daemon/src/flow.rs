@@ -1,7 +1,7 @@
 //! Flow: what lets a queue's jobs run, and what became of one.
 //!
-//! - [`pause`]: pausing and resuming a queue (`xtcq pause` / `resume`);
-//! - [`job_fate`]: a job's record read for a user who may use its queue (`xtcq status`).
+//! - `pause`: pausing and resuming a queue (`xtcq pause` / `resume`);
+//! - `job_fate`: a job's record read for a user who may use its queue (`xtcq status`).
 //!
 //! A queue's concurrency limit (`max_running`) is set with its other limits
 //! ([`crate::limits::quota`]).
