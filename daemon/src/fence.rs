@@ -24,12 +24,16 @@
 //! with that reason instead of running twice at once.
 //!
 //! A command that runs in a cgroup of its own (`Request::FenceCgroup`, see
-//! [`crate::fence_cgroup`]) is fenced through the cgroup first, then through its group as
+//! [`crate::fence::cgroup`]) is fenced through the cgroup first, then through its group as
 //! above: what left the group (`setsid`, a daemonizing double fork) is in the cgroup still.
 //!
 //! What escapes: a process that left both the command's process group and its cgroup (or
 //! the group, where the worker could make no cgroup), and work the command handed to another
 //! machine.
+
+pub mod cgroup;
+mod registry;
+mod requests;
 
 use std::collections::HashMap;
 use std::io;
@@ -37,7 +41,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use crate::fence_cgroup::Cgroup;
+use crate::fence::cgroup::Cgroup;
 use crate::persistence::state::{CgroupRecord, FenceRecord};
 use crate::server::peer;
 
@@ -498,7 +502,7 @@ fn kill_member(c: &Command, pid: u32) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse_stat;
 
     #[test]
     fn stat_fields_are_read_after_the_command_name() {

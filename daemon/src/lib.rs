@@ -7,7 +7,8 @@
 //! - [`server`]: the tokio control-channel server: accepting, connections, framing, peer
 //!   credentials, the segment file's guard, process watching;
 //! - [`registry`]: process slots, deque leases, queues, recovery over the segment;
-//! - [`fence`], [`delayed`], [`limits`], [`wake`], [`metrics_http`]: the features.
+//! - the features, a module each: [`fence`], [`delay`], [`dead_letters`], [`limits`],
+//!   [`flow`], [`wake`], [`metrics`].
 //!
 //! Invariant: the daemon is never on the jobs' hot path; it writes the segment only to
 //! create and delete queues, register processes, grant and release leases, and recover.
@@ -15,11 +16,12 @@
 #![warn(missing_docs)]
 
 pub mod convert;
-pub mod delayed;
+pub mod dead_letters;
+pub mod delay;
 pub mod fence;
-pub mod fence_cgroup;
+pub mod flow;
 pub mod limits;
-pub mod metrics_http;
+pub mod metrics;
 pub mod persistence;
 pub mod registry;
 pub mod server;

@@ -4,8 +4,10 @@
 //!   permissions, fenced commands), which a restarted daemon trusts and nothing else;
 //! - [`segment_memory`]: `SOCKET.segment`, the record of the segment this daemon served,
 //!   checked at the next start so that a lost segment is said, not silently replaced;
+//! - `registry`: the registry's side of the state file, written under its lock;
 //! - [`import`]: `--import-on-start`, a dump ([`xtcq_dump`]) written into the segment.
 
 pub mod import;
+mod registry;
 pub mod segment_memory;
 pub mod state;

@@ -29,45 +29,26 @@
 //!   delete of one queue cannot interleave.
 
 mod acl;
-mod slots;
-
-pub use acl::{Access, Op};
-
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use xtcq_shm::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
-use xtcq_shm::record::state::State;
-use xtcq_shm::recovery::{self, lease_holder, lease_word};
-use xtcq_shm::segment::DeleteError;
-use xtcq_shm::{QueueInfo, QueueSpec, Segment};
-
-use crate::persistence::state::{self, DaemonState, QueueAcl, SlotRecord, StateFile};
-use std::sync::atomic::Ordering;
-use tracing::{info, warn};
-use xtcq_proto as proto;
-
-mod cancel;
-mod dead;
-mod delayed;
 mod delete;
 mod exist_ok;
-mod fencing;
-mod flow;
-mod job_fate;
-mod persist;
-mod quota;
 mod recover;
-mod scan;
-mod share;
-mod stats;
-mod wakes;
+pub(crate) mod scan;
+mod slots;
 
-pub use quota::Limits;
-pub use share::UidShare;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use xtcq_shm::layout::{PROCESS_ACTIVE, PROCESS_FREE};
+use xtcq_shm::recovery::{lease_holder, lease_word};
+use xtcq_shm::{QueueInfo, QueueSpec, Segment};
+
+use xtcq_proto as proto;
+
+use crate::persistence::state::{QueueAcl, StateFile};
 
 pub use crate::convert::{queue_error, queue_info};
+pub use acl::{Access, Op};
 pub use delete::DeleteRefused;
 
 /// A registered process slot.
@@ -109,70 +90,70 @@ pub struct Keeper(u64);
 /// The registry; cheap to clone.
 #[derive(Clone)]
 pub struct Registry {
-    seg: Arc<Segment>,
-    lock: Arc<Mutex<Bookkeeping>>,
-    next_keeper: Arc<AtomicU64>,
+    pub(crate) seg: Arc<Segment>,
+    pub(crate) lock: Arc<Mutex<Bookkeeping>>,
+    pub(crate) next_keeper: Arc<AtomicU64>,
     /// Where the slots and queue permissions are kept for the next daemon (`None`: nowhere,
     /// so a restart trusts no slot; for tests of the registry alone).
-    state: Option<Arc<StateFile>>,
+    pub(crate) state: Option<Arc<StateFile>>,
     /// Most slots one uid may hold, and the uids without a limit (`None`: no limit).
-    slot_limit: Option<(u32, [u32; 2])>,
+    pub(crate) slot_limit: Option<(u32, [u32; 2])>,
     /// What one uid may own of the queues and records (`None`: no limit).
-    share: Option<UidShare>,
+    pub(crate) share: Option<crate::limits::share::UidShare>,
     /// The wake directory and its group (`None`: descriptor waits are off).
-    wake: Option<Arc<wakes::PathBufAndGroup>>,
-    /// The delayed jobs this daemon knows of (see `crate::delayed`).
-    timers: Arc<crate::delayed::Timers>,
+    pub(crate) wake: Option<Arc<crate::wake::registry::PathBufAndGroup>>,
+    /// The delayed jobs this daemon knows of (see `crate::delay`).
+    pub(crate) timers: Arc<crate::delay::Timers>,
 }
 
 /// In-memory bookkeeping the segment does not hold: the slots this daemon watches.
 #[derive(Default)]
-struct Bookkeeping {
-    slots: BTreeMap<u32, WatchedSlot>,
+pub(crate) struct Bookkeeping {
+    pub(crate) slots: BTreeMap<u32, WatchedSlot>,
     /// The periodic scan's memory (see `scan`).
-    scan: scan::ScanMemory,
+    pub(crate) scan: scan::ScanMemory,
     /// Commands registered to be stopped before their job runs again (see `crate::fence`).
-    fences: crate::fence::Fences,
-    /// Queue permissions, by queue-table index (see [`crate::acl`]).
+    pub(crate) fences: crate::fence::Fences,
+    /// Queue permissions, by queue-table index (see `acl`).
     pub(crate) queues: BTreeMap<u32, QueueAcl>,
     /// Wake descriptors granted: (queue-table index, waiter bit) -> process slot.
-    wakes: BTreeMap<(u32, u32), u32>,
-    /// Queues with jobs and sleepers at the last scan (see `wakes`).
-    stranded: BTreeSet<u32>,
+    pub(crate) wakes: BTreeMap<(u32, u32), u32>,
+    /// Queues with jobs and sleepers at the last scan (see `crate::wake`).
+    pub(crate) stranded: BTreeSet<u32>,
     /// The limits this daemon set, by queue-table index: what the scan writes back over the
-    /// segment's words and what the per-user share is counted from (see `quota`).
-    quotas: BTreeMap<u32, xtcq_shm::segment::QueueQuota>,
+    /// segment's words and what the per-user share is counted from (see `crate::limits::quota`).
+    pub(crate) quotas: BTreeMap<u32, xtcq_shm::segment::QueueQuota>,
 }
 
 impl Bookkeeping {
     /// The fences (read) and the scan memory (written) at once.
-    fn split_scan(&mut self) -> (&mut crate::fence::Fences, &mut scan::ScanMemory) {
+    pub(crate) fn split_scan(&mut self) -> (&mut crate::fence::Fences, &mut scan::ScanMemory) {
         (&mut self.fences, &mut self.scan)
     }
 }
 
 /// A registered slot this daemon watches.
-struct WatchedSlot {
+pub(crate) struct WatchedSlot {
     /// The incarnation registered (or adopted).
-    epoch: u64,
+    pub(crate) epoch: u64,
     /// The process it belongs to, as this daemon identified it: from the kernel for a slot
     /// registered over a connection, from the segment confirmed by `/proc` and a pidfd for
     /// an adopted one. WatchedSlot here, so a process that scribbles over the segment's copy
     /// cannot make the slot look like its own.
-    process: ProcessId,
+    pub(crate) process: ProcessId,
     /// Who recovers it.
-    keeper: Keeper,
+    pub(crate) keeper: Keeper,
     /// Whether the keeper is an open connection.
-    connected: bool,
+    pub(crate) connected: bool,
     /// The queues it attached to as a thief or injector, as far as this daemon knows.
-    uses: QueuesUsed,
+    pub(crate) uses: QueuesUsed,
 }
 
 /// The queues a slot's process attached to as a thief or an injector. (An owner is known by
 /// its lease word in the segment, which also says when it detached.) Attachments last until
 /// the process exits: neither role has a detach, and the process may keep using a handle
 /// without its connection.
-enum QueuesUsed {
+pub(crate) enum QueuesUsed {
     /// Queue-table index → `ROLE_THIEF | ROLE_INJECTOR` bits, of every attach this daemon
     /// granted to the slot (over any of its process's connections).
     Known(BTreeMap<u32, u32>),
@@ -181,7 +162,7 @@ enum QueuesUsed {
     Unknown,
 }
 
-fn now_unix_ns() -> u64 {
+pub(crate) fn now_unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -199,7 +180,7 @@ impl Registry {
             slot_limit: None,
             share: None,
             wake: None,
-            timers: crate::delayed::new_timers(),
+            timers: crate::delay::new_timers(),
         }
     }
 
@@ -231,7 +212,7 @@ impl Registry {
         &self.seg
     }
 
-    fn lock(&self) -> MutexGuard<'_, Bookkeeping> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Bookkeeping> {
         // A panic while holding the lock leaves only stats bookkeeping behind; go on.
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -28,29 +28,25 @@
 //!   daemon adopts them and watches them again.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use xtcq_proto::frame::{self, FrameError};
 use xtcq_proto::names;
-use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply};
 
-use crate::limits::{UidConnection, UidConnections};
-use crate::registry::{Access, Keeper, ProcessId, Registry, SlotId};
+use crate::limits::connections::UidConnections;
+use crate::registry::Registry;
 use crate::startup::config::Config;
 use crate::startup::{self, Prepared};
 use crate::DaemonError;
-use peer::Peer;
 
-mod connection;
+pub(crate) mod connection;
 mod fdrecv;
 pub mod framing;
 pub mod guard;
@@ -61,16 +57,16 @@ use connection::{connection, watch_exit};
 use framing::FrameReader;
 
 /// State shared by every task.
-struct Shared {
-    cfg: Config,
-    reg: Registry,
-    hello: proto::HelloOk,
-    shutdown: watch::Sender<Option<String>>,
-    connections: AtomicU64,
-    per_uid: Arc<UidConnections>,
-    my_uid: u32,
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) reg: Registry,
+    pub(crate) hello: proto::HelloOk,
+    pub(crate) shutdown: watch::Sender<Option<String>>,
+    pub(crate) connections: AtomicU64,
+    pub(crate) per_uid: Arc<UidConnections>,
+    pub(crate) my_uid: u32,
     /// The segment file's watch: once it is lost, control requests are refused.
-    guard: guard::SegmentGuard,
+    pub(crate) guard: guard::SegmentGuard,
 }
 
 impl Shared {
@@ -122,7 +118,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
             source: e,
         })?;
         let run =
-            crate::metrics_http::run(st.reg.clone(), listener, cfg.metrics_max_age, st.shutdown.subscribe());
+            crate::metrics::http::run(st.reg.clone(), listener, cfg.metrics_max_age, st.shutdown.subscribe());
         tasks.spawn(run);
     }
 
@@ -196,7 +192,7 @@ fn shared_state(
         // At most the segment's own: a share past it would make each queue's even slice
         // a quota larger than the segment (its dump then refused by the next import), or
         // divide the records among more queues than the table holds.
-        .limit_share_per_uid(crate::registry::UidShare {
+        .limit_share_per_uid(crate::limits::share::UidShare {
             queues: cfg.queues_per_uid.unwrap_or(seg.config().queues / 2).clamp(1, seg.config().queues),
             records: cfg
                 .records_per_uid
@@ -231,7 +227,7 @@ fn spawn_background(st: &Arc<Shared>, tasks: &mut JoinSet<()>) {
     let every = st.cfg.lease_scan_interval.unwrap_or(Duration::from_millis(100));
     tasks.spawn(scan(st.clone(), every, st.cfg.lease_scan_interval.is_some()));
     tasks.spawn(watch_segment(st.clone()));
-    tasks.spawn(crate::delayed::run(st.reg.clone(), st.shutdown.subscribe()));
+    tasks.spawn(crate::delay::run(st.reg.clone(), st.shutdown.subscribe()));
 }
 
 /// Lets the connection tasks see the shutdown, tell their clients and close (3 s at most).

@@ -14,6 +14,9 @@
 //! - the names must fit a socket address: with a socket path too long for them, descriptor
 //!   waits are off, with a warning, and the rest works.
 
+pub(crate) mod registry;
+mod requests;
+
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -105,30 +105,7 @@ pub fn check<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) -> Re
             ))
         };
         let payload = j.payload_bytes().ok_or_else(|| bad("no payload, or bad hex".into()))?;
-        if payload.len() > room.payload_capacity as usize {
-            return Err(bad(format!(
-                "its payload is {} bytes and this segment takes at most {}; start xtcqd with a larger \
-                 --payload-blocks class (or --payload-bytes) and import again",
-                payload.len(),
-                room.payload_capacity
-            )));
-        }
-        // No classes: every payload the capacity allows is inline (or a daemon from before
-        // blocks, whose stats say neither).
-        if payload.len() > room.inline_capacity as usize && !room.free_blocks.is_empty() {
-            let fit =
-                free_blocks.iter_mut().find(|(size, free)| *size as usize >= payload.len() && *free > 0);
-            let Some((_, free)) = fit else {
-                return Err(bad(format!(
-                    "its payload of {} bytes needs a payload block, and the free blocks that hold it \
-                     ({}) are taken by the jobs before it; start xtcqd with more --payload-blocks \
-                     SIZE=COUNT, or consume jobs first",
-                    payload.len(),
-                    blocks_label(&room.free_blocks, payload.len())
-                )));
-            };
-            *free -= 1;
-        }
+        check_payload(payload.len(), room, &mut free_blocks).map_err(bad)?;
         let defined = dump.queues.iter().any(|q| q.name == j.queue);
         if !defined && (room.existing)(&j.queue).is_none() {
             return Err(bad("no such queue in the segment, and the dump does not define it".into()));
@@ -160,6 +137,38 @@ pub fn check<F: Fn(&str) -> Option<QueueNow>>(dump: &Dump, room: &Room<F>) -> Re
         }
     }
     check_dead_letters(dump, room, &dead)
+}
+
+/// Refuses a payload of `len` bytes that the segment cannot take, or whose block the jobs
+/// before it took (`free_blocks`: what they left, one taken here when it fits).
+fn check_payload<F: Fn(&str) -> Option<QueueNow>>(
+    len: usize,
+    room: &Room<F>,
+    free_blocks: &mut [(u32, u64)],
+) -> Result<(), String> {
+    if len > room.payload_capacity as usize {
+        return Err(format!(
+            "its payload is {} bytes and this segment takes at most {}; start xtcqd with a larger \
+             --payload-blocks class (or --payload-bytes) and import again",
+            len, room.payload_capacity
+        ));
+    }
+    // No classes: every payload the capacity allows is inline (or a daemon from before
+    // blocks, whose stats say neither).
+    if len > room.inline_capacity as usize && !room.free_blocks.is_empty() {
+        let fit = free_blocks.iter_mut().find(|(size, free)| *size as usize >= len && *free > 0);
+        let Some((_, free)) = fit else {
+            return Err(format!(
+                "its payload of {} bytes needs a payload block, and the free blocks that hold it \
+                 ({}) are taken by the jobs before it; start xtcqd with more --payload-blocks \
+                 SIZE=COUNT, or consume jobs first",
+                len,
+                blocks_label(&room.free_blocks, len)
+            ));
+        };
+        *free -= 1;
+    }
+    Ok(())
 }
 
 /// Refuses dead letters past a queue's cap: the daemon's next scan would drop the oldest of

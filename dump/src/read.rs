@@ -121,20 +121,24 @@ impl LineReader<'_> {
             }
             (Some(_), Line::Queue(q)) => self.dump.queues.push(q),
             (Some(_), Line::Job(j)) => self.dump.jobs.push(j),
-            (Some(_), Line::End { queues, jobs }) => {
-                let (have_q, have_j) = (self.dump.queues.len() as u64, self.dump.jobs.len() as u64);
-                if (queues, jobs) != (have_q, have_j) {
-                    return Err(self.bad(
-                        n,
-                        format!(
-                        "the end line counts {queues} queues and {jobs} jobs, but {have_q} and {have_j} came \
-                         before it: lines are missing; use the whole file `xtcq export` wrote"
-                    ),
-                    ));
-                }
-                self.end = Some((queues, jobs));
-            }
+            (Some(_), Line::End { queues, jobs }) => self.take_end(n, queues, jobs)?,
         }
+        Ok(())
+    }
+
+    /// Takes the end line, number `n`, which counts `queues` and `jobs` lines before it.
+    fn take_end(&mut self, n: usize, queues: u64, jobs: u64) -> Result<(), DumpError> {
+        let (have_q, have_j) = (self.dump.queues.len() as u64, self.dump.jobs.len() as u64);
+        if (queues, jobs) != (have_q, have_j) {
+            return Err(self.bad(
+                n,
+                format!(
+                    "the end line counts {queues} queues and {jobs} jobs, but {have_q} and {have_j} came \
+                     before it: lines are missing; use the whole file `xtcq export` wrote"
+                ),
+            ));
+        }
+        self.end = Some((queues, jobs));
         Ok(())
     }
 

@@ -50,11 +50,11 @@ pub fn import(reg: &Registry, d: &Dump) -> Result<(usize, usize), DumpError> {
             }
             if q.max_running != 0 {
                 let limits =
-                    crate::registry::Limits { max_running: Some(q.max_running), ..Default::default() };
+                    crate::limits::quota::Limits { max_running: Some(q.max_running), ..Default::default() };
                 reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
             }
             if let Some(r) = q.max_rate {
-                let limits = crate::registry::Limits { max_rate: Some(r), ..Default::default() };
+                let limits = crate::limits::quota::Limits { max_rate: Some(r), ..Default::default() };
                 reg.set_queue_limits_running(&q.name, limits, None).map_err(refused)?;
             }
             if q.paused {

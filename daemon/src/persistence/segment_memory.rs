@@ -131,7 +131,7 @@ pub fn compare(prev: Option<&Previous>, seg: &Segment, created: bool, recreate: 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{parse, Previous};
 
     #[test]
     fn a_record_parses_back() {

@@ -67,7 +67,7 @@ pub struct FenceRecord {
     pub pid: u32,
     /// Its start time from `/proc`.
     pub start_time: u64,
-    /// The cgroup it runs in, when the worker handed one over (see [`crate::fence_cgroup`]).
+    /// The cgroup it runs in, when the worker handed one over (see [`crate::fence::cgroup`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupRecord>,
 }
@@ -350,7 +350,9 @@ pub fn file_id(f: &std::fs::File) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::{CgroupRecord, DaemonState, FenceChange, FenceRecord, QueueAcl, SlotRecord, StateFile};
     use std::os::unix::fs::PermissionsExt;
 
     fn sample() -> DaemonState {

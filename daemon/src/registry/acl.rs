@@ -41,7 +41,7 @@ pub enum Op {
 impl Registry {
     /// Keeps the recorded permissions only of queues that are still those queues (active
     /// at that index, with that name).
-    pub(super) fn adopt_queue_acls(&self, t: &mut Bookkeeping) {
+    pub(crate) fn adopt_queue_acls(&self, t: &mut Bookkeeping) {
         t.queues.retain(|&index, acl| match self.seg.queue(index) {
             Ok(q) if q.spec.name == acl.name => true,
             _ => {
@@ -71,7 +71,7 @@ impl Registry {
     }
 
     /// Whether `who` may do `op` to queue `index` (named `name`), under the lock.
-    pub(super) fn check_access(
+    pub(crate) fn check_access(
         &self,
         t: &Bookkeeping,
         index: u32,
@@ -126,13 +126,13 @@ impl Registry {
     }
 
     /// Records the permissions of a queue just created at `index` (under the lock).
-    pub(super) fn record_acl(&self, t: &mut Bookkeeping, index: u32, acl: QueueAcl) {
+    pub(crate) fn record_acl(&self, t: &mut Bookkeeping, index: u32, acl: QueueAcl) {
         t.queues.insert(index, acl);
         self.persist(t);
     }
 
     /// Forgets the permissions of a deleted queue (under the lock).
-    pub(super) fn forget_acl(&self, t: &mut Bookkeeping, index: u32) {
+    pub(crate) fn forget_acl(&self, t: &mut Bookkeeping, index: u32) {
         t.quotas.remove(&index);
         if t.queues.remove(&index).is_some() {
             self.persist(t);

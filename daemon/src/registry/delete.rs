@@ -1,8 +1,15 @@
 //! Deleting a queue: refused while anyone is, or may be, attached to it or runs one of its
 //! jobs (see the registry's invariants).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use tracing::info;
+use xtcq_proto as proto;
+use xtcq_shm::segment::DeleteError;
 use xtcq_shm::segment::QueueUsage;
+
+use crate::registry::{queue_error, queue_info, Access, Bookkeeping, Op, ProcessId, QueuesUsed, Registry};
 
 /// Why [`Registry::delete_queue`] refused.
 #[derive(Debug)]

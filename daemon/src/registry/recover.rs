@@ -8,7 +8,15 @@
 //! - a slot this daemon tracks is recovered whatever the segment's epoch says; an untracked
 //!   one only at its epoch (it may have been recovered and reused already).
 
-use super::*;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+use tracing::{info, warn};
+use xtcq_shm::layout::{PROCESS_FREE, PROCESS_RECOVERING};
+use xtcq_shm::record::state::State;
+use xtcq_shm::recovery::{self, lease_holder};
+
+use crate::registry::{Adopted, Bookkeeping, Keeper, QueuesUsed, Registry, SlotId, WatchedSlot};
 
 impl Registry {
     /// [`recover_process`](Self::recover_process), if `keeper` still keeps `slot` at its
@@ -32,7 +40,7 @@ impl Registry {
         self.recover_locked(&mut t, slot);
     }
 
-    pub(super) fn recover_locked(&self, t: &mut Bookkeeping, slot: SlotId) {
+    pub(crate) fn recover_locked(&self, t: &mut Bookkeeping, slot: SlotId) {
         let tracked = t.slots.get(&slot.slot).is_some_and(|k| k.epoch == slot.epoch);
         if tracked {
             t.slots.remove(&slot.slot);
@@ -213,7 +221,7 @@ impl Registry {
     /// Kills the adopted commands whose slot no live process holds (their worker is gone,
     /// and whatever they ran for must not go on beside the job's next run), and writes the
     /// state file if that changed it.
-    pub(super) fn fence_unheld(&self, live_slots: &BTreeSet<u32>) {
+    pub(crate) fn fence_unheld(&self, live_slots: &BTreeSet<u32>) {
         let mut t = self.lock();
         let gone: BTreeSet<u32> =
             t.fences.records().iter().map(|r| r.slot).filter(|s| !live_slots.contains(s)).collect();

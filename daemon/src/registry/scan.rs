@@ -31,6 +31,8 @@
 //!
 //! All under the registry lock, so a scan never races a recovery.
 
+use std::sync::atomic::Ordering;
+
 use tracing::{error, warn};
 use xtcq_shm::activity;
 use xtcq_shm::lease_watch::LeaseWatch;
@@ -38,8 +40,9 @@ use xtcq_shm::record::state::{JobHandle, State, StateWord};
 use xtcq_shm::recovery;
 use xtcq_shm::segment::QueueRecordCount;
 use xtcq_shm::strays::{Referenced, StraySweep};
+use xtcq_shm::Segment;
 
-use super::*;
+use crate::registry::{Bookkeeping, Registry};
 
 /// What a walk found for the rest of the scan.
 #[derive(Default)]
@@ -52,7 +55,7 @@ struct Walked {
 
 /// What the scan keeps between runs.
 #[derive(Default)]
-pub(super) struct ScanMemory {
+pub(crate) struct ScanMemory {
     strays: StraySweep,
     leases: LeaseWatch,
     /// The activity snapshot the last scan took, and a buffer for the next.
@@ -65,12 +68,12 @@ pub(super) struct ScanMemory {
     /// When finished fence registrations were last looked for (monotonic ns).
     forgot_at: u64,
     /// What the last walk counted of each queue's running claims (`quota::enforce_quotas`).
-    pub(super) running: Vec<Option<xtcq_shm::segment::RunningWalk>>,
+    pub(crate) running: Vec<Option<xtcq_shm::segment::RunningWalk>>,
 }
 
 impl ScanMemory {
     /// This daemon changed jobs in the segment: the next two scans walk the records.
-    pub(super) fn changed(&mut self) {
+    pub(crate) fn changed(&mut self) {
         self.owed = 2;
     }
 

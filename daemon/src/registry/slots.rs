@@ -22,7 +22,7 @@ impl Registry {
     /// Splits the segment's non-free slots into the live ones `known` vouches for (same
     /// epoch, a start time, `alive`) and the rest, to recover. A start time of 0 verifies
     /// nothing: with it, any process that reused the pid would pass.
-    pub(super) fn verify_slots(
+    pub(crate) fn verify_slots(
         &self,
         known: &DaemonState,
         alive: impl Fn(u32, u64) -> bool,
@@ -72,7 +72,7 @@ impl Registry {
 
     /// Refuses a registration for `p` when its uid already holds its share of the slots
     /// (so one user cannot take them all, through however many processes or connections).
-    pub(super) fn check_slot_limit(&self, t: &Bookkeeping, p: &ProcessId) -> Result<(), proto::ErrorReply> {
+    pub(crate) fn check_slot_limit(&self, t: &Bookkeeping, p: &ProcessId) -> Result<(), proto::ErrorReply> {
         let Some((per_uid, exempt)) = self.slot_limit else { return Ok(()) };
         if exempt.contains(&p.uid) {
             return Ok(());
@@ -94,7 +94,7 @@ impl Registry {
     /// Makes slot `i`, which this daemon registered to no process but the segment shows in
     /// use, free for a registration: gives back any record or lease naming it (no live
     /// process of ours holds them), and logs who scribbled it, as far as the segment says.
-    pub(super) fn reclaim_unregistered(&self, i: u32) {
+    pub(crate) fn reclaim_unregistered(&self, i: u32) {
         let Some(s) = self.seg.process_slot(i) else { return };
         let r = recovery::recover_holder(&self.seg, i);
         let leases = recovery::release_deque_leases(&self.seg, i);

@@ -10,7 +10,28 @@
 //! - a stopping daemon ends the connection without recovering anything: the next daemon adopts
 //!   the slot.
 
-use super::*;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use xtcq_proto::frame::{self, FrameError};
+use xtcq_proto::names;
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response, ServerMessage};
+
+use crate::limits::connections::UidConnection;
+use crate::registry::{Access, Keeper, ProcessId, SlotId};
+use crate::server::fdrecv;
+use crate::server::framing;
+use crate::server::framing::FrameReader;
+use crate::server::peer::{self, Peer};
+use crate::server::{refuse_early, shutdown_requested, sleep_or_never, Shared, REFUSAL_WAIT};
 
 mod requests;
 
@@ -22,28 +43,28 @@ enum ConnectionEnd {
     Shutdown,
 }
 
-struct Conn {
-    st: Arc<Shared>,
-    stream: UnixStream,
+pub(crate) struct Conn {
+    pub(crate) st: Arc<Shared>,
+    pub(crate) stream: UnixStream,
     /// Frames read from `stream`, and the bytes of the next one already read.
-    reader: FrameReader,
+    pub(crate) reader: FrameReader,
     /// Descriptors passed with the bytes read (see `fdrecv`).
-    inbox: fdrecv::FdInbox,
+    pub(crate) inbox: fdrecv::FdInbox,
     /// Those that came inside the request being answered.
-    frame_fds: Vec<OwnedFd>,
-    peer: Peer,
-    name: String,
+    pub(crate) frame_fds: Vec<OwnedFd>,
+    pub(crate) peer: Peer,
+    pub(crate) name: String,
     /// This connection as the keeper of the slot it registers or resumes.
-    keeper: Keeper,
-    slot: Option<SlotId>,
+    pub(crate) keeper: Keeper,
+    pub(crate) slot: Option<SlotId>,
     /// This connection, counted against its uid's limit.
-    uid_conn: Option<UidConnection>,
+    pub(crate) uid_conn: Option<UidConnection>,
     /// The peer's uid and groups, for queue permissions (read once, when first needed).
-    access: Option<Access>,
+    pub(crate) access: Option<Access>,
     /// `(queue index, queue name, deque, lease word)`.
-    leases: Vec<(u32, String, u32, u64)>,
+    pub(crate) leases: Vec<(u32, String, u32, u64)>,
     /// An fd the handler of the current request passes with its reply (a wake descriptor).
-    reply_fd: Option<OwnedFd>,
+    pub(crate) reply_fd: Option<OwnedFd>,
 }
 
 /// Serves one connection; `permit` (its place under `--max-connections`) is given back when
@@ -53,7 +74,7 @@ pub(super) async fn connection(
     st: Arc<Shared>,
     stream: UnixStream,
     permit: tokio::sync::OwnedSemaphorePermit,
-    uid_conn: Option<crate::limits::UidConnection>,
+    uid_conn: Option<crate::limits::connections::UidConnection>,
 ) {
     let peer = match peer::identify(stream.as_fd()) {
         Ok(p) => p,
@@ -271,7 +292,7 @@ impl Conn {
     }
 
     /// Who this connection is, for a queue's permissions.
-    fn access(&mut self) -> Access {
+    pub(crate) fn access(&mut self) -> Access {
         if self.access.is_none() {
             let mut gids = self.supplementary_groups();
             gids.push(self.peer.gid);

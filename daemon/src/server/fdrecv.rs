@@ -102,7 +102,9 @@ impl AsyncRead for FdRecv<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::os::fd::OwnedFd;
+
+    use super::FdInbox;
 
     fn fd() -> OwnedFd {
         std::fs::File::open("/dev/null").expect("open").into()

@@ -248,7 +248,12 @@ pub fn identify(sock: BorrowedFd<'_>) -> io::Result<Peer> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::os::fd::AsFd;
+
+    use super::{
+        identify, is_alive, parse_groups, parse_start_time, peer_pidfd, pidfd_exited, pidfd_for_process,
+        pidfd_open, start_time,
+    };
 
     #[test]
     fn start_time_is_field_22_even_with_odd_command_names() {

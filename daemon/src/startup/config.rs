@@ -452,7 +452,11 @@ fn resolve_ids(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::{Args, Config};
 
     #[test]
     fn users_and_groups_are_names_or_numbers() {

@@ -183,7 +183,9 @@ fn joined(long: &str, value: OsString) -> OsString {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::OsString;
+
+    use super::ConfigFileError;
 
     fn args(file: &str, cli: &[&str]) -> Result<Vec<String>, ConfigFileError> {
         let dir = tempfile::tempdir().unwrap();

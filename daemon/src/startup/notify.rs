@@ -58,7 +58,9 @@ pub fn sd_notify_with_fd(state: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Re
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    use super::notify_to;
 
     #[test]
     fn ready_reaches_a_listening_socket() {

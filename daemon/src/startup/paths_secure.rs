@@ -230,7 +230,7 @@ fn check_own_file(fd: &impl AsFd, path: &Path, allowed: u32, group: Option<u32>)
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{check_dir_stat, me, Stat};
 
     fn stat_of(mode: u32, uid: u32, gid: u32) -> Stat {
         // SAFETY: `Stat` is plain integers; all-zero is a valid value.

@@ -47,7 +47,7 @@ fn parse_size(s: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse;
 
     #[test]
     fn sizes_and_counts_parse_and_the_rest_is_zero() {

@@ -227,7 +227,11 @@ pub fn human(b: u128) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::Path;
+
+    use xtcq_shm::SegmentConfig;
+
+    use super::{check_file, compute_regions, estimate, human};
     use xtcq_shm::layout::payload::PAYLOAD_CLASSES;
     use xtcq_shm::layout::MAX_SEGMENT_LEN;
 

@@ -1,5 +1,8 @@
-//! One function per request of the control channel (as mini-redis keeps one command per
-//! file): `handle` checks the daemon's guard and dispatches.
+//! The requests of the control channel: `handle` checks the daemon's guard and dispatches,
+//! each to the module of its feature (`crate::fence::requests`, `crate::delay::requests`,
+//! `crate::dead_letters::requests`, `crate::limits::requests`, `crate::flow::requests`,
+//! `crate::metrics::requests`, `crate::wake::requests`); the requests of the core (queues,
+//! attaching, leases, resuming, stopping) are answered here.
 //!
 //! Rules kept:
 //! - a request that registers a slot looks the queue up (and checks the peer may use it)
@@ -8,19 +11,28 @@
 //! - blocking registry work (walks of every record, the state file) runs on tokio's blocking
 //!   threads, not on the connection's task.
 
-use super::*;
+use std::time::Duration;
+
+use tracing::{info, warn};
+use xtcq_proto::names;
+use xtcq_proto::{self as proto, ErrorCode, ErrorReply, Request, Response};
+
+use crate::limits::quota::Limits;
 use crate::registry::queue_info;
+use crate::registry::{ProcessId, SlotId};
+use crate::server::connection::Conn;
+use crate::server::peer;
 
 /// How long a delete waits for exited processes in its way to be recovered.
 const DELETE_WAIT_FOR_EXITED: Duration = Duration::from_secs(3);
 
 impl Conn {
     /// The peer as the kernel identified it (0 for what it could not tell).
-    pub(super) fn process_id(&self) -> ProcessId {
+    pub(crate) fn process_id(&self) -> ProcessId {
         ProcessId { pid: self.peer.pid, uid: self.peer.uid, start_time: self.peer.start_time.unwrap_or(0) }
     }
 
-    fn ensure_slot(&mut self, role: u32) -> Result<SlotId, ErrorReply> {
+    pub(crate) fn ensure_slot(&mut self, role: u32) -> Result<SlotId, ErrorReply> {
         if let Some(s) = self.slot {
             self.st.reg.add_roles(s, role);
             return Ok(s);
@@ -92,13 +104,7 @@ impl Conn {
             Request::AttachThief { queue } => self.attach_thief(queue),
             Request::AttachInjector { queue } => self.attach_injector(queue),
             Request::WakeDescriptor { queue } => self.wake_descriptor(queue),
-            Request::ReleaseWake { queue, bit } => {
-                let Some(slot) = self.slot else {
-                    return Err(ErrorReply::new(ErrorCode::SlotNotHeld, "this connection holds no slot"));
-                };
-                self.st.reg.release_wake(&queue, bit, slot.slot)?;
-                Ok(Response::WakeReleased)
-            }
+            Request::ReleaseWake { queue, bit } => self.release_wake(queue, bit),
             Request::DeleteQueue { name, force } => self.delete_queue(name, force).await,
             Request::Detach { queue, deque } => self.detach(queue, deque),
             Request::Resume { slot, slot_epoch } => self.resume(slot, slot_epoch),
@@ -109,52 +115,16 @@ impl Conn {
                 self.fence_command((index, birth, generation), pid, true).await
             }
             Request::Unfence { index, birth, pid } => self.unfence(index, birth, pid),
-            Request::Schedule { index, generation } => {
-                self.st.reg.schedule(xtcq_shm::JobHandle { index, generation }).map(|()| Response::Scheduled)
-            }
-            Request::SetRetryBackoff { queue, backoff } => {
-                let who = self.access();
-                self.st.reg.set_retry_backoff(&queue, backoff, Some(&who))?;
-                info!(queue = %queue, ?backoff, pid = self.peer.pid, "retry backoff set");
-                Ok(Response::BackoffSet)
-            }
+            Request::Schedule { index, generation } => self.schedule(index, generation),
+            Request::SetRetryBackoff { queue, backoff } => self.set_retry_backoff(queue, backoff),
             Request::DeadLetters { queue, from } => self.dead_letters(queue, from).await,
             Request::ActOnDead { queue, action, jobs } => self.act_on_dead(queue, action, jobs).await,
             Request::SetQueueLimits { queue, max_records, max_dead, max_running, max_rate } => {
-                let who = self.access();
-                let limits = crate::registry::Limits { max_records, max_dead, max_running, max_rate };
-                let q = self.st.reg.set_queue_limits_running(&queue, limits, Some(&who))?;
-                info!(
-                    queue = %queue,
-                    max_records = q.max_records,
-                    max_dead = q.max_dead,
-                    ?max_running,
-                    ?max_rate,
-                    pid = self.peer.pid,
-                    "queue limits set"
-                );
-                Ok(Response::LimitsSet)
+                self.set_queue_limits(queue, Limits { max_records, max_dead, max_running, max_rate })
             }
-            Request::SetPaused { queue, paused } => {
-                let who = self.access();
-                let was_paused = self.st.reg.set_paused(&queue, paused, Some(&who))?;
-                info!(queue = %queue, paused, was_paused, pid = self.peer.pid, "queue pause state set");
-                Ok(Response::PausedSet { was_paused })
-            }
-            Request::CancelJob { queue, job } => {
-                let who = self.access();
-                let reg = self.st.reg.clone();
-                // A running job's command is stopped by the fence, which waits for its group
-                // to exit: off the async threads.
-                tokio::task::spawn_blocking(move || reg.cancel_job(&queue, job, &who))
-                    .await
-                    .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("cancel failed: {e}")))?
-                    .map(Response::JobCancelled)
-            }
-            Request::JobFate { queue, job } => {
-                let who = self.access();
-                self.st.reg.job_state(&queue, job, &who).map(Response::JobFate)
-            }
+            Request::SetPaused { queue, paused } => self.set_paused(queue, paused),
+            Request::JobFate { queue, job } => self.job_fate(queue, job),
+            Request::CancelJob { queue, job } => self.cancel_job(queue, job).await,
             Request::Shutdown => self.shutdown(),
         }
     }
@@ -170,22 +140,6 @@ impl Conn {
             }
         }
         Ok(Response::Queues(out))
-    }
-
-    /// `Stats`: counts over the whole segment, or one queue.
-    async fn stats(&self, queue: Option<String>) -> Result<Response, ErrorReply> {
-        let reg = self.st.reg.clone();
-        let n = self.st.connections.load(Ordering::Relaxed);
-        let r = tokio::task::spawn_blocking(move || reg.stats(queue.as_deref(), n)).await;
-        match r {
-            Ok(s) => s.map(|mut s| {
-                for q in &mut s.queues {
-                    q.info.retry_backoff = self.st.reg.retry_backoff(q.info.index, &q.info.name);
-                }
-                Response::Stats(s)
-            }),
-            Err(e) => Err(ErrorReply::new(ErrorCode::Internal, format!("stats failed: {e}"))),
-        }
     }
 
     /// `AttachOwner`: a deque lease for this process.
@@ -216,22 +170,6 @@ impl Conn {
         let slot = self.ensure_slot(proto::ROLE_THIEF)?;
         let q = reg.attach_as(&queue, slot, proto::ROLE_THIEF, Some(&who))?;
         Ok(Response::ThiefAttached(self.attachment(slot, &q)))
-    }
-
-    /// `WakeDescriptor`: a socket for this process to wait on for queue `queue`'s work,
-    /// passed with the reply.
-    fn wake_descriptor(&mut self, queue: String) -> Result<Response, ErrorReply> {
-        let Some(slot) = self.slot else {
-            return Err(ErrorReply::new(
-                ErrorCode::SlotNotHeld,
-                format!("attach to queue {queue} as a thief first"),
-            ));
-        };
-        let who = self.access();
-        let (fd, bit) = self.st.reg.grant_wake(&queue, slot, &who)?;
-        self.reply_fd = Some(fd);
-        debug!(slot = slot.slot, queue = %queue, bit, "wake descriptor granted");
-        Ok(Response::WakeDescriptor { bit })
     }
 
     /// `AttachInjector`: push to the queue's overflow ring.
@@ -328,85 +266,6 @@ impl Conn {
         info!(slot = got.slot, epoch = got.epoch, pid = me.pid, client = %self.name, "process resumed its slot");
         self.slot = Some(got);
         Ok(Response::Resumed { process_slot: got.slot, slot_epoch: got.epoch })
-    }
-
-    /// `FenceCommand`, or with `in_cgroup` `FenceCgroup` (its two descriptors came with the
-    /// frame): a command this worker runs for a job it holds (see `crate::fence`).
-    async fn fence_command(
-        &mut self,
-        (index, birth, generation): (u32, u32, u32),
-        pid: u32,
-        in_cgroup: bool,
-    ) -> Result<Response, ErrorReply> {
-        let reg = self.st.reg.clone();
-        let slot = self.slot.ok_or_else(|| {
-            ErrorReply::new(ErrorCode::BadRequest, "attach (and claim the job) before fencing its command")
-        })?;
-        let cgroup = if in_cgroup {
-            let fds = std::mem::take(&mut self.frame_fds);
-            let Ok::<[OwnedFd; 2], _>([dir, kill]) = fds.try_into() else {
-                return Err(ErrorReply::new(
-                    ErrorCode::BadRequest,
-                    "FenceCgroup needs two descriptors passed with it (the cgroup's directory and its cgroup.kill)",
-                ));
-            };
-            Some((dir, kill))
-        } else {
-            None
-        };
-        let worker = (self.peer.pid, self.peer.uid);
-        tokio::task::spawn_blocking(move || {
-            reg.register_fence(slot, (index, birth, generation), pid, worker, cgroup)
-        })
-        .await
-        .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("fence failed: {e}")))??;
-        debug!(slot = slot.slot, index, birth, pid, in_cgroup, "command registered for fencing");
-        Ok(Response::Fenced)
-    }
-
-    /// `Unfence`: the command of a job exited and was reaped.
-    fn unfence(&self, index: u32, birth: u32, pid: u32) -> Result<Response, ErrorReply> {
-        let reg = self.st.reg.clone();
-        if let Some(slot) = self.slot {
-            reg.unregister_fence(slot, index, birth, pid);
-        }
-        Ok(Response::Unfenced)
-    }
-
-    /// `DeadLetters`: a page of the queue's dead letters, for a peer that may use it.
-    async fn dead_letters(&mut self, queue: String, from: u32) -> Result<Response, ErrorReply> {
-        let reg = self.st.reg.clone();
-        let who = self.access();
-        let q = reg.check_use(&queue, &who)?;
-        let page = tokio::task::spawn_blocking(move || reg.dead_letter_page(&q, from))
-            .await
-            .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("listing dead letters failed: {e}")))?;
-        Ok(Response::DeadLetters(page))
-    }
-
-    /// `ActOnDead`: re-queue or purge many dead letters. The peer is attached to the queue as
-    /// an injector first, as a producer would be: that checks it may use the queue, and gives
-    /// the process slot a re-queue writes as (recovery finishes the job if that process dies).
-    async fn act_on_dead(
-        &mut self,
-        queue: String,
-        action: proto::DeadAction,
-        jobs: Option<Vec<proto::JobRef>>,
-    ) -> Result<Response, ErrorReply> {
-        let reg = self.st.reg.clone();
-        let who = self.access();
-        reg.check_use(&queue, &who)?;
-        let slot = self.ensure_slot(proto::ROLE_INJECTOR)?;
-        let q = reg.attach_as(&queue, slot, proto::ROLE_INJECTOR, Some(&who))?;
-        let named = jobs.as_ref().map(Vec::len);
-        let done =
-            tokio::task::spawn_blocking(move || reg.act_on_dead(&q, action, jobs.as_deref(), slot.slot))
-                .await
-                .map_err(|e| {
-                    ErrorReply::new(ErrorCode::Internal, format!("acting on dead letters failed: {e}"))
-                })??;
-        info!(queue = %queue, ?action, ?named, done = done.done, gone = done.gone, pid = self.peer.pid, "dead letters acted on");
-        Ok(Response::DeadActedOn(done))
     }
 
     /// `Shutdown`: only the daemon's own uid or root may ask.

@@ -9,15 +9,19 @@
 //! - a queue's retry backoff is kept with its permissions (`state::QueueAcl`), set only by
 //!   those who may delete the queue, and written to the state file before it is answered.
 
+use std::sync::Arc;
+
+use tracing::warn;
+use xtcq_proto as proto;
 use xtcq_proto::RetryBackoff;
 use xtcq_shm::delayed::{self, Released};
 use xtcq_shm::JobHandle;
 
-use super::*;
+use crate::registry::{Access, Op, Registry};
 
 impl Registry {
     /// The delayed jobs this daemon knows of.
-    pub fn timers(&self) -> &Arc<crate::delayed::Timers> {
+    pub fn timers(&self) -> &Arc<crate::delay::Timers> {
         &self.timers
     }
 

@@ -1,13 +1,18 @@
 //! The registry's side of the state file (`crate::persistence::state`): what this daemon knows, written
 //! under the registry lock before a change is answered, and read back on adopt.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use tracing::warn;
+
+use crate::persistence::state::{self, DaemonState, SlotRecord};
+use crate::registry::{Bookkeeping, Registry};
 
 impl Registry {
     /// Writes what this daemon knows to the state file (called under the lock after every
     /// change, before the change is answered). A failure is logged (and returned `false`):
     /// the next daemon then reclaims the slots it cannot verify, which is safe, if unkind.
-    pub(super) fn persist(&self, t: &Bookkeeping) -> bool {
+    pub(crate) fn persist(&self, t: &Bookkeeping) -> bool {
         let Some(f) = &self.state else { return true };
         let st = DaemonState {
             segment: state::file_id(self.seg.file()),
@@ -34,7 +39,7 @@ impl Registry {
 
     /// Keeps one fence change in the state file: appended to its journal, or the whole
     /// state written. `false` when neither could be done.
-    pub(super) fn keep_fence_change(&self, t: &Bookkeeping, change: &state::FenceChange) -> bool {
+    pub(crate) fn keep_fence_change(&self, t: &Bookkeeping, change: &state::FenceChange) -> bool {
         let Some(f) = &self.state else { return true };
         match f.append(change) {
             Ok(true) => true,
@@ -49,7 +54,7 @@ impl Registry {
     /// What the previous daemon recorded for this segment, and whether there was such a
     /// record: `false` when this daemon keeps a state file but found none it trusts for this
     /// segment (missing, not its own, or describing another segment).
-    pub(super) fn load_state(&self) -> (DaemonState, bool) {
+    pub(crate) fn load_state(&self) -> (DaemonState, bool) {
         let Some(f) = &self.state else { return (DaemonState::default(), true) };
         let id = state::file_id(self.seg.file());
         // This daemon's start moved the epoch on by one: the file is the last daemon's only

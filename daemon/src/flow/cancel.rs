@@ -11,7 +11,7 @@ use xtcq_proto as proto;
 use xtcq_shm::cancel::{cancel_job, Cancelled};
 use xtcq_shm::record::state::NO_HOLDER;
 
-use super::{Access, Op, Registry};
+use crate::registry::{Access, Op, Registry};
 
 impl Registry {
     /// Cancels job `job` (`index.birth`) of queue `name`, if `who` may administer it.

@@ -14,6 +14,9 @@
 //! - the memory is bounded: a duplicate is not added, and past twice the segment's record
 //!   count the set is rebuilt from a scan.
 
+mod registry;
+mod requests;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -154,7 +157,10 @@ pub fn new_timers() -> Arc<Timers> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use xtcq_shm::delayed::DelayedJob;
+    use xtcq_shm::JobHandle;
+
+    use super::Timers;
 
     fn job(due_ns: u64, index: u32) -> DelayedJob {
         DelayedJob { due_ns, handle: JobHandle { index, generation: 1 } }

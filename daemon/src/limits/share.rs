@@ -22,7 +22,7 @@
 use xtcq_proto as proto;
 use xtcq_shm::segment::QueueQuota;
 
-use super::{Bookkeeping, Registry};
+use crate::registry::{Bookkeeping, Registry};
 
 /// The most one uid may own of the segment's queue-table entries and records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ impl Registry {
     }
 
     /// The share that limits `uid`, if one does.
-    pub(super) fn share_of(&self, uid: u32) -> Option<UidShare> {
+    pub(crate) fn share_of(&self, uid: u32) -> Option<UidShare> {
         self.share.filter(|s| !s.exempt.contains(&uid))
     }
 
@@ -66,7 +66,7 @@ impl Registry {
     }
 
     /// The quota a new queue of `owner` starts with, or why `owner` may not create one.
-    pub(super) fn quota_for_new_queue(
+    pub(crate) fn quota_for_new_queue(
         &self,
         t: &Bookkeeping,
         owner: u32,
@@ -96,7 +96,7 @@ impl Registry {
 
     /// Refuses a record quota of `n` for queue `index` (owned by `owner`) that would take
     /// `owner` past its share, or that is "none" (0) for a limited owner.
-    pub(super) fn check_quota_change(
+    pub(crate) fn check_quota_change(
         &self,
         t: &Bookkeeping,
         index: u32,

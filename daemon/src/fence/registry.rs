@@ -4,12 +4,11 @@
 
 use std::os::fd::OwnedFd;
 
-use xtcq_proto as proto;
+use xtcq_proto::{ErrorCode, ErrorReply};
 use xtcq_shm::record::state::State;
 
-use super::{Registry, SlotId};
 use crate::persistence::state::FenceChange;
-use proto::{ErrorCode, ErrorReply};
+use crate::registry::{Registry, SlotId};
 
 impl Registry {
     /// Registers `pid` as the command of the job in record `index` (birth `birth`), which

@@ -4,11 +4,11 @@
 //! - only those who may administer the queue (its owner, root, xtcqd's uid) pause or resume
 //!   it, checked under the registry's lock like every change of a queue's settings;
 //! - the state lives in the segment, not in the daemon's state file: a daemon that adopts
-//!   the segment finds it as it was, and a dump carries it (`dump`).
+//!   the segment finds it as it was, and a dump carries it (`xtcq_dump`).
 
 use xtcq_proto as proto;
 
-use super::{Access, Op, Registry};
+use crate::registry::{Access, Op, Registry};
 
 impl Registry {
     /// Pauses (`paused`) or resumes queue `name`, if `who` may administer it (`None`: the

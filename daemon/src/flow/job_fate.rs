@@ -4,7 +4,7 @@
 use xtcq_proto as proto;
 use xtcq_shm::job_fate::{job_fate, Fate};
 
-use super::{Access, Op, Registry};
+use crate::registry::{Access, Op, Registry};
 
 impl Registry {
     /// What became of job `job` (`index.birth`) of queue `name`, if `who` may use it.

@@ -419,7 +419,7 @@ fn label(v: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{label, route, Route};
 
     #[test]
     fn routes() {

@@ -17,10 +17,13 @@
 //! - a drop is one CAS from `Dead` to `Free`: a dead letter re-queued or purged meanwhile
 //!   is left alone, and a daemon killed at any point loses no other job.
 
+use std::sync::atomic::Ordering;
+
 use tracing::{debug, warn};
+use xtcq_proto as proto;
 use xtcq_shm::segment::{QueueQuota, QueueRecordCount, RunningWalk};
 
-use super::*;
+use crate::registry::{queue_error, Access, Bookkeeping, Op, Registry};
 
 /// Default dead-letter cap of a new queue: a quarter of the segment's records, so that the
 /// dead letters of one queue whose jobs all fail cannot take every record from the others.
@@ -43,7 +46,7 @@ pub struct Limits {
 
 impl Registry {
     /// The limits a new queue gets.
-    pub(super) fn default_quota(&self) -> QueueQuota {
+    pub(crate) fn default_quota(&self) -> QueueQuota {
         QueueQuota { max_records: 0, max_dead: default_max_dead(self.seg.config().job_records) }
     }
 
@@ -132,7 +135,7 @@ impl Registry {
 
     /// The limits this daemon set for queue `index` (those in the segment for a queue it
     /// adopted and has not walked since).
-    pub(super) fn quota_of(&self, t: &Bookkeeping, index: u32) -> QueueQuota {
+    pub(crate) fn quota_of(&self, t: &Bookkeeping, index: u32) -> QueueQuota {
         t.quotas.get(&index).copied().unwrap_or_else(|| self.seg.quota_state(index).quota)
     }
 
@@ -168,7 +171,7 @@ impl Registry {
     /// The scan's quota pass, over what its walk counted of every queue's records: drops
     /// the oldest dead letters past each cap, and publishes the counts. Returns the dead
     /// letters dropped.
-    pub(super) fn enforce_quotas(&self, t: &mut Bookkeeping, counts: Vec<QueueRecordCount>) -> u64 {
+    pub(crate) fn enforce_quotas(&self, t: &mut Bookkeeping, counts: Vec<QueueRecordCount>) -> u64 {
         let mut total = 0;
         // Taken out for the loop, which also lends `t` to `restore_quota`.
         let mut running = std::mem::take(&mut t.scan.running);

@@ -15,10 +15,14 @@
 
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use tracing::warn;
+use xtcq_proto as proto;
 use xtcq_shm::wake_protocol::{Disarmed, WAKE_BITS};
 
-use super::*;
+use crate::registry::{Access, Bookkeeping, Op, Registry, SlotId};
 
 impl Registry {
     /// Sends descriptor wakes through `dir` (the daemon's wake directory) and binds waiters'
@@ -87,7 +91,7 @@ impl Registry {
     }
 
     /// Takes back every wake descriptor of `slot` (its process is gone).
-    pub(super) fn release_wakes_of(&self, t: &mut Bookkeeping, slot: u32) {
+    pub(crate) fn release_wakes_of(&self, t: &mut Bookkeeping, slot: u32) {
         let held: Vec<(u32, u32)> = t.wakes.iter().filter(|(_, &s)| s == slot).map(|(&k, _)| k).collect();
         for (q, bit) in held {
             self.drop_wake(t, q, bit);
@@ -116,7 +120,7 @@ impl Registry {
     }
 
     /// The scan's nudge (see the module comment).
-    pub(super) fn nudge_waiters(&self, t: &mut Bookkeeping) {
+    pub(crate) fn nudge_waiters(&self, t: &mut Bookkeeping) {
         let mut waiting = BTreeSet::new();
         for q in self.seg.queues().into_iter().flatten() {
             let Some(w) = self.seg.waker(q.index) else { continue };

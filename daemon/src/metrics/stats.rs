@@ -5,10 +5,18 @@
 //!   never by a value read from the segment; a word no correct program writes is counted
 //!   (as corrupt, or as a held block), never trusted as an index.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use xtcq_proto as proto;
 use xtcq_shm::layout::payload::{class_size, PAYLOAD_CLASSES};
+use xtcq_shm::layout::{PROCESS_ACTIVE, PROCESS_FREE, PROCESS_RECOVERING};
 use xtcq_shm::metrics::Counter;
 use xtcq_shm::record::blocks::BlockRef;
+use xtcq_shm::record::state::State;
+use xtcq_shm::recovery::lease_holder;
+use xtcq_shm::{QueueInfo, Segment};
+
+use crate::registry::{queue_info, Registry};
 
 /// A queue's totals (from the metrics region) and gauges (from `records`, the scan's counts
 /// for it, and `oldest`, the smallest `enqueued_ns` of its queued jobs or `u64::MAX`).

@@ -11,11 +11,13 @@
 //!   the queue is resolved again there, and a queue deleted and created again is refused;
 //! - a page is sized to fit a reply frame (see `proto::dead`).
 
+use xtcq_proto as proto;
 use xtcq_proto::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
 use xtcq_shm::dead_letter::{self, DeadLetter, DeadLetterError};
 use xtcq_shm::JobHandle;
+use xtcq_shm::QueueInfo;
 
-use super::*;
+use crate::registry::Registry;
 
 /// The most dead letters in one page.
 const PAGE_LETTERS: usize = 1024;
