@@ -36,6 +36,7 @@ mod delay;
 mod error;
 mod fdpass;
 mod handles;
+mod job;
 mod trust;
 mod wake;
 #[cfg(feature = "tokio")]
@@ -50,7 +51,8 @@ pub use batch::JobBatch;
 pub use dead_bulk::{BulkDead, DeadAction, NAMED_PER_REQUEST};
 pub use delay::Due;
 pub use error::Error;
-pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
+pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
+pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
