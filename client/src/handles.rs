@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
+use xtcq_proto::{Attachment, JobState, OwnerLease, QueueInfo, Request};
 use xtcq_shm::overflow::RingError;
-use xtcq_shm::{ClaimedJob, Injector, JobHandle, Owner, Segment, Steal, Thief};
+use xtcq_shm::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 
 use crate::conn::Conn;
 use crate::job::Job;
@@ -407,6 +407,36 @@ impl InjectorHandle {
     /// This process's slot in the segment.
     pub fn process_slot(&self) -> u32 {
         self.att.process_slot
+    }
+
+    /// Jobs the queue's overflow ring (where this handle's pushes go) has room for now:
+    /// approximate, other producers and consumers move it too.
+    pub fn room(&self) -> usize {
+        let seg = self.inj.segment();
+        seg.overflow(self.att.queue.index).map_or(0, |r| r.capacity().saturating_sub(r.len()))
+    }
+
+    /// What became of job `id` of this handle's queue, read from the segment this handle
+    /// pushes to, with no request: for a program that polls many of its jobs often (the
+    /// bridge). [`Client::job_state`](crate::Client::job_state) asks the daemon instead,
+    /// which also names a running job's pid; here `pid` is always `None`.
+    ///
+    /// A retired segment (the daemon restarted with `--recreate`) answers
+    /// [`Error::SegmentReplaced`] or [`Error::SegmentLost`]: its jobs are never settled,
+    /// and ids start over in the new one, so an id read against it means nothing.
+    pub fn job_state(&self, id: JobId) -> Result<JobState, Error> {
+        self.conn.not_forked()?;
+        let seg = self.inj.segment();
+        if seg.is_retired() {
+            if seg.is_lost() {
+                return Err(Error::SegmentLost { segment: seg.path().to_path_buf() });
+            }
+            return Err(Error::SegmentReplaced {
+                path: self.conn.path().to_path_buf(),
+                segment: seg.path().to_path_buf(),
+            });
+        }
+        Ok(crate::job_state::local(seg, self.att.queue.index, id))
     }
 
     /// Queues a job on the overflow ring; wakes sleeping thieves.

@@ -37,6 +37,7 @@ mod error;
 mod fdpass;
 mod handles;
 mod job;
+mod job_state;
 mod trust;
 mod wake;
 #[cfg(feature = "tokio")]
@@ -516,6 +517,13 @@ impl Client {
             Response::ShuttingDown => Ok(()),
             r => Err(self.unexpected(r)),
         }
+    }
+
+    /// The identity of the daemon's segment: its creation time (Unix ns). A segment made
+    /// anew (`xtcqd --recreate`) has another, and its job ids start over, so a job id names
+    /// one job only beside this (the bridge keys its message ids and its state file by it).
+    pub fn segment_created_unix_ns(&self) -> Result<u64, Error> {
+        Ok(self.segment()?.descriptor().created_unix_ns)
     }
 
     /// The daemon's segment, mapped in this process (shared by every handle of this client).
