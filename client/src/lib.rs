@@ -58,7 +58,6 @@ pub use trust::TRUST_ENV;
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
-pub use xtcq_proto::JobRef;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,
     RetryBackoff, Stats, PROTOCOL_VERSION,
