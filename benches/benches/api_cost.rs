@@ -53,7 +53,7 @@ fn rust_row(client: &Client, queue: &str, n: u64, runs: u64, owned: bool) -> (f6
             let job = thief.steal().expect("steal").expect("a job");
             out.clear();
             if owned {
-                let mut job = job.into_owned();
+                let job = job.into_owned();
                 job.read_payload(&mut out).expect("payload");
                 job.ack().expect("ack");
             } else {

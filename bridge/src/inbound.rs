@@ -54,7 +54,8 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 struct Held {
     msg: jetstream::Message,
     id: JobId,
-    seg: Arc<xtcq_shm::Segment>,
+    /// The identity of the segment it was pushed into.
+    segment: u64,
     /// When the server last heard from us about it (its delivery, or our last `+WPI`).
     touched: Instant,
     /// A `+WPI` went out after AckWait had passed: the server may have redelivered it
@@ -62,12 +63,11 @@ struct Held {
     lapsed: bool,
 }
 
-/// The local end: the injector, and what the queue's record watch needs.
+/// The local end: the injector, and the identity of its segment.
 struct Local {
     _client: Client,
     injector: InjectorHandle,
-    seg: Arc<xtcq_shm::Segment>,
-    queue: u32,
+    segment: u64,
     max_attempts: u32,
     lease: Duration,
 }
@@ -75,16 +75,10 @@ struct Local {
 fn attach(args: &InArgs) -> Result<Local, BridgeError> {
     let client = Client::connect(args.common.socket.as_deref())?;
     let injector = client.attach_injector(&args.common.queue)?;
-    let seg = client.segment()?;
-    let q = seg.queue_by_name(&args.common.queue).map_err(xtcq_client::Error::Queue)?;
-    Ok(Local {
-        injector,
-        seg,
-        queue: q.index,
-        max_attempts: q.spec.max_attempts,
-        lease: Duration::from_millis(q.spec.lease_ms as u64),
-        _client: client,
-    })
+    let segment = client.segment_created_unix_ns()?;
+    let q = injector.queue();
+    let (max_attempts, lease) = (q.max_attempts, Duration::from_millis(q.lease_ms as u64));
+    Ok(Local { injector, segment, max_attempts, lease, _client: client })
 }
 
 /// What the loop keeps.
@@ -161,7 +155,7 @@ impl<'a> Bridge<'a> {
         }
         tracing::info!(queue = %c.queue, stream = %c.stream, consumer = %args.consumer, ?ack_wait,
             lease = ?local.lease, max_attempts = local.max_attempts, "bridge in running");
-        let journal = args.state.as_deref().map(|p| Journal::new(p, local.seg.descriptor().created_unix_ns));
+        let journal = args.state.as_deref().map(|p| Journal::new(p, local.segment));
         let mut orphans = match &journal {
             Some(j) => j.load()?,
             None => HashMap::new(),
@@ -227,16 +221,15 @@ impl<'a> Bridge<'a> {
 }
 
 impl Bridge<'_> {
+    /// Where held jobs are looked at: the current injector and its segment.
+    fn watch(&self) -> Watch<'_> {
+        Watch { injector: &self.local.injector, segment: self.local.segment }
+    }
+
     /// Messages we may take now: the in-flight bound, and the free slots of the queue's
     /// overflow ring (where an injector's pushes go).
     fn room(&self) -> usize {
-        let ring = self
-            .local
-            .seg
-            .overflow(self.local.queue)
-            .map(|r| r.capacity().saturating_sub(r.len()))
-            .unwrap_or(0);
-        self.args.max_inflight.saturating_sub(self.held.len()).min(ring)
+        self.args.max_inflight.saturating_sub(self.held.len()).min(self.local.injector.room())
     }
 
     async fn fetch(&mut self, room: usize) {
@@ -295,7 +288,7 @@ impl Bridge<'_> {
     /// (held again, or acked because the job succeeded meanwhile).
     async fn adopt(&mut self, key: MsgKey, msg: &jetstream::Message) -> bool {
         let Some(id) = self.orphans.remove(&key) else { return false };
-        let fate = Watch { seg: &self.local.seg, queue: self.local.queue }.fate(id);
+        let fate = self.watch().fate(id, self.local.segment);
         tracing::info!(%key, ?fate, "redelivery of a job pushed here before a restart: not pushed again");
         match fate {
             Fate::Lost => return false,
@@ -311,7 +304,7 @@ impl Bridge<'_> {
                 let h = Held {
                     msg: msg.clone(),
                     id,
-                    seg: self.local.seg.clone(),
+                    segment: self.local.segment,
                     touched: Instant::now(),
                     lapsed: false,
                 };
@@ -360,8 +353,8 @@ impl Bridge<'_> {
             Ok(h) => {
                 bump(&self.counters.pushed);
                 let id = JobId::of_push(h);
-                let seg = self.local.seg.clone();
-                self.held.insert(key, Held { msg, id, seg, touched: Instant::now(), lapsed: false });
+                let segment = self.local.segment;
+                self.held.insert(key, Held { msg, id, segment, touched: Instant::now(), lapsed: false });
                 self.counters.held.store(self.held.len() as u64, Ordering::Relaxed);
             }
             Err(xtcq_client::Error::PayloadTooLarge { len, max }) => {
@@ -398,9 +391,8 @@ impl Bridge<'_> {
 
     /// Looks at every held job and tells the server what became of it.
     async fn settle_all(&mut self) {
-        let fates: Vec<(MsgKey, Fate)> = (self.held.iter())
-            .map(|(k, h)| (*k, Watch { seg: &h.seg, queue: self.local.queue }.fate(h.id)))
-            .collect();
+        let fates: Vec<(MsgKey, Fate)> =
+            (self.held.iter()).map(|(k, h)| (*k, self.watch().fate(h.id, h.segment))).collect();
         // Settling names the message by sequence only: first make sure that the held messages
         // are still the stream's (this drops those of a deleted one). If the server cannot
         // tell, send nothing this round.
@@ -415,9 +407,10 @@ impl Bridge<'_> {
             }
         }
         if !self.orphans.is_empty() && Instant::now() >= self.orphans_until {
-            let w = Watch { seg: &self.local.seg, queue: self.local.queue };
+            let (w, segment) =
+                (Watch { injector: &self.local.injector, segment: self.local.segment }, self.local.segment);
             let before = self.orphans.len();
-            self.orphans.retain(|_, id| matches!(w.fate(*id), Fate::Held { .. }));
+            self.orphans.retain(|_, id| matches!(w.fate(*id, segment), Fate::Held { .. }));
             changed |= self.orphans.len() != before;
         }
         if changed {

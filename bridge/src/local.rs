@@ -1,18 +1,19 @@
-//! What became of a job the bridge pushed into the local queue, read from its record.
+//! What became of a job the bridge pushed into the local queue.
 //!
 //! The daemon has no "tell me when job X is settled" call, so the `in` bridge watches the
-//! record it pushed (by index, and the job's stable id that the record keeps across its
-//! attempts): read-only loads of the state word and header, the same as `xtcq dead` does.
+//! jobs it pushed through its injector ([`InjectorHandle::job_state`]: a read of the job's
+//! record by its stable id, with no request, as often as the bridge polls).
 //!
 //! Invariants:
 //! - `Held` only while the record holds *this* job (same index, queue and birth id) in a
 //!   live state: a record freed and reused by another job reads as `Gone`, never `Held`;
-//! - `Dead` only for a `Dead` record of this job, with its payload, attempts and last error;
-//! - a retired segment (daemon restarted with `--recreate`) reads as `Lost`: its jobs will
-//!   never be run or acked, so nothing may be acked upstream for them.
+//! - `Dead` only for a dead letter of this job, with its attempts and last error;
+//! - a job pushed into another segment than the injector's, or a retired segment (daemon
+//!   restarted with `--recreate`), reads as `Lost`: its jobs will never be run or acked, and
+//!   ids start over in the new segment, so nothing may be acked upstream for them.
 
-use xtcq_shm::dead_letter::{dead_letters, job_id};
-use xtcq_shm::{JobId, Segment, State};
+use xtcq_client::proto::JobState;
+use xtcq_client::{Error, InjectorHandle, JobId};
 
 /// The fate of one pushed job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,47 +36,33 @@ pub enum Fate {
     Lost,
 }
 
-/// Where to look: the segment, and the queue's table index.
+/// Where to look: the injector, and the identity of the segment it pushes to
+/// ([`xtcq_client::Client::segment_created_unix_ns`]).
 pub struct Watch<'a> {
-    /// The daemon's segment.
-    pub seg: &'a Segment,
-    /// The queue's table index.
-    pub queue: u32,
+    /// The bridge's injector.
+    pub injector: &'a InjectorHandle,
+    /// Its segment's identity.
+    pub segment: u64,
 }
 
 impl Watch<'_> {
-    /// What became of job `id`.
-    pub fn fate(&self, id: JobId) -> Fate {
-        if self.seg.is_retired() {
+    /// What became of job `id`, pushed into the segment whose identity is `segment`.
+    pub fn fate(&self, id: JobId, segment: u64) -> Fate {
+        if segment != self.segment {
             return Fate::Lost;
         }
-        let records = self.seg.records();
-        let (Some(st), Some(hdr)) = (records.state(id.index), records.header(id.index)) else {
-            return Fate::Lost;
-        };
-        let w = st.load();
-        let ours =
-            job_id(hdr, id.index) == id && hdr.queue.load(std::sync::atomic::Ordering::Relaxed) == self.queue;
-        let attempts = hdr.attempts.load(std::sync::atomic::Ordering::Relaxed);
-        // Read again: a word that moved while we read the header may mix two jobs' fields.
-        if st.load() != w {
-            return Fate::Held { attempts };
-        }
-        match w.state() {
-            Some(State::Queued | State::Claimed | State::Writing | State::Filling | State::Delayed)
-                if ours =>
-            {
-                Fate::Held { attempts }
-            }
-            Some(State::Dead) if ours => {
-                let last_error = dead_letters(self.seg, self.queue)
-                    .into_iter()
-                    .find(|d| d.id == id)
-                    .map(|d| d.last_error)
-                    .unwrap_or_default();
-                Fate::Dead { attempts, last_error }
-            }
-            _ => Fate::Gone,
+        match self.injector.job_state(id) {
+            Ok(JobState::BeingPushed) => Fate::Held { attempts: 0 },
+            Ok(
+                JobState::Queued { attempts }
+                | JobState::Delayed { attempts, .. }
+                | JobState::Running { attempts, .. },
+            ) => Fate::Held { attempts },
+            Ok(JobState::Dead { attempts, last_error }) => Fate::Dead { attempts, last_error },
+            Ok(JobState::Finished | JobState::Unknown) => Fate::Gone,
+            Err(Error::SegmentReplaced { .. } | Error::SegmentLost { .. }) => Fate::Lost,
+            // Nothing else is answered by a read; were it, looking again is the safe side.
+            Err(_) => Fate::Held { attempts: 0 },
         }
     }
 }

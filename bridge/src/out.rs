@@ -36,7 +36,7 @@ fn attach(args: &OutArgs, secret: &[u8; 32]) -> Result<Attached, BridgeError> {
     let thief = client.attach_thief(&args.common.queue)?;
     // The segment's creation time: a new segment's records start over, its ids must not
     // meet the old one's inside the duplicate window.
-    let ids = MsgIds::new(secret, client.segment()?.descriptor().created_unix_ns);
+    let ids = MsgIds::new(secret, client.segment_created_unix_ns()?);
     Ok(Attached { _client: client, thief, ids })
 }
 

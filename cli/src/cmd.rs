@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use xtcq_client::{Client, DeadAction, Due, Flavor, JobHandle, JobRef, QueueParams};
+use xtcq_client::{Client, DeadAction, Due, Flavor, JobId, QueueParams};
 use xtcq_proto::queue_name::escaped;
 
 use crate::exit;
@@ -366,17 +366,15 @@ pub struct DeadArgs {
     purge: bool,
     /// Jobs to act on, by the id `xtcq dead QUEUE` lists (the id `push --print-handle`,
     /// `$XTCQ_JOB` and `work` print); a record.generation handle is accepted too.
-    #[arg(value_parser = parse_handle)]
-    jobs: Vec<JobHandle>,
+    #[arg(value_parser = parse_job_id)]
+    jobs: Vec<JobId>,
     /// JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
 
-fn parse_handle(s: &str) -> Result<JobHandle, String> {
-    let bad = || format!("{s:?} is not a job id; say it as `xtcq dead QUEUE` lists it (like 12.3)");
-    let (i, g) = s.split_once('.').ok_or_else(bad)?;
-    Ok(JobHandle { index: i.parse().map_err(|_| bad())?, generation: g.parse().map_err(|_| bad())? })
+fn parse_job_id(s: &str) -> Result<JobId, String> {
+    s.parse().map_err(|_| format!("{s:?} is not a job id; say it as `xtcq dead QUEUE` lists it (like 12.3)"))
 }
 
 pub fn dead(socket: Option<&Path>, args: DeadArgs) -> Result<i32> {
@@ -436,8 +434,7 @@ fn act_on_dead(client: &Client, args: &DeadArgs) -> Result<i32> {
         if args.requeue { (DeadAction::Requeue, "re-queued") } else { (DeadAction::Purge, "purged") };
     // Named by id (what every other command prints) or by the current handle: the daemon
     // resolves either.
-    let named: Vec<JobRef> =
-        args.jobs.iter().map(|j| JobRef { index: j.index, number: j.generation }).collect();
+    let named = &args.jobs;
     let mut shown = crate::progress::Progress::new();
     let total = named.len();
     let done = client.act_on_dead(&args.queue, (!named.is_empty()).then_some(&named[..]), action, |n| {

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use xtcq_shm::{ClaimedBatch, JobHandle, JobId, Segment};
 
 use crate::conn::Conn;
-use crate::handles::{overflow_ring_error, usable, Job, OwnerHandle, ThiefHandle};
+use crate::handles::{overflow_ring_error, usable, OwnerHandle, ThiefHandle};
+use crate::job::Job;
 use crate::Error;
 use xtcq_shm::fork::Held;
 

@@ -65,8 +65,8 @@ impl Client {
     }
 
     fn act_on_one(&self, queue: &str, job: JobHandle, action: DeadAction) -> Result<(), Error> {
-        let named = [JobRef { index: job.index, number: job.generation }];
-        let done = self.act_on_dead(queue, Some(&named), action, |_| {})?;
+        let named = vec![JobRef { index: job.index, number: job.generation }];
+        let done = self.act_request(queue, Some(named), action)?;
         if done.done == 0 {
             return Err(Error::DeadLetter(format!(
                 "job {job} is not a dead letter (it was re-queued or purged already, or never died)"
@@ -75,15 +75,16 @@ impl Client {
         Ok(())
     }
 
-    /// Re-queues or purges the dead letters `jobs` of `queue` (each named by its id or its
-    /// handle), or every one of them when `jobs` is `None`; `progress(acted_so_far)` is
+    /// Re-queues or purges the dead letters `jobs` of `queue` (each named by its id, as
+    /// every command prints it; a handle's `index.generation` is taken too, as people may
+    /// copy one), or every one of them when `jobs` is `None`; `progress(acted_so_far)` is
     /// called after each request. A named job that is not a dead letter of `queue` is refused
     /// with nothing of its batch done; one that stops being one meanwhile is counted in
     /// [`BulkDead::gone`].
     pub fn act_on_dead(
         &self,
         queue: &str,
-        jobs: Option<&[JobRef]>,
+        jobs: Option<&[JobId]>,
         action: DeadAction,
         mut progress: impl FnMut(u64),
     ) -> Result<BulkDead, Error> {
@@ -94,7 +95,8 @@ impl Client {
         };
         let mut out = BulkDead::default();
         for batch in jobs.chunks(NAMED_PER_REQUEST) {
-            let got = self.act_request(queue, Some(batch.to_vec()), action).map_err(|e| match e {
+            let named = batch.iter().map(|j| JobRef { index: j.index, number: j.birth }).collect();
+            let got = self.act_request(queue, Some(named), action).map_err(|e| match e {
                 Error::DeadLetter(m) if out.done + out.gone > 0 => Error::DeadLetter(format!(
                     "{m} ({} of {} acted on in the requests before)",
                     out.done + out.gone,

@@ -1,5 +1,6 @@
 //! Delayed jobs and retries after a delay: [`InjectorHandle::push_delayed`],
-//! [`Job::fail_after`] / [`Job::nack_after`], and the [`Due`] time they take.
+//! [`JobOf::fail_after`](crate::JobOf::fail_after) / [`nack_after`](crate::JobOf::nack_after),
+//! and the [`Due`] time they take.
 //!
 //! Rules kept:
 //! - the job is written to the segment first (`Delayed`, in no index), then the daemon is
@@ -19,7 +20,7 @@ use xtcq_shm::segment::monotonic_ns;
 use xtcq_shm::JobHandle;
 
 use crate::conn::Conn;
-use crate::handles::{usable, InjectorHandle, Job, OwnedJob};
+use crate::handles::{usable, InjectorHandle};
 use crate::Error;
 
 /// When a delayed job is due.
@@ -44,7 +45,7 @@ impl Due {
 }
 
 /// Tells the daemon of a job left `Delayed` (see the module's rules: a failure is not one).
-fn announce(conn: &Conn, h: JobHandle) {
+pub(crate) fn announce(conn: &Conn, h: JobHandle) {
     match conn.request(Request::Schedule { index: h.index, generation: h.generation }, None) {
         Ok(Response::Scheduled) | Ok(_) | Err(_) => {}
     }
@@ -58,39 +59,5 @@ impl InjectorHandle {
         let h = self.inj.push_delayed(payload, due.monotonic_ns()).map_err(Error::from_push)?;
         announce(&self.conn, h);
         Ok(h)
-    }
-}
-
-impl Job<'_> {
-    /// Failed: like [`fail`](Job::fail) (attempt + 1, dead-lettered at the queue's limit),
-    /// but the job is in line again only after `delay` (a retry backoff). `reason` is kept
-    /// as its last error when given.
-    pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<(), Error> {
-        let conn = self.conn;
-        if let Some(h) = self.inner.take().ok_or(Error::Forked)?.fail_after(reason, delay)? {
-            announce(conn, h);
-        }
-        Ok(())
-    }
-
-    /// [`nack`](Job::nack) with a delay: retried after `delay` at the earliest.
-    pub fn nack_after(self, delay: Duration) -> Result<(), Error> {
-        self.fail_after(None, delay)
-    }
-}
-
-impl OwnedJob {
-    /// Failed, retried after `delay` at the earliest (see [`Job::fail_after`]).
-    pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<(), Error> {
-        let conn = self._conn.clone();
-        if let Some(h) = self.inner.take().ok_or(Error::Forked)?.fail_after(reason, delay)? {
-            announce(&conn, h);
-        }
-        Ok(())
-    }
-
-    /// [`nack`](OwnedJob::nack) with a delay.
-    pub fn nack_after(self, delay: Duration) -> Result<(), Error> {
-        self.fail_after(None, delay)
     }
 }

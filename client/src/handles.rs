@@ -1,5 +1,5 @@
-//! Owner, thief and injector handles, and claimed jobs: the segment API of `xtcq-shm`
-//! bound to a control connection.
+//! Owner, thief and injector handles: the segment API of `xtcq-shm` bound to a control
+//! connection.
 //!
 //! Invariants:
 //! - a handle holds an `Arc` of the connection, so the daemon sees the process attached for
@@ -10,20 +10,19 @@
 //! - the queue a handle acts on is the one the daemon named, checked by index *and* name
 //!   against the segment's table;
 //! - in a forked child ([`crate::fork`]) every operation fails with [`Error::Forked`] before
-//!   it touches the segment, and drops settle nothing: a claimed job is held in a
-//!   [`Held`], which leaks it there rather than nack the parent's job.
+//!   it touches the segment, and drops settle nothing (see [`crate::job`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xtcq_proto::{Attachment, OwnerLease, QueueInfo, Request};
+use xtcq_proto::{Attachment, JobState, OwnerLease, QueueInfo, Request};
 use xtcq_shm::overflow::RingError;
 use xtcq_shm::{ClaimedJob, Injector, JobHandle, JobId, Owner, Segment, Steal, Thief};
 
 use crate::conn::Conn;
+use crate::job::Job;
 use crate::Error;
-use xtcq_shm::fork::Held;
 
 pub(crate) fn overflow_ring_error(e: RingError) -> Error {
     Error::Corrupt(e.to_string())
@@ -85,175 +84,6 @@ pub(crate) fn usable(seg: &Segment, conn: &Conn, att: &Attachment, lost_at: u64)
 /// `Corrupt`: a lost race means a rival made progress, so a million in a row (about 0.1-1 s
 /// of spinning) only happens on a deque whose indices were scribbled.
 pub(crate) const MAX_STEAL_ROUNDS: u32 = 1_000_000;
-
-/// A job this process has claimed. Run it, then [`ack`](Job::ack) it (done) or
-/// [`nack`](Job::nack) it (re-queued, attempt + 1, dead-lettered at the queue's limit).
-/// Dropped without either, it is nacked.
-pub struct Job<'a> {
-    pub(crate) inner: Held<ClaimedJob<'a>>,
-    /// What [`into_owned`](Job::into_owned) needs to outlive the handle that claimed it.
-    seg: &'a Arc<Segment>,
-    pub(crate) conn: &'a Arc<Conn>,
-}
-
-impl<'a> Job<'a> {
-    pub(crate) fn new(seg: &'a Arc<Segment>, conn: &'a Arc<Conn>) -> impl Fn(ClaimedJob<'a>) -> Self {
-        move |inner| Self { inner: Held::new(inner, conn.born()), seg, conn }
-    }
-
-    /// This job as an [`OwnedJob`], which no longer borrows the handle that claimed it: keep
-    /// it in another thread, a C handle or a Python object, and settle it there.
-    pub fn into_owned(self) -> OwnedJob {
-        let seg = self.seg.clone();
-        OwnedJob { inner: self.inner.map(|j| j.into_owned(seg)), _conn: self.conn.clone() }
-    }
-
-    /// A copy of the payload.
-    pub fn payload(&self) -> Result<Vec<u8>, Error> {
-        Ok(self.inner.get().ok_or(Error::Forked)?.payload()?)
-    }
-
-    /// Appends the payload to `out` (to reuse one buffer across jobs).
-    pub fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), Error> {
-        Ok(self.inner.get().ok_or(Error::Forked)?.read_payload(out)?)
-    }
-
-    /// `(record index, generation)`.
-    pub fn handle(&self) -> JobHandle {
-        self.inner.unchecked().handle()
-    }
-
-    /// The job's stable id (`record.generation` as `push` returned it): the same at every
-    /// attempt, while [`handle`](Self::handle)'s generation moves on at each give-back.
-    pub fn id(&self) -> JobId {
-        self.inner.unchecked().id()
-    }
-
-    /// Times the job was given back before this claim.
-    pub fn attempts(&self) -> u32 {
-        self.inner.unchecked().attempts()
-    }
-
-    /// When it was queued: CLOCK_MONOTONIC ns (the same clock in every process) at the kernel
-    /// tick's resolution, 1-4 ms — a job's age, not a latency measurement. For a job that was
-    /// delayed (a delayed push, or a retry after a delay), when it was due.
-    pub fn enqueued_ns(&self) -> u64 {
-        self.inner.unchecked().enqueued_ns()
-    }
-
-    /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` when the queue has no lease
-    /// and none was set.
-    pub fn lease_deadline_ns(&self) -> Option<u64> {
-        self.inner.unchecked().lease_deadline_ns()
-    }
-
-    /// Sets the claim's lease to `lease` from now: a heartbeat for a long job, or a per-steal
-    /// override of the queue's default. At least 1 ms, in whole milliseconds. Fails with "lease expired" once the daemon has
-    /// re-queued the job.
-    pub fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.get().ok_or(Error::Forked)?.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
-    }
-
-    /// Done: frees the record.
-    pub fn ack(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.ack()?)
-    }
-
-    /// Failed: re-queues it (or dead-letters it at the queue's attempt limit).
-    pub fn nack(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.nack()?)
-    }
-
-    /// Like [`nack`](Job::nack), keeping `reason` (its first bytes) as the job's last
-    /// error, which a dead letter shows.
-    pub fn fail(self, reason: &str) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.fail(reason)?)
-    }
-
-    /// Not run after all (the payload could not be handed on, or the consumer is stopping):
-    /// re-queues it without counting an attempt, so it never becomes a dead letter this way.
-    pub fn release(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.release()?)
-    }
-}
-
-/// A claimed job that owns its claim: made by [`Job::into_owned`]. `Send + Sync`. It keeps
-/// the process's control connection (and so its process slot) open while it lives, so its
-/// claim stays this process's after the thief or owner handle that took it is dropped. The
-/// same checks as [`Job`]: a stale job (lease expired, re-claimed) acks nothing.
-pub struct OwnedJob {
-    pub(crate) inner: Held<xtcq_shm::OwnedJob>,
-    pub(crate) _conn: Arc<Conn>,
-}
-
-impl std::fmt::Debug for Job<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("handle", &self.inner.unchecked().handle()).finish()
-    }
-}
-
-impl std::fmt::Debug for OwnedJob {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnedJob").field("handle", &self.inner.unchecked().handle()).finish()
-    }
-}
-
-impl OwnedJob {
-    /// The job's stable id, the same across its attempts (see [`Job::id`]).
-    pub fn id(&mut self) -> JobId {
-        self.inner.unchecked_mut().id()
-    }
-
-    /// A copy of the payload.
-    pub fn payload(&mut self) -> Result<Vec<u8>, Error> {
-        Ok(self.inner.get_mut().ok_or(Error::Forked)?.payload()?)
-    }
-
-    /// Appends the payload to `out` (to reuse one buffer across jobs).
-    pub fn read_payload(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
-        Ok(self.inner.get_mut().ok_or(Error::Forked)?.read_payload(out)?)
-    }
-
-    /// `(record index, generation)`.
-    pub fn handle(&self) -> JobHandle {
-        self.inner.unchecked().handle()
-    }
-
-    /// Times the job was given back before this claim.
-    pub fn attempts(&mut self) -> u32 {
-        self.inner.unchecked_mut().attempts()
-    }
-
-    /// The claim's lease deadline (CLOCK_MONOTONIC ns), if any.
-    pub fn lease_deadline_ns(&self) -> Option<u64> {
-        self.inner.unchecked().lease_deadline_ns()
-    }
-
-    /// Sets the claim's lease to `lease` from now (a heartbeat for a long job).
-    pub fn extend_lease(&mut self, lease: Duration) -> Result<(), Error> {
-        Ok(self.inner.get_mut().ok_or(Error::Forked)?.extend_lease(xtcq_proto::lease::check_lease(lease)?)?)
-    }
-
-    /// Done: frees the record.
-    pub fn ack(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.ack()?)
-    }
-
-    /// Failed: re-queues it (or dead-letters it at the queue's attempt limit).
-    pub fn nack(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.nack()?)
-    }
-
-    /// Like [`nack`](OwnedJob::nack), keeping `reason` as the job's last error.
-    pub fn fail(self, reason: &str) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.fail(reason)?)
-    }
-
-    /// Not run after all: re-queued without counting an attempt.
-    pub fn release(self) -> Result<(), Error> {
-        Ok(self.inner.take().ok_or(Error::Forked)?.release()?)
-    }
-}
 
 /// Gives a deque lease back when dropped (after the `Owner` declared before it).
 struct LeaseGuard {
@@ -577,6 +407,36 @@ impl InjectorHandle {
     /// This process's slot in the segment.
     pub fn process_slot(&self) -> u32 {
         self.att.process_slot
+    }
+
+    /// Jobs the queue's overflow ring (where this handle's pushes go) has room for now:
+    /// approximate, other producers and consumers move it too.
+    pub fn room(&self) -> usize {
+        let seg = self.inj.segment();
+        seg.overflow(self.att.queue.index).map_or(0, |r| r.capacity().saturating_sub(r.len()))
+    }
+
+    /// What became of job `id` of this handle's queue, read from the segment this handle
+    /// pushes to, with no request: for a program that polls many of its jobs often (the
+    /// bridge). [`Client::job_state`](crate::Client::job_state) asks the daemon instead,
+    /// which also names a running job's pid; here `pid` is always `None`.
+    ///
+    /// A retired segment (the daemon restarted with `--recreate`) answers
+    /// [`Error::SegmentReplaced`] or [`Error::SegmentLost`]: its jobs are never settled,
+    /// and ids start over in the new one, so an id read against it means nothing.
+    pub fn job_state(&self, id: JobId) -> Result<JobState, Error> {
+        self.conn.not_forked()?;
+        let seg = self.inj.segment();
+        if seg.is_retired() {
+            if seg.is_lost() {
+                return Err(Error::SegmentLost { segment: seg.path().to_path_buf() });
+            }
+            return Err(Error::SegmentReplaced {
+                path: self.conn.path().to_path_buf(),
+                segment: seg.path().to_path_buf(),
+            });
+        }
+        Ok(crate::job_state::local(seg, self.att.queue.index, id))
     }
 
     /// Queues a job on the overflow ring; wakes sleeping thieves.

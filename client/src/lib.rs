@@ -36,6 +36,8 @@ mod delay;
 mod error;
 mod fdpass;
 mod handles;
+mod job;
+mod job_state;
 mod trust;
 mod wake;
 #[cfg(feature = "tokio")]
@@ -50,12 +52,12 @@ pub use batch::JobBatch;
 pub use dead_bulk::{BulkDead, DeadAction, NAMED_PER_REQUEST};
 pub use delay::Due;
 pub use error::Error;
-pub use handles::{InjectorHandle, Job, OwnedJob, OwnerHandle, ThiefHandle};
+pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
+pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
-pub use xtcq_proto::JobRef;
 pub use xtcq_proto::{
     self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,
     RetryBackoff, Stats, PROTOCOL_VERSION,
@@ -514,6 +516,13 @@ impl Client {
             Response::ShuttingDown => Ok(()),
             r => Err(self.unexpected(r)),
         }
+    }
+
+    /// The identity of the daemon's segment: its creation time (Unix ns). A segment made
+    /// anew (`xtcqd --recreate`) has another, and its job ids start over, so a job id names
+    /// one job only beside this (the bridge keys its message ids and its state file by it).
+    pub fn segment_created_unix_ns(&self) -> Result<u64, Error> {
+        Ok(self.segment()?.descriptor().created_unix_ns)
     }
 
     /// The daemon's segment, mapped in this process (shared by every handle of this client).

@@ -30,7 +30,8 @@ use xtcq_shm::wake_protocol::Disarmed;
 use xtcq_shm::Segment;
 
 use crate::conn::Conn;
-use crate::handles::{Job, ThiefHandle};
+use crate::handles::ThiefHandle;
+use crate::job::Job;
 use crate::Error;
 
 /// A queue's wake descriptor for one waiter. Readable when a job may be there to steal, or

@@ -10,7 +10,8 @@
 
 use tokio::io::unix::AsyncFd;
 
-use crate::handles::{Job, ThiefHandle};
+use crate::handles::ThiefHandle;
+use crate::job::Job;
 use crate::wake::WakeFd;
 use crate::Error;
 

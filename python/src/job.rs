@@ -85,10 +85,7 @@ impl Job {
     /// xtcq dead and the daemon's logs print it).
     #[getter]
     fn id(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(py, |j| {
-            let id = j.id();
-            Ok(format!("{}.{}", id.index, id.birth))
-        })
+        self.with(py, |j| Ok(j.id().to_string()))
     }
 
     /// Times the job was given back before this claim.

@@ -20,11 +20,13 @@ use crate::segment::{monotonic_ns, QueueError, QueueInfo, Rate, Running, Segment
 use crate::sync::Ordering;
 
 mod batch;
+mod claim;
 mod job;
 mod owned;
 mod owner;
 mod thief;
 pub use batch::ClaimedBatch;
+pub use claim::Claim;
 pub use job::ClaimedJob;
 pub use owned::OwnedJob;
 pub use owner::{Injector, Owner};

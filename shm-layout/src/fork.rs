@@ -130,13 +130,6 @@ impl<T> Held<T> {
     pub fn unchecked(&self) -> &T {
         &self.inner
     }
-
-    /// As [`unchecked`](Self::unchecked), for the reads that take `&mut` (an
-    /// [`OwnedJob`](crate::OwnedJob)'s id and attempts).
-    #[inline]
-    pub fn unchecked_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
 }
 
 impl<T: Default> Default for Held<T> {

@@ -81,7 +81,7 @@ pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLD
 
 #[cfg(not(xtcq_loom))]
 pub use api::{
-    ClaimedBatch, ClaimedJob, Injector, JobError, OwnedJob, Owner, PushBatchError, PushError, Thief,
+    Claim, ClaimedBatch, ClaimedJob, Injector, JobError, OwnedJob, Owner, PushBatchError, PushError, Thief,
 };
 #[cfg(not(xtcq_loom))]
 pub use layout::SegmentConfig;

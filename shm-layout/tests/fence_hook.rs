@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use xtcq_shm::layout::PROCESS_ACTIVE;
 use xtcq_shm::recovery::{expire_leases_fenced, recover_holder_fenced};
-use xtcq_shm::{Flavor, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, State, Thief};
+use xtcq_shm::{Claim, Flavor, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, State, Thief};
 
 fn setup(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use xtcq_shm::check::check_segment;
 use xtcq_shm::layout::PROCESS_ACTIVE;
 use xtcq_shm::recovery::expire_leases;
-use xtcq_shm::{Flavor, JobError, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, Thief};
+use xtcq_shm::{Claim, Flavor, JobError, OwnedJob, Owner, QueueSpec, Segment, SegmentConfig, Thief};
 
 fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
     let dir = tempfile::tempdir().unwrap();
@@ -34,7 +34,7 @@ fn an_owned_job_is_read_and_acked_after_its_thief_is_gone_and_in_another_thread(
     let (_d, seg, q) = setup(0, 0);
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
     owner.push(b"payload").unwrap();
-    let mut job = steal_owned(&seg, &q, 2);
+    let job = steal_owned(&seg, &q, 2);
     let job = std::thread::spawn(move || {
         assert_eq!(job.payload().unwrap(), b"payload");
         assert_eq!(job.attempts(), 0);
@@ -52,16 +52,16 @@ fn nack_fail_release_and_drop_give_an_owned_job_back() {
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
     owner.push(b"x").unwrap();
     steal_owned(&seg, &q, 2).nack().unwrap();
-    let mut j = steal_owned(&seg, &q, 2);
+    let j = steal_owned(&seg, &q, 2);
     assert_eq!(j.attempts(), 1, "a nack counts an attempt");
     j.fail("boom").unwrap();
-    let mut j = steal_owned(&seg, &q, 2);
+    let j = steal_owned(&seg, &q, 2);
     assert_eq!(j.attempts(), 2);
     j.release().unwrap();
-    let mut j = steal_owned(&seg, &q, 2);
+    let j = steal_owned(&seg, &q, 2);
     assert_eq!(j.attempts(), 2, "a release counts no attempt");
     drop(j);
-    let mut j = steal_owned(&seg, &q, 2);
+    let j = steal_owned(&seg, &q, 2);
     assert_eq!(j.attempts(), 3, "dropped: nacked");
     j.ack().unwrap();
     assert!(check_segment(&seg, true).is_consistent());
@@ -72,10 +72,10 @@ fn a_stale_owned_job_acks_nothing_and_does_not_touch_the_next_claim() {
     let (_d, seg, q) = setup(0, 1);
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
     owner.push(b"x").unwrap();
-    let mut stale = steal_owned(&seg, &q, 2);
+    let stale = steal_owned(&seg, &q, 2);
     assert_eq!(expire_leases(&seg, u64::MAX).len(), 1, "the lease ran out and the job was re-queued");
     // Another process claims it again; the stale owned job must not act on that claim.
-    let mut fresh = steal_owned(&seg, &q, 3);
+    let fresh = steal_owned(&seg, &q, 3);
     let e = stale.extend_lease(Duration::from_secs(60)).unwrap_err();
     assert!(matches!(e, JobError::LeaseExpired { .. } | JobError::NotHeld { .. }), "{e}");
     assert!(stale.payload().is_err());
@@ -91,7 +91,7 @@ fn extending_an_owned_lease_moves_its_generation_on_and_keeps_it_actionable() {
     let (_d, seg, q) = setup(0, 60_000);
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
     owner.push(b"x").unwrap();
-    let mut j = steal_owned(&seg, &q, 2);
+    let j = steal_owned(&seg, &q, 2);
     let before = (j.handle(), j.lease_deadline_ns().unwrap());
     j.extend_lease(Duration::from_secs(120)).unwrap();
     assert_ne!(j.handle().generation, before.0.generation);

@@ -94,7 +94,7 @@ fn a_thief_moved_between_threads_with_its_claims_acked_elsewhere() {
                         inner.spawn(move || to_acker.iter().for_each(ack));
                         inner.spawn(move || {
                             for j in to_owned_acker {
-                                xtcq_shm::OwnedJob::ack(j).unwrap();
+                                xtcq_shm::Claim::ack(j).unwrap();
                                 acked.fetch_add(1, Ordering::Relaxed);
                             }
                         });

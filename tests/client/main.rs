@@ -1,6 +1,6 @@
 //! The Rust client library across processes and threads: `fork()` and inherited handles,
-//! the thread it does not start, wake descriptors, idempotent creates and the counters'
-//! handle lanes.
+//! the thread it does not start, wake descriptors, idempotent creates, a job's state read
+//! by the injector that pushed it and the counters' handle lanes.
 //!
 //! One test binary (`cargo test -p xtcq-tests --test client`), one module per feature: a
 //! new test of this area goes into the module of its feature, or a new module declared
@@ -17,6 +17,7 @@ mod fork_go_on;
 mod fork_inherited_ops;
 mod fork_reconnect;
 mod handle_lanes;
+mod job_state;
 mod no_threads;
 mod wake_fd;
 mod wake_herd;

@@ -14,12 +14,14 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ClaimedJob, JobError, QueueCtx};
-use crate::record::state::JobHandle;
+use super::{Claim, ClaimedJob, JobError, QueueCtx};
+use crate::record::state::{JobHandle, JobId};
 use crate::segment::Segment;
+use crate::sync::{AtomicU64, Ordering};
 
-/// A claimed job that outlives the handle that claimed it. `Send + Sync`; its outcome
-/// methods take `self`, so one job is settled once.
+/// A claimed job that outlives the handle that claimed it. `Send + Sync`; its operations
+/// are those of [`Claim`] (import the trait to call them): reads and lease extensions take
+/// `&self`, outcomes take `self`, so one job is settled once.
 #[derive(Debug)]
 pub struct OwnedJob {
     seg: Arc<Segment>,
@@ -27,9 +29,12 @@ pub struct OwnedJob {
     queue: u32,
     max_attempts: u32,
     lease_ns: u64,
-    handle: JobHandle,
-    /// Our lease deadline, CLOCK_MONOTONIC ns (0: none).
-    deadline: u64,
+    /// The claim's handle ([`JobHandle::to_word`]) and lease deadline (CLOCK_MONOTONIC ns, 0:
+    /// none): the copies a lease extension moves on. Atomics so that `&self` may extend: the
+    /// record's state word decides which of two racing extensions wins, and only the winner
+    /// stores here.
+    handle: AtomicU64,
+    deadline: AtomicU64,
     me: u32,
     done: bool,
 }
@@ -44,8 +49,8 @@ impl ClaimedJob<'_> {
             max_attempts: self.ctx.max_attempts,
             lease_ns: self.ctx.lease_ns,
             seg,
-            handle: self.handle.get(),
-            deadline: self.deadline.get(),
+            handle: AtomicU64::new(self.handle.get().to_word()),
+            deadline: AtomicU64::new(self.deadline.get()),
             me: self.me,
             done: false,
         }
@@ -53,25 +58,41 @@ impl ClaimedJob<'_> {
 }
 
 impl OwnedJob {
-    /// Runs `f` on the borrowed claim this job stands for, then takes back what it moved on
-    /// (the generation and deadline after an extension). The borrowed claim never nacks on
-    /// drop: its outcome is this job's to give.
+    /// The claim's handle as last stored.
+    fn current(&self) -> JobHandle {
+        // Relaxed: a copy of our own claim; the state word is what every action checks.
+        JobHandle::from_word(self.handle.load(Ordering::Relaxed))
+            .unwrap_or(JobHandle { index: 0, generation: 0 })
+    }
+
+    /// Runs `f` on the borrowed claim this job stands for (which never nacks on drop: its
+    /// outcome is this job's to give). A read that lost a race with another thread's lease
+    /// extension (it checked the old generation) runs again with the new one.
     fn with_claim<T>(
-        &mut self,
-        f: impl FnOnce(&ClaimedJob<'_>) -> Result<T, JobError>,
+        &self,
+        mut f: impl FnMut(&ClaimedJob<'_>) -> Result<T, JobError>,
     ) -> Result<T, JobError> {
         // Borrows the segment through the field (no Arc clone: two atomic RMWs a call).
         let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
-        let claim = ClaimedJob {
-            ctx: &ctx,
-            deadline: Cell::new(self.deadline),
-            handle: Cell::new(self.handle),
+        loop {
+            let handle = self.current();
+            let claim = self.claim(&ctx, handle, true);
+            let out = f(&claim);
+            if out.is_ok() || self.current() == handle {
+                return out;
+            }
+        }
+    }
+
+    /// The borrowed claim over `ctx`; `done` says whether its drop leaves the job alone.
+    fn claim<'c>(&self, ctx: &'c QueueCtx<'c>, handle: JobHandle, done: bool) -> ClaimedJob<'c> {
+        ClaimedJob {
+            ctx,
+            deadline: Cell::new(self.deadline.load(Ordering::Relaxed)),
+            handle: Cell::new(handle),
             me: self.me,
-            done: true,
-        };
-        let out = f(&claim);
-        (self.handle, self.deadline) = (claim.handle.get(), claim.deadline.get());
-        out
+            done,
+        }
     }
 
     /// Settles the job with `outcome`, once.
@@ -81,19 +102,7 @@ impl OwnedJob {
     ) -> Result<T, JobError> {
         self.done = true;
         let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
-        let claim = ClaimedJob {
-            ctx: &ctx,
-            deadline: Cell::new(self.deadline),
-            handle: Cell::new(self.handle),
-            me: self.me,
-            done: false,
-        };
-        outcome(claim)
-    }
-
-    /// `(record index, generation)` of the claim.
-    pub fn handle(&self) -> JobHandle {
-        self.handle
+        outcome(self.claim(&ctx, self.current(), false))
     }
 
     /// The table index of the queue the job belongs to.
@@ -105,65 +114,61 @@ impl OwnedJob {
     pub fn segment(&self) -> &Arc<Segment> {
         &self.seg
     }
+}
 
-    /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
-    pub fn lease_deadline_ns(&self) -> Option<u64> {
-        Some(self.deadline).filter(|&d| d != 0)
+impl Claim for OwnedJob {
+    fn handle(&self) -> JobHandle {
+        self.current()
     }
 
-    /// Appends the payload to `out`; see [`ClaimedJob::read_payload`].
-    pub fn read_payload(&mut self, out: &mut Vec<u8>) -> Result<(), JobError> {
-        self.with_claim(|c| c.read_payload(out))
+    fn id(&self) -> JobId {
+        self.with_claim(|c| Ok(c.id())).unwrap_or(JobId { index: 0, birth: 0 })
     }
 
-    /// A copy of the payload.
-    pub fn payload(&mut self) -> Result<Vec<u8>, JobError> {
-        self.with_claim(|c| c.payload())
-    }
-
-    /// The job's stable id; see [`ClaimedJob::id`].
-    pub fn id(&mut self) -> crate::JobId {
-        self.with_claim(|c| Ok(c.id())).unwrap_or(crate::JobId { index: 0, birth: 0 })
-    }
-
-    /// Times the job was given back before this claim.
-    pub fn attempts(&mut self) -> u32 {
+    fn attempts(&self) -> u32 {
         self.with_claim(|c| Ok(c.attempts())).unwrap_or(0)
     }
 
-    /// When it was queued (CLOCK_MONOTONIC ns, tick resolution).
-    pub fn enqueued_ns(&mut self) -> u64 {
+    fn enqueued_ns(&self) -> u64 {
         self.with_claim(|c| Ok(c.enqueued_ns())).unwrap_or(0)
     }
 
-    /// Sets the lease to `lease` from now; see [`ClaimedJob::extend_lease`].
-    pub fn extend_lease(&mut self, lease: Duration) -> Result<(), JobError> {
-        self.with_claim(|c| c.extend_lease(lease))
+    fn lease_deadline_ns(&self) -> Option<u64> {
+        Some(self.deadline.load(Ordering::Relaxed)).filter(|&d| d != 0)
     }
 
-    /// Done: frees the record.
-    pub fn ack(self) -> Result<(), JobError> {
+    fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
+        self.with_claim(|c| c.read_payload(out))
+    }
+
+    fn extend_lease(&self, lease: Duration) -> Result<(), JobError> {
+        let ctx = view(&self.seg, self.queue, self.max_attempts, self.lease_ns)?;
+        let claim = self.claim(&ctx, self.current(), true);
+        claim.extend_lease(lease)?;
+        // Only the extension whose CAS won gets here: the deadline first, so that a reader
+        // of the new handle finds a deadline at least as new.
+        self.deadline.store(claim.deadline.get(), Ordering::Relaxed);
+        self.handle.store(claim.handle.get().to_word(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn ack(self) -> Result<(), JobError> {
         self.settle(|c| c.ack())
     }
 
-    /// Failed: re-queued (attempt + 1), or dead-lettered at the queue's limit.
-    pub fn nack(self) -> Result<(), JobError> {
+    fn nack(self) -> Result<(), JobError> {
         self.settle(|c| c.nack())
     }
 
-    /// Like [`nack`](Self::nack), keeping `reason` as the job's last error.
-    pub fn fail(self, reason: &str) -> Result<(), JobError> {
+    fn fail(self, reason: &str) -> Result<(), JobError> {
         self.settle(|c| c.fail(reason))
     }
 
-    /// Not run after all: re-queued without counting an attempt.
-    pub fn release(self) -> Result<(), JobError> {
+    fn release(self) -> Result<(), JobError> {
         self.settle(|c| c.release())
     }
 
-    /// Failed, to be retried after `delay` (see [`ClaimedJob::fail_after`]): the handle of
-    /// the `Delayed` job to tell the daemon, `None` when it became a dead letter.
-    pub fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<Option<JobHandle>, JobError> {
+    fn fail_after(self, reason: Option<&str>, delay: Duration) -> Result<Option<JobHandle>, JobError> {
         self.settle(|c| c.fail_after(reason, delay))
     }
 }
@@ -177,7 +182,11 @@ impl Drop for OwnedJob {
     fn drop(&mut self) {
         if !self.done {
             self.done = true;
-            let _ = self.with_claim(|c| c.give_back(None));
+            let ctx = match view(&self.seg, self.queue, self.max_attempts, self.lease_ns) {
+                Ok(ctx) => ctx,
+                Err(_) => return,
+            };
+            let _ = self.claim(&ctx, self.current(), true).give_back(None);
         }
     }
 }

@@ -134,7 +134,9 @@ pub const fn next_generation(g: u32) -> u32 {
     }
 }
 
-/// A job handle: `(record index, generation)` in one word, as deque slots hold it.
+/// A job handle: `(record index, generation)` in one word, as deque slots hold it. It names
+/// one state of a record (a claim, a place in line), not a job: the generation moves on at
+/// every transition. A job's identity, the one people see, is its [`JobId`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobHandle {
     /// Record index.
@@ -161,7 +163,9 @@ impl JobHandle {
 
 /// A job's stable id: its record and the generation it was pushed at (the handle `push`
 /// returned), the same across every attempt, re-queue and lease extension, while the
-/// handle's generation moves on at each. The birth generation is kept to 24 bits (it lives
+/// handle's generation moves on at each. The one job identity every layer shows and takes:
+/// printed and read back as `index.birth` (`Display` / `FromStr`) by the CLI, the C API's
+/// `index` and `birth`, Python's `Job.id`; the wire carries it as its two numbers. The birth generation is kept to 24 bits (it lives
 /// beside the last error's length in the header's `flags`), so it equals the push handle's
 /// generation until a record has been reused 16 million times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,6 +189,29 @@ impl JobId {
 impl core::fmt::Display for JobId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}.{}", self.index, self.birth)
+    }
+}
+
+/// A job id as [`JobId`]'s `Display` prints it (`index.birth`) is not one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadJobId;
+
+impl core::fmt::Display for BadJobId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("not a job id: two numbers joined by a dot, like 12.3")
+    }
+}
+
+impl std::error::Error for BadJobId {}
+
+/// Reads the printed form back: `index.birth`, each a decimal `u32`. A handle's
+/// `index.generation` reads as well (the same shape), which the daemon's dead-letter lookup
+/// accepts beside the birth.
+impl core::str::FromStr for JobId {
+    type Err = BadJobId;
+    fn from_str(s: &str) -> Result<Self, BadJobId> {
+        let (i, b) = s.split_once('.').ok_or(BadJobId)?;
+        Ok(JobId { index: i.parse().map_err(|_| BadJobId)?, birth: b.parse().map_err(|_| BadJobId)? })
     }
 }
 
@@ -407,5 +434,20 @@ impl<'a> RecordState<'a> {
             StateWord::pack(generation, State::Queued, NO_HOLDER),
             Ordering::Release,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BadJobId, JobId};
+
+    #[test]
+    fn a_job_id_reads_back_as_it_prints_and_nothing_else_reads() {
+        let id = JobId { index: 12, birth: 3 };
+        assert_eq!(id.to_string().parse::<JobId>(), Ok(id));
+        assert_eq!("4294967295.16777216".parse::<JobId>(), Ok(JobId { index: u32::MAX, birth: 1 << 24 }));
+        for bad in ["", "12", "12.", ".3", "12.3.4", "a.3", "12.b", "-1.3", "12 .3", "4294967296.1"] {
+            assert_eq!(bad.parse::<JobId>(), Err(BadJobId), "{bad:?}");
+        }
     }
 }
