@@ -134,15 +134,7 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
         info!("{reason} (before the daemon was ready): shutting down");
         st.stop(reason.to_string());
     }
-    if let Some(path) = &cfg.import_on_start {
-        let reg = st.reg.clone();
-        let (path, adopted) = (path.clone(), !prep.created);
-        tokio::task::spawn_blocking(move || {
-            crate::persistence::import::import_on_start(&reg, &path, adopted)
-        })
-        .await
-        .map_err(|e| DaemonError::Dump(xtcq_dump::DumpError::Import(e.to_string())))??;
-    }
+    import_on_start(&cfg, &st, !prep.created).await?;
     announce_ready(&cfg, &seg);
 
     let reason = accept_until_stopped(&st, &listener, max_connections, &mut tasks).await;
@@ -153,13 +145,30 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     drain(&mut tasks).await;
     let live = seg.header_live();
     let _ = live.daemon_pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
-    if let Some(path) = &cfg.export_on_stop {
-        let (queues, jobs, skipped) = xtcq_dump::export(&seg, path, |name| {
-            st.reg.acl_of(name).map(crate::persistence::state::QueueAcl::into_grants)
-        })?;
-        info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
-    }
+    export_on_stop(&cfg, &st, &seg)?;
     info!(%reason, "xtcqd stopped");
+    Ok(())
+}
+
+/// `--import-on-start FILE`: imports it (on a blocking thread) before the daemon is ready;
+/// `adopted`: the daemon adopted its segment (see `crate::persistence::import`).
+async fn import_on_start(cfg: &Config, st: &Arc<Shared>, adopted: bool) -> Result<(), DaemonError> {
+    let Some(path) = cfg.import_on_start.clone() else { return Ok(()) };
+    let reg = st.reg.clone();
+    tokio::task::spawn_blocking(move || crate::persistence::import::import_on_start(&reg, &path, adopted))
+        .await
+        .map_err(|e| DaemonError::Dump(xtcq_dump::DumpError::Import(e.to_string())))??;
+    Ok(())
+}
+
+/// `--export-on-stop FILE`: the queues and jobs of `seg`, with the owners, grants and
+/// backoffs this daemon kept, into a dump.
+fn export_on_stop(cfg: &Config, st: &Shared, seg: &xtcq_shm::Segment) -> Result<(), DaemonError> {
+    let Some(path) = &cfg.export_on_stop else { return Ok(()) };
+    let (queues, jobs, skipped) = xtcq_dump::export(seg, path, |name| {
+        st.reg.acl_of(name).map(crate::persistence::state::QueueAcl::into_grants)
+    })?;
+    info!(file = %path.display(), queues, jobs, skipped, "exported the queues and jobs");
     Ok(())
 }
 
