@@ -358,16 +358,20 @@ fn finish_segment(
 
 fn bind(cfg: &Config) -> Result<(UnixListener, (u64, u64)), DaemonError> {
     let path = &cfg.socket;
+    use rustix::net::{socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+        .map_err(|e| io_err("cannot make the socket", path)(e.into()))?;
+    let addr = SocketAddrUnix::new(path).map_err(|e| io_err("cannot bind", path)(e.into()))?;
     // Owner-only at bind time, whatever the umask; widened by chmod below. The runtime has
     // no threads yet, so changing the process umask here races with nothing.
     let old = rustix::process::umask(Mode::from_raw_mode(0o177));
-    let bound = UnixListener::bind(path);
+    let bound = rustix::net::bind(&fd, &addr);
     rustix::process::umask(old);
-    let listener = bound.map_err(|e| {
-        if e.kind() == io::ErrorKind::AddrInUse {
+    bound.map_err(|e| {
+        if e == rustix::io::Errno::ADDRINUSE {
             DaemonError::AlreadyRunning { socket: path.clone(), detail: "the address is in use".into() }
         } else {
-            io_err("cannot bind", path)(e)
+            io_err("cannot bind", path)(e.into())
         }
     })?;
     if let Some(g) = cfg.group {
@@ -376,6 +380,10 @@ fn bind(cfg: &Config) -> Result<(UnixListener, (u64, u64)), DaemonError> {
     }
     rustix::fs::chmod(path, Mode::from_raw_mode(cfg.file_mode()))
         .map_err(|e| io_err("cannot chmod the socket", path)(e.into()))?;
+    // Listening only now: a client that connects at once finds the socket with its final
+    // owner and mode, never the owner-only one of the bind.
+    rustix::net::listen(&fd, 1024).map_err(|e| io_err("cannot listen on", path)(e.into()))?;
+    let listener = UnixListener::from(fd);
     listener.set_nonblocking(true).map_err(io_err("cannot configure the socket", path))?;
     let md = fs::symlink_metadata(path).map_err(io_err("cannot stat the socket", path))?;
     Ok((listener, (md.dev(), md.ino())))
