@@ -171,6 +171,6 @@ mod tests {
         n.settled(id(3), Settled::Failed);
         n.settled(id(3), Settled::Cancelled);
         assert_eq!(n.summary().status(), exit::OK, "a cancelled job is no failure");
-        assert!(n.summary().line("q", Duration::ZERO).contains("0 given back, 1 cancelled;"));
+        assert!(n.summary().line("q", Duration::ZERO).contains("1 given back, 1 cancelled;"));
     }
 }
