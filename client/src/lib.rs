@@ -59,8 +59,8 @@ pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
 pub use xtcq_proto::{
-    self as proto, Flavor, HelloOk, Jitter, QueueDeleted, QueueInfo, QueueParams, Request, Response,
-    RetryBackoff, Stats, PROTOCOL_VERSION,
+    self as proto, CancelOutcome, Flavor, HelloOk, Jitter, JobState, QueueDeleted, QueueInfo, QueueParams,
+    RateLimit, Request, Response, RetryBackoff, Stats, PROTOCOL_VERSION,
 };
 pub use xtcq_shm::check::CheckReport;
 pub use xtcq_shm::dead_letter::DeadLetter;

@@ -114,6 +114,81 @@ impl Client {
         py.detach(|| client.resume_queue(&name)).or_raise(py)
     }
 
+    /// At most `max` of the queue's jobs claimed at once, across every process (0: no limit).
+    fn set_max_running(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        max: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let name = Self::name(py, name)?;
+        let max = u32_arg(max, "max")?;
+        let client = self.live(py)?;
+        py.detach(|| client.set_max_running(&name, max)).or_raise(py)
+    }
+
+    /// At most `per_second` of the queue's jobs started a second (a float: 0.5 is one every
+    /// two seconds), `burst` of them at once after a quiet spell; `per_second` 0: no limit.
+    #[pyo3(signature = (name, per_second, burst=None))]
+    fn set_max_rate(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        per_second: f64,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let name = Self::name(py, name)?;
+        let burst = burst.map(|b| u32_arg(b, "burst")).transpose()?.unwrap_or(1);
+        // One a day at the slowest (the daemon refuses slower), one a nanosecond at the fastest.
+        let interval_ns = if per_second == 0.0 {
+            0
+        } else if per_second.is_finite() && per_second > 0.0 && 1e9 / per_second >= 1.0 {
+            (1e9 / per_second).round() as u64
+        } else {
+            return Err(invalid(
+                py,
+                format!("per_second must be 0 (no limit) or from 1/86400 to 1e9, not {per_second}"),
+            ));
+        };
+        let limit = xtcq_client::RateLimit { interval_ns, burst: if interval_ns == 0 { 0 } else { burst } };
+        let client = self.live(py)?;
+        py.detach(|| client.set_max_rate(&name, limit)).or_raise(py)
+    }
+
+    /// Cancels job `job_id` ("index.birth", as `Job.id` and `xtcq push --print-handle` give
+    /// it): a queued or delayed job never runs, a running one is taken from its holder and
+    /// its `xtcq work` command stopped. What it did: "was_queued", "was_delayed",
+    /// "was_running", "not_stopped" (a dead letter now), "finished", "dead",
+    /// "being_pushed" or "unknown".
+    fn cancel_job(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        job_id: &Bound<'_, PyAny>,
+    ) -> PyResult<&'static str> {
+        let name = Self::name(py, name)?;
+        let id_text = text(py, job_id, "job_id")?;
+        let id: xtcq_client::JobId = id_text.parse().map_err(|_| {
+            invalid(
+                py,
+                format!("job_id {id_text:?} is not a job id; give it as Job.id prints it (like 12.3)"),
+            )
+        })?;
+        let client = self.live(py)?;
+        let out = py.detach(|| client.cancel_job(&name, id)).or_raise(py)?;
+        use xtcq_client::CancelOutcome as C;
+        Ok(match out {
+            C::WasQueued => "was_queued",
+            C::WasDelayed => "was_delayed",
+            C::WasRunning { .. } => "was_running",
+            C::NotStopped { .. } => "not_stopped",
+            C::Finished => "finished",
+            C::Dead => "dead",
+            C::BeingPushed => "being_pushed",
+            C::Unknown => "unknown",
+        })
+    }
+
     /// The segment's problems, one message each (empty: consistent). `quiescent` also
     /// asserts that nothing is in flight.
     #[pyo3(signature = (quiescent=false))]

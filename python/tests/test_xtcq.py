@@ -451,3 +451,38 @@ def test_steal_batch_async_refuses_a_bad_n_before_it_waits(daemon):
     for bad in (0, 129, True, 1.5):
         with pytest.raises(xtcq.InvalidArgument, match="n is 1 to 128"):
             asyncio.run(asyncio.wait_for(thief.steal_batch_async(bad), 5))
+
+
+def test_cancel_job_and_flow_limits(daemon):
+    client = xtcq.Client(daemon)
+    client.create_queue("limited", deques=1)
+    injector = client.injector("limited")
+    for p in (b"a", b"b", b"c"):
+        injector.push(p)
+    thief = client.thief("limited")
+    held = thief.steal()
+    assert held is not None
+    held_id = held.id
+    assert client.cancel_job("limited", held_id) == "was_running"
+    with pytest.raises(xtcq.XtcqError):
+        held.ack()
+    assert client.cancel_job("limited", held_id) == "finished"
+    assert client.cancel_job("limited", "9999.1") == "unknown"
+    with pytest.raises(xtcq.InvalidArgument):
+        client.cancel_job("limited", "not-an-id")
+    # One start an hour: the next job is not taken until the limit is lifted.
+    client.set_max_rate("limited", 1 / 3600, burst=1)
+    first = thief.steal()
+    assert first is not None
+    first.ack()
+    assert thief.steal() is None, "taken an hour early"
+    client.set_max_rate("limited", 0)
+    second = thief.steal()
+    assert second is not None
+    client.set_max_running("limited", 1)
+    assert client.cancel_job("limited", "9999.1") == "unknown"
+    second.ack()
+    with pytest.raises(xtcq.InvalidArgument):
+        client.set_max_rate("limited", -1.0)
+    with pytest.raises(xtcq.InvalidArgument):
+        client.set_max_rate("limited", 5.0, burst=-1)

@@ -20,8 +20,9 @@
 //! - values read back are only compared and added with saturation: garbage can stop or
 //!   release its own queue's consumers, nothing else, and never panics.
 
-use super::*;
-use crate::layout::{RateWords, FLOW_RATED};
+use super::Segment;
+use crate::layout::{QueueControl, QueueEntry, RateWords, FLOW_RATED};
+use crate::sync::Ordering;
 
 /// The token bucket's arithmetic on a [`RateWords`].
 pub struct Rate;
@@ -162,7 +163,9 @@ impl Segment {
 mod tests {
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
-    use super::*;
+    use super::{Rate, RateLimit, RateWords};
+    use crate::segment::{QueueInfo, QueueSpec, Segment};
+    use crate::sync::Ordering;
 
     fn words(interval_ns: u64, burst: u32) -> RateWords {
         RateWords {
