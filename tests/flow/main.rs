@@ -7,6 +7,7 @@
 //! users, and no `std::env::set_var`.
 
 mod cancel;
+mod cancel_races;
 mod job;
 mod pause;
 mod rate;
