@@ -11,4 +11,5 @@ mod cancel_races;
 mod job;
 mod pause;
 mod rate;
+mod rate_races;
 mod running;
