@@ -85,6 +85,70 @@ fn looks_at_an_empty_queue_do_not_spend_the_burst() {
     assert_eq!(got, BURST, "the burst after a quiet spell in which no job started");
 }
 
+/// The words of queue `name`'s control line that a hostile attached process rewrites.
+fn flow_words<'a>(
+    seg: &'a xtcq_shm::Segment,
+    name: &str,
+) -> (&'a xtcq_shm::layout::RateWords, &'a std::sync::atomic::AtomicU32) {
+    let q = seg.queue_by_name(name).expect("the queue");
+    (seg.rate_words(q.index).expect("rate words"), seg.flow_word(q.index).expect("flow word"))
+}
+
+/// An attached process writes garbage into one queue's rate words and flow word (a rate
+/// no flag makes: slower than a day, a burst of none, then the most of everything). That
+/// queue's consumers may stop or run free; the daemon, `stats`, `ls`, `/metrics` and every
+/// other queue keep working, and an export (which reads the words) can still be imported,
+/// with the other queue's jobs. Before, the dump carried the garbage rate, the importer
+/// refused it, and with it every queue's jobs.
+#[test]
+fn garbage_in_one_queues_rate_words_reaches_no_other_queue_nor_an_export() {
+    let flags = [SMALL_SEGMENT, &METRICS_ON_ANY_PORT[..]].concat();
+    let d = Daemon::start_with(&flags);
+    ok(&d.run(&["create", "hit", "--max-rate", "10/s"]));
+    ok(&d.run(&["create", "other"]));
+    ok(&d.run_in(&["push", "hit"], b"h1\nh2\n"));
+    ok(&d.run_in(&["push", "other"], b"o1\no2\no3\n"));
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("attach");
+    let (rate, flow) = flow_words(&seg, "hit");
+    let c = d.client();
+    let hit = c.attach_thief("hit").expect("thief");
+    let garbage: [(u64, u32, u64, u32); 4] = [
+        (u64::MAX, 0, u64::MAX, 0xffff_ffff),
+        (0, u32::MAX, 0, 2),
+        (1, 1, u64::MAX - 1, 2),
+        (86_400_000_000_001, 0, 12345, 0xffff_fffe),
+    ];
+    for (interval, burst, theoretical, bits) in garbage {
+        rate.interval_ns.store(interval, Ordering::Relaxed);
+        rate.burst.store(burst, Ordering::Relaxed);
+        rate.theoretical.store(theoretical, Ordering::Relaxed);
+        flow.store(bits, Ordering::SeqCst);
+        // Its own consumers: whatever they find, no panic, no hang.
+        let _ = hit.steal().expect("steal");
+        let _ = hit.steal_wait(Some(Duration::from_millis(50))).expect("steal_wait");
+        let _ = scrape_metrics(&d.metrics_addr());
+        ok(&d.run(&["stats"]));
+        ok(&d.run(&["ls"]));
+    }
+    // A rate no flag makes, left in the words for the export.
+    rate.interval_ns.store(u64::MAX, Ordering::Relaxed);
+    rate.burst.store(0, Ordering::Relaxed);
+    flow.store(2, Ordering::SeqCst);
+    let dump = d.dir().join("dump.jsonl");
+    ok(&d.run(&["export", dump.to_str().expect("utf-8 path")]));
+    let e = Daemon::start();
+    let o = e.run(&["import", dump.to_str().expect("utf-8 path")]);
+    assert_eq!(code(&o), 0, "one queue's garbage refused the whole import: {}{}", stdout(&o), stderr(&o));
+    let mut others = e.drain("other");
+    others.sort();
+    assert_eq!(others, ["o1", "o2", "o3"], "the other queue's jobs, imported");
+    // The daemon that saw the garbage still serves the other queue.
+    let mut others = d.drain("other");
+    others.sort();
+    assert_eq!(others, ["o1", "o2", "o3"]);
+    ok(&d.run(&["check"]));
+}
+
 /// Odd values for `--max-rate` and `--burst`: each refused with exit 2 naming the flag,
 /// never a panic, on `create` as on `limits`.
 #[test]
