@@ -296,10 +296,13 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                 allow_uids: kept.as_ref().map(|g| g.uids.clone()).unwrap_or_default(),
                 allow_gids: kept.as_ref().map(|g| g.gids.clone()).unwrap_or_default(),
                 retry_backoff: kept.and_then(|g| g.retry_backoff),
-                max_running: l.max_running,
+                // Read from words any attached process can rewrite: clamped to what a flag can
+                // set, so that one queue's garbage cannot make the whole dump unimportable
+                // (the importer refuses a limit no flag makes, and with it every queue after).
+                max_running: l.max_running.min(proto::MAX_RUNNING_LIMIT),
                 max_rate: (l.max_rate.interval_ns != 0).then_some(proto::RateLimit {
-                    interval_ns: l.max_rate.interval_ns,
-                    burst: l.max_rate.burst,
+                    interval_ns: l.max_rate.interval_ns.min(proto::MAX_RATE_INTERVAL_NS),
+                    burst: l.max_rate.burst.clamp(1, proto::MAX_RATE_BURST),
                 }),
                 paused: copy.paused.contains(&q.index),
             }

@@ -5,9 +5,10 @@
 //! Rules kept:
 //! - the record's state CAS is the one arbiter, as for a claim: `Queued(g) -> Free(g + 1)`
 //!   and `Delayed(g) -> Free(g + 1)` (a consumer whose index still names it finds a stale
-//!   handle and skips it), or the revoke `Claimed | Writing (g, holder) -> Claimed(g,
-//!   NO_HOLDER)` that a lease expiry uses, after which the holder's ack, nack or lease
-//!   extension fails;
+//!   handle and skips it), or the revoke `Claimed(g, holder) -> Claimed(g, NO_HOLDER)` that
+//!   a lease expiry uses, after which the holder's ack, nack or lease extension fails; a
+//!   holder in `Writing` is waited for, never revoked (its header stores would land on the
+//!   freed record's next job);
 //! - a revoked claim is freed only after the fence reported its command stopped; one it
 //!   could not stop becomes a dead letter "could not stop command" (as a lease expiry's does)
 //!   and the cancel says so;
@@ -61,9 +62,13 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
     let (Some(st), Some(hdr)) = (records.state(index), records.header(index)) else {
         return Cancelled::Unknown;
     };
-    // A few tries: the state may move under us (claimed, settled) between the read and the
-    // CAS; each try reads it again.
-    for _ in 0..16 {
+    // The state may move under us (claimed, settled) between the read and the CAS; each try
+    // reads it again. A holder in `Writing` is left to finish its give-back or extension
+    // (a few stores), so past the first tries each waits a little.
+    for attempt in 0..TRIES {
+        if attempt >= 16 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let w = st.load();
         if !names(hdr, index, queue, birth) {
             return Cancelled::Unknown;
@@ -103,6 +108,10 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
     }
 }
 
+/// Tries before a cancel of a record that keeps moving (or stays `Writing`) reports what it
+/// is now: 16 at once, then about 2 s at 1 ms apart.
+const TRIES: u32 = 16 + 2_000;
+
 /// Whether record `index` (header `hdr`) is job `birth` of queue `queue`.
 fn names(hdr: &RecordHeader, index: u32, queue: u32, birth: u32) -> bool {
     crate::dead_letter::job_id(hdr, index).birth == birth && hdr.queue.load(Ordering::Relaxed) == queue
@@ -118,6 +127,13 @@ fn running(
     fence: Fence<'_>,
 ) -> Option<Cancelled> {
     let holder = w.holder();
+    // A live holder in `Writing` is storing into the header (a give-back's attempts, error
+    // and due time, or a lease extension's deadline) until its closing CAS: revoked now, the
+    // record would be freed under those stores, which would land on the record's next job.
+    // Wait for it to leave `Writing`, as a lease expiry does.
+    if holder != NO_HOLDER && w.state() == Some(State::Writing) {
+        return None;
+    }
     let records = seg.records();
     let st = records.state(index)?;
     if holder != NO_HOLDER && !crate::recovery::revoke(st, w, holder) {

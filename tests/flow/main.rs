@@ -7,7 +7,9 @@
 //! users, and no `std::env::set_var`.
 
 mod cancel;
+mod cancel_races;
 mod job;
 mod pause;
 mod rate;
+mod rate_races;
 mod running;

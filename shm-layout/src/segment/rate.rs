@@ -124,7 +124,8 @@ impl Segment {
     }
 
     /// Sets entry `index`'s rate limit (`interval_ns` 0: none). A new limit starts with a
-    /// full bucket; lifting one wakes every sleeper, who may now take at once.
+    /// full bucket (the same one set again keeps its bucket); lifting one wakes every
+    /// sleeper, who may now take at once.
     pub fn set_rate_limit(&self, index: u32, limit: RateLimit) {
         let (Some(w), Some(flow)) = (self.rate_words(index), self.flow_word(index)) else { return };
         if limit.interval_ns == 0 {
@@ -135,6 +136,12 @@ impl Segment {
             if let Some(wk) = self.waker(index) {
                 crate::wait::wake_all(wk);
             }
+            return;
+        }
+        // The same limit set again (a script or config tool that sets it on every run) keeps
+        // its bucket: refilled, it would let a whole burst more start, past the bound.
+        if self.rate_limit(index) == (RateLimit { interval_ns: limit.interval_ns, burst: limit.burst.max(1) })
+        {
             return;
         }
         w.interval_ns.store(limit.interval_ns, Ordering::Relaxed);

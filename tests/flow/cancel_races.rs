@@ -1,0 +1,164 @@
+//! Red-team pass on cancelling jobs: a cancel that meets the holder in the middle of its
+//! own give-back (a nack or fail holds the record `Writing` while it stores the attempt
+//! count, the error and the due time). Revoked there, the record was freed under those
+//! stores, which then landed on the record's next job. Real xtcqd; the holder is a child
+//! process held in `Writing` by the `give_back.writing` fail point, as a SIGSTOP would.
+
+use std::time::Duration;
+
+use xtcq_client::{Client, Error};
+use xtcq_testkit::*;
+
+const QUEUE: &str = "racy";
+
+#[test]
+fn child_main() {
+    child_entry(run_role);
+}
+
+fn run_role(role: &str) -> Result<(), Error> {
+    let c = Client::connect(None)?;
+    let thief = c.attach_thief(QUEUE)?;
+    match role {
+        // Claims one job and fails it; the fail point holds it in `Writing` a while.
+        "fail" => {
+            let j = thief
+                .steal_wait(Some(Duration::from_secs(30)))?
+                .ok_or_else(|| Error::Corrupt("no job within 30 s".into()))?;
+            out(format_args!("claimed {}.{}", j.id().index, j.id().birth));
+            let r = j.fail("boom");
+            out(format_args!("failed {}", if r.is_ok() { "ok" } else { "refused" }));
+            Ok(())
+        }
+        r => Err(Error::Corrupt(format!("unknown role {r}"))),
+    }
+}
+
+#[test]
+fn a_cancel_during_the_holders_give_back_never_writes_into_the_next_job() {
+    // Fewer records than the overflow ring holds: the loop below reaches a freed record
+    // before the ring is full.
+    let d = Daemon::start_with(&[
+        "--queues",
+        "2",
+        "--deques-per-queue",
+        "1",
+        "--deque-capacity",
+        "64",
+        "--records",
+        "64",
+        "--payload-bytes",
+        "64",
+        "--process-slots",
+        "16",
+        "--overflow-capacity",
+        "256",
+    ]);
+    ok(&d.run(&["create", QUEUE]));
+    let c = d.client();
+    let inj = c.attach_injector(QUEUE).expect("injector");
+    let first = xtcq_client::JobId::of_push(inj.push(b"first").expect("push"));
+    let env = [("XTCQ_FAILPOINTS", "give_back.writing=sleep:500".to_string())];
+    let mut holder = spawn_role(module_path!(), "fail", &d.socket, &env);
+    assert_eq!(holder.line(Duration::from_secs(30)), format!("claimed {}.{}", first.index, first.birth));
+    let seg = c.segment().expect("segment");
+    let st = seg.records().state(first.index).expect("its record");
+    wait_until(Duration::from_secs(30), "the holder in its give-back", || {
+        st.load().state() == Some(xtcq_shm::State::Writing)
+    });
+    let outcome = c.cancel_job(QUEUE, first).expect("cancel");
+    // Fill records until the cancelled job's is used again (at once if it was freed).
+    let mut pushed = Vec::new();
+    for i in 0..seg.records().len() {
+        let h = inj.push(format!("next{i}").as_bytes()).expect("push");
+        pushed.push(format!("next{i}"));
+        if h.index == first.index {
+            break;
+        }
+    }
+    let done = holder.line(Duration::from_secs(30));
+    holder.finish(Duration::from_secs(30));
+    let thief = c.attach_thief(QUEUE).expect("thief");
+    let mut seen = Vec::new();
+    while let Some(j) = thief.steal().expect("steal") {
+        let payload = String::from_utf8_lossy(&j.payload().expect("payload")).to_string();
+        let attempts = j.attempts();
+        j.ack().expect("ack");
+        if payload == "first" {
+            assert!(
+                !matches!(
+                    outcome,
+                    xtcq_proto::CancelOutcome::WasQueued | xtcq_proto::CancelOutcome::WasRunning { .. }
+                ),
+                "job cancelled ({outcome:?}) ran again"
+            );
+            continue;
+        }
+        assert_eq!(
+            attempts, 0,
+            "{payload}: a fresh job with another's attempt count ({outcome:?}, holder {done})"
+        );
+        seen.push(payload);
+    }
+    eprintln!("a cancel during the holder's give-back: {outcome:?}; the holder's fail: {done}");
+    seen.sort();
+    pushed.sort();
+    assert_eq!(seen, pushed, "every job pushed after the cancel, once");
+}
+
+/// A running job cancelled under `--max-running 2` gives its slot back once: one more job
+/// may start, not two, and the holder's failed ack gives nothing back again; every slot is
+/// back once the rest are settled.
+#[test]
+fn a_cancelled_running_job_gives_its_slot_back_exactly_once() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", QUEUE, "--max-running", "2"]));
+    let c = d.client();
+    let inj = c.attach_injector(QUEUE).expect("injector");
+    for i in 0..5 {
+        inj.push(format!("j{i}").as_bytes()).expect("push");
+    }
+    let thief = c.attach_thief(QUEUE).expect("thief");
+    let a = thief.steal().expect("steal").expect("a first job");
+    let b = thief.steal().expect("steal").expect("a second job");
+    assert!(thief.steal().expect("steal").is_none(), "a third job under a limit of 2");
+    let out = c.cancel_job(QUEUE, a.id()).expect("cancel");
+    assert!(matches!(out, xtcq_proto::CancelOutcome::WasRunning { .. }), "{out:?}");
+    assert!(a.ack().is_err(), "the holder's ack of a cancelled job");
+    let cc = thief.steal().expect("steal").expect("the cancelled job's slot, given back");
+    assert!(
+        thief.steal().expect("steal").is_none(),
+        "two running and a third taken: a slot given back twice"
+    );
+    assert!(c.cancel_job(QUEUE, cc.id()).is_ok());
+    assert!(cc.nack().is_err(), "the holder's nack of a cancelled job");
+    let e = thief.steal().expect("steal").expect("a slot again");
+    assert!(thief.steal().expect("steal").is_none(), "past the limit after a nack of a cancelled job");
+    b.ack().expect("ack");
+    e.ack().expect("ack");
+    wait_until(Duration::from_secs(30), "every slot back", || {
+        d.stats()["queues"][0]["quota"]["running"] == 0
+    });
+    let rest: Vec<_> = std::iter::from_fn(|| thief.steal().expect("steal")).collect();
+    assert_eq!(rest.len(), 1, "the one job neither run nor cancelled");
+}
+
+/// Ids of another queue, of no job, and of no shape: each refused or left alone, naming
+/// what was wrong, never a panic; the job of the other queue still runs.
+#[test]
+fn ids_of_another_queue_and_garbage_ids_cancel_nothing() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", QUEUE]));
+    ok(&d.run(&["create", "elsewhere"]));
+    let theirs = ok(&d.run(&["push", "--print-handle", "elsewhere", "theirs"])).trim().to_string();
+    let o = d.run(&["cancel", QUEUE, &theirs, "4294967295.4294967295", "0.0"]);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(!stdout(&o).contains("cancelled ("), "{}", stdout(&o));
+    assert_eq!(d.drain("elsewhere"), ["theirs"], "a cancel through another queue took it");
+    for bad in ["1.", ".1", "1.2.3", "-1.1", "4294967296.1", "1.-1", "0x1.2", "", " 1.2", "1 .2"] {
+        let o = d.run(&["cancel", QUEUE, "--", bad]);
+        assert_eq!(code(&o), 2, "cancel {bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("is not a job id"), "cancel {bad:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}
