@@ -289,21 +289,24 @@ impl<'a> QueueCtx<'a> {
     /// or out of rate tokens (`segment::rate`), so its jobs stay where they are; else the
     /// [`Pass`] of how many may be taken and what each holds, which
     /// [`leave_unused`](Self::leave_unused) gives back for takes that found nothing. Without
-    /// a limit, two loads of one line that only the daemon writes, and rarely.
+    /// a limit, two loads of one line that only the daemon writes, and rarely. `empty`: whether
+    /// the indices the take would look at are empty now, asked only of a rated queue.
     #[inline(always)]
-    fn enter(&self, want: usize) -> Option<Pass> {
+    fn enter(&self, want: usize, empty: impl FnOnce() -> bool) -> Option<Pass> {
         let flow = self.wait.flow.load(Ordering::Relaxed);
         let max = self.wait.limit.0.load(Ordering::Relaxed);
         if flow == 0 && max == 0 {
             return Some(Pass { n: want, slots: false, tokens: None });
         }
-        self.enter_limited(want)
+        self.enter_limited(want, empty)
     }
 
     /// [`enter`](Self::enter) for a queue with a flow bit or a concurrency limit: tokens
-    /// first (they go back only to an unmoved bucket), then one slot per take.
+    /// first (they go back only to an unmoved bucket), then one slot per take. A rated queue
+    /// whose indices look empty takes no token: a token given back can be lost to a racing
+    /// take (`segment::rate`), and consumers looking at an idle queue would spend its burst.
     #[inline(never)]
-    fn enter_limited(&self, want: usize) -> Option<Pass> {
+    fn enter_limited(&self, want: usize, empty: impl FnOnce() -> bool) -> Option<Pass> {
         // Acquire: pairs with the daemon's store of the bit, which follows the rate words.
         let flow = self.wait.flow.load(Ordering::Acquire);
         if flow & crate::layout::FLOW_PAUSED != 0 {
@@ -312,6 +315,9 @@ impl<'a> QueueCtx<'a> {
         let mut tokens = None;
         let mut n = want;
         if flow & crate::layout::FLOW_RATED != 0 {
+            if empty() {
+                return None;
+            }
             let t = Rate::take(self.wait.rate, want, monotonic_ns()).ok()?;
             n = t.count;
             tokens = Some(t);
@@ -350,8 +356,12 @@ impl<'a> QueueCtx<'a> {
     /// Runs `take` behind the gate ([`enter`](Self::enter)): nothing when the queue is
     /// closed; what the take held goes back when it found nothing.
     #[inline(always)]
-    fn gated<T, E>(&self, take: impl FnOnce() -> Result<Option<T>, E>) -> Result<Option<T>, E> {
-        let Some(pass) = self.enter(1) else { return Ok(None) };
+    fn gated<T, E>(
+        &self,
+        empty: impl FnOnce() -> bool,
+        take: impl FnOnce() -> Result<Option<T>, E>,
+    ) -> Result<Option<T>, E> {
+        let Some(pass) = self.enter(1, empty) else { return Ok(None) };
         let r = take();
         if !matches!(r, Ok(Some(_))) {
             self.leave_unused(pass, 0);

@@ -470,11 +470,9 @@ fn demo_runs_its_own_daemon_whatever_xtcqd_is_beside_it() {
     std::fs::copy(xtcq_exe(), &alone).expect("copy xtcq");
     // A child another test thread forked while the copy's file was open for writing holds
     // it open until that child execs: running the copy meanwhile fails with ETXTBSY.
-    let ran = eventually(Duration::from_secs(30), || {
-        match Command::new(&alone).arg("--version").output() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
-            r => Some(r),
-        }
+    let ran = eventually(Duration::from_secs(30), || match Command::new(&alone).arg("--version").output() {
+        Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => None,
+        r => Some(r),
     });
     ran.expect("the copy never stopped being busy").expect("run the copy");
     let demo = || {

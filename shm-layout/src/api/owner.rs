@@ -168,7 +168,7 @@ impl Owner {
     // Always: the body is past what `#[inline]` alone gets inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.pop_open())
+        self.ctx.gated(|| self.deque.is_empty() && self.ctx.overflow.is_empty(), || self.pop_open())
     }
 
     /// [`pop`](Self::pop) once the gate let it through.
@@ -188,7 +188,7 @@ impl Owner {
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.take_open())
+        self.ctx.gated(|| self.deque.is_empty() && self.ctx.overflow.is_empty(), || self.take_open())
     }
 
     /// [`take`](Self::take) once the gate let it through.

@@ -111,7 +111,7 @@ impl Thief {
 
     /// Steals the oldest job of deque `deque`. `Retry` also covers a stale handle skipped.
     pub fn steal_from(&self, deque: u32) -> Steal<ClaimedJob<'_>> {
-        let Some(pass) = self.ctx.enter(1) else { return Steal::Empty };
+        let Some(pass) = self.ctx.enter(1, || self.deque_empty(deque)) else { return Steal::Empty };
         let r = self.steal_counted(deque, &mut 0);
         if !matches!(r, Steal::Success(_)) {
             self.ctx.leave_unused(pass, 0);
@@ -153,7 +153,9 @@ impl Thief {
         if limit == 0 {
             return Steal::Empty;
         }
-        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH), || self.deque_empty(deque)) else {
+            return Steal::Empty;
+        };
         let r = self.steal_batch_counted(deque, pass.n, out, &mut 0);
         self.ctx.leave_unused(pass, if let Steal::Success(got) = r { got } else { 0 });
         r
@@ -176,7 +178,9 @@ impl Thief {
         if limit == 0 {
             return Steal::Empty;
         }
-        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH)) else { return Steal::Empty };
+        let Some(pass) = self.ctx.enter(limit.min(MAX_BATCH), || self.deque_empty(deque)) else {
+            return Steal::Empty;
+        };
         let r = self.steal_batch_counted(deque, pass.n, batch.jobs_mut(), &mut 0);
         self.ctx.leave_unused(pass, if let Steal::Success(got) = r { got } else { 0 });
         r
@@ -241,7 +245,7 @@ impl Thief {
         if limit == 0 {
             return Ok(0);
         }
-        let Some(pass) = self.ctx.enter(limit) else { return Ok(0) };
+        let Some(pass) = self.ctx.enter(limit, || self.all_empty()) else { return Ok(0) };
         let r = self.steal_batch_open(pass.n, batch);
         self.ctx.leave_unused(pass, r.as_ref().map_or(0, |&got| got));
         r
@@ -273,15 +277,25 @@ impl Thief {
         taken.map(|c| c.unwrap_or(0))
     }
 
+    /// Whether deque `deque` looks empty now (out of range: yes).
+    fn deque_empty(&self, deque: u32) -> bool {
+        self.deques.get(deque as usize).is_none_or(|d| d.is_empty())
+    }
+
+    /// Whether the overflow ring and every deque look empty now.
+    fn all_empty(&self) -> bool {
+        self.ctx.overflow.is_empty() && self.deques.iter().all(|d| d.is_empty())
+    }
+
     /// Takes a job from the overflow ring.
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.ctx.pop_overflow(self.me))
+        self.ctx.gated(|| self.ctx.overflow.is_empty(), || self.ctx.pop_overflow(self.me))
     }
 
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
     /// while some steal lost a race. `None` when everything looked empty.
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.steal_open())
+        self.ctx.gated(|| self.all_empty(), || self.steal_open())
     }
 
     /// [`steal`](Self::steal) once the gate let it through.
