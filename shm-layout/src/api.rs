@@ -331,7 +331,7 @@ impl<'a> QueueCtx<'a> {
         while slots < n && Running::take(running, max) {
             slots += 1;
         }
-        let tokens = tokens.map(|t| Rate::give_back(self.wait.rate, t, n - slots));
+        let tokens = tokens.map(|t| Rate::give_back(self.wait.rate, t, n - slots, monotonic_ns));
         (slots > 0).then_some(Pass { n: slots, slots: true, tokens })
     }
 
@@ -346,7 +346,7 @@ impl<'a> QueueCtx<'a> {
     #[cold]
     fn leave_held(&self, pass: Pass, unused: usize) {
         if let Some(t) = pass.tokens {
-            Rate::give_back(self.wait.rate, t, unused);
+            Rate::give_back(self.wait.rate, t, unused, monotonic_ns);
         }
         if pass.slots {
             self.leave(unused);

@@ -11,8 +11,11 @@
 //!   clears it before it clears them), so a consumer that saw the bit reads a whole limit;
 //! - a consumer takes its tokens before its slot of a concurrency limit and before it takes a
 //!   handle off an index; tokens it did not use (the take found nothing, or no slot was free)
-//!   go back only if nobody moved the bucket since: a token is never given back twice, so
-//!   the bound holds, and one lost in a race only slows the queue for an interval;
+//!   go back whole to a bucket nobody moved since; to a moved one, less the time since the
+//!   take (a take after ours may have counted from its own clock, not from our tokens: the
+//!   time elapsed is the most it can have gained from them), and nothing to a bucket of
+//!   another limit. So the bound holds, and consumers that look at an empty queue together
+//!   do not spend its burst;
 //! - a push to a queue that is out of tokens still wakes a sleeper (a sleeper's next chance
 //!   is a time, not an event): woken, it finds no token and sleeps until the next one is due
 //!   (`wait::wait_for`, and the wake descriptor's timer);
@@ -27,14 +30,18 @@ use crate::sync::Ordering;
 /// The token bucket's arithmetic on a [`RateWords`].
 pub struct Rate;
 
-/// Tokens a take got: how many, and the bucket word as the take left it (to give unused ones
-/// back only if nobody moved it since).
+/// Tokens a take got: how many, the bucket word as the take left it, and the clock and limit
+/// it counted with (to give unused ones back: see [`Rate::give_back`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tokens {
     /// Tokens taken.
     pub count: usize,
     /// `theoretical` as this take wrote it.
     pub left_at: u64,
+    /// The clock the take read (ns, CLOCK_MONOTONIC).
+    pub taken_at: u64,
+    /// The interval and burst it counted with.
+    pub limit: (u64, u32),
 }
 
 impl Rate {
@@ -43,7 +50,8 @@ impl Rate {
     #[inline]
     pub fn take(words: &RateWords, want: usize, now: u64) -> Result<Tokens, u64> {
         let interval = words.interval_ns.load(Ordering::Relaxed).max(1);
-        let burst = u64::from(words.burst.load(Ordering::Relaxed).max(1));
+        let burst_word = words.burst.load(Ordering::Relaxed);
+        let burst = u64::from(burst_word.max(1));
         let full_until = now.saturating_add(burst.saturating_mul(interval));
         // Relaxed throughout: the word only counts; the jobs themselves are published and
         // claimed through the deques and the records' CASes.
@@ -57,24 +65,55 @@ impl Rate {
             let count = (want as u64).min(room);
             let left_at = from.saturating_add(count * interval);
             match words.theoretical.compare_exchange_weak(t, left_at, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(Tokens { count: count as usize, left_at }),
+                Ok(_) => {
+                    return Ok(Tokens {
+                        count: count as usize,
+                        left_at,
+                        taken_at: now,
+                        limit: (interval, burst_word),
+                    })
+                }
                 Err(now_t) => t = now_t,
             }
         }
     }
 
-    /// Gives `n` of `tokens` back, if the bucket is as `tokens` left it; the tokens left.
-    pub fn give_back(words: &RateWords, tokens: Tokens, n: usize) -> Tokens {
+    /// Gives `n` of `tokens` back; the tokens left. Whole to a bucket as `tokens` left it;
+    /// to a bucket moved since, less the time since the take (`now`, read only then): a
+    /// later take that found the bucket empty counted from its own clock, not from ours, and
+    /// gained at most that time from our tokens, so the bound holds without them. Nothing
+    /// goes back to a bucket of another limit (set since the take).
+    pub fn give_back(words: &RateWords, tokens: Tokens, n: usize, now: impl FnOnce() -> u64) -> Tokens {
         let n = n.min(tokens.count);
         if n == 0 {
             return tokens;
         }
-        let interval = words.interval_ns.load(Ordering::Relaxed).max(1);
-        let back = tokens.left_at.saturating_sub(n as u64 * interval);
-        match words.theoretical.compare_exchange(tokens.left_at, back, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => Tokens { count: tokens.count - n, left_at: back },
-            // Moved by another take: these stay spent (see the module comment).
-            Err(_) => Tokens { count: tokens.count - n, left_at: tokens.left_at },
+        let left = Tokens { count: tokens.count - n, ..tokens };
+        let limit = (words.interval_ns.load(Ordering::Relaxed).max(1), words.burst.load(Ordering::Relaxed));
+        if limit != tokens.limit {
+            return left;
+        }
+        let whole = (n as u64).saturating_mul(limit.0);
+        let back = tokens.left_at.saturating_sub(whole);
+        let Err(mut t) =
+            words.theoretical.compare_exchange(tokens.left_at, back, Ordering::Relaxed, Ordering::Relaxed)
+        else {
+            return Tokens { left_at: back, ..left };
+        };
+        let owed = whole.saturating_sub(now().saturating_sub(tokens.taken_at));
+        if owed == 0 {
+            return left;
+        }
+        loop {
+            match words.theoretical.compare_exchange_weak(
+                t,
+                t.saturating_sub(owed),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return left,
+                Err(now_t) => t = now_t,
+            }
         }
     }
 
@@ -170,7 +209,7 @@ impl Segment {
 mod tests {
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
-    use super::{Rate, RateLimit, RateWords};
+    use super::{Rate, RateLimit, RateWords, Tokens};
     use crate::segment::{QueueInfo, QueueSpec, Segment};
     use crate::sync::Ordering;
 
@@ -217,16 +256,79 @@ mod tests {
     }
 
     #[test]
-    fn unused_tokens_go_back_only_to_an_unmoved_bucket() {
+    fn unused_tokens_go_back_whole_to_an_unmoved_bucket_and_less_the_time_since_to_a_moved_one() {
         let w = words(100, 2);
         let t = Rate::take(&w, 2, 1_000).unwrap();
-        let t = Rate::give_back(&w, t, 1);
+        let t = Rate::give_back(&w, t, 1, || 1_000);
         assert_eq!(t.count, 1);
         assert_eq!(Rate::take(&w, 5, 1_000).map(|t| t.count), Ok(1), "one came back");
         let mine = Rate::take(&w, 1, 1_200).unwrap();
         let _other = Rate::take(&w, 1, 1_200).unwrap();
-        Rate::give_back(&w, mine, 1);
-        assert_eq!(Rate::take(&w, 1, 1_200), Err(100), "a moved bucket took none back");
+        Rate::give_back(&w, mine, 1, || 1_230);
+        // A moved bucket took ours back less the 30 ns since the take: due at 1,230, not
+        // at 1,200 (the other's token is still spent), nor at 1,300 (ours lost).
+        assert_eq!(Rate::wait_ns(&w, 1_200), 30);
+        assert_eq!(Rate::take(&w, 1, 1_230).map(|t| t.count), Ok(1));
+        assert_eq!(Rate::take(&w, 1, 1_230), Err(100), "one came back, not two");
+        // Nothing back to a bucket of another limit.
+        let w = words(100, 2);
+        let t = Rate::take(&w, 2, 1_000).unwrap();
+        w.burst.store(3, Ordering::Relaxed);
+        w.theoretical.store(0, Ordering::Relaxed);
+        let _ = Rate::take(&w, 3, 1_000).unwrap();
+        Rate::give_back(&w, t, 2, || 1_000);
+        assert_eq!(Rate::take(&w, 1, 1_000), Err(100), "a new limit owes the old one's tokens nothing");
+    }
+
+    #[test]
+    fn racing_takes_and_give_backs_keep_the_bound_and_lose_no_burst() {
+        // Interleavings of takes and give-backs by several consumers, in CAS order on one
+        // thread with a clock that moves unevenly: the starts (tokens not given back) stay
+        // within the bound, and looks that all give back leave the burst whole.
+        let (interval, burst) = (1_000u64, 4u32);
+        let w = words(interval, burst);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut now = 1_000_000u64;
+        let mut held: Vec<Tokens> = Vec::new();
+        let mut starts = Vec::new();
+        for _ in 0..20_000 {
+            now += next() % 400;
+            if held.len() < 4 && next() % 2 == 0 {
+                if let Ok(t) = Rate::take(&w, 1 + (next() % 3) as usize, now) {
+                    held.push(t);
+                }
+            } else if !held.is_empty() {
+                let t = held.swap_remove((next() % held.len() as u64) as usize);
+                let used = (next() % (t.count as u64 + 1)) as usize;
+                // A start happens at its take.
+                starts.extend(std::iter::repeat_n(t.taken_at, used));
+                Rate::give_back(&w, t, t.count - used, || now);
+            }
+        }
+        starts.sort_unstable();
+        for (i, &a) in starts.iter().enumerate() {
+            for (j, &b) in starts.iter().enumerate().skip(i).take(64) {
+                let bound = u64::from(burst) + (b - a) / interval;
+                assert!((j - i + 1) as u64 <= bound, "{} starts in {} ns", j - i + 1, b - a);
+            }
+        }
+        // Looks that use nothing, overlapping in every order, at one instant after a quiet
+        // spell: the whole burst is there after them.
+        let now = now + 10 * interval;
+        for _ in 0..1_000 {
+            let a = Rate::take(&w, 1, now).unwrap();
+            let b = Rate::take(&w, 1, now).unwrap();
+            let (first, second) = if next() % 2 == 0 { (a, b) } else { (b, a) };
+            Rate::give_back(&w, first, 1, || now);
+            Rate::give_back(&w, second, 1, || now);
+        }
+        assert_eq!(Rate::take(&w, 9, now).map(|t| t.count), Ok(burst as usize), "the burst, whole");
     }
 
     #[test]
@@ -239,7 +341,8 @@ mod tests {
             let _ = Rate::take(&w, 1, 0);
             let _ = Rate::wait_ns(&w, u64::MAX);
             if let Ok(t) = Rate::take(&w, 3, 5) {
-                Rate::give_back(&w, t, usize::MAX);
+                Rate::give_back(&w, t, usize::MAX, || u64::MAX);
+                Rate::give_back(&w, t, usize::MAX, || 0);
             }
         }
     }
