@@ -56,6 +56,10 @@ fn describe(out: CancelOutcome) -> String {
         CancelOutcome::Finished => "not cancelled: it had finished already".into(),
         CancelOutcome::Dead => "not cancelled: it is a dead letter (`xtcq dead purge` deletes it)".into(),
         CancelOutcome::BeingPushed => "not cancelled: its producer is still writing it; try again".into(),
+        CancelOutcome::Busy => {
+            "not cancelled: its holder is in the middle of giving it back or extending its lease; try again"
+                .into()
+        }
         CancelOutcome::Unknown => "not cancelled: the queue has no job with this id".into(),
     }
 }

@@ -99,6 +99,9 @@ pub enum CancelOutcome {
     Dead,
     /// Its producer is still writing it: try again.
     BeingPushed,
+    /// Its holder was giving it back or extending its lease all the while the cancel waited
+    /// (stopped there, or racing it): nothing was done; try again.
+    Busy,
     /// No job of the queue has this id.
     Unknown,
 }

@@ -159,7 +159,7 @@ impl Client {
     /// it): a queued or delayed job never runs, a running one is taken from its holder and
     /// its `xtcq work` command stopped. What it did: "was_queued", "was_delayed",
     /// "was_running", "not_stopped" (a dead letter now), "finished", "dead",
-    /// "being_pushed" or "unknown".
+    /// "being_pushed", "busy" (its holder was mid give-back: try again) or "unknown".
     fn cancel_job(
         &self,
         py: Python<'_>,
@@ -185,6 +185,7 @@ impl Client {
             C::Finished => "finished",
             C::Dead => "dead",
             C::BeingPushed => "being_pushed",
+            C::Busy => "busy",
             C::Unknown => "unknown",
         })
     }

@@ -51,6 +51,9 @@ pub enum Cancelled {
     Dead,
     /// Its producer is still writing it.
     BeingPushed,
+    /// Its holder was giving it back or extending its lease all the while the cancel waited
+    /// (stopped there, or racing it): nothing was done; try again.
+    Busy,
     /// No job of this queue has this id.
     Unknown,
 }
@@ -100,17 +103,20 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
         );
         return done;
     }
-    // Moved on every try (a storm of claims and give-backs): report what it is now.
+    // Moved on every try (a storm of claims and give-backs), or its holder stayed in
+    // `Writing` (stopped there): report what it is now, never "unknown" for a job that is.
     match crate::job_fate::job_fate(seg, queue, index, birth) {
         crate::job_fate::Fate::Finished => Cancelled::Finished,
         crate::job_fate::Fate::Dead { .. } => Cancelled::Dead,
-        _ => Cancelled::Unknown,
+        crate::job_fate::Fate::Unknown => Cancelled::Unknown,
+        _ => Cancelled::Busy,
     }
 }
 
 /// Tries before a cancel of a record that keeps moving (or stays `Writing`) reports what it
-/// is now: 16 at once, then about 2 s at 1 ms apart.
-const TRIES: u32 = 16 + 2_000;
+/// is now: 16 at once, then about 100 ms at 1 ms apart (the daemon holds its registry lock
+/// meanwhile, so a holder stopped in `Writing` must not stall it for long).
+const TRIES: u32 = 16 + 100;
 
 /// Whether record `index` (header `hdr`) is job `birth` of queue `queue`.
 fn names(hdr: &RecordHeader, index: u32, queue: u32, birth: u32) -> bool {

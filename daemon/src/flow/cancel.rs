@@ -45,6 +45,7 @@ impl Registry {
             Cancelled::Finished => proto::CancelOutcome::Finished,
             Cancelled::Dead => proto::CancelOutcome::Dead,
             Cancelled::BeingPushed => proto::CancelOutcome::BeingPushed,
+            Cancelled::Busy => proto::CancelOutcome::Busy,
             Cancelled::Unknown => proto::CancelOutcome::Unknown,
         };
         match out {
