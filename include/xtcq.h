@@ -40,6 +40,47 @@
 #define XTCQ_FIFO 2
 
 /**
+ * The job was queued: it will not run.
+ */
+#define XTCQ_CANCEL_WAS_QUEUED 1
+
+/**
+ * The job was delayed: it will not run.
+ */
+#define XTCQ_CANCEL_WAS_DELAYED 2
+
+/**
+ * The job was running: its holder's ack fails, and the command `xtcq work` ran for it was
+ * stopped.
+ */
+#define XTCQ_CANCEL_WAS_RUNNING 3
+
+/**
+ * The job was running and its command could not be stopped: it is a dead letter now.
+ */
+#define XTCQ_CANCEL_NOT_STOPPED 4
+
+/**
+ * The job had finished already.
+ */
+#define XTCQ_CANCEL_FINISHED 5
+
+/**
+ * The job is a dead letter (purge it instead).
+ */
+#define XTCQ_CANCEL_DEAD 6
+
+/**
+ * Its producer or holder was writing it all the while: nothing done, try again.
+ */
+#define XTCQ_CANCEL_BUSY 7
+
+/**
+ * The queue has no job with this id.
+ */
+#define XTCQ_CANCEL_UNKNOWN 8
+
+/**
  * Success.
  */
 #define XTCQ_OK 0
@@ -284,6 +325,40 @@ int xtcq_resume_queue(xtcq_client *client, const char *name, int *was_paused);
  * `client` is a live client; `problems` points to writable storage.
  */
 int xtcq_check(xtcq_client *client, int quiescent, uint32_t *problems);
+
+/**
+ * Cancels job `index.birth` of queue `name` (the id `xtcq push --print-handle` prints): a
+ * queued or delayed job never runs; a running one is taken from its holder and its `xtcq
+ * work` command stopped before this returns. Stores what it did in `*outcome` (when not
+ * NULL), one of the `XTCQ_CANCEL_*` values.
+ *
+ * # Safety
+ * `client` is a live client; `name` a NUL-terminated string; `outcome` NULL or writable.
+ */
+int xtcq_cancel_job(xtcq_client *client,
+                    const char *name,
+                    uint32_t index,
+                    uint32_t birth,
+                    int *outcome);
+
+/**
+ * Sets queue `name`'s concurrency limit: at most `max` of its jobs claimed at once, across
+ * every process (0: no limit).
+ *
+ * # Safety
+ * `client` is a live client; `name` a NUL-terminated string.
+ */
+int xtcq_set_max_running(xtcq_client *client, const char *name, uint32_t max);
+
+/**
+ * Sets queue `name`'s rate limit: at most `burst` of its jobs started at once after a quiet
+ * spell, then one every `interval_ns` (0: no limit; `burst` then ignored), across every
+ * process. `burst` is at least 1 with a limit.
+ *
+ * # Safety
+ * `client` is a live client; `name` a NUL-terminated string.
+ */
+int xtcq_set_max_rate(xtcq_client *client, const char *name, uint64_t interval_ns, uint32_t burst);
 
 /**
  * Makes an empty job handle in `*out`, to pass to pops and steals.

@@ -34,7 +34,7 @@ pub(crate) fn not_forked(born: u64) -> Result<(), c_int> {
 ///
 /// # Safety
 /// `client` is NULL or a live client; `name` NULL or a NUL-terminated string.
-unsafe fn client_and_name<'a>(
+pub(crate) unsafe fn client_and_name<'a>(
     client: *mut xtcq_client,
     name: *const c_char,
 ) -> Result<(&'a mut xtcq_client, &'a str), c_int> {

@@ -19,6 +19,7 @@
 
 mod client;
 mod entry;
+mod flow;
 /// Fork detection, shared with the Rust client.
 use ::xtcq_client::fork;
 mod job;
@@ -29,6 +30,7 @@ mod thief;
 mod wake;
 
 pub use client::*;
+pub use flow::*;
 pub use job::*;
 pub use producer::*;
 pub use report::*;

@@ -152,3 +152,22 @@ fn a_dead_letter_is_not_cancelled_and_only_the_owner_or_root_may_cancel() {
     ok(&as_user(&alice, &["cancel", "shared", &job]));
     assert!(d.drain("shared").is_empty(), "the owner's cancel took it");
 }
+
+#[test]
+fn the_c_api_cancels_and_sets_the_limits() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "c"]));
+    let queued = push(&d, &["c", "queued"]);
+    let (index, birth) = queued.split_once('.').expect("an id");
+    let exe = compile_c("tests/c/flow_cancel.c", d.dir(), &[]);
+    let out = run_within(
+        std::process::Command::new(&exe).arg(&d.socket).args(["c", index, birth]),
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(stdout(&out), "cancelled\nlimited\n");
+    let stats = ok(&d.run(&["stats", "c"]));
+    assert!(stats.contains("running:  0 of at most 3 at once"), "{stats}");
+    assert!(stats.contains("rate:     at most 200/s, burst 4"), "{stats}");
+    assert!(d.drain("c").is_empty(), "the cancelled job never ran");
+}
