@@ -163,11 +163,9 @@ fn running(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::{cancel_job, Cancelled};
-    use crate::segment::{QueueSpec, Segment};
-    use crate::{JobId, Owner, SegmentConfig, Thief};
+    use crate::segment::one_queue_segment;
+    use crate::{JobId, Owner, Thief};
 
     fn no_fence(_: u32, _: u32) -> Result<(), String> {
         Ok(())
@@ -175,10 +173,7 @@ mod tests {
 
     #[test]
     fn queued_and_running_jobs_are_cancelled_once_and_never_run() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
-        let seg = Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
-        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let (_dir, seg, q) = one_queue_segment();
         let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
         let thief = Thief::new(seg.clone(), &q, 1).unwrap();
         let a = JobId::of_push(owner.push(b"a").unwrap());
@@ -208,10 +203,7 @@ mod tests {
 
     #[test]
     fn a_command_that_cannot_be_stopped_makes_a_dead_letter() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
-        let seg = Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
-        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let (_dir, seg, q) = one_queue_segment();
         let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
         let thief = Thief::new(seg.clone(), &q, 1).unwrap();
         let a = JobId::of_push(owner.push(b"a").unwrap());

@@ -681,3 +681,13 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> 
     }
     Ok(())
 }
+
+/// A small segment in a temporary directory with one queue, `jobs`, for unit tests.
+#[cfg(test)]
+pub(crate) fn one_queue_segment() -> (tempfile::TempDir, std::sync::Arc<Segment>, QueueInfo) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = crate::SegmentConfig::small().with_queues(1, 1).with_records(64);
+    let seg = std::sync::Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).expect("segment"));
+    let q = seg.create_queue(&QueueSpec::new("jobs")).expect("queue");
+    (dir, seg, q)
+}

@@ -63,17 +63,12 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use crate::segment::{QueueSpec, Segment};
-    use crate::{Owner, SegmentConfig, Thief};
+    use crate::segment::{one_queue_segment, QueueSpec};
+    use crate::{Owner, Thief};
 
     #[test]
     fn a_paused_queue_gives_nothing_until_resumed() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
-        let seg = Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
-        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let (_dir, seg, q) = one_queue_segment();
         let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
         let thief = Thief::new(seg.clone(), &q, 1).unwrap();
         assert!(!seg.set_paused(q.index, true));
@@ -90,10 +85,7 @@ mod tests {
 
     #[test]
     fn a_new_queue_in_a_paused_entry_starts_unpaused() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(64);
-        let seg = Segment::create(&dir.path().join("s"), &config, 0o600).unwrap();
-        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
+        let (_dir, seg, q) = one_queue_segment();
         seg.set_paused(q.index, true);
         seg.delete_queue_at(q.index, true).unwrap();
         let q = seg.create_queue(&QueueSpec::new("again")).unwrap();

@@ -210,7 +210,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
     use super::{Rate, RateLimit, RateWords, Tokens};
-    use crate::segment::{QueueInfo, QueueSpec, Segment};
+    use crate::segment::{one_queue_segment, QueueSpec};
     use crate::sync::Ordering;
 
     fn words(interval_ns: u64, burst: u32) -> RateWords {
@@ -347,19 +347,11 @@ mod tests {
         }
     }
 
-    fn segment_with_a_queue() -> (tempfile::TempDir, std::sync::Arc<Segment>, QueueInfo) {
-        let dir = tempfile::tempdir().unwrap();
-        let config = crate::SegmentConfig::small().with_queues(1, 1).with_records(64);
-        let seg = std::sync::Arc::new(Segment::create(&dir.path().join("s"), &config, 0o600).unwrap());
-        let q = seg.create_queue(&QueueSpec::new("jobs")).unwrap();
-        (dir, seg, q)
-    }
-
     const HOUR_NS: u64 = 3_600_000_000_000;
 
     #[test]
     fn a_rated_queue_gives_its_burst_and_no_more_until_lifted() {
-        let (_dir, seg, q) = segment_with_a_queue();
+        let (_dir, seg, q) = one_queue_segment();
         let owner = crate::Owner::new(seg.clone(), &q, 0, 0).unwrap();
         let thief = crate::Thief::new(seg.clone(), &q, 1).unwrap();
         for i in 0..5u8 {
@@ -380,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_batch_steal_takes_no_more_than_the_tokens_and_an_empty_look_spends_none() {
-        let (_dir, seg, q) = segment_with_a_queue();
+        let (_dir, seg, q) = one_queue_segment();
         let owner = crate::Owner::new(seg.clone(), &q, 0, 0).unwrap();
         let thief = crate::Thief::new(seg.clone(), &q, 1).unwrap();
         seg.set_rate_limit(q.index, RateLimit { interval_ns: HOUR_NS, burst: 3 });
@@ -402,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_new_queue_in_a_rated_entry_starts_unlimited() {
-        let (_dir, seg, q) = segment_with_a_queue();
+        let (_dir, seg, q) = one_queue_segment();
         seg.set_rate_limit(q.index, RateLimit { interval_ns: HOUR_NS, burst: 1 });
         seg.delete_queue_at(q.index, true).unwrap();
         let q = seg.create_queue(&QueueSpec::new("again")).unwrap();
