@@ -184,6 +184,12 @@
 #define XTCQ_E_MISMATCH -17
 
 /**
+ * The job was cancelled (`xtcq cancel`) while this process held it: the daemon took it back;
+ * its result is not recorded and there is nothing to settle.
+ */
+#define XTCQ_E_CANCELLED -18
+
+/**
  * `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
  */
 #define XTCQ_WAIT_FOREVER UINT32_MAX
@@ -383,6 +389,16 @@ void xtcq_job_free(xtcq_job *job);
  * `job` is NULL or a live job handle.
  */
 int xtcq_job_held(const xtcq_job *job);
+
+/**
+ * Whether the held job was cancelled (`xtcq cancel`) while this process held it: 1 yes, 0
+ * no (still ours, no job held, NULL, or its record holds another job by now). A long job may
+ * look now and then and stop; its ack then returns [`XTCQ_E_CANCELLED`].
+ *
+ * # Safety
+ * `job` is NULL or a live job handle.
+ */
+int xtcq_job_cancelled(const xtcq_job *job);
 
 /**
  * The held job's payload: `*data` points into the handle (valid until its next pop, steal

@@ -59,7 +59,7 @@ impl Watch<'_> {
                 | JobState::Running { attempts, .. },
             ) => Fate::Held { attempts },
             Ok(JobState::Dead { attempts, last_error }) => Fate::Dead { attempts, last_error },
-            Ok(JobState::Finished | JobState::Unknown) => Fate::Gone,
+            Ok(JobState::Finished | JobState::Cancelled | JobState::Unknown) => Fate::Gone,
             Err(Error::SegmentReplaced { .. } | Error::SegmentLost { .. }) => Fate::Lost,
             // Nothing else is answered by a read; were it, looking again is the safe side.
             Err(_) => Fate::Held { attempts: 0 },

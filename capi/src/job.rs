@@ -138,6 +138,19 @@ pub unsafe extern "C" fn xtcq_job_held(job: *const xtcq_job) -> c_int {
     c_int::from(unsafe { job.as_ref() }.is_some_and(|j| j.held.is_some()))
 }
 
+/// Whether the held job was cancelled (`xtcq cancel`) while this process held it: 1 yes, 0
+/// no (still ours, no job held, NULL, or its record holds another job by now). A long job may
+/// look now and then and stop; its ack then returns [`XTCQ_E_CANCELLED`].
+///
+/// # Safety
+/// `job` is NULL or a live job handle.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_job_cancelled(job: *const xtcq_job) -> c_int {
+    // SAFETY: the caller's contract.
+    let held = unsafe { job.as_ref() }.and_then(|j| j.held.as_ref());
+    c_int::from(held.is_some_and(|h| h.cancelled()))
+}
+
 /// The held job's payload: `*data` points into the handle (valid until its next pop, steal
 /// or free), `*len` its length.
 ///

@@ -60,6 +60,10 @@ pub const XTCQ_E_RESOURCE: c_int = -16;
 /// deques, capacity, max attempts, lease, allowed users); the message names each.
 pub const XTCQ_E_MISMATCH: c_int = -17;
 
+/// The job was cancelled (`xtcq cancel`) while this process held it: the daemon took it back;
+/// its result is not recorded and there is nothing to settle.
+pub const XTCQ_E_CANCELLED: c_int = -18;
+
 /// Room for one message and its NUL; longer messages are cut at a character boundary.
 const MESSAGE_BYTES: usize = 1024;
 
@@ -103,6 +107,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         Error::QueueFull { .. } | Error::RecordsFull(_) => XTCQ_E_FULL,
         Error::PayloadTooLarge { .. } => XTCQ_E_TOO_LARGE,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => XTCQ_E_NOT_HELD,
+        Error::Job(JobError::Cancelled { .. }) => XTCQ_E_CANCELLED,
         Error::Job(JobError::Requeue { .. }) => XTCQ_E_FULL,
         Error::NoFreeDeque { .. }
         | Error::NoFreeSlot(_)
@@ -149,6 +154,7 @@ pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
         XTCQ_E_IN_USE => b"queue in use or not empty\0",
         XTCQ_E_RESOURCE => b"this process is out of file descriptors or memory\0",
         XTCQ_E_MISMATCH => b"queue exists with other settings\0",
+        XTCQ_E_CANCELLED => b"job cancelled while held\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -467,8 +467,14 @@ fn settle(
     // cancelled: the daemon stopped its command and freed it. One re-queued after its lease
     // ran out keeps its id and reads queued or running.
     let cancelled = settled.is_err()
-        && c.job_state(&a.queue, id)
-            .is_ok_and(|s| matches!(s, xtcq_proto::JobState::Finished | xtcq_proto::JobState::Unknown));
+        && c.job_state(&a.queue, id).is_ok_and(|s| {
+            matches!(
+                s,
+                xtcq_proto::JobState::Cancelled
+                    | xtcq_proto::JobState::Finished
+                    | xtcq_proto::JobState::Unknown
+            )
+        });
     // Counted once settled: a job whose command succeeded but whose ack came too late
     // (its lease ran out and it was re-queued) did not succeed here.
     n.settled(

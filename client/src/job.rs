@@ -140,6 +140,15 @@ impl<K: Keep> JobOf<K> {
         self.inner.unchecked().id()
     }
 
+    /// Whether the job was cancelled (`xtcq cancel`) while this process held it: the daemon
+    /// took it back, and its ack, give-back or lease extension fails with
+    /// [`JobError::Cancelled`](xtcq_shm::JobError::Cancelled). `false` while it is still ours,
+    /// and once its record holds another job (records are reused; the settle then fails with
+    /// `NotHeld`). A long job may look now and then, and stop.
+    pub fn cancelled(&self) -> bool {
+        self.inner.unchecked().cancelled()
+    }
+
     /// Times the job was given back before this claim.
     pub fn attempts(&self) -> u32 {
         self.inner.unchecked().attempts()

@@ -26,5 +26,6 @@ pub(crate) fn local(seg: &Segment, queue: u32, id: JobId) -> JobState {
         },
         Fate::Dead { attempts, last_error } => JobState::Dead { attempts, last_error },
         Fate::Finished => JobState::Finished,
+        Fate::Cancelled => JobState::Cancelled,
     }
 }

@@ -46,6 +46,8 @@ pub enum JobState {
     },
     /// Acked (or purged as a dead letter); its record was not reused yet.
     Finished,
+    /// Cancelled (`xtcq cancel`); its record was not reused yet.
+    Cancelled,
 }
 
 impl JobState {
@@ -73,6 +75,7 @@ impl JobState {
                 )
             }
             JobState::Finished => "finished: acked (or purged as a dead letter)".into(),
+            JobState::Cancelled => "cancelled".into(),
         }
     }
 }

@@ -30,6 +30,7 @@ pub(crate) enum Kind {
     InUse,
     Resource,
     Mismatch,
+    Cancelled,
 }
 
 impl Kind {
@@ -50,6 +51,7 @@ impl Kind {
             Kind::InUse => ("InUse", -15),
             Kind::Resource => ("OutOfResources", -16),
             Kind::Mismatch => ("QueueMismatch", -17),
+            Kind::Cancelled => ("JobCancelled", -18),
         }
     }
 }
@@ -68,6 +70,7 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         Error::QueueFull { .. } | Error::RecordsFull(_) => Kind::Full,
         Error::PayloadTooLarge { .. } => Kind::TooLarge,
         Error::Job(JobError::LeaseExpired { .. } | JobError::NotHeld { .. }) => Kind::NotHeld,
+        Error::Job(JobError::Cancelled { .. }) => Kind::Cancelled,
         Error::Job(JobError::Requeue { .. }) => Kind::Full,
         Error::NoFreeDeque { .. }
         | Error::NoFreeSlot(_)

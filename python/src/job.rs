@@ -94,7 +94,15 @@ impl Job {
         self.with(py, |j| Ok(j.attempts()))
     }
 
-    /// Done. Raises NotHeld when the lease expired first (the result is not recorded).
+    /// Whether the job was cancelled (xtcq cancel) while this process held it: its ack then
+    /// raises JobCancelled. False while it is still ours, once settled, and once its record
+    /// holds another job. A long job may look now and then, and stop.
+    fn cancelled(&self) -> bool {
+        lock(&self.held).as_ref().is_some_and(|j| j.cancelled())
+    }
+
+    /// Done. Raises NotHeld when the lease expired first (the result is not recorded), and
+    /// JobCancelled when the job was cancelled meanwhile.
     fn ack(&self, py: Python<'_>) -> PyResult<()> {
         self.settle(py, OwnedJob::ack)
     }

@@ -463,9 +463,14 @@ def test_cancel_job_and_flow_limits(daemon):
     held = thief.steal()
     assert held is not None
     held_id = held.id
+    assert not held.cancelled()
     assert client.cancel_job("limited", held_id) == "was_running"
-    with pytest.raises(xtcq.XtcqError):
+    assert held.cancelled()
+    with pytest.raises(xtcq.JobCancelled) as raised:
         held.ack()
+    assert isinstance(raised.value, xtcq.NotHeld)
+    assert raised.value.code == -18
+    assert not held.cancelled(), "settled: nothing held"
     assert client.cancel_job("limited", held_id) == "finished"
     assert client.cancel_job("limited", "9999.1") == "unknown"
     with pytest.raises(xtcq.InvalidArgument):

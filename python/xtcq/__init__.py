@@ -20,6 +20,7 @@ from .errors import (
     Full,
     InUse,
     InvalidArgument,
+    JobCancelled,
     NoRoom,
     NoSuchQueue,
     NotHeld,
@@ -37,6 +38,6 @@ from .errors import (
 __all__ = [
     "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
     "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "QueueMismatch", "Full", "TooLarge",
-    "NotHeld", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
+    "NotHeld", "JobCancelled", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
     "MAX_BATCH",
 ]

@@ -56,6 +56,11 @@ class NotHeld(XtcqError):
     """The job's lease expired or it was recovered; its result was not recorded."""
 
 
+class JobCancelled(NotHeld):
+    """The job was cancelled (`xtcq cancel`) while this process held it (XTCQ_E_CANCELLED);
+    its result is not recorded and there is nothing to settle."""
+
+
 class Forked(XtcqError):
     """The handle was inherited across fork(): connect again in this process."""
 

@@ -109,6 +109,13 @@ pub enum JobError {
         /// What the record holds now.
         found: String,
     },
+    /// The job was cancelled (`xtcq cancel`) while this process held it: the daemon took it
+    /// back (and stopped the command it knew of); there is nothing to settle.
+    #[error("job {handle} was cancelled while this process held it; its result was not recorded")]
+    Cancelled {
+        /// The job.
+        handle: JobHandle,
+    },
     /// Bad payload length.
     #[error(transparent)]
     BadPayload(#[from] BadPayloadLen),

@@ -20,9 +20,10 @@
 //!   revoke and the free leaves `Claimed(g, NO_HOLDER)`, which the next start's recovery
 //!   gives back (the job runs again rather than being lost).
 
+use crate::dead_letter::CANCELLED;
 use crate::layout::RecordHeader;
 use crate::metrics::Counter;
-use crate::record::state::{State, StateWord, NO_HOLDER};
+use crate::record::state::{RecordState, State, StateWord, NO_HOLDER};
 use crate::recovery::{Fence, UNFENCED};
 use crate::segment::{Held, Segment};
 use crate::sync::Ordering;
@@ -83,10 +84,7 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
             Some(State::Free) => return Cancelled::Finished,
             Some(State::Dead) => return Cancelled::Dead,
             Some(State::Filling) => return Cancelled::BeingPushed,
-            Some(from @ (State::Queued | State::Delayed)) => st
-                .withdraw(w.generation(), from)
-                .is_ok()
-                .then_some(if from == State::Queued { Cancelled::WasQueued } else { Cancelled::WasDelayed }),
+            Some(from @ (State::Queued | State::Delayed)) => withdraw(hdr, st, w.generation(), from),
             Some(State::Claimed | State::Writing) => running(seg, hdr, index, w, fence),
         };
         let Some(done) = done else { continue };
@@ -106,7 +104,7 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
     // Moved on every try (a storm of claims and give-backs), or its holder stayed in
     // `Writing` (stopped there): report what it is now, never "unknown" for a job that is.
     match crate::job_fate::job_fate(seg, queue, index, birth) {
-        crate::job_fate::Fate::Finished => Cancelled::Finished,
+        crate::job_fate::Fate::Finished | crate::job_fate::Fate::Cancelled => Cancelled::Finished,
         crate::job_fate::Fate::Dead { .. } => Cancelled::Dead,
         crate::job_fate::Fate::Unknown => Cancelled::Unknown,
         _ => Cancelled::Busy,
@@ -117,6 +115,19 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
 /// is now: 16 at once, then about 100 ms at 1 ms apart (the daemon holds its registry lock
 /// meanwhile, so a holder stopped in `Writing` must not stall it for long).
 const TRIES: u32 = 16 + 100;
+
+/// Withdraws a queued or delayed job (`None`: it moved first). Marked cancelled before the
+/// CAS and unmarked if it fails: once the CAS frees the record a push may take it and store
+/// its own flags, which a later mark would land on. A failed CAS left it claimed or queued,
+/// where nothing reads the mark.
+fn withdraw(hdr: &RecordHeader, st: RecordState<'_>, g: u32, from: State) -> Option<Cancelled> {
+    hdr.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+    if st.withdraw(g, from).is_err() {
+        hdr.flags.fetch_and(!CANCELLED, Ordering::Relaxed);
+        return None;
+    }
+    Some(if from == State::Queued { Cancelled::WasQueued } else { Cancelled::WasDelayed })
+}
 
 /// Whether record `index` (header `hdr`) is job `birth` of queue `queue`.
 fn names(hdr: &RecordHeader, index: u32, queue: u32, birth: u32) -> bool {
@@ -146,6 +157,9 @@ fn running(
         return None;
     }
     let g = w.generation();
+    // Marked while the record is `Claimed(g, NO_HOLDER)`, which only we move: the holder's
+    // `cancelled()` and a failed ack or lease extension tell a cancel from other losses by it.
+    hdr.flags.fetch_or(CANCELLED, Ordering::Relaxed);
     let fenced = fence(index, holder);
     let q = hdr.queue.load(Ordering::Relaxed);
     if fenced.is_err() {
@@ -164,6 +178,7 @@ fn running(
 #[cfg(test)]
 mod tests {
     use super::{cancel_job, Cancelled};
+    use crate::job_fate::{job_fate, Fate};
     use crate::segment::one_queue_segment;
     use crate::{JobId, Owner, Thief};
 
@@ -193,12 +208,60 @@ mod tests {
             Cancelled::WasRunning { holder: 1 }
         );
         assert_eq!(fenced, [(running.index, 1)], "the command was fenced");
-        assert!(held.ack().is_err(), "the holder's ack fails once cancelled");
+        assert!(held.cancelled(), "the holder sees the cancel");
+        assert!(
+            matches!(held.ack(), Err(crate::JobError::Cancelled { .. })),
+            "the holder's ack reports the cancel"
+        );
+        assert_eq!(job_fate(&seg, q.index, running.index, running.birth), Fate::Cancelled);
+        assert_eq!(job_fate(&seg, q.index, a.index, a.birth), Fate::Cancelled, "a withdrawn job too");
         let rest: Vec<_> = std::iter::from_fn(|| thief.steal().unwrap()).collect();
         assert_eq!(rest.len(), 1, "only the job not cancelled is left");
         assert_eq!(cancel_job(&seg, q.index, 9, 1234, &mut no_fence), Cancelled::Unknown);
         let m = seg.queue_totals(q.index);
         assert_eq!(m.get(crate::metrics::Counter::Cancelled), 2);
+    }
+
+    #[test]
+    fn only_a_cancel_reads_as_cancelled_and_a_reused_record_forgets_it() {
+        let (_dir, seg, q) = one_queue_segment();
+        let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+        let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+        // Taken back by a lease's expiry: lost, but not cancelled.
+        owner.push(b"a").unwrap();
+        let held = thief.steal().unwrap().expect("a job");
+        let st = seg.records().state(held.handle().index).unwrap();
+        assert!(crate::recovery::revoke(st, st.load(), 1));
+        assert!(!held.cancelled());
+        assert!(matches!(held.ack(), Err(crate::JobError::NotHeld { .. })));
+        // Cancelled, then the record is pushed into again: the new job is not cancelled,
+        // the old holder can no longer tell (its ack says "not held").
+        let (_dir, seg, q) = one_queue_segment();
+        let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();
+        let thief = Thief::new(seg.clone(), &q, 1).unwrap();
+        let b = JobId::of_push(owner.push(b"b").unwrap());
+        let held = thief.steal().unwrap().expect("a job");
+        assert_eq!(
+            cancel_job(&seg, q.index, b.index, b.birth, &mut no_fence),
+            Cancelled::WasRunning { holder: 1 }
+        );
+        // Jobs through the queue until one lands in the cancelled job's record.
+        let mut c = JobId::of_push(owner.push(b"c").unwrap());
+        for _ in 0..10_000 {
+            if c.index == b.index {
+                break;
+            }
+            thief.steal().unwrap().expect("c").ack().unwrap();
+            c = JobId::of_push(owner.push(b"c").unwrap());
+        }
+        assert_eq!(c.index, b.index, "the freed record is reused");
+        assert!(!held.cancelled());
+        assert_eq!(job_fate(&seg, q.index, c.index, c.birth), Fate::Queued { attempts: 0 });
+        let next = thief.steal().unwrap().expect("c");
+        assert!(!next.cancelled());
+        next.ack().unwrap();
+        assert_eq!(job_fate(&seg, q.index, c.index, c.birth), Fate::Finished, "acked, not cancelled");
+        assert!(matches!(held.ack(), Err(crate::JobError::NotHeld { .. })));
     }
 
     #[test]

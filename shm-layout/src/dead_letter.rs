@@ -29,14 +29,25 @@ pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
         // Relaxed: published by the Release CAS that gives the job back.
         w.store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), Ordering::Relaxed);
     }
-    // The birth generation above the length stays (the job's stable id).
-    let birth = hdr.flags.load(Ordering::Relaxed) & !LEN_MASK;
-    hdr.flags.store(birth | n as u32, Ordering::Relaxed);
+    // The birth generation above the length stays (the job's stable id), and so does the
+    // cancel mark.
+    let kept = hdr.flags.load(Ordering::Relaxed) & !LEN_MASK;
+    hdr.flags.store(kept | n as u32, Ordering::Relaxed);
 }
 
-/// The last error's length in `flags`; the bits above are the birth generation
-/// ([`crate::JobId`]).
-const LEN_MASK: u32 = (1 << crate::record::state::BIRTH_SHIFT) - 1;
+/// `flags` bit: the job was cancelled (`cancel`). Below the birth generation, above the last
+/// error's length (at most [`LAST_ERROR_BYTES`]); a push's first store of `flags` clears it.
+pub(crate) const CANCELLED: u32 = 1 << (crate::record::state::BIRTH_SHIFT - 1);
+
+/// The last error's length in `flags`; the bits above are the cancel mark and the birth
+/// generation ([`crate::JobId`]).
+const LEN_MASK: u32 = CANCELLED - 1;
+
+/// Whether the job in this record was cancelled (meaningful only while the record is still
+/// that job's: free or taken back, and not pushed into again).
+pub(crate) fn is_cancelled(hdr: &RecordHeader) -> bool {
+    hdr.flags.load(Ordering::Relaxed) & CANCELLED != 0
+}
 
 /// The stable id of the job in record `index` (caller knows the record holds a job).
 pub fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
@@ -44,14 +55,20 @@ pub fn job_id(hdr: &RecordHeader, index: u32) -> crate::JobId {
     crate::JobId { index, birth }
 }
 
+/// The stored last error (a dead letter's or a given-back job's reason).
 pub(crate) fn load_last_error(hdr: &RecordHeader) -> String {
-    let n = ((hdr.flags.load(Ordering::Relaxed) & LEN_MASK) as usize).min(LAST_ERROR_BYTES);
+    let n = last_error_len(hdr);
     let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
     for w in &hdr.reserved {
         b.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
     }
     b.truncate(n);
     String::from_utf8_lossy(&b).into_owned()
+}
+
+/// The stored last error's length, at most [`LAST_ERROR_BYTES`] whatever `flags` holds.
+fn last_error_len(hdr: &RecordHeader) -> usize {
+    ((hdr.flags.load(Ordering::Relaxed) & LEN_MASK) as usize).min(LAST_ERROR_BYTES)
 }
 
 /// One dead letter.

@@ -6,8 +6,9 @@
 //!   another queue: that id is `Unknown`, never another job's fate;
 //! - the state word is read before and after the header: a record that moved meanwhile is
 //!   read again (a few times), then reported as it was last seen;
-//! - a free record whose birth is still the id's held this job last: it was acked, or purged
-//!   as a dead letter, and nothing newer took the record yet. Once one does, the job is
+//! - a free record whose birth is still the id's held this job last: it was acked, purged
+//!   as a dead letter or cancelled (the record's cancel mark says which), and nothing newer
+//!   took the record yet. Once one does, the job is
 //!   `Unknown`: records are reused, and nothing else remembers finished jobs.
 
 use crate::layout::RecordHeader;
@@ -53,6 +54,8 @@ pub enum Fate {
     },
     /// Acked, or purged as a dead letter; its record is free and not reused yet.
     Finished,
+    /// Cancelled (`cancel`); its record is free and not reused yet.
+    Cancelled,
 }
 
 /// The fate of job `index.birth` of queue-table entry `queue`.
@@ -77,6 +80,7 @@ fn read(hdr: &RecordHeader, state: Option<State>, holder: u32, index: u32, queue
     let attempts = hdr.attempts.load(Ordering::Relaxed);
     match state {
         None => Fate::Unknown,
+        Some(State::Free) if crate::dead_letter::is_cancelled(hdr) => Fate::Cancelled,
         Some(State::Free) => Fate::Finished,
         Some(State::Filling) => Fate::BeingPushed,
         Some(State::Queued) => Fate::Queued { attempts },

@@ -13,8 +13,6 @@
 //!   ([`crate::Injector::import`]), so a process killed half-way leaves records that
 //!   recovery knows.
 
-use crate::dead_letter::LAST_ERROR_BYTES;
-use crate::layout::RecordHeader;
 use crate::record::state::State;
 use crate::segment::{QueueInfo, QuotaState, Segment};
 use crate::sync::Ordering;
@@ -100,18 +98,7 @@ fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
         payload,
         attempts: hdr.attempts.load(Ordering::Relaxed),
         dead,
-        last_error: if dead { last_error(hdr) } else { String::new() },
+        last_error: if dead { crate::dead_letter::load_last_error(hdr) } else { String::new() },
     };
     (st.load() == w).then_some(Some(job))
-}
-
-fn last_error(hdr: &RecordHeader) -> String {
-    let n = ((hdr.flags.load(Ordering::Relaxed) & ((1 << crate::record::state::BIRTH_SHIFT) - 1)) as usize)
-        .min(LAST_ERROR_BYTES);
-    let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
-    for w in &hdr.reserved {
-        b.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
-    b.truncate(n);
-    String::from_utf8_lossy(&b).into_owned()
 }

@@ -1,8 +1,8 @@
 //! Cancelling jobs by id (`xtcq cancel QUEUE JOB...`, `Client::cancel_job`), with real
 //! processes: a queued and a delayed job never run; a running `xtcq work` command is stopped
-//! before the cancel returns and the worker goes on with the next job; a library holder's
-//! ack fails; a job finished, dead or unknown is left as it is and said so; cancelled jobs
-//! are counted, not dead letters.
+//! before the cancel returns and the worker goes on with the next job; a library holder sees
+//! `cancelled()` and its ack says so; a job finished, dead or unknown is left as it is and
+//! said so; cancelled jobs are counted, not dead letters.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -92,19 +92,30 @@ fn a_running_command_is_stopped_before_the_cancel_returns_and_the_worker_goes_on
 }
 
 #[test]
-fn a_library_holders_ack_fails_once_its_job_is_cancelled() {
+fn a_library_holder_sees_its_job_cancelled_and_its_ack_says_so() {
     let d = Daemon::start();
     ok(&d.run(&["create", "q"]));
     let first = push(&d, &["q", "first"]);
     let c = d.client();
     let thief = c.attach_thief("q").expect("thief");
     let job = thief.steal().expect("steal").expect("the job");
-    let out = c.cancel_job("q", id(&first)).expect("cancel");
+    assert!(!job.cancelled(), "held and not cancelled");
+    // Cancelled by another process: the command line.
+    let o = d.run(&["cancel", "q", &first]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert!(
-        matches!(out, xtcq_proto::CancelOutcome::WasRunning { pid: Some(p) } if p == std::process::id()),
-        "{out:?}"
+        stdout(&o).contains(&format!("cancelled (it was running by pid {}", std::process::id())),
+        "{}",
+        stdout(&o)
     );
-    assert!(job.ack().is_err(), "the holder's ack of a cancelled job");
+    assert!(job.cancelled(), "the holder sees the cancel");
+    assert!(stdout(&d.run(&["job", "q", &first])).contains("cancelled"), "xtcq job says cancelled");
+    assert_eq!(c.job_state("q", id(&first)).expect("state"), xtcq_proto::JobState::Cancelled);
+    let e = job.extend_lease(Duration::from_secs(5)).expect_err("a lease extension of a cancelled job");
+    assert!(matches!(e, xtcq_client::Error::Job(xtcq_shm::JobError::Cancelled { .. })), "{e}");
+    let e = job.ack().expect_err("the holder's ack of a cancelled job");
+    assert!(matches!(e, xtcq_client::Error::Job(xtcq_shm::JobError::Cancelled { .. })), "{e}");
+    assert!(e.to_string().contains("was cancelled"), "{e}");
     assert_eq!(c.cancel_job("q", id(&first)).expect("cancel"), xtcq_proto::CancelOutcome::Finished);
     assert!(thief.steal().expect("steal").is_none(), "a cancelled job never comes back");
 }
@@ -165,7 +176,7 @@ fn the_c_api_cancels_and_sets_the_limits() {
         Duration::from_secs(60),
     );
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert_eq!(stdout(&out), "cancelled\nlimited\n");
+    assert_eq!(stdout(&out), "cancelled\nheld and cancelled\nlimited\n");
     let stats = ok(&d.run(&["stats", "c"]));
     assert!(stats.contains("running:  0 of at most 3 at once"), "{stats}");
     assert!(stats.contains("rate:     at most 200/s, burst 4"), "{stats}");

@@ -33,6 +33,7 @@ impl Registry {
             },
             Fate::Dead { attempts, last_error } => proto::JobState::Dead { attempts, last_error },
             Fate::Finished => proto::JobState::Finished,
+            Fate::Cancelled => proto::JobState::Cancelled,
         })
     }
 }

@@ -33,6 +33,9 @@ pub trait Claim: Sized {
     /// The claim's lease deadline (CLOCK_MONOTONIC ns), `None` without a lease.
     fn lease_deadline_ns(&self) -> Option<u64>;
 
+    /// Whether the job was cancelled while we held it (see [`ClaimedJob::cancelled`]).
+    fn cancelled(&self) -> bool;
+
     /// Appends the payload to `out` (reuse one buffer across jobs).
     fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError>;
 
@@ -84,6 +87,10 @@ impl Claim for ClaimedJob<'_> {
     #[inline]
     fn lease_deadline_ns(&self) -> Option<u64> {
         ClaimedJob::lease_deadline_ns(self)
+    }
+    #[inline]
+    fn cancelled(&self) -> bool {
+        ClaimedJob::cancelled(self)
     }
     #[inline]
     fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {

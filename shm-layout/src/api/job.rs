@@ -7,7 +7,7 @@
 use super::{JobError, QueueCtx};
 use crate::metrics::Counter;
 use crate::overflow::RingError;
-use crate::record::state::{next_generation, JobHandle, State};
+use crate::record::state::{next_generation, JobHandle, State, StateWord, NO_HOLDER};
 use crate::segment::monotonic_ns;
 use crate::sync::Ordering;
 
@@ -46,8 +46,7 @@ impl ClaimedJob<'_> {
             .records
             .state(self.handle.get().index)
             .ok_or_else(|| JobError::Corrupt("record out of range".into()))?;
-        let ours =
-            crate::record::state::StateWord::pack(self.handle.get().generation, State::Claimed, self.me);
+        let ours = StateWord::pack(self.handle.get().generation, State::Claimed, self.me);
         let before = out.len();
         // SAFETY: we hold the record in Claimed(me): our claim CAS succeeded, and only we move
         // it on, except recovery of a dead holder (not us: we run) and lease expiry, which
@@ -59,7 +58,7 @@ impl ClaimedJob<'_> {
         // only what comes after it; as in a seqlock reader), and makes the check see a revoke
         // whose Release preceded a rewrite we might have copied from.
         crate::sync::fence(Ordering::Acquire);
-        let now = crate::record::state::StateWord(st.0.load(Ordering::Acquire));
+        let now = StateWord(st.0.load(Ordering::Acquire));
         if now != ours {
             out.truncate(before);
             return Err(self.not_held(now.0));
@@ -120,12 +119,32 @@ impl ClaimedJob<'_> {
         Ok(())
     }
 
+    /// Whether the job was cancelled (`xtcq cancel`) while we held it: the daemon took it back
+    /// and marked it. `false` while it is still ours, and once its record holds another job
+    /// (records are reused; a job no longer ours then fails its ack with
+    /// [`JobError::NotHeld`]). A long job may look now and then, and stop.
+    pub fn cancelled(&self) -> bool {
+        let (Some(st), Some(hdr)) = (
+            self.ctx.records.state(self.handle.get().index),
+            self.ctx.records.header(self.handle.get().index),
+        ) else {
+            return false;
+        };
+        was_cancelled(hdr, st.load(), self.handle.get().generation, self.me)
+    }
+
     pub(super) fn not_held(&self, found: u64) -> JobError {
+        let handle = self.handle.get();
+        if let Some(hdr) = self.ctx.records.header(handle.index) {
+            if was_cancelled(hdr, StateWord(found), handle.generation, self.me) {
+                return JobError::Cancelled { handle };
+            }
+        }
         let d = self.deadline.get();
         if d != 0 && monotonic_ns() >= d {
             return JobError::LeaseExpired { handle: self.handle.get() };
         }
-        let w = crate::record::state::StateWord(found);
+        let w = StateWord(found);
         JobError::NotHeld {
             handle: self.handle.get(),
             found: format!("{:?} generation {} holder {}", w.state(), w.generation(), w.holder()),
@@ -281,6 +300,19 @@ impl ClaimedJob<'_> {
         self.ctx.settled();
         Ok(None)
     }
+}
+
+/// Whether our claim `Claimed(generation, me)`, now seen as `now`, was taken by a cancel: the
+/// daemon's revoke left `Claimed(generation, NO_HOLDER)` (its fence under way) or its free
+/// `Free(generation + 1)`, and the record carries the cancel mark. Any other word means the
+/// record moved on further (or is still ours). The mark is stored after the revoke and before
+/// the free's Release (`cancel`): the Acquire load of `now` sees it with the free.
+fn was_cancelled(hdr: &crate::layout::RecordHeader, now: StateWord, generation: u32, me: u32) -> bool {
+    let revoked = StateWord::pack(generation, State::Claimed, NO_HOLDER);
+    let freed = StateWord::pack(next_generation(generation), State::Free, NO_HOLDER);
+    now != StateWord::pack(generation, State::Claimed, me)
+        && (now == revoked || now == freed)
+        && crate::dead_letter::is_cancelled(hdr)
 }
 
 impl Drop for ClaimedJob<'_> {

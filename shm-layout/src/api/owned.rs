@@ -137,6 +137,10 @@ impl Claim for OwnedJob {
         Some(self.deadline.load(Ordering::Relaxed)).filter(|&d| d != 0)
     }
 
+    fn cancelled(&self) -> bool {
+        self.with_claim(|c| Ok(c.cancelled())).unwrap_or(false)
+    }
+
     fn read_payload(&self, out: &mut Vec<u8>) -> Result<(), JobError> {
         self.with_claim(|c| c.read_payload(out))
     }
