@@ -49,6 +49,7 @@ mod config_error;
 pub mod payload;
 mod sizes;
 
+pub use crate::limit_words::RateWords;
 pub use config_error::ConfigError;
 
 use crate::cache_line::CacheLine;
@@ -326,21 +327,6 @@ pub struct QueueControl {
     /// The queue's rate limit (`segment::rate`), read only while [`FLOW_RATED`] is set.
     /// Layout version 9.
     pub rate: RateWords,
-}
-
-/// A queue's rate limit: at most `burst` claims at once, then one every `interval_ns`, across
-/// every process (`segment::rate`).
-#[repr(C)]
-#[derive(Debug)]
-pub struct RateWords {
-    /// ns between two claims at the limit's pace (0: no limit). Written only by the daemon.
-    pub interval_ns: AtomicU64,
-    /// Claims that may start at once after a quiet spell (at least 1). Written only by the
-    /// daemon.
-    pub burst: AtomicU32,
-    /// The bucket: the CLOCK_MONOTONIC time at which it would be empty again, advanced by
-    /// `interval_ns` for each claim let through (a generic cell rate algorithm).
-    pub theoretical: AtomicU64,
 }
 
 /// [`QueueControl::flow`] bit: the queue is paused, consumers take nothing from it and

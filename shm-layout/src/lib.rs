@@ -36,6 +36,7 @@ pub mod failpoint;
 /// Fork detection, shared by the client and the C API.
 #[cfg(not(xtcq_loom))]
 pub mod fork;
+pub mod limit_words;
 pub mod overflow;
 pub mod record;
 pub mod sync;

@@ -41,14 +41,15 @@ mod quota;
 mod rate;
 mod running;
 
+pub use crate::limit_words::{Rate, Running, Tokens};
 use clock::now_unix_ns;
 pub use clock::{coarse_monotonic_ns, monotonic_ns};
 pub use errors::{DeleteError, QueueError, SegmentError};
 pub use memory::host_memory_and_swap;
 pub use queue_table::{DroppedJobs, QueueDeleted, QueueInfo, QueueSpec, QueueUsage};
 pub use quota::{Held, QueueQuota, QueueRecordCount, QuotaState};
-pub use rate::{Rate, RateLimit, Tokens};
-pub use running::{Running, RunningWalk};
+pub use rate::RateLimit;
+pub use running::RunningWalk;
 
 /// A mapped segment.
 #[derive(Debug)]

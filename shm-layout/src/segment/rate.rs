@@ -27,106 +27,6 @@ use super::Segment;
 use crate::layout::{QueueControl, QueueEntry, RateWords, FLOW_RATED};
 use crate::sync::Ordering;
 
-/// The token bucket's arithmetic on a [`RateWords`].
-pub struct Rate;
-
-/// Tokens a take got: how many, the bucket word as the take left it, and the clock and limit
-/// it counted with (to give unused ones back: see [`Rate::give_back`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tokens {
-    /// Tokens taken.
-    pub count: usize,
-    /// `theoretical` as this take wrote it.
-    pub left_at: u64,
-    /// The clock the take read (ns, CLOCK_MONOTONIC).
-    pub taken_at: u64,
-    /// The interval and burst it counted with.
-    pub limit: (u64, u32),
-}
-
-impl Rate {
-    /// Takes up to `want` tokens at time `now` (ns, CLOCK_MONOTONIC): `Ok` with what it got
-    /// (at least one), `Err(ns)` when none is due for `ns` more nanoseconds.
-    #[inline]
-    pub fn take(words: &RateWords, want: usize, now: u64) -> Result<Tokens, u64> {
-        let interval = words.interval_ns.load(Ordering::Relaxed).max(1);
-        let burst_word = words.burst.load(Ordering::Relaxed);
-        let burst = u64::from(burst_word.max(1));
-        let full_until = now.saturating_add(burst.saturating_mul(interval));
-        // Relaxed throughout: the word only counts; the jobs themselves are published and
-        // claimed through the deques and the records' CASes.
-        let mut t = words.theoretical.load(Ordering::Relaxed);
-        loop {
-            let from = t.max(now);
-            let room = full_until.saturating_sub(from) / interval;
-            if room == 0 {
-                return Err(from.saturating_add(interval).saturating_sub(full_until).max(1));
-            }
-            let count = (want as u64).min(room);
-            let left_at = from.saturating_add(count * interval);
-            match words.theoretical.compare_exchange_weak(t, left_at, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    return Ok(Tokens {
-                        count: count as usize,
-                        left_at,
-                        taken_at: now,
-                        limit: (interval, burst_word),
-                    })
-                }
-                Err(now_t) => t = now_t,
-            }
-        }
-    }
-
-    /// Gives `n` of `tokens` back; the tokens left. Whole to a bucket as `tokens` left it;
-    /// to a bucket moved since, less the time since the take (`now`, read only then): a
-    /// later take that found the bucket empty counted from its own clock, not from ours, and
-    /// gained at most that time from our tokens, so the bound holds without them. Nothing
-    /// goes back to a bucket of another limit (set since the take).
-    pub fn give_back(words: &RateWords, tokens: Tokens, n: usize, now: impl FnOnce() -> u64) -> Tokens {
-        let n = n.min(tokens.count);
-        if n == 0 {
-            return tokens;
-        }
-        let left = Tokens { count: tokens.count - n, ..tokens };
-        let limit = (words.interval_ns.load(Ordering::Relaxed).max(1), words.burst.load(Ordering::Relaxed));
-        if limit != tokens.limit {
-            return left;
-        }
-        let whole = (n as u64).saturating_mul(limit.0);
-        let back = tokens.left_at.saturating_sub(whole);
-        let Err(mut t) =
-            words.theoretical.compare_exchange(tokens.left_at, back, Ordering::Relaxed, Ordering::Relaxed)
-        else {
-            return Tokens { left_at: back, ..left };
-        };
-        let owed = whole.saturating_sub(now().saturating_sub(tokens.taken_at));
-        if owed == 0 {
-            return left;
-        }
-        loop {
-            match words.theoretical.compare_exchange_weak(
-                t,
-                t.saturating_sub(owed),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return left,
-                Err(now_t) => t = now_t,
-            }
-        }
-    }
-
-    /// ns until a token is due at `now` (0: one is there).
-    pub fn wait_ns(words: &RateWords, now: u64) -> u64 {
-        let interval = words.interval_ns.load(Ordering::Relaxed).max(1);
-        let burst = u64::from(words.burst.load(Ordering::Relaxed).max(1));
-        let full_until = now.saturating_add(burst.saturating_mul(interval));
-        let from = words.theoretical.load(Ordering::Relaxed).max(now);
-        from.saturating_add(interval).saturating_sub(full_until)
-    }
-}
-
 /// A queue's rate limit as the daemon sets it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RateLimit {
@@ -209,7 +109,8 @@ impl Segment {
 mod tests {
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
-    use super::{Rate, RateLimit, RateWords, Tokens};
+    use super::{RateLimit, RateWords};
+    use crate::limit_words::{Rate, Tokens};
     use crate::segment::{one_queue_segment, QueueSpec};
     use crate::sync::Ordering;
 

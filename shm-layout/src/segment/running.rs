@@ -25,53 +25,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use super::*;
 
-/// The `running` word: the count in the low 32 bits, a sequence that every change moves in
-/// the high 32 (so that the daemon's walk can tell the word did not move).
-pub struct Running;
-
-impl Running {
-    const ONE_CHANGE: u64 = 1 << 32;
-
-    /// The count of word `w`.
-    pub fn count(w: u64) -> u32 {
-        w as u32
-    }
-
-    fn next(w: u64, count: u32) -> u64 {
-        (w & !0xFFFF_FFFF).wrapping_add(Self::ONE_CHANGE) | u64::from(count)
-    }
-
-    /// Takes one of `max` slots; false when all are taken. Acquire: pairs with the Release
-    /// of the give-back that freed the slot, so the job that held it was settled before.
-    #[inline]
-    pub fn take(word: &AtomicU64, max: u32) -> bool {
-        let mut w = word.load(Ordering::Relaxed);
-        loop {
-            let n = Self::count(w);
-            if n >= max {
-                return false;
-            }
-            match word.compare_exchange_weak(w, Self::next(w, n + 1), Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => w = now,
-            }
-        }
-    }
-
-    /// Gives one slot back (never below zero).
-    #[inline]
-    pub fn give(word: &AtomicU64) {
-        let mut w = word.load(Ordering::Relaxed);
-        loop {
-            let n = Self::count(w).saturating_sub(1);
-            match word.compare_exchange_weak(w, Self::next(w, n), Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(now) => w = now,
-            }
-        }
-    }
-}
-
 /// What the daemon's walk proposes for a queue's running count: the word as it was before the
 /// walk and the claims the walk counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
