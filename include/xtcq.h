@@ -81,6 +81,46 @@
 #define XTCQ_CANCEL_UNKNOWN 8
 
 /**
+ * No job of this id in the queue (never was, or finished and its record was reused).
+ */
+#define XTCQ_JOB_UNKNOWN 0
+
+/**
+ * Its push is under way.
+ */
+#define XTCQ_JOB_BEING_PUSHED 1
+
+/**
+ * Waiting in line.
+ */
+#define XTCQ_JOB_QUEUED 2
+
+/**
+ * Waiting for its due time (`due_in_ms`).
+ */
+#define XTCQ_JOB_DELAYED 3
+
+/**
+ * Claimed by a consumer (`pid`, `lease_left_ms`).
+ */
+#define XTCQ_JOB_RUNNING 4
+
+/**
+ * A dead letter.
+ */
+#define XTCQ_JOB_DEAD 5
+
+/**
+ * Acked (or purged as a dead letter).
+ */
+#define XTCQ_JOB_FINISHED 6
+
+/**
+ * Cancelled.
+ */
+#define XTCQ_JOB_CANCELLED 7
+
+/**
  * Success.
  */
 #define XTCQ_OK 0
@@ -251,6 +291,33 @@ typedef struct {
    */
   uint64_t lease_deadline_ns;
 } xtcq_job_info;
+
+/**
+ * What became of one job.
+ */
+typedef struct {
+  /**
+   * One of the `XTCQ_JOB_*` values.
+   */
+  int state;
+  /**
+   * Runs given back so far (queued, delayed, running: before this run; dead: all runs).
+   */
+  uint32_t attempts;
+  /**
+   * Running: the consumer's pid; 0 when the daemon took the job back and is stopping its
+   * command, or does not know the process.
+   */
+  uint32_t pid;
+  /**
+   * Running: milliseconds left on its lease; -1 without a lease.
+   */
+  int64_t lease_left_ms;
+  /**
+   * Delayed: milliseconds until it joins the line (0: due now).
+   */
+  uint64_t due_in_ms;
+} xtcq_job_state_info;
 
 #ifdef __cplusplus
 extern "C" {
@@ -481,6 +548,20 @@ int xtcq_job_release(xtcq_job *job);
  * `job` is a live job handle.
  */
 int xtcq_job_extend_lease(xtcq_job *job, uint32_t lease_ms);
+
+/**
+ * What became of job `index.birth` of queue `name` (the id `xtcq push --print-handle`
+ * prints), stored in `*out`.
+ *
+ * # Safety
+ * `client` is a live client; `name` a NUL-terminated string; `out` points to writable
+ * storage.
+ */
+int xtcq_job_state(xtcq_client *client,
+                   const char *name,
+                   uint32_t index,
+                   uint32_t birth,
+                   xtcq_job_state_info *out);
 
 /**
  * Takes a free deque of `queue` as its owner and stores the handle in `*out`.

@@ -23,6 +23,7 @@ mod flow;
 /// Fork detection, shared with the Rust client.
 use ::xtcq_client::fork;
 mod job;
+mod job_state;
 mod producer;
 mod report;
 mod status;
@@ -32,6 +33,7 @@ mod wake;
 pub use client::*;
 pub use flow::*;
 pub use job::*;
+pub use job_state::*;
 pub use producer::*;
 pub use report::*;
 pub use status::*;

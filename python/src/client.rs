@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::RwLock;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use xtcq_client::{Client as RustClient, CreateOptions, Flavor, QueueParams};
 
 use crate::args::{text, u32_arg};
@@ -36,6 +36,17 @@ impl Client {
     /// A queue name as an argument: a str without NUL.
     fn name(py: Python<'_>, queue: &Bound<'_, PyAny>) -> PyResult<String> {
         text(py, queue, "a queue name")
+    }
+
+    /// A job id as an argument: "index.birth", as `Job.id` gives it.
+    fn job_id(py: Python<'_>, job_id: &Bound<'_, PyAny>) -> PyResult<xtcq_client::JobId> {
+        let id_text = text(py, job_id, "job_id")?;
+        id_text.parse().map_err(|_| {
+            invalid(
+                py,
+                format!("job_id {id_text:?} is not a job id; give it as Job.id prints it (like 12.3)"),
+            )
+        })
     }
 }
 
@@ -167,13 +178,7 @@ impl Client {
         job_id: &Bound<'_, PyAny>,
     ) -> PyResult<&'static str> {
         let name = Self::name(py, name)?;
-        let id_text = text(py, job_id, "job_id")?;
-        let id: xtcq_client::JobId = id_text.parse().map_err(|_| {
-            invalid(
-                py,
-                format!("job_id {id_text:?} is not a job id; give it as Job.id prints it (like 12.3)"),
-            )
-        })?;
+        let id = Self::job_id(py, job_id)?;
         let client = self.live(py)?;
         let out = py.detach(|| client.cancel_job(&name, id)).or_raise(py)?;
         use xtcq_client::CancelOutcome as C;
@@ -188,6 +193,25 @@ impl Client {
             C::Busy => "busy",
             C::Unknown => "unknown",
         })
+    }
+
+    /// What became of job `job_id` ("index.birth"): a dict with "state" ("unknown",
+    /// "being_pushed", "queued", "delayed", "running", "dead", "finished" or "cancelled") and
+    /// what that state tells: "attempts"; "due_in_ms" (delayed); "pid" (running: None while
+    /// the daemon stops a job it took back) and "lease_left_ms" (None without a lease);
+    /// "last_error" (dead). A finished or cancelled job is "unknown" once its record holds
+    /// another job.
+    fn job_state<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'_, PyAny>,
+        job_id: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let name = Self::name(py, name)?;
+        let id = Self::job_id(py, job_id)?;
+        let client = self.live(py)?;
+        let state = py.detach(|| client.job_state(&name, id)).or_raise(py)?;
+        crate::job_state::to_dict(py, state)
     }
 
     /// The segment's problems, one message each (empty: consistent). `quiescent` also

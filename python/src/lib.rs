@@ -14,6 +14,7 @@ mod args;
 mod client;
 mod error;
 mod job;
+mod job_state;
 mod producer;
 mod thief;
 

@@ -464,7 +464,12 @@ def test_cancel_job_and_flow_limits(daemon):
     assert held is not None
     held_id = held.id
     assert not held.cancelled()
+    state = client.job_state("limited", held_id)
+    assert state["state"] == "running" and state["pid"] == os.getpid(), state
+    assert state["attempts"] == 0 and state["lease_left_ms"] is None, state
     assert client.cancel_job("limited", held_id) == "was_running"
+    assert client.job_state("limited", held_id) == {"state": "cancelled"}
+    assert client.job_state("limited", "9999.1") == {"state": "unknown"}
     assert held.cancelled()
     with pytest.raises(xtcq.JobCancelled) as raised:
         held.ack()

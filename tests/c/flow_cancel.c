@@ -36,12 +36,22 @@ int main(int argc, char **argv) {
     if (expect("thief", xtcq_thief_attach(c, argv[2], &thief), XTCQ_OK)) return 1;
     if (expect("job", xtcq_job_new(&job), XTCQ_OK)) return 1;
     if (expect("push", xtcq_injector_push_id(inj, (const uint8_t *)"run", 3, 0, &id), XTCQ_OK)) return 1;
+    xtcq_job_state_info st;
+    if (expect("state", xtcq_job_state(c, argv[2], (unsigned)(id >> 32), (unsigned)id, &st), XTCQ_OK)) return 1;
+    if (st.state != XTCQ_JOB_QUEUED) { fprintf(stderr, "state before the steal: %d\n", st.state); return 1; }
     if (expect("steal", xtcq_thief_steal(thief, job), XTCQ_OK)) return 1;
+    if (expect("state", xtcq_job_state(c, argv[2], (unsigned)(id >> 32), (unsigned)id, &st), XTCQ_OK)) return 1;
+    if (st.state != XTCQ_JOB_RUNNING || st.pid == 0) { fprintf(stderr, "state held: %d pid %u\n", st.state, st.pid); return 1; }
     if (xtcq_job_cancelled(job) != 0) { fprintf(stderr, "cancelled before the cancel\n"); return 1; }
     if (expect("cancel running", xtcq_cancel_job(c, argv[2], (unsigned)(id >> 32), (unsigned)id, &out), XTCQ_OK)) return 1;
     if (out != XTCQ_CANCEL_WAS_RUNNING) { fprintf(stderr, "cancel running: outcome %d\n", out); return 1; }
     if (xtcq_job_cancelled(job) != 1) { fprintf(stderr, "the holder does not see the cancel\n"); return 1; }
     if (expect("ack of a cancelled job", xtcq_job_ack(job), XTCQ_E_CANCELLED)) return 1;
+    if (expect("state", xtcq_job_state(c, argv[2], (unsigned)(id >> 32), (unsigned)id, &st), XTCQ_OK)) return 1;
+    if (st.state != XTCQ_JOB_CANCELLED) { fprintf(stderr, "state cancelled: %d\n", st.state); return 1; }
+    if (expect("state NULL", xtcq_job_state(c, argv[2], 0, 0, NULL), XTCQ_E_INVALID)) return 1;
+    if (expect("state of nothing", xtcq_job_state(c, argv[2], 999999, 1, &st), XTCQ_OK)) return 1;
+    if (st.state != XTCQ_JOB_UNKNOWN) { fprintf(stderr, "state unknown: %d\n", st.state); return 1; }
     if (xtcq_job_cancelled(job) != 0 || xtcq_job_cancelled(NULL) != 0) { fprintf(stderr, "no job held\n"); return 1; }
     xtcq_job_free(job);
     xtcq_thief_free(thief);
