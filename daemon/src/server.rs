@@ -108,6 +108,8 @@ pub async fn serve(cfg: Config, prep: Prepared) -> Result<(), DaemonError> {
     } else {
         watch_adopted(&st, &mut tasks);
     }
+    // The state file holds the record of the segment now; an older daemon's own file goes.
+    crate::persistence::segment_memory::forget_old(&cfg.socket);
     spawn_background(&st, &mut tasks);
     // The `/metrics` listener, bound at start-up (a taken port is an error before READY=1,
     // not a silent gap in the metrics).

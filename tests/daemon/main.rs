@@ -23,4 +23,5 @@ mod resume;
 mod segment_size;
 mod size_flags;
 mod startup_errors;
+mod state_file;
 mod systemd_units;

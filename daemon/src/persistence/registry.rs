@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::warn;
 
-use crate::persistence::state::{self, DaemonState, SlotRecord};
+use crate::persistence::state::{self, DaemonState, Served, SlotRecord};
 use crate::registry::{Bookkeeping, Registry};
 
 impl Registry {
@@ -27,6 +27,7 @@ impl Registry {
             queues: t.queues.clone(),
             fences: t.fences.records(),
             daemon_epoch: Some(self.seg.header_live().daemon_epoch.load(Ordering::Acquire)),
+            served: Some(Served { path: self.seg.path().to_path_buf(), pid: std::process::id() }),
         };
         match f.save(&st) {
             Ok(()) => true,

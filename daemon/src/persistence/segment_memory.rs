@@ -1,23 +1,29 @@
-//! The daemon's own memory of the segment it served: a small private file beside the socket's
-//! lock (`SOCKET.segment`), so that a daemon starting where its segment is gone, or is another
-//! file, says so instead of starting empty without a word.
+//! The daemon's memory of the segment it served, so that a daemon starting where its
+//! segment is gone, or is another file, says so instead of starting empty without a word.
 //!
-//! The file holds `key=value` lines: the segment's path, device, inode and the pid that wrote
-//! it. It is written (owner-only, not following a symlink) each time a daemon has created or
-//! adopted its segment, and read at the next start, under the socket's lock, before the
-//! segment is opened. It is only ever a reason to log: a daemon whose state file is missing,
-//! unreadable or not ours starts as before (with a warning for the last two).
+//! The record is part of the state file (`SOCKET.state`, [`crate::persistence::state`]):
+//! the segment's path and the daemon's pid beside the segment's device and inode, written
+//! with the rest of the state. It is read at the next start, under the socket's lock, before
+//! the segment is opened, and is only ever a reason to log.
 //!
-//! Invariant: the state file names the segment the last daemon on this socket served, as
-//! that daemon saw it (its device and inode from `fstat` of the open file).
+//! Older daemons kept it in a file of its own beside the socket's lock (`SOCKET.segment`,
+//! `key=value` lines: the segment's path, device, inode and the pid that wrote it). A state
+//! file without the record falls back to that file, so the first start of this build over
+//! an older installation still compares; the old file is removed once the state file holds
+//! the record ([`forget_old`]).
+//!
+//! Invariant: the record names the segment the last daemon on this socket served, as that
+//! daemon saw it (its device and inode from `fstat` of the open file).
 
 use std::fs::OpenOptions;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use tracing::{error, warn};
 use xtcq_shm::Segment;
+
+use crate::persistence::state::StateFile;
 
 /// What the previous daemon on this socket recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,15 +36,26 @@ pub struct Previous {
     pub pid: u32,
 }
 
-/// The state file of the daemon serving `socket`.
+/// The record file older daemons kept beside `socket`.
 pub fn path_for(socket: &Path) -> PathBuf {
     let mut s = socket.as_os_str().to_os_string();
     s.push(".segment");
     PathBuf::from(s)
 }
 
-/// Reads the previous daemon's record, if there is one we can trust.
-pub fn read(socket: &Path) -> Option<Previous> {
+/// The previous daemon's record, if there is one we can trust: from the state file `state`,
+/// or, where an older daemon wrote that, from `SOCKET.segment` beside `socket`.
+pub fn read(state: &StateFile, socket: &Path) -> Option<Previous> {
+    if let Some(st) = state.load() {
+        if let Some(served) = st.served {
+            return Some(Previous { segment: served.path, id: st.segment, pid: served.pid });
+        }
+    }
+    read_old(socket)
+}
+
+/// The record of an older daemon's `SOCKET.segment`, if there is one we can trust.
+fn read_old(socket: &Path) -> Option<Previous> {
     let path = path_for(socket);
     let f = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
         Ok(f) => f,
@@ -67,29 +84,15 @@ fn parse(text: &str) -> Option<Previous> {
     })
 }
 
-/// Records `seg` as the segment this daemon serves. A failure is logged, never fatal.
-pub fn write(socket: &Path, seg: &Segment) {
+/// Removes an older daemon's `SOCKET.segment` beside `socket`, once the state file holds
+/// the record (the registry writes it when it adopts or creates the segment). A failure is
+/// logged, never fatal: a stale file is read only when the state file lacks the record.
+pub fn forget_old(socket: &Path) {
     let path = path_for(socket);
-    let result = (|| {
-        let md = seg.file().metadata()?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)?;
-        write!(
-            f,
-            "segment={}\ndev={}\nino={}\npid={}\n",
-            seg.path().display(),
-            md.dev(),
-            md.ino(),
-            std::process::id()
-        )
-    })();
-    if let Err(e) = result {
-        warn!(state = %path.display(), error = %e, "cannot write the daemon's state file");
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(state = %path.display(), error = %e, "cannot remove an older xtcqd's segment record"),
     }
 }
 

@@ -153,6 +153,20 @@ pub struct DaemonState {
     /// stale: the next one finds the epoch moved on by more than itself.
     #[serde(default)]
     pub daemon_epoch: Option<u64>,
+    /// The segment's path and the daemon that wrote this, for the next daemon to say when
+    /// that segment is gone or replaced (`None`: an older daemon's file, which kept them in
+    /// `SOCKET.segment`; see `crate::persistence::segment_memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<Served>,
+}
+
+/// Which segment file a daemon served, by path, and which daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Served {
+    /// The segment's path.
+    pub path: PathBuf,
+    /// The daemon's pid.
+    pub pid: u32,
 }
 
 /// The state file, reached through its directory's descriptor.

@@ -80,14 +80,13 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
         .map_err(io_err("cannot use the directory of the state file (--state)", &cfg.state))?;
     clear_stale_socket(&cfg.socket)?;
     // Read under the socket's lock: the state file is the previous daemon's on this socket.
-    let previous = crate::persistence::segment_memory::read(&cfg.socket);
+    let previous = crate::persistence::segment_memory::read(&state, &cfg.socket);
     let (segment, created) = match crate::startup::fdstore::open_segment(cfg, listen)? {
         Some((seg, created)) => (seg, created),
         None => open_segment_file(cfg)?,
     };
     let (segment, created, segment_lock) = finish_segment(cfg, segment, created)?;
     crate::persistence::segment_memory::compare(previous.as_ref(), &segment, created, cfg.recreate);
-    crate::persistence::segment_memory::write(&cfg.socket, &segment);
     let (listener, socket_id) = bind(cfg)?;
     Ok(Prepared {
         segment,
