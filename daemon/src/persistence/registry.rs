@@ -27,7 +27,11 @@ impl Registry {
             queues: t.queues.clone(),
             fences: t.fences.records(),
             daemon_epoch: Some(self.seg.header_live().daemon_epoch.load(Ordering::Acquire)),
-            served: Some(Served { path: self.seg.path().to_path_buf(), pid: std::process::id() }),
+            served: Some(Served {
+                path: self.seg.path().to_path_buf(),
+                pid: std::process::id(),
+                boot_id: crate::persistence::state::boot_id(),
+            }),
         };
         match f.save(&st) {
             Ok(()) => true,

@@ -34,6 +34,8 @@ pub struct Previous {
     pub id: (u64, u64),
     /// The daemon that wrote it.
     pub pid: u32,
+    /// The boot it was written in (`None`: not recorded, as by older daemons).
+    pub boot_id: Option<String>,
 }
 
 /// The record file older daemons kept beside `socket`.
@@ -48,7 +50,12 @@ pub fn path_for(socket: &Path) -> PathBuf {
 pub fn read(state: &StateFile, socket: &Path) -> Option<Previous> {
     if let Some(st) = state.load() {
         if let Some(served) = st.served {
-            return Some(Previous { segment: served.path, id: st.segment, pid: served.pid });
+            return Some(Previous {
+                segment: served.path,
+                id: st.segment,
+                pid: served.pid,
+                boot_id: served.boot_id,
+            });
         }
     }
     read_old(socket)
@@ -81,6 +88,7 @@ fn parse(text: &str) -> Option<Previous> {
         segment: PathBuf::from(field("segment")?),
         id: (field("dev")?.parse().ok()?, field("ino")?.parse().ok()?),
         pid: field("pid")?.parse().ok()?,
+        boot_id: None,
     })
 }
 
@@ -104,6 +112,23 @@ pub fn compare(prev: Option<&Previous>, seg: &Segment, created: bool, recreate: 
         return;
     }
     let p = seg.path().display();
+    let rebooted = prev
+        .boot_id
+        .as_ref()
+        .is_some_and(|b| crate::persistence::state::boot_id().is_some_and(|now| &now != b));
+    if created && rebooted {
+        // The state file outlives a reboot (the unit keeps it in /var/lib), the segment in
+        // memory does not: expected, but its jobs are gone, which the operator should hear.
+        warn!(
+            segment = %p,
+            previous_pid = prev.pid,
+            "the host restarted since the previous xtcqd (pid {}) served segment {p}: a segment in \
+             memory does not survive a reboot, and the jobs queued in it are gone unless they were \
+             exported (--export-on-stop, --import-on-start). Started with a new, empty segment",
+            prev.pid
+        );
+        return;
+    }
     if created {
         error!(
             segment = %p,
@@ -139,7 +164,7 @@ mod tests {
     #[test]
     fn a_record_parses_back() {
         let p = parse("segment=/dev/shm/x y\ndev=5\nino=77\npid=12\n").expect("parses");
-        assert_eq!(p, Previous { segment: "/dev/shm/x y".into(), id: (5, 77), pid: 12 });
+        assert_eq!(p, Previous { segment: "/dev/shm/x y".into(), id: (5, 77), pid: 12, boot_id: None });
         assert_eq!(parse("segment=/x\ndev=5\n"), None);
     }
 }

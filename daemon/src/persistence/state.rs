@@ -167,6 +167,16 @@ pub struct Served {
     pub path: PathBuf,
     /// The daemon's pid.
     pub pid: u32,
+    /// The kernel's boot id when it was written (`/proc/sys/kernel/random/boot_id`): a
+    /// segment in memory does not survive a reboot, which is no error of anyone's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), `None` where the kernel does not say.
+pub fn boot_id() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(text.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 /// The state file, reached through its directory's descriptor.
