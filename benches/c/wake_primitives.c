@@ -30,18 +30,69 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/io_uring.h>
+
+/* Not in older kernel headers (Linux 6.7 added them). */
+#define XTCQ_IORING_OP_FUTEX_WAIT 51
+#define XTCQ_FUTEX2_SIZE_U32 0x02
 
 #define N 2000
-enum { FUTEX, EVENTFD, DGRAM_PATH, DGRAM_CONNECTED, DGRAM_PATH_EPOLL, PIPE, MODES };
+enum { FUTEX, EVENTFD, DGRAM_PATH, DGRAM_CONNECTED, DGRAM_PATH_EPOLL, PIPE, URING_FUTEX, MODES };
 static const char *names[MODES] = {
     "futex wake", "eventfd write", "datagram sendto(path)", "datagram send(connected)",
-    "datagram sendto(path), waiter polls an epoll", "pipe write"};
+    "datagram sendto(path), waiter polls an epoll", "pipe write",
+    "futex wake, waiter polls an io_uring FUTEX_WAIT"};
 
 static int mode;
 static long t0s[N], t1s[N], t2s[N];
 static _Atomic int *word, seen;
 static int rfd, efd, ep, sendfd, connfd, pfd[2];
 static struct sockaddr_un addr;
+
+/* One io_uring with one futex wait in flight: its descriptor is readable once the wait ends. */
+static int ring = -1;
+static unsigned *sq_tail, *sq_mask, *sq_array, *cq_head, *cq_tail;
+static struct io_uring_sqe *sqes;
+
+static void ring_setup(void) {
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    ring = (int)syscall(__NR_io_uring_setup, 4, &p);
+    if (ring < 0) { perror("io_uring_setup"); return; }
+    size_t sq_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    size_t cq_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+    char *sq = mmap(NULL, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, IORING_OFF_SQ_RING);
+    char *cq = mmap(NULL, cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring, IORING_OFF_CQ_RING);
+    sqes = mmap(NULL, p.sq_entries * sizeof *sqes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring,
+                IORING_OFF_SQES);
+    if (sq == MAP_FAILED || cq == MAP_FAILED || sqes == MAP_FAILED) { perror("mmap ring"); exit(1); }
+    sq_tail = (unsigned *)(sq + p.sq_off.tail);
+    sq_mask = (unsigned *)(sq + p.sq_off.ring_mask);
+    sq_array = (unsigned *)(sq + p.sq_off.array);
+    cq_head = (unsigned *)(cq + p.cq_off.head);
+    cq_tail = (unsigned *)(cq + p.cq_off.tail);
+}
+
+/* Arms: a FUTEX_WAIT on `word` while it holds `expected` (shared: another process may wake). */
+static void ring_arm(int expected) {
+    unsigned t = *sq_tail, i = t & *sq_mask;
+    struct io_uring_sqe *e = &sqes[i];
+    memset(e, 0, sizeof *e);
+    e->opcode = XTCQ_IORING_OP_FUTEX_WAIT;
+    e->fd = XTCQ_FUTEX2_SIZE_U32;
+    e->addr = (unsigned long)word;
+    e->addr2 = (unsigned)expected;
+    e->addr3 = FUTEX_BITSET_MATCH_ANY;
+    sq_array[i] = i;
+    __atomic_store_n(sq_tail, t + 1, __ATOMIC_RELEASE);
+    if (syscall(__NR_io_uring_enter, ring, 1, 0, 0, NULL, 0) != 1) { perror("io_uring_enter"); exit(1); }
+}
+
+/* Consumes the completions: the readiness is taken. */
+static void ring_clear(void) {
+    __atomic_store_n(cq_head, __atomic_load_n(cq_tail, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+}
+
 
 static long now_ns(void) {
     struct timespec t;
@@ -75,6 +126,13 @@ static void *waiter(void *unused) {
         case DGRAM_PATH:
         case DGRAM_CONNECTED: sleep_on(rfd); recv(rfd, b, sizeof b, MSG_DONTWAIT); break;
         case DGRAM_PATH_EPOLL: sleep_on(ep); recv(rfd, b, sizeof b, MSG_DONTWAIT); break;
+        case URING_FUTEX:
+            while (atomic_load(word) == i) {
+                ring_arm(i);
+                sleep_on(ring);
+                ring_clear();
+            }
+            break;
         default: (void)!read(pfd[0], b, 1);
         }
         t2s[i] = now_ns();
@@ -86,7 +144,8 @@ static void *waiter(void *unused) {
 static void wake(int i) {
     uint64_t one = 1;
     switch (mode) {
-    case FUTEX: atomic_store(word, i + 1); syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0); break;
+    case FUTEX:
+    case URING_FUTEX: atomic_store(word, i + 1); syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0); break;
     case EVENTFD: (void)!write(efd, &one, 8); break;
     case DGRAM_PATH:
     case DGRAM_PATH_EPOLL: sendto(sendfd, "x", 1, MSG_DONTWAIT, (void *)&addr, sizeof addr); break;
@@ -115,6 +174,7 @@ static void setup(void) {
     connfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     efd = eventfd(0, EFD_NONBLOCK);
     if (connect(connfd, (void *)&addr, sizeof addr) || efd < 0 || pipe(pfd)) { perror("setup"); exit(1); }
+    ring_setup();
 }
 
 int main(int argc, char **argv) {
@@ -124,6 +184,7 @@ int main(int argc, char **argv) {
     for (int round = 0; round < rounds; round++) {
         for (mode = 0; mode < MODES; mode++) {
             pthread_t th;
+            if (mode == URING_FUTEX && ring < 0) continue;
             atomic_store(word, 0);
             atomic_store(&seen, 0);
             pthread_create(&th, NULL, waiter, NULL);
