@@ -20,7 +20,7 @@
 //!   revoke and the free leaves `Claimed(g, NO_HOLDER)`, which the next start's recovery
 //!   gives back (the job runs again rather than being lost).
 
-use crate::dead_letter::CANCELLED;
+use crate::dead_letter::{mark_cancelled, unmark_cancelled};
 use crate::layout::RecordHeader;
 use crate::metrics::Counter;
 use crate::record::state::{RecordState, State, StateWord, NO_HOLDER};
@@ -119,11 +119,11 @@ const TRIES: u32 = 16 + 100;
 /// Withdraws a queued or delayed job (`None`: it moved first). Marked cancelled before the
 /// CAS and unmarked if it fails: once the CAS frees the record a push may take it and store
 /// its own flags, which a later mark would land on. A failed CAS left it claimed or queued,
-/// where nothing reads the mark.
+/// where nothing reads the mark (its reason reads as the mark's length until then).
 fn withdraw(hdr: &RecordHeader, st: RecordState<'_>, g: u32, from: State) -> Option<Cancelled> {
-    hdr.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+    let marks = mark_cancelled(hdr);
     if st.withdraw(g, from).is_err() {
-        hdr.flags.fetch_and(!CANCELLED, Ordering::Relaxed);
+        unmark_cancelled(hdr, marks);
         return None;
     }
     Some(if from == State::Queued { Cancelled::WasQueued } else { Cancelled::WasDelayed })
@@ -159,7 +159,7 @@ fn running(
     let g = w.generation();
     // Marked while the record is `Claimed(g, NO_HOLDER)`, which only we move: the holder's
     // `cancelled()` and a failed ack or lease extension tell a cancel from other losses by it.
-    hdr.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+    mark_cancelled(hdr);
     let fenced = fence(index, holder);
     let q = hdr.queue.load(Ordering::Relaxed);
     if fenced.is_err() {
@@ -168,7 +168,6 @@ fn running(
         seg.running_given_back(q);
         return Some(Cancelled::NotStopped { holder });
     }
-    crate::dead_letter::store_last_error(hdr, "cancelled");
     // Only we may move `Claimed(g, NO_HOLDER)` now: the ack's CAS with no holder frees it.
     st.ack(g, NO_HOLDER).ok()?;
     seg.running_given_back(q);

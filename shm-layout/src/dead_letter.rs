@@ -29,24 +29,39 @@ pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
         // Relaxed: published by the Release CAS that gives the job back.
         w.store(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])), Ordering::Relaxed);
     }
-    // The birth generation above the length stays (the job's stable id), and so does the
-    // cancel mark.
+    // The birth generation above the length stays (the job's stable id).
     let kept = hdr.flags.load(Ordering::Relaxed) & !LEN_MASK;
     hdr.flags.store(kept | n as u32, Ordering::Relaxed);
 }
 
-/// `flags` bit: the job was cancelled (`cancel`). Below the birth generation, above the last
-/// error's length (at most [`LAST_ERROR_BYTES`]); a push's first store of `flags` clears it.
-pub(crate) const CANCELLED: u32 = 1 << (crate::record::state::BIRTH_SHIFT - 1);
+/// The last error's length in `flags`; the bits above are the birth generation
+/// ([`crate::JobId`]).
+const LEN_MASK: u32 = (1 << crate::record::state::BIRTH_SHIFT) - 1;
 
-/// The last error's length in `flags`; the bits above are the cancel mark and the birth
-/// generation ([`crate::JobId`]).
-const LEN_MASK: u32 = CANCELLED - 1;
+/// The cancel mark (`cancel`): a last-error length no reason has (one is at most
+/// [`LAST_ERROR_BYTES`]), so the mark needs no bit of its own. Stored only where no reason is
+/// read any more: a claim the daemon took back for a cancel (next comes its free, or a dead
+/// letter's reason that replaces the mark), and a queued job while the withdraw's CAS decides
+/// (taken back if that CAS loses). A push's first store of `flags` clears it.
+const CANCEL_MARK: u32 = LEN_MASK;
+
+/// Marks the job in this record cancelled; the word as marked and as it was before, for
+/// [`unmark_cancelled`].
+pub(crate) fn mark_cancelled(hdr: &RecordHeader) -> (u32, u32) {
+    let before = hdr.flags.fetch_or(CANCEL_MARK, Ordering::Relaxed);
+    (before | CANCEL_MARK, before)
+}
+
+/// Takes back a mark that `mark_cancelled` made (`marks`), unless `flags` moved since: a
+/// reason stored meanwhile, or a push into the freed record, is left as it is.
+pub(crate) fn unmark_cancelled(hdr: &RecordHeader, (marked, before): (u32, u32)) {
+    let _ = hdr.flags.compare_exchange(marked, before, Ordering::Relaxed, Ordering::Relaxed);
+}
 
 /// Whether the job in this record was cancelled (meaningful only while the record is still
 /// that job's: free or taken back, and not pushed into again).
 pub(crate) fn is_cancelled(hdr: &RecordHeader) -> bool {
-    hdr.flags.load(Ordering::Relaxed) & CANCELLED != 0
+    hdr.flags.load(Ordering::Relaxed) & LEN_MASK == CANCEL_MARK
 }
 
 /// The stable id of the job in record `index` (caller knows the record holds a job).
