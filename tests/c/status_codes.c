@@ -123,6 +123,26 @@ static void expired_lease(xtcq_client *client) {
     xtcq_owner_free(owner);
 }
 
+/* A job cancelled while held: its ack answers CANCELLED. */
+static void cancelled_while_held(xtcq_client *client) {
+    xtcq_injector *inj = NULL;
+    xtcq_thief *thief = NULL;
+    xtcq_job *job = NULL;
+    uint64_t id = 0;
+    int outcome = 0;
+    OK("create cancelling", xtcq_create_queue(client, "cancelling", 1, 0, 0, 0, 0));
+    OK("attach injector cancelling", xtcq_injector_attach(client, "cancelling", &inj));
+    OK("attach thief cancelling", xtcq_thief_attach(client, "cancelling", &thief));
+    OK("job_new", xtcq_job_new(&job));
+    OK("push cancelling", xtcq_injector_push_id(inj, HELLO, 5, 0, &id));
+    OK("steal cancelling", xtcq_thief_steal(thief, job));
+    OK("cancel", xtcq_cancel_job(client, "cancelling", (uint32_t)(id >> 32), (uint32_t)id, &outcome));
+    EXPECT("ack of the cancelled job", xtcq_job_ack(job), XTCQ_E_CANCELLED);
+    xtcq_job_free(job);
+    xtcq_thief_free(thief);
+    xtcq_injector_free(inj);
+}
+
 /* With every file descriptor of the process in use, a connect and an attach (which maps the
  * segment from a copy of the fd the daemon passed) say so: not "unreachable", not "segment
  * corrupt". The limit is lowered to keep the loop short, and restored after. */
@@ -203,6 +223,7 @@ int main(int argc, char **argv) {
 
     forked_handles(client, owner, thief, job);
     expired_lease(client);
+    cancelled_while_held(client);
 
     /* Last: fill the one-deque queue and its overflow ring (records are shared). */
     int rc = XTCQ_OK;
