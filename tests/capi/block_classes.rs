@@ -1,4 +1,4 @@
-//! Red team 3 from C: `tests/c/redteam3_blocks.c`, compiled with the system's `cc` against
+//! Red team 3 from C: `tests/c/block_boundaries.c`, compiled with the system's `cc` against
 //! `include/xtcq.h` and `libxtcq.a`, pushes at every payload class boundary through
 //! `xtcq_owner_push` and `xtcq_injector_push`, runs a class dry, and misuses
 //! `xtcq_thief_steal_batch` (NULL arguments, n out of range, a forked child); then `xtcq
@@ -28,12 +28,12 @@ const FLAGS: &[&str] = &[
 #[test]
 fn a_c_caller_at_every_class_boundary_and_misusing_steal_batch_gets_status_codes() {
     let d = Daemon::start_with(FLAGS);
-    let exe = compile_c("tests/c/redteam3_blocks.c", d.dir(), &["-D_POSIX_C_SOURCE=200809L"]);
+    let exe = compile_c("tests/c/block_boundaries.c", d.dir(), &["-D_POSIX_C_SOURCE=200809L"]);
     let out = run_within(Command::new(&exe).arg(&d.socket), Duration::from_secs(120));
     let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
-        "redteam3_blocks failed ({:?}):\n{so}\n{se}\ndaemon log:\n{}",
+        "block_boundaries failed ({:?}):\n{so}\n{se}\ndaemon log:\n{}",
         out.status,
         d.log_text()
     );

@@ -1,5 +1,5 @@
 //! Red team 6: the C API's `XTCQ_E_RESOURCE` (-16) under this process's own limits, through
-//! `tests/c/redteam6_resource.c` against a real daemon.
+//! `tests/c/resource_limits.c` against a real daemon.
 //!
 //! - With no fd free, the calls that use only the mapped segment (push, batch push, steal,
 //!   steal_wait, ack) work, and no job is lost or comes twice.
@@ -29,7 +29,7 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn the_segment_only_calls_work_with_no_fd_free() {
     let daemon = Daemon::start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&exe).arg(&daemon.socket).args(["shm", "nofd"]), Duration::from_secs(60));
     assert!(
@@ -46,7 +46,7 @@ fn the_segment_only_calls_work_with_no_fd_free() {
 #[test]
 fn a_reconnect_with_few_fds_free_says_resource_and_loses_nothing() {
     let mut daemon = Daemon::start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     let mut child = Command::new(&exe)
         .arg(&daemon.socket)
         .args(["reconnect", "again"])
@@ -75,7 +75,7 @@ fn a_reconnect_with_few_fds_free_says_resource_and_loses_nothing() {
 #[test]
 fn a_connect_with_no_address_space_left_says_resource() {
     let daemon = Daemon::start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&exe).arg(&daemon.socket).arg("address_space"), Duration::from_secs(60));
     let stdout = text(&out.stdout);
@@ -112,7 +112,7 @@ fn a_daemon_out_of_fds_is_not_this_process_out_of_resources() {
             };
         })
         .start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     // Idle connections (no Hello) the daemon holds for --io-timeout: more than it has fds.
     let held: Vec<_> =
         (0..64).filter_map(|_| std::os::unix::net::UnixStream::connect(&daemon.socket).ok()).collect();
@@ -137,7 +137,7 @@ fn a_daemon_out_of_fds_is_not_this_process_out_of_resources() {
 #[test]
 fn a_connect_and_a_first_attach_with_few_fds_free_say_resource() {
     let daemon = Daemon::start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     let out =
         run_within(Command::new(&exe).arg(&daemon.socket).args(["fresh", "fresh"]), Duration::from_secs(60));
     let stdout = text(&out.stdout);
@@ -161,7 +161,7 @@ fn a_first_attach_with_no_address_space_left_says_resource() {
     let records = sizes.iter().position(|&f| f == "--records").expect("--records") + 1;
     sizes[records] = "65536";
     let daemon = Daemon::builder().flags(sizes).start();
-    let exe = compile_c("tests/c/redteam6_resource.c", daemon.dir(), &[]);
+    let exe = compile_c("tests/c/resource_limits.c", daemon.dir(), &[]);
     let out = run_within(
         Command::new(&exe).arg(&daemon.socket).args(["attach_address_space", "mapped"]),
         Duration::from_secs(60),

@@ -1,5 +1,5 @@
 //! Red team: the C API's owner, injector and one thief shared by four pthreads, every claim
-//! acked on another thread than its own (`tests/c/redteam8_lanes.c`), then a fork whose
+//! acked on another thread than its own (`tests/c/threads_fork.c`), then a fork whose
 //! child must find every inherited handle refused. `stats --json` then says exactly the
 //! jobs the program ran: no count lost between the handle lanes and the shared lane.
 
@@ -12,7 +12,7 @@ use xtcq_testkit::*;
 fn c_handles_shared_by_pthreads_are_counted_exactly_and_refused_after_fork() {
     let d = Daemon::builder().daemon_defaults().flags(["--records", "4096"]).start();
     ok(&d.run(&["create", "q"]));
-    let exe = compile_c("tests/c/redteam8_lanes.c", d.dir(), &[]);
+    let exe = compile_c("tests/c/threads_fork.c", d.dir(), &[]);
     const JOBS: u64 = 8_000;
     let out = run_within(
         Command::new(&exe).arg(&d.socket).arg("q").arg(JOBS.to_string()).arg("3000"),

@@ -1,7 +1,7 @@
 //! Red team: a forked child that tries to go on with the Rust client handles it inherited
 //! is refused (`Error::Forked`, as the C API's `XTCQ_E_FORKED`), and the parent's counts
 //! stay exact while it churns. (Written when the client did not refuse them and the child
-//! counted in the parent's slot; the engine test `redteam8_fork` still covers engine
+//! counted in the parent's slot; the engine test `counters_fork` still covers engine
 //! handles, which are not refused, counting into the shared lane.)
 //!
 //! - One test in this file: a fork while other test threads run could copy a held lock.

@@ -3,8 +3,8 @@
 //! before its commit, background workers running jobs once, retries and dead letters, an
 //! xtcqd restart, grants, and bad input. Skips without PostgreSQL unless XTCQ_REQUIRE_PG=1.
 
+mod attacks;
 mod crash;
-mod redteam;
 mod run_as;
 
 use std::process::Stdio;

@@ -37,7 +37,7 @@ fn id_of(p: &[u8]) -> u64 {
 
 /// The child: pops the ring once as a thief (and dies at the fail point the parent set).
 #[test]
-fn redteam6_child() {
+fn crash_overflow_child() {
     let Ok(role) = std::env::var("XTCQ_RT6_ROLE") else { return };
     let seg = Arc::new(
         Segment::attach(Path::new(&std::env::var("XTCQ_RT6_SEGMENT").expect("seg"))).expect("attach"),
@@ -75,7 +75,7 @@ fn a_consumer_killed_in_a_full_ring_then_recovery_leaves_the_ring_consistent() {
     assert_eq!(ring.positions(), (0, u64::from(RING)), "the ring should be full");
 
     let status = Command::new(std::env::current_exe().expect("exe"))
-        .args(["redteam6_child", "--exact", "--nocapture", "--test-threads", "1"])
+        .args(["crash_overflow_child", "--exact", "--nocapture", "--test-threads", "1"])
         .env("XTCQ_RT6_ROLE", "pop_ring")
         .env("XTCQ_RT6_SEGMENT", &path)
         .env("XTCQ_FAILPOINTS", "overflow.pop.after_cell=abort@1")

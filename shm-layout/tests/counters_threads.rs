@@ -1,5 +1,6 @@
-//! Red team: the handle lane of a (process slot, queue) counter block keeps every total
-//! exact whatever threads and handles do, and garbage in it crashes nothing.
+//! A (process slot, queue) counter block keeps every total exact whatever threads and
+//! handles do, and garbage in it crashes nothing. (Written by a red-team pass against the
+//! per-handle lane, since removed; the totals' promise stands.)
 //!
 //! - Each test moves handles, jobs and batches between threads, or makes and drops handles
 //!   of one slot while others count, then checks Pushed == Claimed == Acked == jobs run.

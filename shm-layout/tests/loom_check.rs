@@ -1,7 +1,7 @@
 //! Red team 6: a loom model of `check`'s reads of a live deque (`shm-layout/src/check.rs`).
 //!
 //! Run with
-//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test redteam6_loom_deque_check`.
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_check`.
 //!
 //! - While the owner pushes and a thief steals, `check`'s reads of `top` and `bottom` see
 //!   neither `top <= bottom + 1` nor `bottom - top <= capacity` broken: the first against the

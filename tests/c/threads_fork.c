@@ -1,6 +1,6 @@
 /* Red team 8: the C API's handles from several pthreads, then a fork.
  *
- * Usage: redteam8_lanes SOCKET QUEUE JOBS ROUNDS
+ * Usage: threads_fork SOCKET QUEUE JOBS ROUNDS
  *
  * - An injector pushes JOBS/2 on a pthread while the main thread pushes JOBS/2 through an
  *   owner; four pthreads share one thief for ROUNDS rounds: each steals into its own job,

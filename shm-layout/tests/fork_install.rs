@@ -1,7 +1,7 @@
-//! Red team: a process forks while another of its threads makes and drops handles (each
-//! takes and gives back a handle lane under the process-wide registry's lock). A child
-//! that then makes a handle of its own (a fork pool's backend connecting after the fork,
-//! as the C API asks) must not hang on a lock the parent's other thread held at the fork.
+//! A process forks while another of its threads makes and drops handles (the first use
+//! installs the fork hook, `shm-layout/src/fork.rs`). A child that then makes a handle of its
+//! own (a fork pool's backend connecting after the fork, as the C API asks) must not hang on
+//! an install the parent's other thread was inside at the fork. (Found by a red-team pass.)
 //!
 //! - One test in this file: its forks must not copy the locks of other tests' threads.
 //! - The child stands for a backend the daemon registered: it writes its own pid in the

@@ -2,7 +2,7 @@
 //! died in a full ring (`shm-layout/src/overflow.rs`).
 //!
 //! Run with
-//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test redteam6_loom_overflow`.
+//! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_overflow_full`.
 //!
 //! - The ring (capacity 2) is full, and the popper of its `head` cell died after its cell CAS,
 //!   before its `head` CAS. A pusher into the freed cell races a popper: whoever comes first,

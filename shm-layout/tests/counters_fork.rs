@@ -1,7 +1,7 @@
-//! Red team: handles inherited across `fork()` by a process using the engine (or the Rust
-//! client, which does not refuse them as the C API does) must not share a handle lane with
-//! the parent. The lane is counted with a plain load and store: two processes writing it
-//! lose counts, where the shared lane's `fetch_add` loses none.
+//! Handles inherited across `fork()` by a process using the engine (which does not refuse
+//! them as the client and the C API do) count into the parent's counter block without losing
+//! a count: every count is an atomic add. (Found by a red-team pass when counts were a plain
+//! load and store in a per-handle lane, since removed.)
 //!
 //! - One test in this file: a fork while other test threads run could copy a held lock.
 //! - The child only pushes, steals and acks, then leaves with `_exit`.

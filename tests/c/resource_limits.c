@@ -1,25 +1,25 @@
 /*
- * redteam6_resource.c: the C API's entry points when this process is out of file
+ * resource_limits.c: the C API's entry points when this process is out of file
  * descriptors or address space, for tests/capi/resource_limits.rs.
  *
- *   usage: redteam6_resource SOCKET shm QUEUE
+ *   usage: resource_limits SOCKET shm QUEUE
  *            with no fd free: push, batch push, steal, steal_wait, ack each work (they use the
  *            mapped segment only); prints "shm ok" and exits 0.
- *          redteam6_resource SOCKET reconnect QUEUE
+ *          resource_limits SOCKET reconnect QUEUE
  *            pushes 3 jobs, prints "ready", waits for a line on stdin (the test restarts the
  *            daemon meanwhile), then for k = 0..3 leaves exactly k fds free and attaches a
  *            thief, which reconnects: prints "free K: RC"; then, fds free again, steals and
  *            acks every job and prints "acked N".
- *          redteam6_resource SOCKET address_space
+ *          resource_limits SOCKET address_space
  *            lowers RLIMIT_AS to just above what the process maps and connects: prints
  *            "connect: RC".
- *          redteam6_resource SOCKET fresh QUEUE
+ *          resource_limits SOCKET fresh QUEUE
  *            for k = 0..3 fds free: a connect, and a first attach (which maps the segment) and
  *            push on a new connection: prints "connect K: RC", "attach K: RC", "pushed N".
- *          redteam6_resource SOCKET attach_address_space QUEUE
+ *          resource_limits SOCKET attach_address_space QUEUE
  *            a first attach (it maps the segment) with the address space used up:
  *            "attach: RC".
- *          redteam6_resource SOCKET connect
+ *          resource_limits SOCKET connect
  *            connects with no limit lowered (the daemon may be out of fds): "connect: RC".
  *   exit: 0 unless a call that must work failed (1).
  */
@@ -42,7 +42,7 @@ static struct rlimit saved;
 
 static void must(const char *what, int rc) {
     if (rc != XTCQ_OK) {
-        fprintf(stderr, "redteam6_resource: %s: %d (%s: %s)\n", what, rc, xtcq_strerror(rc), xtcq_last_error());
+        fprintf(stderr, "resource_limits: %s: %d (%s: %s)\n", what, rc, xtcq_strerror(rc), xtcq_last_error());
         exit(1);
     }
 }
@@ -92,7 +92,7 @@ static int shm_ops(xtcq_client *client, const char *queue) {
     free_all();
     const char *names[6] = {"push", "push_batch", "steal", "ack", "steal_wait", "ack"};
     for (int i = 0; i < 6; i++) must(names[i], rc[i]);
-    if (queued != 2) fprintf(stderr, "redteam6_resource: batch queued %zu of 2\n", queued), exit(1);
+    if (queued != 2) fprintf(stderr, "resource_limits: batch queued %zu of 2\n", queued), exit(1);
     int left = 0;
     while (xtcq_thief_steal(thief, job) == XTCQ_OK) {
         must("ack", xtcq_job_ack(job));

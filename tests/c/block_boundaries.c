@@ -1,5 +1,5 @@
 /*
- * redteam3_blocks.c: payload blocks and xtcq_thief_steal_batch from a C caller that pushes
+ * block_boundaries.c: payload blocks and xtcq_thief_steal_batch from a C caller that pushes
  * at every class boundary and misuses the batch call.
  *
  * The daemon keeps 100 bytes inline (a 128-byte area) and 2 blocks of each size from 256 B
@@ -13,7 +13,7 @@
  *     jobs, n = XTCQ_MAX_BATCH + 1 and in a forked child: a status code, never a crash;
  *     n = XTCQ_MAX_BATCH takes what there is.
  *
- *   usage: redteam3_blocks SOCKET
+ *   usage: block_boundaries SOCKET
  *   exit: 0 when everything came as expected, 1 otherwise.
  */
 #include <stdint.h>
@@ -29,7 +29,7 @@ static int bad;
 
 static void check(const char *what, int rc, int want) {
     if (rc != want) {
-        fprintf(stderr, "redteam3_blocks: %s: got %d (%s: %s), want %d\n", what, rc, xtcq_strerror(rc),
+        fprintf(stderr, "block_boundaries: %s: got %d (%s: %s), want %d\n", what, rc, xtcq_strerror(rc),
                 xtcq_last_error(), want);
         bad = 1;
     }
@@ -49,7 +49,7 @@ static void take_one(xtcq_thief *t, xtcq_job *j, size_t len, unsigned seed, cons
     check("payload", xtcq_job_payload(j, &data, &got), XTCQ_OK);
     uint8_t *want = payload(len, seed);
     if (got != len || (len && memcmp(data, want, len) != 0)) {
-        fprintf(stderr, "redteam3_blocks: %s: %zu bytes came back as %zu, or different\n", how, len, got);
+        fprintf(stderr, "block_boundaries: %s: %zu bytes came back as %zu, or different\n", how, len, got);
         bad = 1;
     }
     free(want);
@@ -58,7 +58,7 @@ static void take_one(xtcq_thief *t, xtcq_job *j, size_t len, unsigned seed, cons
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: redteam3_blocks SOCKET\n");
+        fprintf(stderr, "usage: block_boundaries SOCKET\n");
         return 2;
     }
     xtcq_client *c = NULL;
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     check("push 64 KiB #3", xtcq_injector_push(in, big, 65536), XTCQ_E_FULL);
     const char *e = xtcq_last_error();
     if (!strstr(e, "65536 bytes") || !strstr(e, "--payload-blocks 65536=COUNT")) {
-        fprintf(stderr, "redteam3_blocks: a dry class's message does not name it: %s\n", e);
+        fprintf(stderr, "block_boundaries: a dry class's message does not name it: %s\n", e);
         bad = 1;
     }
     take_one(t, j, 65536, 7, "a 64 KiB job");
@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     check("NULL thief", xtcq_thief_steal_batch(NULL, jobs, 4, &count), XTCQ_E_INVALID);
     check("NULL jobs", xtcq_thief_steal_batch(t, NULL, 4, &count), XTCQ_E_INVALID);
     if (count != 0) {
-        fprintf(stderr, "redteam3_blocks: count %zu after a refused batch\n", count);
+        fprintf(stderr, "block_boundaries: count %zu after a refused batch\n", count);
         bad = 1;
     }
     check("NULL count", xtcq_thief_steal_batch(t, jobs, 4, NULL), XTCQ_E_INVALID);
@@ -136,14 +136,14 @@ int main(int argc, char **argv) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "redteam3_blocks: steal_batch in a forked child: status %#x\n", status);
+        fprintf(stderr, "block_boundaries: steal_batch in a forked child: status %#x\n", status);
         bad = 1;
     }
 
     /* The two jobs left (64 KiB), taken by one full-size batch, whole, and acked. */
     check("XTCQ_MAX_BATCH", xtcq_thief_steal_batch(t, jobs, XTCQ_MAX_BATCH, &count), XTCQ_OK);
     if (count != 2) {
-        fprintf(stderr, "redteam3_blocks: a full-size batch took %zu jobs, want 2\n", count);
+        fprintf(stderr, "block_boundaries: a full-size batch took %zu jobs, want 2\n", count);
         bad = 1;
     }
     for (size_t i = 0; i < count; i++) {
@@ -161,6 +161,6 @@ int main(int argc, char **argv) {
     xtcq_injector_free(in);
     xtcq_owner_free(o);
     xtcq_client_free(c);
-    if (!bad) printf("redteam3_blocks: %d sizes through owner and injector, misuse refused\n", n);
+    if (!bad) printf("block_boundaries: %d sizes through owner and injector, misuse refused\n", n);
     return bad;
 }
