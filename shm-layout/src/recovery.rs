@@ -243,8 +243,8 @@ pub(crate) fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
 }
 
 pub(crate) fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
-    let ring = seg.overflow(queue).ok_or_else(|| RingError::Corrupt(format!("no overflow ring {queue}")))?;
-    ring.push(index)?;
+    // The ring of the level the record's priority names, with its hint marked.
+    seg.index_at_level(queue, index)?;
     if let Some(w) = seg.waker(queue) {
         crate::wait::notify(w);
     }
@@ -306,7 +306,7 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
     let records = seg.records();
     let mut seen = vec![false; records.len() as usize];
     for q in seg.queues().into_iter().flatten() {
-        for d in 0..q.spec.deques {
+        for d in 0..q.spec.level_deques() {
             let Ok(dq) = seg.deque(&q, d) else { continue };
             let (top, bottom) = dq.indices();
             let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
@@ -319,7 +319,7 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
                 }
             }
         }
-        if let Some(ring) = seg.overflow(q.index) {
+        for ring in seg.overflow_rings(q.index) {
             let (head, tail) = ring.positions();
             for (_, i) in ring.held(head, tail) {
                 if let Some(s) = seen.get_mut(i as usize) {

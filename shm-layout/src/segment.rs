@@ -35,6 +35,7 @@ mod compat;
 mod digest;
 mod errors;
 mod flow;
+mod levels;
 mod memory;
 mod queue_table;
 mod quota;
@@ -507,11 +508,12 @@ impl Segment {
         Some(unsafe { self.at(off) })
     }
 
-    /// Deque `deque` of queue `q`, resolved with the queue's capacity and flavor.
+    /// Deque `deque` of queue `q`, resolved with the queue's capacity and flavor: of level
+    /// `deque / q.spec.deques` (`levels`), so `0..q.spec.level_deques()` are all of them.
     pub fn deque(&self, q: &QueueInfo, deque: u32) -> Result<DequeRef<'_>, QueueError> {
-        let no_such =
-            || QueueError::NoSuchDeque { queue: q.spec.name.clone(), index: deque, count: q.spec.deques };
-        if deque >= q.spec.deques || q.spec.capacity > self.desc.config.deque_capacity {
+        let count = q.spec.level_deques();
+        let no_such = || QueueError::NoSuchDeque { queue: q.spec.name.clone(), index: deque, count };
+        if deque >= count || q.spec.capacity > self.desc.config.deque_capacity {
             return Err(no_such());
         }
         let off = self.deque_offset(q.index, deque).ok_or_else(no_such)?;
@@ -528,12 +530,6 @@ impl Segment {
         };
         let top: &AtomicI64 = &h.top;
         DequeRef::new(top, &h.bottom, slots, q.spec.flavor).map_err(|_| no_such())
-    }
-
-    /// The overflow ring of queue-table entry `queue`.
-    pub fn overflow(&self, queue: u32) -> Option<OverflowRef<'_>> {
-        let (h, cells) = self.overflow_words(queue)?;
-        OverflowRef::new(&h.head, &h.tail, cells).ok()
     }
 
     /// The wait word of queue-table entry `queue`.

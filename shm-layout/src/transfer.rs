@@ -32,6 +32,8 @@ pub struct JobCopy {
     pub dead: bool,
     /// Why it last failed (may be empty).
     pub last_error: String,
+    /// The priority it was pushed at (`levels`).
+    pub priority: u32,
 }
 
 /// Everything an import needs of a segment.
@@ -101,12 +103,13 @@ fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
         attempts: hdr.attempts.load(Ordering::Relaxed),
         dead,
         last_error: if dead { last_error(hdr) } else { String::new() },
+        priority: crate::levels::priority_of_flags(hdr.flags.load(Ordering::Relaxed)),
     };
     (st.load() == w).then_some(Some(job))
 }
 
 fn last_error(hdr: &RecordHeader) -> String {
-    let n = ((hdr.flags.load(Ordering::Relaxed) & ((1 << crate::record::state::BIRTH_SHIFT) - 1)) as usize)
+    let n = ((hdr.flags.load(Ordering::Relaxed) & ((1 << crate::levels::PRIORITY_SHIFT) - 1)) as usize)
         .min(LAST_ERROR_BYTES);
     let mut b = Vec::with_capacity(LAST_ERROR_BYTES);
     for w in &hdr.reserved {

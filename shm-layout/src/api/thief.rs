@@ -17,9 +17,10 @@ use std::time::Instant;
 use super::batch::claim_words_into;
 use super::{extend, ClaimedBatch, ClaimedJob, QueueCtx};
 use crate::deque::{DequeRef, Steal, MAX_BATCH};
-use crate::overflow::RingError;
+use crate::levels::{aged, clear, mark, Order};
+use crate::overflow::{OverflowRef, RingError};
 use crate::segment::{QueueError, QueueInfo, Segment};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 
 /// A consumer's handle on one queue: steals from any of its deques and its overflow ring.
 /// `Clone` and `Sync`.
@@ -47,22 +48,46 @@ use crate::sync::Ordering;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Thief {
+    /// Every deque of every level, level by level (`Segment::deque`).
     deques: Arc<[DequeRef<'static>]>,
     ctx: QueueCtx<'static>,
+    /// A queue of several priority levels; `None` for one, which takes no other path.
+    levels: Option<Arc<Levels>>,
     info: QueueInfo,
     me: u32,
     next: StdAtomicU32,
+    /// Jobs this handle took from a queue of several levels, for aging.
+    taken: StdAtomicU32,
     seg: Arc<Segment>,
 }
+
+/// What a thief needs of a queue's levels.
+struct Levels {
+    /// Each level's overflow ring, most urgent first.
+    rings: Vec<OverflowRef<'static>>,
+    /// The queue's hint word.
+    hints: &'static AtomicU32,
+    /// Deques per level.
+    deques: u32,
+    /// Every `aging`-th take starts at the least urgent level (0: never).
+    aging: u32,
+}
+
+/// How many times a level whose bit was cleared is looked at again because pushes keep
+/// coming in between: past it the take moves on to the next level, which is no worse than a
+/// consumer that arrived a moment earlier.
+const MAX_RELOOKS: u32 = 4;
 
 impl Clone for Thief {
     fn clone(&self) -> Self {
         Self {
             deques: self.deques.clone(),
             ctx: self.ctx,
+            levels: self.levels.clone(),
             info: self.info.clone(),
             me: self.me,
             next: StdAtomicU32::new(self.next.load(Ordering::Relaxed).wrapping_add(7)),
+            taken: StdAtomicU32::new(0),
             seg: self.seg.clone(),
         }
     }
@@ -83,15 +108,32 @@ impl Thief {
             // `steal` picks a deque modulo their number.
             return Err(QueueError::NoSuchDeque { queue: queue.spec.name.clone(), index: 0, count: 0 });
         }
-        let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
+        let deques =
+            (0..queue.spec.level_deques()).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deques: deques.into(),
             ctx: QueueCtx::for_handle(s, queue)?,
+            levels: Self::levels(s, queue)?,
             info: queue.clone(),
             me,
             next: StdAtomicU32::new(me.wrapping_mul(0x9E37_79B9)),
+            taken: StdAtomicU32::new(0),
             seg,
         })
+    }
+
+    /// The level views of a queue of several levels.
+    fn levels(s: &'static Segment, queue: &QueueInfo) -> Result<Option<Arc<Levels>>, QueueError> {
+        let n = queue.spec.levels;
+        if n <= 1 {
+            return Ok(None);
+        }
+        let corrupt = |what: &str| QueueError::Corrupt { index: queue.index, what: what.to_string() };
+        let rings = (0..n)
+            .map(|l| s.level_ring(queue.index, n, l).ok_or_else(|| corrupt("no overflow ring for a level")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let hints = s.hints(queue.index).ok_or_else(|| corrupt("no hint word"))?;
+        Ok(Some(Arc::new(Levels { rings, hints, deques: queue.spec.deques, aging: queue.spec.aging })))
     }
 
     /// The queue.
@@ -101,7 +143,11 @@ impl Thief {
 
     /// Jobs visible in the queue's deques and overflow ring, approximately.
     pub fn len(&self) -> usize {
-        self.deques.iter().map(|d| d.len()).sum::<usize>() + self.ctx.overflow.len()
+        let rings = match &self.levels {
+            Some(lv) => lv.rings.iter().map(|r| r.len()).sum(),
+            None => self.ctx.overflow.len(),
+        };
+        self.deques.iter().map(|d| d.len()).sum::<usize>() + rings
     }
 
     /// `len() == 0`.
@@ -246,7 +292,14 @@ impl Thief {
             return Ok(0);
         }
         let Some(pass) = self.ctx.enter(limit, || self.all_empty()) else { return Ok(0) };
-        let r = self.steal_batch_open(pass.n, batch);
+        let r = match &self.levels {
+            None => self.steal_batch_open(pass.n, batch),
+            Some(lv) => {
+                let jobs = batch.jobs_mut();
+                self.by_level(lv, |level| self.steal_batch_level(lv, level, pass.n, jobs))
+                    .map(|c| c.unwrap_or(0))
+            }
+        };
         self.ctx.leave_unused(pass, r.as_ref().map_or(0, |&got| got));
         r
     }
@@ -277,24 +330,151 @@ impl Thief {
         taken.map(|c| c.unwrap_or(0))
     }
 
+    /// Up to `limit` jobs of level `level` into `jobs`: from its ring while it has any, else
+    /// what one of its deques holds.
+    fn steal_batch_level<'s>(
+        &'s self,
+        lv: &Levels,
+        level: u32,
+        limit: usize,
+        jobs: &mut Vec<ClaimedJob<'s>>,
+    ) -> Result<Option<usize>, RingError> {
+        let Some(ring) = lv.rings.get(level as usize) else { return Ok(None) };
+        let mut got = 0;
+        let ring_error = loop {
+            if got >= limit {
+                return Ok(Some(got));
+            }
+            match self.ctx.pop_ring(ring, self.me) {
+                Ok(Some(j)) => {
+                    jobs.push(j);
+                    got += 1;
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            }
+        };
+        if got > 0 {
+            return Ok(Some(got));
+        }
+        let first = level * lv.deques;
+        self.walk_deques_in(first, lv.deques, ring_error, |d, skipped| {
+            self.steal_batch_counted(d, limit, jobs, skipped)
+        })
+    }
+
+    /// One job of level `level`: from its ring, else from its deques.
+    fn steal_level(&self, lv: &Levels, level: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        let Some(ring) = lv.rings.get(level as usize) else { return Ok(None) };
+        let ring_error = match self.ctx.pop_ring(ring, self.me) {
+            Ok(Some(j)) => return Ok(Some(j)),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        let first = level * lv.deques;
+        self.walk_deques_in(first, lv.deques, ring_error, |d, skipped| self.steal_counted(d, skipped))
+    }
+
+    /// Whether level `level`'s ring and deques look empty now.
+    fn level_empty(&self, lv: &Levels, level: u32) -> bool {
+        let first = (level * lv.deques) as usize;
+        let deques = self.deques.get(first..first + lv.deques as usize).unwrap_or(&[]);
+        lv.rings.get(level as usize).is_none_or(|r| r.is_empty()) && deques.iter().all(|d| d.is_empty())
+    }
+
+    /// The take of a queue of several levels: `take` at each level whose hint is set, most
+    /// urgent first (least urgent first on an aged take, `levels::aged`), clearing the bit
+    /// of a level found empty; then, when those gave nothing, at each other level that
+    /// holds jobs (a hint word another process wrote must not hide them). A level whose
+    /// ring is corrupt does not hide the others: its error is reported only when no level
+    /// gave a job.
+    fn by_level<T>(
+        &self,
+        lv: &Levels,
+        mut take: impl FnMut(u32) -> Result<Option<T>, RingError>,
+    ) -> Result<Option<T>, RingError> {
+        let taken = self.taken.load(Ordering::Relaxed);
+        let old = aged(lv.aging, taken);
+        let n = lv.rings.len() as u32;
+        let hints = lv.hints.load(Ordering::Relaxed);
+        let mut error = None;
+        let found = |x: T| {
+            // A load and a store, as `rotate`: two threads of one handle may count one take.
+            self.taken.store(taken.wrapping_add(1), Ordering::Relaxed);
+            Ok(Some(x))
+        };
+        for level in Order::new(hints, n, old) {
+            for _ in 0..MAX_RELOOKS {
+                match take(level) {
+                    Ok(Some(x)) => return found(x),
+                    Ok(None) => {}
+                    Err(e) => {
+                        error.get_or_insert(e);
+                        break;
+                    }
+                }
+                if clear(lv.hints, level, || self.level_empty(lv, level)) {
+                    break;
+                }
+            }
+        }
+        for level in Order::new(!hints, n, old) {
+            if self.level_empty(lv, level) {
+                continue;
+            }
+            mark(lv.hints, level);
+            match take(level) {
+                Ok(Some(x)) => return found(x),
+                Ok(None) => {}
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        error.map_or(Ok(None), Err)
+    }
+
     /// Whether deque `deque` looks empty now (out of range: yes).
     fn deque_empty(&self, deque: u32) -> bool {
         self.deques.get(deque as usize).is_none_or(|d| d.is_empty())
     }
 
-    /// Whether the overflow ring and every deque look empty now.
+    /// Whether the overflow rings and every deque look empty now.
     fn all_empty(&self) -> bool {
-        self.ctx.overflow.is_empty() && self.deques.iter().all(|d| d.is_empty())
+        let rings = match &self.levels {
+            Some(lv) => lv.rings.iter().all(|r| r.is_empty()),
+            None => self.ctx.overflow.is_empty(),
+        };
+        rings && self.deques.iter().all(|d| d.is_empty())
     }
 
-    /// Takes a job from the overflow ring.
+    /// Takes a job from the overflow ring (of a queue of several levels: from the rings,
+    /// most urgent first).
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.ctx.overflow.is_empty(), || self.ctx.pop_overflow(self.me))
+        let Some(lv) = &self.levels else {
+            return self.ctx.gated(|| self.ctx.overflow.is_empty(), || self.ctx.pop_overflow(self.me));
+        };
+        self.ctx.gated(
+            || lv.rings.iter().all(|r| r.is_empty()),
+            || {
+                for ring in &lv.rings {
+                    if let Some(j) = self.ctx.pop_ring(ring, self.me)? {
+                        return Ok(Some(j));
+                    }
+                }
+                Ok(None)
+            },
+        )
     }
 
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
-    /// while some steal lost a race. `None` when everything looked empty.
+    /// while some steal lost a race. `None` when everything looked empty. Of a queue of
+    /// several levels, the same within the most urgent level that holds jobs
+    /// (`crate::levels`).
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if let Some(lv) = &self.levels {
+            return self.ctx.gated(|| self.all_empty(), || self.by_level(lv, |l| self.steal_level(lv, l)));
+        }
         self.ctx.gated(|| self.all_empty(), || self.steal_open())
     }
 
@@ -322,9 +502,20 @@ impl Thief {
     fn walk_deques<T>(
         &self,
         ring_error: Option<RingError>,
+        look: impl FnMut(u32, &mut usize) -> Steal<T>,
+    ) -> Result<Option<T>, RingError> {
+        self.walk_deques_in(0, self.deques.len() as u32, ring_error, look)
+    }
+
+    /// [`walk_deques`](Self::walk_deques) over the `n` deques from `first` (one level's).
+    #[inline]
+    fn walk_deques_in<T>(
+        &self,
+        first: u32,
+        n: u32,
+        ring_error: Option<RingError>,
         mut look: impl FnMut(u32, &mut usize) -> Steal<T>,
     ) -> Result<Option<T>, RingError> {
-        let n = self.deques.len() as u32;
         // A rotating start spreads thieves over the deques; with one deque there is nothing
         // to spread.
         let start = if n == 1 { 0 } else { self.rotate() % n };
@@ -337,7 +528,7 @@ impl Thief {
         loop {
             let mut retry = false;
             for k in 0..n {
-                match look((start + k) % n, &mut skipped) {
+                match look(first + (start + k) % n, &mut skipped) {
                     Steal::Success(x) => return Ok(Some(x)),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
