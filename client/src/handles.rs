@@ -192,6 +192,13 @@ impl OwnerHandle {
         self.owner.push(payload).map_err(Error::from_push)
     }
 
+    /// [`push`](Self::push) at `priority`: 0 the most urgent (what `push` uses), up to the
+    /// queue's `levels - 1`; consumers take from the most urgent non-empty level first.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, Error> {
+        self.usable()?;
+        self.owner.push_priority(payload, priority).map_err(Error::from_push)
+    }
+
     /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
     pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
@@ -445,16 +452,25 @@ impl InjectorHandle {
         self.inj.push(payload).map_err(Error::from_push)
     }
 
+    /// [`push`](Self::push) at `priority`: 0 the most urgent (what `push` uses), up to the
+    /// queue's `levels - 1`; on the overflow ring of that level.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, Error> {
+        usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
+        self.inj.push_priority(payload, priority).map_err(Error::from_push)
+    }
+
     /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
-    /// attempts and last error: queued, or a dead letter when `dead`.
+    /// attempts, last error and priority (past the queue's levels: its last level): queued,
+    /// or a dead letter when `dead`.
     pub fn import(
         &self,
         payload: &[u8],
         attempts: u32,
         last_error: &str,
         dead: bool,
+        priority: u32,
     ) -> Result<JobHandle, Error> {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
-        self.inj.import(payload, attempts, last_error, dead).map_err(Error::from_push)
+        self.inj.import(payload, attempts, last_error, dead, priority).map_err(Error::from_push)
     }
 }
