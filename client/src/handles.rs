@@ -324,7 +324,8 @@ impl ThiefHandle {
     }
 
     /// One job: the overflow ring first, then every deque from a random start; rounds repeat
-    /// while a steal lost a race. `None` when everything looked empty.
+    /// while a steal lost a race. `None` when everything looked empty. Of a queue of several
+    /// priority levels, the same within the most urgent level that holds jobs.
     pub fn steal(&self) -> Result<Option<Job<'_>>, Error> {
         Ok(self.steal_claimed()?.map(Job::new(&self.seg, &self.conn)))
     }
@@ -332,6 +333,10 @@ impl ThiefHandle {
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
         // Also what a sleeping `steal_wait` sees when it is woken by the segment's retirement.
         usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
+        // A queue of several levels: the segment's thief walks them most urgent first.
+        if self.thief.queue().spec.levels > 1 {
+            return self.thief.steal().map_err(overflow_ring_error);
+        }
         if let Some(j) = self.thief.steal_overflow().map_err(overflow_ring_error)? {
             return Ok(Some(j));
         }
