@@ -185,6 +185,8 @@ fn a_priority_survives_a_delay_a_nack_a_killed_holder_a_daemon_restart_and_an_ex
     // SAFETY: kill(2) of the process group we made for the holder.
     unsafe { libc::kill(-(holder.id() as libc::pid_t), libc::SIGKILL) };
     wait_until(Duration::from_secs(20), "the killed holder's job is re-queued", || claimed(&d) == 0);
+    let depths = d.stats()["queues"][0]["level_depths"].clone();
+    assert_eq!(depths, serde_json::json!([0, 1, 1, 0]), "1-killed and 2-nacked back at their levels");
     let delayed = |d: &Daemon| d.stats()["records"]["delayed"].as_u64().unwrap_or(1);
     wait_until(Duration::from_secs(20), "the delayed job is due", || delayed(&d) == 0);
     for p in 0..4 {
