@@ -363,7 +363,9 @@ impl Thief {
         })
     }
 
-    /// One job of level `level`: from its ring, else from its deques.
+    /// One job of level `level`: from its ring, else from its deques. Always inlined (see
+    /// `steal`).
+    #[inline(always)]
     fn steal_level(&self, lv: &Levels, level: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
         let Some(ring) = lv.rings.get(level as usize) else { return Ok(None) };
         let ring_error = match self.ctx.pop_ring(ring, self.me) {
@@ -387,7 +389,8 @@ impl Thief {
     /// of a level found empty; then, when those gave nothing, at each other level that
     /// holds jobs (a hint word another process wrote must not hide them). A level whose
     /// ring is corrupt does not hide the others: its error is reported only when no level
-    /// gave a job.
+    /// gave a job. Always inlined (see `steal`).
+    #[inline(always)]
     fn by_level<T>(
         &self,
         lv: &Levels,
@@ -471,6 +474,11 @@ impl Thief {
     /// while some steal lost a race. `None` when everything looked empty. Of a queue of
     /// several levels, the same within the most urgent level that holds jobs
     /// (`crate::levels`).
+    // Always inlined, and so is the levels' walk in it (`by_level`, `steal_level`,
+    // `walk_deques_in`), as `Owner::pop` is: with the walk behind a call, both arms' results
+    // met in memory, and the one-level steal + ack on one thread took about 7 ns more
+    // (benches/results/2026-12-07-priorities.md).
+    #[inline(always)]
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         if let Some(lv) = &self.levels {
             return self.ctx.gated(|| self.all_empty(), || self.by_level(lv, |l| self.steal_level(lv, l)));
@@ -508,7 +516,8 @@ impl Thief {
     }
 
     /// [`walk_deques`](Self::walk_deques) over the `n` deques from `first` (one level's).
-    #[inline]
+    /// Always inlined (see `steal`).
+    #[inline(always)]
     fn walk_deques_in<T>(
         &self,
         first: u32,
