@@ -2,7 +2,7 @@
 //! --priority` from several processes at once, consumers (`xtcq steal`, `xtcq work`, a
 //! library thief) taking the most urgent level first, aging, and a job's priority kept across
 //! a delay, a nack, a holder's kill -9, a daemon's kill -9 and restart, and an export and
-//! import.
+//! import; and the C API's create with levels and push at a priority.
 //!
 //! Payloads are `PRIORITY-SOURCE-N`, so each check reads a job's level from its text.
 
@@ -223,4 +223,14 @@ fn a_priority_past_the_levels_is_refused_naming_the_flags() {
     ok(&d.run(&["push", "q", "--priority", "3", "3-x"]));
     let s = d.stats();
     assert_eq!(s["queues"][0]["level_depths"], serde_json::json!([0, 0, 0, 1]), "{s}");
+}
+
+#[test]
+fn the_c_api_creates_levels_and_pushes_at_a_priority() {
+    let d = Daemon::start_with(&flags());
+    let exe = compile_c("tests/c/priorities.c", d.dir(), &[]);
+    let out = run_within(std::process::Command::new(&exe).arg(&d.socket).arg("c"), Duration::from_secs(60));
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    // By level; within one, each producer's jobs FIFO and the ring before the owner's deque.
+    assert_eq!(stdout(&out), "0-injector\n0-owner\n1-owner\n2-injector\n3-owner\n");
 }
