@@ -620,9 +620,10 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// The layout versions [`Segment::open_read_only`] reads: versions 4 and 5 differ from this
 /// one in the descriptor (read through `compat`) and in having no payload blocks (every
 /// payload inline, the record sized for the largest), which their descriptor, put in this
-/// version's terms, says exactly; versions 6 and 7 only in the words of a queue's control
-/// line they lack (read as zero: not paused, no concurrency limit).
-pub const READABLE_LAYOUT_VERSIONS: [u32; 6] = [4, 5, 6, 7, 8, LAYOUT_VERSION];
+/// version's terms, says exactly; versions 6 to 9 only in the words of a queue's control
+/// and wait lines they lack (read as zero: not paused, no concurrency or rate limit, one
+/// priority level) and in the priority bits of a record's flags (zero: priority 0).
+pub const READABLE_LAYOUT_VERSIONS: [u32; 7] = [4, 5, 6, 7, 8, 9, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);
