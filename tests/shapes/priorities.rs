@@ -172,7 +172,7 @@ fn a_priority_survives_a_delay_a_nack_a_killed_holder_a_daemon_restart_and_an_ex
     }
     ok(&d.run(&["push", "q", "--priority", "1", "1-killed"]));
     // A holder killed mid-job: `xtcq work` takes the most urgent job and is killed with it.
-    let holder = d
+    let mut holder = d
         .xtcq()
         .args(["work", "q", "--", "sleep", "1000"])
         .process_group(0)
@@ -184,6 +184,7 @@ fn a_priority_survives_a_delay_a_nack_a_killed_holder_a_daemon_restart_and_an_ex
     wait_until(Duration::from_secs(20), "xtcq work claims a job", || claimed(&d) == 1);
     // SAFETY: kill(2) of the process group we made for the holder.
     unsafe { libc::kill(-(holder.id() as libc::pid_t), libc::SIGKILL) };
+    holder.wait().expect("reap xtcq work");
     wait_until(Duration::from_secs(20), "the killed holder's job is re-queued", || claimed(&d) == 0);
     let depths = d.stats()["queues"][0]["level_depths"].clone();
     assert_eq!(depths, serde_json::json!([0, 1, 1, 0]), "1-killed and 2-nacked back at their levels");
