@@ -340,6 +340,18 @@ impl<'a> QueueCtx<'a> {
         }
     }
 
+    /// The job of a claim already won (its deadline stored), made again from its words.
+    #[inline(always)]
+    fn job(&self, handle: JobHandle, me: u32, deadline: u64) -> ClaimedJob<'_> {
+        ClaimedJob {
+            deadline: std::cell::Cell::new(deadline),
+            ctx: self,
+            handle: std::cell::Cell::new(handle),
+            me,
+            done: false,
+        }
+    }
+
     /// The gate before handles are taken off an index, for up to `want` takes: `None` when
     /// the queue is paused (`segment::flow`), at its concurrency limit (`segment::running`)
     /// or out of rate tokens (`segment::rate`), so its jobs stay where they are; else the

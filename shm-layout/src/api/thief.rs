@@ -19,6 +19,7 @@ use super::{extend, ClaimedBatch, ClaimedJob, QueueCtx};
 use crate::deque::{DequeRef, Steal, MAX_BATCH};
 use crate::levels::{aged, clear, mark, Order};
 use crate::overflow::{OverflowRef, RingError};
+use crate::record::state::JobHandle;
 use crate::segment::{QueueError, QueueInfo, Segment};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -474,16 +475,41 @@ impl Thief {
     /// while some steal lost a race. `None` when everything looked empty. Of a queue of
     /// several levels, the same within the most urgent level that holds jobs
     /// (`crate::levels`).
-    // Always inlined, and so is the levels' walk in it (`by_level`, `steal_level`,
-    // `walk_deques_in`), as `Owner::pop` is: with the walk behind a call, both arms' results
-    // met in memory, and the one-level steal + ack on one thread took about 7 ns more
+    // Always inlined, as `Owner::pop` is, with the levels' walk behind a call that gives back
+    // its job in two registers (`steal_by_level`): returned through memory, the ~40-byte
+    // result made both arms meet in memory, and the one-level steal + ack on one thread took
+    // about 7 ns more; inlined, the walk still cost it 3-5 ns
     // (benches/results/2026-12-07-priorities.md).
     #[inline(always)]
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
         if let Some(lv) = &self.levels {
-            return self.ctx.gated(|| self.all_empty(), || self.by_level(lv, |l| self.steal_level(lv, l)));
+            let mut error = None;
+            let (word, deadline) = self.steal_by_level(lv, &mut error);
+            return match JobHandle::from_word(word) {
+                Some(handle) => Ok(Some(self.ctx.job(handle, self.me, deadline))),
+                None => error.map_or(Ok(None), Err),
+            };
         }
         self.ctx.gated(|| self.all_empty(), || self.steal_open())
+    }
+
+    /// [`steal`](Self::steal) of a queue of several levels: the job taken as its handle's
+    /// word and lease deadline (`(0, 0)`: none, and `error` says why when a ring was corrupt).
+    #[inline(never)]
+    fn steal_by_level(&self, lv: &Levels, error: &mut Option<RingError>) -> (u64, u64) {
+        match self.ctx.gated(|| self.all_empty(), || self.by_level(lv, |l| self.steal_level(lv, l))) {
+            Ok(Some(job)) => {
+                let taken = (job.handle.get().to_word(), job.deadline.get());
+                // Handed on, not given back: `steal` makes the job again from its words.
+                std::mem::forget(job);
+                taken
+            }
+            Ok(None) => (0, 0),
+            Err(e) => {
+                *error = Some(e);
+                (0, 0)
+            }
+        }
     }
 
     /// [`steal`](Self::steal) once the gate let it through.
