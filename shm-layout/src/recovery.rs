@@ -381,12 +381,27 @@ pub fn release_deque_leases(seg: &Segment, slot: u32) -> Vec<(u32, u32)> {
                 continue;
             }
             repair_bottom(h);
+            repair_level_deques(seg, q, d);
             if h.lease.compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 out.push((q, d));
             }
         }
     }
     out
+}
+
+/// Repairs the owner's deque `d` of queue `q` at every level past 0 (`levels`): they have no
+/// lease word of their own, but the same owner, dead too.
+fn repair_level_deques(seg: &Segment, q: u32, d: u32) {
+    let Ok(info) = seg.queue(q) else { return };
+    if d >= info.spec.deques {
+        return;
+    }
+    for level in 1..info.spec.levels {
+        if let Some(h) = seg.deque_header(q, level * info.spec.deques + d) {
+            repair_bottom(h);
+        }
+    }
 }
 
 /// `bottom = max(bottom, top)`, for a deque whose owner is dead.

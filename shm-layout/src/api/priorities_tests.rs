@@ -187,3 +187,17 @@ fn priorities_a_garbage_priority_or_level_count_stays_in_its_queue() {
     control.levels.store(2, Ordering::Relaxed);
     assert_eq!(seg.queue(q.index).unwrap(), q);
 }
+
+#[test]
+fn priorities_a_dead_owners_deques_are_repaired_at_every_level() {
+    let (_dir, seg, q, _) = segment(3, 0, Flavor::Lifo);
+    let deque = |d: u32| seg.deque_header(q.index, d).unwrap();
+    // Deque 0 leased by slot 5; its level-2 deque (index 2) left by a pop that died after
+    // lowering `bottom` below `top`.
+    deque(0).lease.store(crate::layout::lease_word(5, 1), Ordering::Relaxed);
+    deque(2).top.store(7, Ordering::Relaxed);
+    deque(2).bottom.store(6, Ordering::Relaxed);
+    assert_eq!(crate::recovery::release_deque_leases(&seg, 5), [(q.index, 0)]);
+    assert_eq!(deque(2).bottom.load(Ordering::Relaxed), 7);
+    assert_eq!(deque(0).lease.load(Ordering::Relaxed), 0);
+}
