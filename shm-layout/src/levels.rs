@@ -104,9 +104,14 @@ impl RingSplit {
 #[inline]
 pub fn mark(hints: &AtomicU32, level: u32) {
     let bit = 1u32 << (level % MAX_LEVELS);
-    // SeqCst fence: pairs with the one in `clear`. The job's index store (the deque's
-    // `bottom`, the ring's cell CAS) comes before it, the load of `hints` after it.
+    // SeqCst fence: pairs with the one in `clear`. Before it, the job's index store (the
+    // deque's `bottom`, the ring's cell CAS); after it, the load of `hints`. Without it the
+    // load may be served before the index store is visible (store buffering): the push reads
+    // the bit still set while a consumer, clearing it, reads the level still empty.
     fence(Ordering::SeqCst);
+    // Relaxed: the word orders nothing else. A consumer that reads the bit set finds the job
+    // through the index's own Acquire loads; one that reads it clear and misses the job is
+    // the case the fences exclude.
     if hints.load(Ordering::Relaxed) & bit == 0 {
         hints.fetch_or(bit, Ordering::Relaxed);
     }
@@ -119,7 +124,11 @@ pub fn mark(hints: &AtomicU32, level: u32) {
 pub fn clear(hints: &AtomicU32, level: u32, empty: impl FnOnce() -> bool) -> bool {
     let bit = 1u32 << (level % MAX_LEVELS);
     hints.fetch_and(!bit, Ordering::Relaxed);
-    // `.ci/loom` compiles it out once to see the model find the hidden job.
+    // SeqCst fence: pairs with the one in `mark`. Before it, the clear; after it, the second
+    // look at the level's indices. Of the two fences one comes first in their single total
+    // order: if ours does, the push's load of `hints` sees the clear and sets the bit; if
+    // theirs does, our look sees the job's index. `.ci/loom` compiles it out once to see the
+    // model (`tests/loom_levels.rs`) find the hidden job.
     #[cfg(not(xtcq_loom_drop_hint_fence))]
     fence(Ordering::SeqCst);
     if empty() {
