@@ -112,6 +112,8 @@ impl Thief {
         let taken = self.taken.load(Ordering::Relaxed);
         let old = aged(lv.aging, taken);
         let n = lv.rings.len() as u32;
+        // Relaxed: only which levels to look at first. A stale set bit costs a look; a stale
+        // clear one is looked at by the second loop before the queue is called empty.
         let hints = lv.hints.load(Ordering::Relaxed);
         let mut error = None;
         let found = |x: T| {
