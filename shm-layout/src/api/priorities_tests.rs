@@ -182,7 +182,8 @@ fn priorities_a_garbage_priority_or_level_count_stays_in_its_queue() {
     let control: &QueueControl = seg.queue_control(q.index).unwrap();
     control.levels.store(1000, Ordering::Relaxed);
     assert!(matches!(seg.queue(q.index), Err(QueueError::Corrupt { .. })));
-    assert!(seg.overflow(q.index).is_some());
+    assert!(seg.overflow(q.index).is_none() && seg.overflow_rings(q.index).is_empty());
+    assert!(seg.index_at_level(q.index, h.index).is_err(), "nothing indexed in a ring cut unknown");
     assert_eq!(seg.queue(other.index).unwrap(), other);
     control.levels.store(2, Ordering::Relaxed);
     assert_eq!(seg.queue(q.index).unwrap(), q);

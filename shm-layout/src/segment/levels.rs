@@ -44,11 +44,11 @@ impl Segment {
         Some((levels_of_word(l.load(Ordering::Relaxed))?, a.load(Ordering::Relaxed)))
     }
 
-    /// The levels entry `index`'s ring is cut into now: its count, or one for a garbage count
-    /// (a walk over a ring read with the wrong cut finds handles that fail their claim, never
-    /// memory outside the ring).
-    pub(crate) fn ring_levels(&self, index: u32) -> u32 {
-        self.read_levels(index).map_or(1, |(l, _)| l)
+    /// The levels entry `index`'s ring is cut into now, `None` for a garbage count: nothing is
+    /// indexed in a ring cut otherwise than its pushes cut it (its positions would land in
+    /// another level's cells), and nothing is read from one.
+    pub(crate) fn ring_levels(&self, index: u32) -> Option<u32> {
+        self.read_levels(index).map(|(l, _)| l)
     }
 
     /// The hint word of queue-table entry `queue` (`crate::levels`).
@@ -77,14 +77,15 @@ impl Segment {
     }
 
     /// The overflow ring of entry `queue`: the whole ring of a queue of one level, the ring
-    /// of level 0 of a queue of several.
+    /// of level 0 of a queue of several; `None` while its level count is garbage.
     pub fn overflow(&self, queue: u32) -> Option<OverflowRef<'_>> {
-        self.level_ring(queue, self.ring_levels(queue), 0)
+        self.level_ring(queue, self.ring_levels(queue)?, 0)
     }
 
-    /// Every level's overflow ring of entry `queue`, most urgent first.
+    /// Every level's overflow ring of entry `queue`, most urgent first (none while its level
+    /// count is garbage).
     pub fn overflow_rings(&self, queue: u32) -> Vec<OverflowRef<'_>> {
-        let levels = self.ring_levels(queue);
+        let Some(levels) = self.ring_levels(queue) else { return Vec::new() };
         (0..levels).filter_map(|l| self.level_ring(queue, levels, l)).collect()
     }
 
@@ -106,7 +107,9 @@ impl Segment {
     /// queue `queue`, and marks the level's hint: where every give-back, due delayed job and
     /// recovered job goes.
     pub fn index_at_level(&self, queue: u32, index: u32) -> Result<(), RingError> {
-        let levels = self.ring_levels(queue);
+        let levels = self
+            .ring_levels(queue)
+            .ok_or_else(|| RingError::Corrupt(format!("queue {queue}: its level count is garbage")))?;
         let priority =
             self.records().header(index).map_or(0, |h| priority_of_flags(h.flags.load(Ordering::Relaxed)));
         let level = level_of(priority, levels);
