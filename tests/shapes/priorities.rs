@@ -7,10 +7,12 @@
 //! Payloads are `PRIORITY-SOURCE-N`, so each check reads a job's level from its text.
 
 use std::io::Write;
+use std::mem::{offset_of, size_of};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use xtcq_shm::layout::{QueueControl, QueueEntry, SegmentHeader, WaitWord};
 use xtcq_testkit::*;
 
 /// Jobs each pushing process pushes.
@@ -234,4 +236,50 @@ fn the_c_api_creates_levels_and_pushes_at_a_priority() {
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     // By level; within one, each producer's jobs FIFO and the ring before the owner's deque.
     assert_eq!(stdout(&out), "0-injector\n0-owner\n1-owner\n2-injector\n3-owner\n");
+}
+
+/// Offsets in a queue-table entry of its hint word and its level count.
+const HINTS: usize = offset_of!(QueueEntry, wait) + offset_of!(WaitWord, hints);
+const LEVELS: usize = offset_of!(QueueEntry, control) + offset_of!(QueueControl, levels);
+
+/// Where queue `name`'s table entry starts in the segment.
+fn entry_of(d: &Daemon, name: &str) -> u64 {
+    let s = d.stats();
+    let q = s["queues"].as_array().expect("queues").iter().find(|q| q["info"]["name"] == name).cloned();
+    let index = q.unwrap_or_else(|| panic!("queue {name} in {s}"))["info"]["index"].as_u64().expect("index");
+    size_of::<SegmentHeader>() as u64 + index * size_of::<QueueEntry>() as u64
+}
+
+/// Writes `word` at offset `at` of the queue-table entry at `entry`, into the segment file, as
+/// a process with write access to it could.
+fn scribble(d: &Daemon, entry: u64, at: usize, word: u32) {
+    scribble::write_at(&d.segment, entry + at as u64, &word.to_ne_bytes());
+}
+
+#[test]
+fn garbage_in_a_queues_hint_word_or_level_count_loses_no_job_of_it_or_another_queue() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q", "--levels", "4", "--flavor", "fifo"]));
+    ok(&d.run(&["create", "other"]));
+    for p in 0..4 {
+        let jobs: String = (0..10).map(|i| format!("{p}-q-{i}\n")).collect();
+        ok(&d.run_in(&["push", "q", "--priority", &p.to_string()], jobs.as_bytes()));
+    }
+    ok(&d.run_in(&["push", "other"], b"o1\no2\no3\n"));
+    let q = entry_of(&d, "q");
+    let take = |n: &str| -> Vec<u32> { ok(&d.run(&["steal", "q", "-n", n])).lines().map(priority).collect() };
+    // Every bit set: the empty levels cost looks. No bit set: the levels are found anyway.
+    scribble(&d, q, HINTS, u32::MAX);
+    assert_eq!(take("10"), [0; 10]);
+    scribble(&d, q, HINTS, 0);
+    assert_eq!(take("10"), [1; 10]);
+    // A level count no create writes: the queue reads as corrupt, and the other one as it was.
+    scribble(&d, q, LEVELS, 1000);
+    let o = d.run(&["steal", "q"]);
+    assert!(![0, 101, -1].contains(&code(&o)), "refused, not taken or crashed: {}", stderr(&o));
+    assert_eq!(d.drain("other"), ["o1", "o2", "o3"]);
+    scribble(&d, q, LEVELS, 4);
+    let rest = take("0");
+    assert_eq!(rest, [[2; 10], [3; 10]].concat(), "every job once, still by level");
+    assert!(d.stats()["records"]["queued"] == 0, "{}", d.stats());
 }
