@@ -357,6 +357,25 @@ int xtcq_create_queue(xtcq_client *client,
                       uint32_t flags);
 
 /**
+ * As [`xtcq_create_queue`], with `levels` priority levels (0 or 1: one; at most 8), each
+ * with `deques` deques of the segment's deques per queue, and `aging` (0: none): every
+ * `aging`-th job a consumer takes comes from the least urgent non-empty level. Push at a
+ * level with `xtcq_owner_push_priority` or `xtcq_injector_push_priority`.
+ *
+ * # Safety
+ * As `xtcq_create_queue`.
+ */
+int xtcq_create_queue_levels(xtcq_client *client,
+                             const char *name,
+                             uint32_t deques,
+                             uint32_t capacity,
+                             uint32_t max_attempts,
+                             uint32_t lease_ms,
+                             uint32_t flags,
+                             uint32_t levels,
+                             uint32_t aging);
+
+/**
  * Deletes queue `name`. The daemon refuses (`XTCQ_E_IN_USE`, the message says why) while a
  * process is attached to it, with or without `force`: a process stays attached until it
  * exits (an owner also until its `xtcq_owner_free`), so stop the backends that used it
@@ -590,6 +609,17 @@ void xtcq_owner_free(xtcq_owner *owner);
 int xtcq_owner_push(xtcq_owner *owner, const uint8_t *data, size_t len);
 
 /**
+ * Queues a job of `len` bytes at `priority`: 0 the most urgent (what `xtcq_owner_push`
+ * uses), up to the queue's levels minus 1; consumers take from the most urgent non-empty
+ * level first. `XTCQ_E_INVALID` for a priority past the queue's levels (the message says
+ * how many it has).
+ *
+ * # Safety
+ * As `xtcq_owner_push`.
+ */
+int xtcq_owner_push_priority(xtcq_owner *owner, const uint8_t *data, size_t len, uint32_t priority);
+
+/**
  * Queues `n` jobs in order, job `i` being the `lens[i]` bytes at `payloads[i]` (NULL with
  * length 0 is an empty payload): in chunks of up to `XTCQ_MAX_BATCH`, each put in the
  * owner's deque with one store and one wake; what the deque has no room for goes to the
@@ -653,6 +683,18 @@ void xtcq_injector_free(xtcq_injector *injector);
  * `len` bytes.
  */
 int xtcq_injector_push(xtcq_injector *injector, const uint8_t *data, size_t len);
+
+/**
+ * Queues a job of `len` bytes at `priority` (see `xtcq_owner_push_priority`) on the
+ * overflow ring of its level.
+ *
+ * # Safety
+ * As `xtcq_injector_push`.
+ */
+int xtcq_injector_push_priority(xtcq_injector *injector,
+                                const uint8_t *data,
+                                size_t len,
+                                uint32_t priority);
 
 /**
  * Queues a job of `len` bytes that no consumer sees for `delay_ms`: the daemon puts it in

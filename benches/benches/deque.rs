@@ -239,6 +239,8 @@ impl Shm {
                     capacity: CAP as u32,
                     max_attempts: 0,
                     lease_ms: 0,
+                    levels: 1,
+                    aging: 0,
                 })
                 .expect("create queue")
             })

@@ -51,6 +51,8 @@ fn rate(blocks: bool, size: usize, n: usize) -> f64 {
         capacity: 64,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");

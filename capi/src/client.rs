@@ -125,24 +125,12 @@ pub unsafe extern "C" fn xtcq_create_queue(
             Ok(v) => v,
             Err(code) => return code,
         };
-        if flags & !(XTCQ_EXIST_OK | XTCQ_FIFO) != 0 {
+        let Some(p) = params(name, deques, capacity, max_attempts, lease_ms, flags) else {
             return fail(
                 XTCQ_E_INVALID,
                 format!("unknown flags {flags:#x} (known: XTCQ_EXIST_OK, XTCQ_FIFO)"),
             );
-        }
-        let mut p = QueueParams::new(name);
-        if deques != 0 {
-            p.deques = deques;
-        }
-        if capacity != 0 {
-            p.capacity = capacity;
-        }
-        p.max_attempts = max_attempts;
-        p.lease_ms = lease_ms;
-        if flags & XTCQ_FIFO != 0 {
-            p.flavor = ::xtcq_client::Flavor::Fifo;
-        }
+        };
         let options =
             ::xtcq_client::CreateOptions { exist_ok: flags & XTCQ_EXIST_OK != 0, ..Default::default() };
         match c.inner.create_queue_with(&p, &options) {
@@ -150,6 +138,76 @@ pub unsafe extern "C" fn xtcq_create_queue(
             Err(e) => from_error(&e),
         }
     })
+}
+
+/// As [`xtcq_create_queue`], with `levels` priority levels (0 or 1: one; at most 8), each
+/// with `deques` deques of the segment's deques per queue, and `aging` (0: none): every
+/// `aging`-th job a consumer takes comes from the least urgent non-empty level. Push at a
+/// level with `xtcq_owner_push_priority` or `xtcq_injector_push_priority`.
+///
+/// # Safety
+/// As `xtcq_create_queue`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn xtcq_create_queue_levels(
+    client: *mut xtcq_client,
+    name: *const c_char,
+    deques: u32,
+    capacity: u32,
+    max_attempts: u32,
+    lease_ms: u32,
+    flags: u32,
+    levels: u32,
+    aging: u32,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (c, name) = match unsafe { client_and_name(client, name) } {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        let Some(mut p) = params(name, deques, capacity, max_attempts, lease_ms, flags) else {
+            return fail(
+                XTCQ_E_INVALID,
+                format!("unknown flags {flags:#x} (known: XTCQ_EXIST_OK, XTCQ_FIFO)"),
+            );
+        };
+        p.levels = levels.max(1);
+        p.aging = aging;
+        let options =
+            ::xtcq_client::CreateOptions { exist_ok: flags & XTCQ_EXIST_OK != 0, ..Default::default() };
+        match c.inner.create_queue_with(&p, &options) {
+            Ok(_) => XTCQ_OK,
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// The params `xtcq_create_queue` makes of its arguments; `None` for unknown flags.
+fn params(
+    name: &str,
+    deques: u32,
+    capacity: u32,
+    max_attempts: u32,
+    lease_ms: u32,
+    flags: u32,
+) -> Option<QueueParams> {
+    if flags & !(XTCQ_EXIST_OK | XTCQ_FIFO) != 0 {
+        return None;
+    }
+    let mut p = QueueParams::new(name);
+    if deques != 0 {
+        p.deques = deques;
+    }
+    if capacity != 0 {
+        p.capacity = capacity;
+    }
+    p.max_attempts = max_attempts;
+    p.lease_ms = lease_ms;
+    if flags & XTCQ_FIFO != 0 {
+        p.flavor = ::xtcq_client::Flavor::Fifo;
+    }
+    Some(p)
 }
 
 /// Deletes queue `name`. The daemon refuses (`XTCQ_E_IN_USE`, the message says why) while a

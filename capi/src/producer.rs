@@ -140,6 +140,36 @@ pub unsafe extern "C" fn xtcq_owner_push(owner: *mut xtcq_owner, data: *const u8
     })
 }
 
+/// Queues a job of `len` bytes at `priority`: 0 the most urgent (what `xtcq_owner_push`
+/// uses), up to the queue's levels minus 1; consumers take from the most urgent non-empty
+/// level first. `XTCQ_E_INVALID` for a priority past the queue's levels (the message says
+/// how many it has).
+///
+/// # Safety
+/// As `xtcq_owner_push`.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_owner_push_priority(
+    owner: *mut xtcq_owner,
+    data: *const u8,
+    len: usize,
+    priority: u32,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (o, bytes) = match unsafe { (arg(owner, "owner"), payload_arg(data, len)) } {
+            (Ok(o), Ok(b)) => (o, b),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(o.born) {
+            return code;
+        }
+        match o.inner.push_priority(bytes, priority) {
+            Ok(_) => XTCQ_OK,
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
 /// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch of
 /// [`xtcq_owner_push_batch`] is queued in chunks of this many.
 const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
@@ -370,6 +400,22 @@ pub unsafe extern "C" fn xtcq_injector_push(
 ) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { injector_push_with(injector, data, len, |i, bytes| i.push(bytes).map(drop)) }
+}
+
+/// Queues a job of `len` bytes at `priority` (see `xtcq_owner_push_priority`) on the
+/// overflow ring of its level.
+///
+/// # Safety
+/// As `xtcq_injector_push`.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_push_priority(
+    injector: *mut xtcq_injector,
+    data: *const u8,
+    len: usize,
+    priority: u32,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { injector_push_with(injector, data, len, |i, bytes| i.push_priority(bytes, priority).map(drop)) }
 }
 
 /// Queues a job of `len` bytes that no consumer sees for `delay_ms`: the daemon puts it in

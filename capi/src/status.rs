@@ -120,7 +120,9 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         | Error::SlotNotResumed { .. }
         | Error::Queue(_)
         | Error::Job(_) => XTCQ_E_SEGMENT,
-        Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) => XTCQ_E_INVALID,
+        Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) | Error::Priority { .. } => {
+            XTCQ_E_INVALID
+        }
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => XTCQ_E_IN_USE,
         Error::Forked => XTCQ_E_FORKED,
         _ => XTCQ_E_OTHER,

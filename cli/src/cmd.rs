@@ -49,6 +49,15 @@ pub struct CreateArgs {
     /// milliseconds, at least 1ms.
     #[arg(long, value_parser = crate::parse_lease, default_value = "0")]
     lease: Duration,
+    /// Priority levels, 1 to 8: `push --priority N` picks one (0 the most urgent), and
+    /// consumers take from the most urgent non-empty level first. Each level has --deques
+    /// deques of the segment's deques per queue.
+    #[arg(long, default_value_t = 1)]
+    levels: u32,
+    /// Every N-th job a consumer takes comes from the least urgent non-empty level, so a
+    /// busy urgent level does not starve the others (0: never).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    aging: u32,
     /// Succeed if a queue of that name already exists with these settings (flavor, deques,
     /// capacity, max attempts, lease, allowed users and groups); one with other settings, or
     /// one you may not use, is refused, naming why. The limits and retry backoff given are set
@@ -98,8 +107,10 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         (Some(d), Some(c)) => (d, c),
         (deques, capacity) => {
             let (max_deques, max_capacity) = segment_limits(&client)?;
+            // Every level has the queue's deques: the default leaves room for all of them.
+            let per_level = (max_deques / args.levels.max(1)).max(1);
             (
-                deques.unwrap_or(defaults.deques.min(max_deques)),
+                deques.unwrap_or(defaults.deques.min(per_level)),
                 capacity.unwrap_or(defaults.capacity.min(max_capacity)),
             )
         }
@@ -114,6 +125,8 @@ pub fn create(socket: Option<&Path>, args: CreateArgs) -> Result<i32> {
         },
         max_attempts: args.max_attempts,
         lease_ms,
+        levels: args.levels,
+        aging: args.aging,
     };
     args.quota.check(&client)?;
     // With --exist-ok the daemon compares the settings and refuses other ones; the limits and
@@ -225,6 +238,9 @@ pub struct PushArgs {
     /// 2030-01-02T05:04:05+02:00) or @UNIX_SECONDS. A time past is due at once.
     #[arg(long, value_parser = crate::delay::parse_at)]
     at: Option<std::time::SystemTime>,
+    /// The jobs' priority: 0 (the most urgent, the default) to the queue's --levels minus 1.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -267,8 +283,8 @@ pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
     let due = args.delay.map(Due::In).or(args.at.map(Due::At));
     let mut one = |p: &[u8]| -> Result<()> {
         let h = match due {
-            None => room.push(|p| inj.push(p), p)?,
-            Some(due) => room.push(|p| inj.push_delayed(p, due), p)?,
+            None => room.push(|p| inj.push_priority(p, args.priority), p)?,
+            Some(due) => room.push(|p| inj.push_delayed_priority(p, due, args.priority), p)?,
         };
         pushed += 1;
         if args.print_handle {

@@ -163,6 +163,17 @@ fn queue_text(q: &QueueStats) -> String {
     }
     t.push_str(&crate::quota::stats_line(&q.quota));
     let _ = writeln!(t, "  overflow: {}", q.overflow_len);
+    if i.levels > 1 {
+        let depths: Vec<String> = q.level_depths.iter().map(u64::to_string).collect();
+        let aging =
+            if i.aging == 0 { "no aging".to_string() } else { format!("aging every {} takes", i.aging) };
+        let _ = writeln!(
+            t,
+            "  levels:   {} waiting by priority 0..{} ({aging})",
+            depths.join(" / "),
+            i.levels - 1
+        );
+    }
     t.push_str("  DEQUE  LEN     OWNER\n");
     for d in &q.deques {
         let owner = d.owner_slot.map(|s| format!("slot {s}")).unwrap_or_else(|| "-".into());

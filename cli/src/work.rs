@@ -44,6 +44,9 @@ pub struct ProduceArgs {
     /// How long to wait for room when the queue is full before giving up.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     timeout: Duration,
+    /// The jobs' priority: 0 (the most urgent, the default) to the queue's --levels minus 1.
+    #[arg(long, default_value_t = 0)]
+    priority: u32,
 }
 
 pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
@@ -52,7 +55,7 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     let t0 = Instant::now();
     let mut room = Room::new(&a.queue, a.timeout);
     let n = for_each_stdin_job(a.null, owner.payload_capacity(), |p| {
-        room.push(|p| owner.push(p), p)?;
+        room.push(|p| owner.push_priority(p, a.priority), p)?;
         Ok(())
     })?;
     let secs = t0.elapsed().as_secs_f64();

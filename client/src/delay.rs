@@ -55,8 +55,14 @@ impl InjectorHandle {
     /// Queues a job that no consumer sees before `due`: written to the segment now, put in
     /// line by the daemon once due (and sleeping consumers woken then).
     pub fn push_delayed(&self, payload: &[u8], due: Due) -> Result<JobHandle, Error> {
+        self.push_delayed_priority(payload, due, 0)
+    }
+
+    /// [`push_delayed`](Self::push_delayed) at `priority`: the level the job joins once due.
+    pub fn push_delayed_priority(&self, payload: &[u8], due: Due, priority: u32) -> Result<JobHandle, Error> {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
-        let h = self.inj.push_delayed(payload, due.monotonic_ns()).map_err(Error::from_push)?;
+        let due = due.monotonic_ns();
+        let h = self.inj.push_delayed_priority(payload, due, priority).map_err(Error::from_push)?;
         announce(&self.conn, h);
         Ok(h)
     }

@@ -160,6 +160,23 @@ pub enum Error {
         /// The segment's largest payload.
         max: u32,
     },
+    /// A push's priority is past the queue's levels (0 is the most urgent, `levels - 1` the
+    /// least).
+    #[error(
+        "--priority {priority} is past queue {queue}'s levels: it has --levels {levels}, so \
+         priorities 0 (the most urgent) to {last}; push at one of those, or create the queue \
+         with more --levels"
+    )]
+    Priority {
+        /// The queue.
+        queue: String,
+        /// Asked for.
+        priority: u32,
+        /// The queue's levels.
+        levels: u32,
+        /// Its least urgent priority.
+        last: u32,
+    },
     /// Not a valid queue name (see `xtcq_proto::queue_name`).
     #[error(transparent)]
     BadQueueName(#[from] xtcq_proto::queue_name::QueueNameError),
@@ -358,6 +375,9 @@ impl Error {
             PushError::RecordsFull(full) => Error::RecordsFull(full.to_string()),
             PushError::BlocksFull(full) => Error::RecordsFull(full.to_string()),
             e @ PushError::QuotaFull { .. } => Error::RecordsFull(e.to_string()),
+            PushError::Priority { queue, priority, levels, last } => {
+                Error::Priority { queue, priority, levels, last }
+            }
             PushError::Corrupt(m) => Error::Corrupt(m),
         }
     }

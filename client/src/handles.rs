@@ -192,6 +192,13 @@ impl OwnerHandle {
         self.owner.push(payload).map_err(Error::from_push)
     }
 
+    /// [`push`](Self::push) at `priority`: 0 the most urgent (what `push` uses), up to the
+    /// queue's `levels - 1`; consumers take from the most urgent non-empty level first.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, Error> {
+        self.usable()?;
+        self.owner.push_priority(payload, priority).map_err(Error::from_push)
+    }
+
     /// Our next job in the queue's order (LIFO or FIFO), else one from the overflow ring.
     pub fn pop(&self) -> Result<Option<Job<'_>>, Error> {
         self.usable()?;
@@ -317,7 +324,8 @@ impl ThiefHandle {
     }
 
     /// One job: the overflow ring first, then every deque from a random start; rounds repeat
-    /// while a steal lost a race. `None` when everything looked empty.
+    /// while a steal lost a race. `None` when everything looked empty. Of a queue of several
+    /// priority levels, the same within the most urgent level that holds jobs.
     pub fn steal(&self) -> Result<Option<Job<'_>>, Error> {
         Ok(self.steal_claimed()?.map(Job::new(&self.seg, &self.conn)))
     }
@@ -325,6 +333,10 @@ impl ThiefHandle {
     fn steal_claimed(&self) -> Result<Option<ClaimedJob<'_>>, Error> {
         // Also what a sleeping `steal_wait` sees when it is woken by the segment's retirement.
         usable(&self.seg, &self.conn, &self.att, self.lost_at)?;
+        // A queue of several levels: the segment's thief walks them most urgent first.
+        if self.thief.queue().spec.levels > 1 {
+            return self.thief.steal().map_err(overflow_ring_error);
+        }
         if let Some(j) = self.thief.steal_overflow().map_err(overflow_ring_error)? {
             return Ok(Some(j));
         }
@@ -445,16 +457,25 @@ impl InjectorHandle {
         self.inj.push(payload).map_err(Error::from_push)
     }
 
+    /// [`push`](Self::push) at `priority`: 0 the most urgent (what `push` uses), up to the
+    /// queue's `levels - 1`; on the overflow ring of that level.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, Error> {
+        usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
+        self.inj.push_priority(payload, priority).map_err(Error::from_push)
+    }
+
     /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
-    /// attempts and last error: queued, or a dead letter when `dead`.
+    /// attempts, last error and priority (past the queue's levels: its last level): queued,
+    /// or a dead letter when `dead`.
     pub fn import(
         &self,
         payload: &[u8],
         attempts: u32,
         last_error: &str,
         dead: bool,
+        priority: u32,
     ) -> Result<JobHandle, Error> {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
-        self.inj.import(payload, attempts, last_error, dead).map_err(Error::from_push)
+        self.inj.import(payload, attempts, last_error, dead, priority).map_err(Error::from_push)
     }
 }

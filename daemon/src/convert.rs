@@ -31,6 +31,8 @@ pub fn queue_info(q: &QueueInfo) -> proto::QueueInfo {
         capacity: q.spec.capacity,
         max_attempts: q.spec.max_attempts,
         lease_ms: q.spec.lease_ms,
+        levels: q.spec.levels,
+        aging: q.spec.aging,
         retry_backoff: None,
         paused: false,
     }

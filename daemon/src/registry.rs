@@ -407,6 +407,8 @@ impl Registry {
             capacity: p.capacity,
             max_attempts: p.max_attempts,
             lease_ms: p.lease_ms,
+            levels: p.levels,
+            aging: p.aging,
         };
         let q = self.seg.create_queue_limited(&spec, quota).map_err(|e| queue_error(&e))?;
         t.quotas.insert(q.index, quota);

@@ -231,6 +231,8 @@ fn check_queue(q: &QueueLine, room: &QueueRoom) -> Result<(), String> {
         capacity: p.capacity,
         max_attempts: p.max_attempts,
         lease_ms: p.lease_ms,
+        levels: p.levels,
+        aging: p.aging,
     };
     spec.check(room.deques_per_queue, room.deque_capacity).map_err(|e| e.to_string())?;
     if q.max_records > room.job_records {

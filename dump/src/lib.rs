@@ -129,6 +129,16 @@ pub struct QueueLine {
     /// Paused (`xtcq pause`): imported paused. Absent (not paused) from older dumps.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Priority levels. Absent (1) from older dumps and for a queue of one level.
+    #[serde(default = "proto::one_level", skip_serializing_if = "is_one")]
+    pub levels: u32,
+    /// Aging (0: none). Absent (0) from older dumps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aging: u32,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -186,6 +196,10 @@ pub struct JobLine {
     /// Why it last failed.
     #[serde(default)]
     pub last_error: String,
+    /// The priority it was pushed at. Absent (0, the most urgent) from older dumps and for
+    /// a job at priority 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: u32,
 }
 
 /// Where a job was.
@@ -305,6 +319,8 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                     burst: l.max_rate.burst.clamp(1, proto::MAX_RATE_BURST),
                 }),
                 paused: copy.paused.contains(&q.index),
+                levels: q.spec.levels,
+                aging: q.spec.aging,
             }
         })
         .collect();
@@ -323,6 +339,7 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                 attempts: j.attempts,
                 state: if j.dead { JobState::Dead } else { JobState::Queued },
                 last_error: j.last_error.clone(),
+                priority: j.priority,
             })
         })
         .collect();
@@ -338,6 +355,8 @@ pub fn params(q: &QueueLine) -> proto::QueueParams {
         flavor: if q.flavor == "fifo" { proto::Flavor::Fifo } else { proto::Flavor::Lifo },
         max_attempts: q.max_attempts,
         lease_ms: q.lease_ms,
+        levels: q.levels,
+        aging: q.aging,
     }
 }
 

@@ -193,6 +193,8 @@ mod tests {
                 flavor: Flavor::Fifo,
                 max_attempts: 3,
                 lease_ms: 0,
+                levels: 1,
+                aging: 0,
             }),
             Request::ListQueues,
             Request::Stats { queue: None },
@@ -222,6 +224,8 @@ mod tests {
             capacity: 8,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
             retry_backoff: None,
             paused: false,
         };

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::dead::{DeadActed, DeadAction, DeadLetterInfo, DeadLetterPage, JobRef, DEAD_PAYLOAD_SHOWN};
 pub use crate::job_msg::JobState;
 pub use crate::queue_msg::{
-    settings_differ, Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams,
+    one_level, settings_differ, Attachment, Flavor, OwnerLease, QueueDeleted, QueueInfo, QueueParams,
 };
 pub use crate::stats_msg::{
     BlockClassStats, DequeStats, ProcessInfo, ProcessState, QueueMetrics, QueueStats, QuotaStats,

@@ -41,6 +41,20 @@ pub struct QueueParams {
     pub max_attempts: u32,
     /// Default claim lease in ms (0: none).
     pub lease_ms: u32,
+    /// Priority levels, 1 to 8: a push's priority (0 the most urgent) picks one, and a
+    /// consumer takes from the most urgent non-empty level first. Each level has `deques`
+    /// deques of the segment's deques per queue. Absent (1) from an older client.
+    #[serde(default = "one_level")]
+    pub levels: u32,
+    /// Every `aging`-th job a consumer handle takes comes from the least urgent non-empty
+    /// level (0: never). Absent (0) from an older client.
+    #[serde(default)]
+    pub aging: u32,
+}
+
+/// One priority level: what a queue created without levels has.
+pub fn one_level() -> u32 {
+    1
 }
 
 impl QueueParams {
@@ -54,6 +68,8 @@ impl QueueParams {
             flavor: Flavor::Lifo,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         }
     }
 }
@@ -71,6 +87,8 @@ pub fn settings_differ(asked: &QueueParams, existing: &QueueInfo) -> Vec<String>
         ("capacity", existing.capacity, asked.capacity),
         ("max_attempts", existing.max_attempts, asked.max_attempts),
         ("lease_ms", existing.lease_ms, asked.lease_ms),
+        ("levels", existing.levels, asked.levels),
+        ("aging", existing.aging, asked.aging),
     ];
     for (what, has, want) in numbers {
         if has != want {
@@ -97,6 +115,12 @@ pub struct QueueInfo {
     pub max_attempts: u32,
     /// Default claim lease in ms (0: none).
     pub lease_ms: u32,
+    /// Priority levels (see [`QueueParams::levels`]). Absent (1) from an older daemon.
+    #[serde(default = "one_level")]
+    pub levels: u32,
+    /// Aging (see [`QueueParams::aging`]). Absent (0) from an older daemon.
+    #[serde(default)]
+    pub aging: u32,
     /// The retry backoff set for the queue (`None`: a failed job is retried at once). Absent
     /// from a daemon that predates it.
     #[serde(default)]

@@ -96,6 +96,10 @@ pub struct QueueStats {
     pub deques: Vec<DequeStats>,
     /// Indices in its overflow ring (approximate).
     pub overflow_len: u64,
+    /// Jobs waiting at each priority level, most urgent first (approximate: its deques and
+    /// ring of each level). Absent (empty) from a daemon that predates levels.
+    #[serde(default)]
+    pub level_depths: Vec<u64>,
     /// Records of this queue by state (`free` is always 0 here: a free record belongs to no
     /// queue).
     pub records: RecordCounts,

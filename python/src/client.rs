@@ -64,10 +64,12 @@ impl Client {
         Ok(Self { inner: RwLock::new(Some(client)) })
     }
 
-    /// Creates a queue (0: the defaults of 4 deques of 1024 jobs, no attempt limit, no lease).
+    /// Creates a queue (0: the defaults of 4 deques of 1024 jobs, no attempt limit, no lease),
+    /// with `levels` priority levels (1 to 8, each with `deques` deques) and `aging` (every
+    /// `aging`-th job a consumer takes comes from the least urgent non-empty level; 0: never).
     #[pyo3(
-        signature = (name, deques=None, capacity=None, max_attempts=None, lease_ms=None, fifo=false, exist_ok=false),
-        text_signature = "($self, name, deques=0, capacity=0, max_attempts=0, lease_ms=0, fifo=False, exist_ok=False)"
+        signature = (name, deques=None, capacity=None, max_attempts=None, lease_ms=None, fifo=false, exist_ok=false, levels=None, aging=None),
+        text_signature = "($self, name, deques=0, capacity=0, max_attempts=0, lease_ms=0, fifo=False, exist_ok=False, levels=1, aging=0)"
     )]
     #[allow(clippy::too_many_arguments)] // the Python signature, keyword arguments
     fn create_queue(
@@ -80,9 +82,13 @@ impl Client {
         lease_ms: Option<&Bound<'_, PyAny>>,
         fifo: bool,
         exist_ok: bool,
+        levels: Option<&Bound<'_, PyAny>>,
+        aging: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let size = |v: Option<&Bound<'_, PyAny>>, what| v.map_or(Ok(0), |v| u32_arg(v, what));
         let mut p = QueueParams::new(Self::name(py, name)?);
+        p.levels = size(levels, "levels")?.max(1);
+        p.aging = size(aging, "aging")?;
         let (d, c) = (size(deques, "deques")?, size(capacity, "capacity")?);
         p.max_attempts = size(max_attempts, "max_attempts")?;
         p.lease_ms = size(lease_ms, "lease_ms")?;

@@ -83,7 +83,9 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         | Error::SlotNotResumed { .. }
         | Error::Queue(_)
         | Error::Job(_) => Kind::Segment,
-        Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) => Kind::Invalid,
+        Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) | Error::Priority { .. } => {
+            Kind::Invalid
+        }
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => Kind::InUse,
         Error::Forked => Kind::Forked,
         _ => Kind::Other,

@@ -55,11 +55,14 @@ impl Drop for Owner {
 
 #[pymethods]
 impl Owner {
-    /// Queues a job (bytes or str). Raises Full when the deque and the ring are full.
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Queues a job (bytes or str) at `priority` (0 the most urgent, up to the queue's levels
+    /// minus 1). Raises Full when the deque and the ring are full, Invalid for a priority
+    /// past the queue's levels.
+    #[pyo3(signature = (payload, priority=0))]
+    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>, priority: u32) -> PyResult<()> {
         let data = self::payload(payload)?;
         let guard = lock(&self.inner);
-        Self::live(&guard, py)?.push(data.as_bytes()).map(drop).or_raise(py)
+        Self::live(&guard, py)?.push_priority(data.as_bytes(), priority).map(drop).or_raise(py)
     }
 
     /// Queues every payload in order, up to 128 at a time with one store in the deque; what
@@ -164,19 +167,25 @@ impl Injector {
 
 #[pymethods]
 impl Injector {
-    /// Queues a job (bytes or str). Raises Full when the ring is full.
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Queues a job (bytes or str) at `priority` (0 the most urgent, up to the queue's levels
+    /// minus 1). Raises Full when the ring is full, Invalid for a priority past the levels.
+    #[pyo3(signature = (payload, priority=0))]
+    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>, priority: u32) -> PyResult<()> {
         let data = self::payload(payload)?;
         let guard = lock_py(py, &self.inner);
-        guard.as_ref().ok_or_else(|| Self::closed(py))?.push(data.as_bytes()).map(drop).or_raise(py)
+        let inj = guard.as_ref().ok_or_else(|| Self::closed(py))?;
+        inj.push_priority(data.as_bytes(), priority).map(drop).or_raise(py)
     }
 
-    /// Queues a job that no consumer sees for `seconds` (the daemon puts it in line then).
+    /// Queues a job that no consumer sees for `seconds` (the daemon puts it in line then), at
+    /// `priority`, the level it joins once due.
+    #[pyo3(signature = (payload, seconds, priority=0))]
     fn push_delayed(
         &self,
         py: Python<'_>,
         payload: &Bound<'_, PyAny>,
         seconds: &Bound<'_, PyAny>,
+        priority: u32,
     ) -> PyResult<()> {
         let data = self::payload(payload)?;
         let wait: Duration = delay(seconds, "a delay")?;
@@ -187,7 +196,7 @@ impl Injector {
         let mut guard = lock_py(py, &self.inner);
         let h = guard.take().ok_or_else(|| Self::closed(py))?;
         let (h, done) = py.detach(move || {
-            let done = h.push_delayed(&bytes, Due::In(wait)).map(drop);
+            let done = h.push_delayed_priority(&bytes, Due::In(wait), priority).map(drop);
             (h, done)
         });
         *guard = Some(h);

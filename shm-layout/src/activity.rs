@@ -36,13 +36,13 @@ pub fn snapshot(seg: &Segment, slots: &[u32], out: &mut Vec<u64>) {
         let state = seg.queue_state(q).unwrap_or(0);
         out.push(u64::from(state));
         let Ok(info) = seg.queue(q) else { continue };
-        for d in 0..info.spec.deques.min(c.deques_per_queue) {
+        for d in 0..info.spec.level_deques().min(c.deques_per_queue) {
             if let Some(h) = seg.deque_header(q, d) {
                 out.push(h.top.load(Ordering::Acquire) as u64);
                 out.push(h.bottom.load(Ordering::Acquire) as u64);
             }
         }
-        if let Some(ring) = seg.overflow(q) {
+        for ring in seg.overflow_rings(q) {
             let (head, tail) = ring.positions();
             out.extend([head, tail]);
         }

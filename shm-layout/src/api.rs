@@ -24,6 +24,8 @@ mod claim;
 mod job;
 mod owned;
 mod owner;
+#[cfg(test)]
+mod priorities_tests;
 mod thief;
 pub use batch::ClaimedBatch;
 pub use claim::Claim;
@@ -83,6 +85,22 @@ pub enum PushError {
         used: u32,
         /// Its quota.
         max: u32,
+    },
+    /// A priority past the queue's levels.
+    #[error(
+        "--priority {priority} is past queue {queue}'s levels: it has --levels {levels}, so \
+         priorities 0 (the most urgent) to {last}; push at one of those, or create the queue \
+         with more --levels"
+    )]
+    Priority {
+        /// Queue name.
+        queue: String,
+        /// Asked for.
+        priority: u32,
+        /// The queue's levels.
+        levels: u32,
+        /// Its least urgent priority.
+        last: u32,
     },
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
@@ -146,6 +164,11 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
+    /// Priority levels (`levels`); with one, `overflow` is the whole ring and no hint is
+    /// marked.
+    levels: u32,
+    /// The segment, for the rings of levels past 0 (reached only by queues with several).
+    seg: &'a Segment,
 }
 
 /// What the gate let through ([`QueueCtx::enter`]): how many takes, whether each holds a
@@ -160,7 +183,8 @@ struct Pass {
 impl<'a> QueueCtx<'a> {
     /// The context of a handle of queue `q`.
     fn for_handle(seg: &'a Segment, q: &QueueInfo) -> Result<Self, QueueError> {
-        Self::from_parts(seg, q.index, q.spec.max_attempts, q.spec.lease_ms as u64 * 1_000_000)
+        let lease_ns = q.spec.lease_ms as u64 * 1_000_000;
+        Self::from_parts(seg, q.index, q.spec.max_attempts, lease_ns, q.spec.levels)
     }
 
     fn from_parts(
@@ -168,21 +192,53 @@ impl<'a> QueueCtx<'a> {
         queue: u32,
         max_attempts: u32,
         lease_ns: u64,
+        levels: u32,
     ) -> Result<Self, QueueError> {
         let corrupt = |what: &str| QueueError::Corrupt { index: queue, what: what.to_string() };
+        let levels = levels.max(1);
         Ok(Self {
             queue,
             max_attempts,
             lease_ns,
             records: seg.records(),
-            overflow: seg.overflow(queue).ok_or_else(|| corrupt("no overflow ring"))?,
+            overflow: seg.level_ring(queue, levels, 0).ok_or_else(|| corrupt("no overflow ring"))?,
             wait: seg.waker(queue).ok_or_else(|| corrupt("no wait word"))?,
             limits: seg.queue_limits(queue).ok_or_else(|| corrupt("no limit words"))?,
             slots: seg
                 .metrics_blocks(queue)
                 .and_then(|b| b.get(..seg.config().process_slots as usize))
                 .ok_or_else(|| corrupt("no metrics blocks"))?,
+            levels,
+            seg,
         })
+    }
+
+    /// The overflow ring of level `level` (level 0's is `overflow`).
+    fn ring(&self, level: u32) -> Result<OverflowRef<'a>, RingError> {
+        if level == 0 {
+            return Ok(self.overflow);
+        }
+        self.seg
+            .level_ring(self.queue, self.levels, level)
+            .ok_or_else(|| RingError::Corrupt(format!("queue {} has no ring for level {level}", self.queue)))
+    }
+
+    /// Marks `level`'s hint after a job was indexed there, on a queue of several levels.
+    #[inline]
+    fn mark(&self, level: u32) {
+        if self.levels > 1 {
+            if let Some(h) = self.seg.hints(self.queue) {
+                crate::levels::mark(h, level);
+            }
+        }
+    }
+
+    /// Indexes `Queued` record `index` on the ring of its level: a give-back's re-queue.
+    fn requeue_index(&self, index: u32) -> Result<(), RingError> {
+        if self.levels == 1 {
+            return self.overflow.push(index);
+        }
+        self.seg.index_at_level(self.queue, index)
     }
 
     /// Counts one `c` for process slot `me` (on its own block: no other process writes it).
@@ -286,6 +342,18 @@ impl<'a> QueueCtx<'a> {
             deadline: std::cell::Cell::new(deadline),
             ctx: self,
             handle: std::cell::Cell::new(JobHandle { index, generation }),
+            me,
+            done: false,
+        }
+    }
+
+    /// The job of a claim already won (its deadline stored), made again from its words.
+    #[inline(always)]
+    fn job(&self, handle: JobHandle, me: u32, deadline: u64) -> ClaimedJob<'_> {
+        ClaimedJob {
+            deadline: std::cell::Cell::new(deadline),
+            ctx: self,
+            handle: std::cell::Cell::new(handle),
             me,
             done: false,
         }
@@ -395,7 +463,13 @@ impl<'a> QueueCtx<'a> {
     }
 
     fn pop_overflow(&self, me: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        while let Some(i) = self.overflow.pop()? {
+        self.pop_ring(&self.overflow, me)
+    }
+
+    /// Takes a job from `ring` (one of this queue's level rings).
+    #[inline]
+    fn pop_ring(&self, ring: &OverflowRef<'_>, me: u32) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        while let Some(i) = ring.pop()? {
             if let Some(j) = self.claim(i, None, me) {
                 return Ok(Some(j));
             }

@@ -177,13 +177,13 @@ impl<'s> Checker<'s> {
     fn queue(&mut self, q: &QueueInfo) {
         self.active_queue[q.index as usize] = true;
         self.report.counts.queues += 1;
-        for d in 0..q.spec.deques {
+        for d in 0..q.spec.level_deques() {
             match self.seg.deque(q, d) {
                 Ok(dq) => self.deque(q, d, &dq),
                 Err(e) => self.problem(format!("queue {} deque {d}: {e}", q.spec.name)),
             }
         }
-        if let Some(ring) = self.seg.overflow(q.index) {
+        for ring in self.seg.overflow_rings(q.index) {
             self.overflow(q, &ring);
         }
     }

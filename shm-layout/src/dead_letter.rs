@@ -34,9 +34,9 @@ pub(crate) fn store_last_error(hdr: &RecordHeader, reason: &str) {
     hdr.flags.store(kept | n as u32, Ordering::Relaxed);
 }
 
-/// The last error's length in `flags`; the bits above are the birth generation
-/// ([`crate::JobId`]).
-const LEN_MASK: u32 = (1 << crate::record::state::BIRTH_SHIFT) - 1;
+/// The last error's length in `flags`; the bits above are the priority (`levels`) and the
+/// birth generation ([`crate::JobId`]).
+const LEN_MASK: u32 = (1 << crate::levels::PRIORITY_SHIFT) - 1;
 
 /// The cancel mark (`cancel`): a last-error length no reason has (one is at most
 /// [`LAST_ERROR_BYTES`]), so the mark needs no bit of its own. Stored only where no reason is
@@ -198,8 +198,12 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle, me: u32) -> Result<(), Dea
         return Err(DeadLetterError::NotDead(handle));
     }
     let q = hdr.queue.load(Ordering::Relaxed);
+    // The ring of the job's level (`levels`).
+    let levels = seg.queue(q).map_or(1, |info| info.spec.levels);
+    let level =
+        crate::levels::level_of(crate::levels::priority_of_flags(hdr.flags.load(Ordering::Relaxed)), levels);
     let ring = seg
-        .overflow(q)
+        .level_ring(q, levels, level)
         .ok_or_else(|| DeadLetterError::Corrupt(format!("record {handle} names queue {q}")))?;
     if ring.len() >= ring.capacity() {
         return Err(DeadLetterError::QueueFull(handle));
@@ -215,6 +219,9 @@ pub fn requeue_dead(seg: &Segment, handle: JobHandle, me: u32) -> Result<(), Dea
     // recovery's orphan sweep re-indexes; it is not lost.
     if ring.push(handle.index).is_err() {
         return Err(DeadLetterError::QueueFull(handle));
+    }
+    if let (true, Some(h)) = (levels > 1, seg.hints(q)) {
+        crate::levels::mark(h, level);
     }
     if let Some(w) = seg.waker(q) {
         crate::wait::notify(w);

@@ -85,14 +85,15 @@ pub fn release_due(seg: &Segment, h: JobHandle) -> Released {
         return Released::Gone;
     }
     let queue = hdr.queue.load(Ordering::Relaxed);
-    let (Some(ring), Some(wait)) = (seg.overflow(queue), seg.waker(queue)) else {
+    let (Some(_), Some(wait)) = (seg.overflow(queue), seg.waker(queue)) else {
         return Released::Gone;
     };
     if st.release_due(h.generation).is_err() {
         return Released::Gone;
     }
     crate::fail_point!("delay.after_release");
-    match ring.push(h.index) {
+    // The ring of the level the record's priority names (`levels`).
+    match seg.index_at_level(queue, h.index) {
         Ok(()) => {
             crate::wait::notify(wait);
             Released::Queued { queue }

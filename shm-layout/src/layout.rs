@@ -62,7 +62,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -327,6 +327,13 @@ pub struct QueueControl {
     /// The queue's rate limit (`segment::rate`), read only while [`FLOW_RATED`] is set.
     /// Layout version 9.
     pub rate: RateWords,
+    /// Priority levels (`levels`): 0 or 1 for a queue of one level, which takes no other
+    /// path than a queue of a segment made before. Written only by the daemon, before the
+    /// entry becomes active. Layout version 10.
+    pub levels: AtomicU32,
+    /// Aging (`levels`): every `aging`-th job a consumer handle takes comes from the least
+    /// urgent non-empty level (0: never). Written as `levels` is. Layout version 10.
+    pub aging: AtomicU32,
 }
 
 /// [`QueueControl::flow`] bit: the queue is paused, consumers take nothing from it and
@@ -350,6 +357,10 @@ pub struct WaitWord {
     /// Descriptor waiters armed, a bit each (in the line's spare bytes: a segment made before
     /// reads zero, none armed).
     pub armed: [AtomicU64; crate::wake_protocol::WAKE_WORDS],
+    /// Of a queue with several priority levels, a bit per level that may hold jobs, set by
+    /// pushes and cleared by consumers that find the level empty (`levels`). On this line
+    /// because a push reads `sleepers` here anyway. Layout version 10.
+    pub hints: AtomicU32,
 }
 
 impl WaitWord {
@@ -474,7 +485,9 @@ pub struct RecordHeader {
     pub queue: AtomicU32,
     /// Times claimed and given back.
     pub attempts: AtomicU32,
-    /// Zero.
+    /// The last error's length (bits 0-4, `dead_letter`), the priority the job was pushed at
+    /// (bits 5-7, `levels`; layout version 10, zero before) and the birth generation (bits
+    /// 8-31, `JobId`).
     pub flags: AtomicU32,
     /// When it was published, CLOCK_MONOTONIC ns; for a `Delayed` record (and after it, the
     /// `Queued` one it becomes) when it is due, which is when it joins the line.
@@ -552,7 +565,11 @@ const _: () = {
     assert!(size_of::<RateWords>() == 24);
     assert!(offset_of!(RateWords, burst) == 8);
     assert!(offset_of!(RateWords, theoretical) == 16);
+    assert!(offset_of!(QueueControl, levels) == 48);
+    assert!(offset_of!(QueueControl, aging) == 52);
     assert!(size_of::<QueueControl>() <= 128);
+    assert!(offset_of!(WaitWord, hints) == 40);
+    assert!(size_of::<WaitWord>() <= 128);
     assert!(offset_of!(QueueEntry, wait) == 256);
     // `top` and `bottom` on the first line, `lease` on the second; slots start on the third.
     assert!(size_of::<DequeHeader>() == 256);

@@ -6,6 +6,7 @@
 //!   segment ([`segment`]);
 //! - the bounded Chase-Lev work-stealing deque ([`deque`]);
 //! - the overflow ring any process may push to ([`overflow`]);
+//! - priority levels, their hint word and aging ([`levels`]);
 //! - job records, their state word and its one-CAS transitions ([`record`]);
 //! - recovery of what a dead process held ([`recovery`]) and an invariant walk ([`check`]);
 //! - what the daemon's periodic scan watches: claims with a lease ([`lease_watch`]) and
@@ -36,6 +37,7 @@ pub mod failpoint;
 /// Fork detection, shared by the client and the C API.
 #[cfg(not(xtcq_loom))]
 pub mod fork;
+pub mod levels;
 pub mod limit_words;
 pub mod overflow;
 pub mod record;

@@ -243,8 +243,8 @@ pub(crate) fn revoke(st: RecordState<'_>, w: StateWord, holder: u32) -> bool {
 }
 
 pub(crate) fn index_on_overflow(seg: &Segment, queue: u32, index: u32) -> Result<(), RingError> {
-    let ring = seg.overflow(queue).ok_or_else(|| RingError::Corrupt(format!("no overflow ring {queue}")))?;
-    ring.push(index)?;
+    // The ring of the level the record's priority names, with its hint marked.
+    seg.index_at_level(queue, index)?;
     if let Some(w) = seg.waker(queue) {
         crate::wait::notify(w);
     }
@@ -306,7 +306,7 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
     let records = seg.records();
     let mut seen = vec![false; records.len() as usize];
     for q in seg.queues().into_iter().flatten() {
-        for d in 0..q.spec.deques {
+        for d in 0..q.spec.level_deques() {
             let Ok(dq) = seg.deque(&q, d) else { continue };
             let (top, bottom) = dq.indices();
             let n = bottom.saturating_sub(top).clamp(0, dq.capacity() as i64);
@@ -319,7 +319,7 @@ pub(crate) fn referenced(seg: &Segment) -> Vec<bool> {
                 }
             }
         }
-        if let Some(ring) = seg.overflow(q.index) {
+        for ring in seg.overflow_rings(q.index) {
             let (head, tail) = ring.positions();
             for (_, i) in ring.held(head, tail) {
                 if let Some(s) = seen.get_mut(i as usize) {
@@ -381,12 +381,27 @@ pub fn release_deque_leases(seg: &Segment, slot: u32) -> Vec<(u32, u32)> {
                 continue;
             }
             repair_bottom(h);
+            repair_level_deques(seg, q, d);
             if h.lease.compare_exchange(lease, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 out.push((q, d));
             }
         }
     }
     out
+}
+
+/// Repairs the owner's deque `d` of queue `q` at every level past 0 (`levels`): they have no
+/// lease word of their own, but the same owner, dead too.
+fn repair_level_deques(seg: &Segment, q: u32, d: u32) {
+    let Ok(info) = seg.queue(q) else { return };
+    if d >= info.spec.deques {
+        return;
+    }
+    for level in 1..info.spec.levels {
+        if let Some(h) = seg.deque_header(q, level * info.spec.deques + d) {
+            repair_bottom(h);
+        }
+    }
 }
 
 /// `bottom = max(bottom, top)`, for a deque whose owner is dead.

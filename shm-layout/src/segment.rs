@@ -35,6 +35,7 @@ mod compat;
 mod digest;
 mod errors;
 mod flow;
+mod levels;
 mod memory;
 mod queue_table;
 mod quota;
@@ -508,11 +509,12 @@ impl Segment {
         Some(unsafe { self.at(off) })
     }
 
-    /// Deque `deque` of queue `q`, resolved with the queue's capacity and flavor.
+    /// Deque `deque` of queue `q`, resolved with the queue's capacity and flavor: of level
+    /// `deque / q.spec.deques` (`levels`), so `0..q.spec.level_deques()` are all of them.
     pub fn deque(&self, q: &QueueInfo, deque: u32) -> Result<DequeRef<'_>, QueueError> {
-        let no_such =
-            || QueueError::NoSuchDeque { queue: q.spec.name.clone(), index: deque, count: q.spec.deques };
-        if deque >= q.spec.deques || q.spec.capacity > self.desc.config.deque_capacity {
+        let count = q.spec.level_deques();
+        let no_such = || QueueError::NoSuchDeque { queue: q.spec.name.clone(), index: deque, count };
+        if deque >= count || q.spec.capacity > self.desc.config.deque_capacity {
             return Err(no_such());
         }
         let off = self.deque_offset(q.index, deque).ok_or_else(no_such)?;
@@ -529,12 +531,6 @@ impl Segment {
         };
         let top: &AtomicI64 = &h.top;
         DequeRef::new(top, &h.bottom, slots, q.spec.flavor).map_err(|_| no_such())
-    }
-
-    /// The overflow ring of queue-table entry `queue`.
-    pub fn overflow(&self, queue: u32) -> Option<OverflowRef<'_>> {
-        let (h, cells) = self.overflow_words(queue)?;
-        OverflowRef::new(&h.head, &h.tail, cells).ok()
     }
 
     /// The wait word of queue-table entry `queue`.
@@ -625,9 +621,10 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// The layout versions [`Segment::open_read_only`] reads: versions 4 and 5 differ from this
 /// one in the descriptor (read through `compat`) and in having no payload blocks (every
 /// payload inline, the record sized for the largest), which their descriptor, put in this
-/// version's terms, says exactly; versions 6 and 7 only in the words of a queue's control
-/// line they lack (read as zero: not paused, no concurrency limit).
-pub const READABLE_LAYOUT_VERSIONS: [u32; 6] = [4, 5, 6, 7, 8, LAYOUT_VERSION];
+/// version's terms, says exactly; versions 6 to 9 only in the words of a queue's control
+/// and wait lines they lack (read as zero: not paused, no concurrency or rate limit, one
+/// priority level) and in the priority bits of a record's flags (zero: priority 0).
+pub const READABLE_LAYOUT_VERSIONS: [u32; 7] = [4, 5, 6, 7, 8, 9, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);

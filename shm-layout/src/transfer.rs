@@ -30,6 +30,8 @@ pub struct JobCopy {
     pub dead: bool,
     /// Why it last failed (may be empty).
     pub last_error: String,
+    /// The priority it was pushed at (`levels`).
+    pub priority: u32,
 }
 
 /// Everything an import needs of a segment.
@@ -99,6 +101,7 @@ fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
         attempts: hdr.attempts.load(Ordering::Relaxed),
         dead,
         last_error: if dead { crate::dead_letter::load_last_error(hdr) } else { String::new() },
+        priority: crate::levels::priority_of_flags(hdr.flags.load(Ordering::Relaxed)),
     };
     (st.load() == w).then_some(Some(job))
 }

@@ -39,7 +39,16 @@ fn small_config() -> SegmentConfig {
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {
-    QueueSpec { name: name.into(), flavor, deques: 2, capacity: 8, max_attempts: 0, lease_ms: 0 }
+    QueueSpec {
+        name: name.into(),
+        flavor,
+        deques: 2,
+        capacity: 8,
+        max_attempts: 0,
+        lease_ms: 0,
+        levels: 1,
+        aging: 0,
+    }
 }
 
 struct Fixture {

@@ -74,6 +74,8 @@ fn live(c: &SegmentConfig, max_attempts: u32) -> Live {
         capacity: 128,
         max_attempts,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     Live { dir, seg, q }

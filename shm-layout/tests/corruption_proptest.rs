@@ -62,7 +62,16 @@ fn regions() -> RegionOffsets {
 }
 
 fn spec(name: &str, flavor: Flavor, max_attempts: u32) -> QueueSpec {
-    QueueSpec { name: name.into(), flavor, deques: 2, capacity: 8, max_attempts, lease_ms: 0 }
+    QueueSpec {
+        name: name.into(),
+        flavor,
+        deques: 2,
+        capacity: 8,
+        max_attempts,
+        lease_ms: 0,
+        levels: 1,
+        aging: 0,
+    }
 }
 
 /// The region a case scribbles on.

@@ -144,6 +144,8 @@ fn crash_at(point: &str, role: &str, nth: u32) {
         capacity: 16,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     {

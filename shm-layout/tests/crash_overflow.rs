@@ -62,6 +62,8 @@ fn a_consumer_killed_in_a_full_ring_then_recovery_leaves_the_ring_consistent() {
         capacity: DEQUE,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     let jobs = u64::from(DEQUE + RING);

@@ -215,6 +215,8 @@ fn crash_at(point: &str, role: &str, flavor: Flavor, capacity: u32, nth: u32) ->
             capacity,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         })
         .expect("queue");
     {

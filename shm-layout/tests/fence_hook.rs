@@ -20,6 +20,8 @@ fn setup(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo
         capacity: 16,
         max_attempts: 0,
         lease_ms,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).unwrap();
     for s in 0..4 {

@@ -153,8 +153,16 @@ fn run(seed: u64, flavor: Flavor) {
     let path = dir.path().join("seg");
     let cfg = SegmentConfig::small().with_deque_capacity(64);
     let seg = Arc::new(Segment::create(&path, &cfg, 0o600).expect("create"));
-    let spec =
-        QueueSpec { name: "victim".into(), flavor, deques: 2, capacity: 64, max_attempts: 3, lease_ms: 0 };
+    let spec = QueueSpec {
+        name: "victim".into(),
+        flavor,
+        deques: 2,
+        capacity: 64,
+        max_attempts: 3,
+        lease_ms: 0,
+        levels: 1,
+        aging: 0,
+    };
     let q = seg.create_queue(&spec).expect("queue");
     let (done_tx, done_rx) = mpsc::channel::<&'static str>();
     let crew = Crew {

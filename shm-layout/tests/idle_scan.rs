@@ -31,6 +31,8 @@ fn segment(lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, QueueInfo) {
         capacity: 16,
         max_attempts: 0,
         lease_ms,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     (dir, seg, q)

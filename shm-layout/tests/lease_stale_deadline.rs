@@ -34,6 +34,8 @@ fn a_new_claim_does_not_inherit_an_expired_deadline() {
         capacity: 16,
         max_attempts: 0,
         lease_ms: 50,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");

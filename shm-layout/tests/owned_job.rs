@@ -13,8 +13,16 @@ fn setup(max_attempts: u32, lease_ms: u32) -> (tempfile::TempDir, Arc<Segment>, 
     let dir = tempfile::tempdir().unwrap();
     let cfg = SegmentConfig::small().with_deque_capacity(16).with_records(64).with_overflow_capacity(64);
     let seg = Arc::new(Segment::create(&dir.path().join("seg"), &cfg, 0o600).unwrap());
-    let spec =
-        QueueSpec { name: "o".into(), flavor: Flavor::Fifo, deques: 1, capacity: 16, max_attempts, lease_ms };
+    let spec = QueueSpec {
+        name: "o".into(),
+        flavor: Flavor::Fifo,
+        deques: 1,
+        capacity: 16,
+        max_attempts,
+        lease_ms,
+        levels: 1,
+        aging: 0,
+    };
     let q = seg.create_queue(&spec).unwrap();
     for s in 0..4 {
         seg.process_slot(s).unwrap().state.store(PROCESS_ACTIVE, Ordering::Release);

@@ -53,6 +53,8 @@ fn live(c: &SegmentConfig) -> Live {
         capacity: 64,
         max_attempts: 1,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).unwrap();
     Live { _dir: dir, seg, q }

@@ -19,7 +19,7 @@ use xtcq_shm::{Flavor, Owner, QueueError, QueueSpec, Segment, SegmentConfig, Thi
 const RECORDS: u32 = 64;
 
 fn spec(name: &str, flavor: Flavor, deques: u32, capacity: u32, max_attempts: u32) -> QueueSpec {
-    QueueSpec { name: name.into(), flavor, deques, capacity, max_attempts, lease_ms: 0 }
+    QueueSpec { name: name.into(), flavor, deques, capacity, max_attempts, lease_ms: 0, levels: 1, aging: 0 }
 }
 
 fn setup() -> (tempfile::TempDir, Arc<Segment>) {

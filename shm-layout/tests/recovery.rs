@@ -22,6 +22,8 @@ fn setup(max_attempts: u32) -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::Queue
             capacity: 16,
             max_attempts,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         })
         .unwrap();
     for s in 0..4 {
@@ -175,6 +177,8 @@ fn queue_lease_expires_a_hung_claim_and_a_heartbeat_keeps_it() {
             capacity: 16,
             max_attempts: 0,
             lease_ms: 20,
+            levels: 1,
+            aging: 0,
         })
         .unwrap();
     let owner = Owner::new(seg.clone(), &q, 0, 0).unwrap();

@@ -15,7 +15,16 @@ fn small_config() -> SegmentConfig {
 }
 
 fn spec(name: &str, flavor: Flavor) -> QueueSpec {
-    QueueSpec { name: name.into(), flavor, deques: 2, capacity: 16, max_attempts: 3, lease_ms: 0 }
+    QueueSpec {
+        name: name.into(),
+        flavor,
+        deques: 2,
+        capacity: 16,
+        max_attempts: 3,
+        lease_ms: 0,
+        levels: 1,
+        aging: 0,
+    }
 }
 
 #[test]

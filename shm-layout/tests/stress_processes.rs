@@ -101,6 +101,8 @@ fn one_owner_process_four_thief_processes_exactly_once() {
             capacity: 256,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         })
         .expect("queue");
     let children: Vec<_> = (1..=THIEF_PROCESSES).map(|s| spawn_thief(&path, dir.path(), s)).collect();

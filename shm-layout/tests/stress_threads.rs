@@ -79,6 +79,8 @@ impl Run {
                 capacity: case.capacity,
                 max_attempts: 0,
                 lease_ms: 0,
+                levels: 1,
+                aging: 0,
             })
             .expect("queue");
         let thief_seg = if case.second_mapping {

@@ -28,6 +28,8 @@ fn setup() -> (tempfile::TempDir, Arc<Segment>, xtcq_shm::QueueInfo) {
         capacity: 64,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let q = seg.create_queue(&spec).expect("queue");
     (dir, seg, q)

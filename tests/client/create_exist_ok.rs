@@ -13,6 +13,8 @@ fn params(name: &str) -> QueueParams {
         flavor: Flavor::Fifo,
         max_attempts: 3,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     }
 }
 

@@ -170,6 +170,8 @@ fn setup(s: Setup, ids: std::ops::Range<u64>) -> (tempfile::TempDir, Daemon, Cli
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     c.create_queue(&q).expect("create queue");
     let owner = c.attach_owner(QUEUE).expect("owner");

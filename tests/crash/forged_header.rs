@@ -47,6 +47,8 @@ fn a_forged_class_table_is_refused_by_later_attachers_and_live_jobs_stay_whole()
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     c.create_queue(&q).expect("create");
     let inj = c.attach_injector("q").expect("injector");

@@ -59,6 +59,8 @@ fn queue() -> QueueParams {
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     }
 }
 

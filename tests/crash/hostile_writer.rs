@@ -85,6 +85,8 @@ fn garbage_in_the_block_machinery_of_a_live_daemon_loses_and_doubles_no_job() {
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     c.create_queue(&q).expect("create");
     let stop = Arc::new(AtomicBool::new(false));

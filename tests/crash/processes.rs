@@ -214,8 +214,17 @@ fn hang(c: &Client) -> Result<(), Error> {
 // The parent side.
 
 fn create_queue(c: &Client, deques: u32, capacity: u32, flavor: Flavor, lease_ms: u32) {
-    c.create_queue(&QueueParams { name: QUEUE.into(), deques, capacity, flavor, max_attempts: 0, lease_ms })
-        .expect("create queue");
+    c.create_queue(&QueueParams {
+        name: QUEUE.into(),
+        deques,
+        capacity,
+        flavor,
+        max_attempts: 0,
+        lease_ms,
+        levels: 1,
+        aging: 0,
+    })
+    .expect("create queue");
 }
 
 /// Environment of a child role.

@@ -60,6 +60,8 @@ fn params(name: &str) -> QueueParams {
         flavor: Flavor::Lifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     }
 }
 

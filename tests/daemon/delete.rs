@@ -17,7 +17,16 @@ use xtcqd::persistence::state::StateFile;
 use xtcqd::registry::{ProcessId, Registry};
 
 fn params(name: &str, deques: u32, capacity: u32) -> QueueParams {
-    QueueParams { name: name.into(), deques, capacity, flavor: Flavor::Fifo, max_attempts: 0, lease_ms: 0 }
+    QueueParams {
+        name: name.into(),
+        deques,
+        capacity,
+        flavor: Flavor::Fifo,
+        max_attempts: 0,
+        lease_ms: 0,
+        levels: 1,
+        aging: 0,
+    }
 }
 
 fn registry() -> (tempfile::TempDir, Arc<Segment>, Registry) {

@@ -159,6 +159,8 @@ fn queue(c: &Client, name: &str, deques: u32, capacity: u32) {
         flavor: Flavor::Lifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     })
     .expect("create queue");
 }

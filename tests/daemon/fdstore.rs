@@ -123,6 +123,8 @@ fn the_fd_store_keeps_a_sealed_segment_and_its_jobs_across_a_kill_9() {
             flavor: Flavor::Fifo,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         })
         .expect("create queue");
         let owner = c.attach_owner("kept").expect("attach");

@@ -21,6 +21,8 @@ fn a_connection_that_holds_nothing_is_closed_when_idle_one_with_a_slot_is_not() 
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     })
     .expect("create");
     let thief = c.attach_thief("q").expect("thief");

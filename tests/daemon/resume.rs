@@ -133,6 +133,8 @@ fn create_queue(c: &Client) {
         flavor: Flavor::Lifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     })
     .expect("create queue");
 }

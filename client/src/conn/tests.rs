@@ -91,6 +91,8 @@ fn replies_are_matched_and_daemon_loss_is_noticed() {
         flavor: Flavor::Fifo,
         max_attempts: 0,
         lease_ms: 0,
+        levels: 1,
+        aging: 0,
     };
     let e = c.request(Request::CreateQueue(q), Some("q")).unwrap_err();
     assert_eq!(e.to_string(), "queue already exists: q");
@@ -133,6 +135,8 @@ fn restarting_fake(
                 capacity: 2,
                 max_attempts: 0,
                 lease_ms: 0,
+                levels: 1,
+                aging: 0,
                 retry_backoff: None,
                 paused: false,
             },

@@ -172,7 +172,11 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
     let deques = (0..q.spec.deques)
         .map(|d| proto::DequeStats {
             index: d,
-            len: seg.deque(q, d).map(|dq| dq.len() as u64).unwrap_or(0),
+            // The owner's deque at every level (`levels`).
+            len: (0..q.spec.levels)
+                .filter_map(|l| seg.deque(q, l * q.spec.deques + d).ok())
+                .map(|dq| dq.len() as u64)
+                .sum(),
             owner_slot: seg
                 .deque_header(q.index, d)
                 .and_then(|h| lease_holder(h.lease.load(Ordering::Acquire))),
@@ -184,7 +188,8 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
     proto::QueueStats {
         info: proto::QueueInfo { paused: seg.is_paused(q.index), ..queue_info(q) },
         deques,
-        overflow_len: seg.overflow(q.index).map(|o| o.len() as u64).unwrap_or(0),
+        overflow_len: seg.overflow_rings(q.index).iter().map(|o| o.len() as u64).sum(),
+        level_depths: seg.level_depths(q),
         quota: proto::QuotaStats {
             max_records: s.quota.max_records,
             records_used: s.records_used,

@@ -102,7 +102,7 @@ fn write_jobs(reg: &Registry, d: &Dump, slot: u32) -> Result<usize, DumpError> {
         }
         let Some((_, inj)) = injectors.iter().find(|(name, _)| *name == j.queue) else { continue };
         let payload = j.payload_bytes().ok_or_else(|| bad("no payload, or bad hex".into()))?;
-        inj.import(&payload, j.attempts, &j.last_error, j.state == JobState::Dead)
+        inj.import(&payload, j.attempts, &j.last_error, j.state == JobState::Dead, j.priority)
             .map_err(|e| bad(e.to_string()))?;
     }
     Ok(d.jobs.len())

@@ -138,8 +138,8 @@ impl Registry {
     /// Whether queue `q` has a job waiting in a deque or its overflow ring (cheap: the
     /// indices, no record).
     fn has_queued(&self, q: &xtcq_shm::QueueInfo) -> bool {
-        let ring = self.seg.overflow(q.index).is_some_and(|o| !o.is_empty());
-        ring || (0..q.spec.deques).any(|d| self.seg.deque(q, d).is_ok_and(|dq| !dq.is_empty()))
+        let ring = self.seg.overflow_rings(q.index).iter().any(|o| !o.is_empty());
+        ring || (0..q.spec.level_deques()).any(|d| self.seg.deque(q, d).is_ok_and(|dq| !dq.is_empty()))
     }
 }
 

@@ -286,7 +286,8 @@ impl ClaimedJob<'_> {
         // while we still hold the record, and the job would wait for recovery.
         st.requeue_written(g, self.me).map_err(|c| self.not_held(c.found.0))?;
         crate::fail_point!("nack.after_requeue");
-        match self.ctx.overflow.push(idx) {
+        // The ring of the job's level (`levels`), its hint marked.
+        match self.ctx.requeue_index(idx) {
             Ok(()) => crate::wait::notify(self.ctx.wait),
             // The job is queued but the ring has no room for its index: the daemon's stray
             // sweep indexes it once there is (`recovery::StraySweep`), so the give-back is

@@ -179,7 +179,11 @@ impl Claim for OwnedJob {
 
 /// A fresh view of queue `queue` in `seg` (offsets only; no system call).
 fn view(seg: &Segment, queue: u32, max_attempts: u32, lease_ns: u64) -> Result<QueueCtx<'_>, JobError> {
-    QueueCtx::from_parts(seg, queue, max_attempts, lease_ns).map_err(|e| JobError::Corrupt(e.to_string()))
+    let levels = seg
+        .ring_levels(queue)
+        .ok_or_else(|| JobError::Corrupt(format!("queue {queue}: its level count is garbage")))?;
+    QueueCtx::from_parts(seg, queue, max_attempts, lease_ns, levels)
+        .map_err(|e| JobError::Corrupt(e.to_string()))
 }
 
 impl Drop for OwnedJob {

@@ -44,6 +44,8 @@ pub struct Owner {
     // Field order: the views borrow from `seg` and are declared first, so they are dropped
     // first (they have no drop glue; this is belt and braces).
     deque: DequeOwner<'static>,
+    /// Our deque at levels 1.. of a queue with several (`levels`); empty for one level.
+    level_deques: Box<[DequeOwner<'static>]>,
     ctx: QueueCtx<'static>,
     info: QueueInfo,
     deque_index: u32,
@@ -73,8 +75,17 @@ impl Owner {
         let s = unsafe { extend(&seg) };
         let d = s.deque(queue, deque)?;
         let ctx = QueueCtx::for_handle(s, queue)?;
+        if deque >= queue.spec.deques {
+            let count = queue.spec.deques;
+            return Err(QueueError::NoSuchDeque { queue: queue.spec.name.clone(), index: deque, count });
+        }
+        // Our deque at every level: each is repaired as the level-0 one is.
+        let level_deques = (1..queue.spec.levels.max(1))
+            .map(|level| s.deque(queue, level * queue.spec.deques + deque).map(DequeOwner::adopt))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deque: DequeOwner::adopt(d),
+            level_deques: level_deques.into(),
             ctx,
             info: queue.clone(),
             deque_index: deque,
@@ -99,23 +110,42 @@ impl Owner {
         self.deque.deque()
     }
 
-    /// Handles in our deque.
+    /// Handles in our deque, at every level.
     pub fn len(&self) -> usize {
-        self.deque.len()
+        self.deque.len() + self.level_deques.iter().map(|d| d.len()).sum::<usize>()
     }
 
     /// `len() == 0`.
     pub fn is_empty(&self) -> bool {
-        self.deque.is_empty()
+        self.len() == 0
     }
 
-    /// Queues a job with `payload`. Goes to our deque, or to the overflow ring when the deque
-    /// is full; wakes sleeping consumers if there are any.
+    /// Queues a job with `payload` at priority 0 (the most urgent level). Goes to our deque,
+    /// or to the overflow ring when the deque is full; wakes sleeping consumers if there are
+    /// any.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
-        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        let h = publish(&self.ctx, self.me, &self.cursor, payload, 0)?;
         if self.deque.push(h.to_word()).is_err() {
-            index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+            index_in_overflow(&self.ctx, h, 0, &self.info.spec.name)?;
         }
+        self.ctx.mark(0);
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+
+    /// Queues a job at `priority` (0 the most urgent, below the queue's `levels`): into our
+    /// deque of that level, or its overflow ring when that is full.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, PushError> {
+        check_priority(&self.info, priority)?;
+        let deque = match priority {
+            0 => &self.deque,
+            p => self.level_deques.get(p as usize - 1).ok_or_else(|| level_error(&self.info, p))?,
+        };
+        let h = publish(&self.ctx, self.me, &self.cursor, payload, priority)?;
+        if deque.push(h.to_word()).is_err() {
+            index_in_overflow(&self.ctx, h, priority, &self.info.spec.name)?;
+        }
+        self.ctx.mark(priority);
         crate::wait::notify(self.ctx.wait);
         Ok(h)
     }
@@ -137,7 +167,7 @@ impl Owner {
         // One clock read for the batch: its jobs join the line together.
         let now = Joins::Now(coarse_monotonic_ns());
         for p in &payloads[..room] {
-            match publish_at(&self.ctx, self.me, &self.cursor, p, now) {
+            match publish_at(&self.ctx, self.me, &self.cursor, p, now, 0) {
                 Ok(h) => {
                     words[n] = h.to_word();
                     n += 1;
@@ -152,6 +182,7 @@ impl Owner {
         let pushed = self.deque.push_many(&words[..n]);
         debug_assert_eq!(pushed, n);
         if n > 0 {
+            self.ctx.mark(0);
             crate::wait::notify(self.ctx.wait);
         }
         match failed {
@@ -168,6 +199,9 @@ impl Owner {
     // Always: the body is past what `#[inline]` alone gets inlined.
     #[inline(always)]
     pub fn pop(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if !self.level_deques.is_empty() {
+            return self.own_by_level(DequeOwner::pop);
+        }
         self.ctx.gated(|| self.deque.is_empty() && self.ctx.overflow.is_empty(), || self.pop_open())
     }
 
@@ -188,6 +222,9 @@ impl Owner {
     /// The oldest job in our deque (FIFO, whatever the flavor), else from the overflow ring.
     #[inline(always)]
     pub fn take(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if !self.level_deques.is_empty() {
+            return self.own_by_level(DequeOwner::take);
+        }
         self.ctx.gated(|| self.deque.is_empty() && self.ctx.overflow.is_empty(), || self.take_open())
     }
 
@@ -202,6 +239,34 @@ impl Owner {
             }
         }
         self.ctx.pop_overflow(self.me)
+    }
+
+    /// `pop` or `take` (as `next`) on a queue of several levels: our deque, then the ring,
+    /// of each level from the most urgent.
+    #[cold]
+    fn own_by_level(
+        &self,
+        next: impl Fn(&DequeOwner<'static>) -> Option<u64>,
+    ) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        self.ctx.gated(
+            || self.is_empty() && self.ctx.overflow.is_empty(),
+            || {
+                let deques = std::iter::once(&self.deque).chain(self.level_deques.iter());
+                for (level, d) in (0u32..).zip(deques) {
+                    // Bounded as in `pop`.
+                    for _ in 0..=d.deque().capacity() {
+                        let Some(w) = next(d) else { break };
+                        if let Some(j) = self.ctx.claim_word(w, self.me) {
+                            return Ok(Some(j));
+                        }
+                    }
+                    if let Some(j) = self.ctx.pop_ring(&self.ctx.ring(level)?, self.me)? {
+                        return Ok(Some(j));
+                    }
+                }
+                Ok(None)
+            },
+        )
     }
 }
 
@@ -228,9 +293,29 @@ enum Joins {
     Due(u64),
 }
 
-/// Allocates, fills and publishes a record; returns its handle (not yet indexed).
-fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
-    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()))
+/// Allocates, fills and publishes a record at `priority`; returns its handle (not yet
+/// indexed).
+fn publish(
+    ctx: &QueueCtx<'_>,
+    me: u32,
+    cursor: &Cursors,
+    payload: &[u8],
+    priority: u32,
+) -> Result<JobHandle, PushError> {
+    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), priority)
+}
+
+/// Refuses a priority past the queue's levels.
+fn check_priority(info: &QueueInfo, priority: u32) -> Result<(), PushError> {
+    if priority >= info.spec.levels.max(1) {
+        return Err(level_error(info, priority));
+    }
+    Ok(())
+}
+
+fn level_error(info: &QueueInfo, priority: u32) -> PushError {
+    let levels = info.spec.levels.max(1);
+    PushError::Priority { queue: info.spec.name.clone(), priority, levels, last: levels - 1 }
 }
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
@@ -241,13 +326,14 @@ fn publish_at(
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
+    priority: u32,
 ) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
     let limited = take_quota(ctx)?;
-    let published = fill_and_publish(ctx, me, cursor, payload, joins);
+    let published = fill_and_publish(ctx, me, cursor, payload, joins, priority);
     if published.is_err() && limited {
         Held::give(ctx.limits);
     }
@@ -261,6 +347,7 @@ fn fill_and_publish(
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
+    priority: u32,
 ) -> Result<JobHandle, PushError> {
     let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
@@ -291,9 +378,10 @@ fn fill_and_publish(
     hdr.deadline_ns.store(0, Ordering::Relaxed);
     let (Joins::Now(t) | Joins::Due(t)) = joins;
     hdr.enqueued_ns.store(t, Ordering::Relaxed);
-    // The birth generation (the job's stable id), no last error yet.
+    // The birth generation (the job's stable id) and the priority, no last error yet.
+    let birth = crate::JobId::of_push(JobHandle { index, generation }).birth;
     hdr.flags.store(
-        crate::JobId::of_push(JobHandle { index, generation }).birth << crate::record::state::BIRTH_SHIFT,
+        birth << crate::record::state::BIRTH_SHIFT | crate::levels::priority_flags(priority),
         Ordering::Relaxed,
     );
     let st =
@@ -328,10 +416,11 @@ fn take_quota(ctx: &QueueCtx<'_>) -> Result<bool, PushError> {
     Ok(true)
 }
 
-/// Puts a published record in the overflow ring; withdraws it if the ring is full, so the
-/// push fails cleanly rather than leaving an unindexed job behind.
-fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<(), PushError> {
-    match ctx.overflow.push(h.index) {
+/// Puts a published record in the overflow ring of `level`; withdraws it if the ring is
+/// full, so the push fails cleanly rather than leaving an unindexed job behind.
+fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, level: u32, queue: &str) -> Result<(), PushError> {
+    let ring = ctx.ring(level).map_err(|e| PushError::Corrupt(e.to_string()))?;
+    match ring.push(h.index) {
         Ok(()) => Ok(()),
         Err(e) => {
             // The block is read before the withdraw frees the record, and given back after.
@@ -347,7 +436,7 @@ fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, queue: &str) -> Result<()
             }
             match e {
                 RingError::Full if withdrawn => {
-                    Err(PushError::QueueFull { queue: queue.to_string(), overflow: ctx.overflow.capacity() })
+                    Err(PushError::QueueFull { queue: queue.to_string(), overflow: ring.capacity() })
                 }
                 RingError::Full => Err(PushError::Corrupt(format!(
                     "queue {queue} is full and job {h} could not be withdrawn"
@@ -387,10 +476,18 @@ impl Injector {
         &self.seg
     }
 
-    /// Queues a job in the overflow ring.
+    /// Queues a job in the overflow ring, at priority 0.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
-        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
-        index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        self.push_priority(payload, 0)
+    }
+
+    /// Queues a job at `priority` (0 the most urgent, below the queue's `levels`) in the
+    /// overflow ring of its level.
+    pub fn push_priority(&self, payload: &[u8], priority: u32) -> Result<JobHandle, PushError> {
+        check_priority(&self.info, priority)?;
+        let h = publish(&self.ctx, self.me, &self.cursor, payload, priority)?;
+        index_in_overflow(&self.ctx, h, priority, &self.info.spec.name)?;
+        self.ctx.mark(priority);
         crate::wait::notify(self.ctx.wait);
         Ok(h)
     }
@@ -401,7 +498,18 @@ impl Injector {
     /// is not told finds it by its record scan when it adopts the segment or recovers a dead
     /// process.
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
-        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)))
+        self.push_delayed_priority(payload, due_ns, 0)
+    }
+
+    /// [`push_delayed`](Self::push_delayed) at `priority`: the level it joins once due.
+    pub fn push_delayed_priority(
+        &self,
+        payload: &[u8],
+        due_ns: u64,
+        priority: u32,
+    ) -> Result<JobHandle, PushError> {
+        check_priority(&self.info, priority)?;
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), priority)
     }
 
     /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
@@ -414,8 +522,12 @@ impl Injector {
         attempts: u32,
         last_error: &str,
         dead: bool,
+        priority: u32,
     ) -> Result<JobHandle, PushError> {
-        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        // A priority past the queue's levels (a dump of a queue that had more) joins its
+        // last level.
+        let priority = crate::levels::level_of(priority, self.info.spec.levels);
+        let h = publish(&self.ctx, self.me, &self.cursor, payload, priority)?;
         let corrupt = |what: &str| PushError::Corrupt(format!("record {} {what} while imported", h.index));
         let (Some(st), Some(hdr)) = (self.ctx.records.state(h.index), self.ctx.records.header(h.index))
         else {
@@ -436,7 +548,8 @@ impl Injector {
             return Ok(next);
         }
         st.requeue_written(h.generation, self.me).map_err(|_| corrupt("was taken"))?;
-        index_in_overflow(&self.ctx, next, &self.info.spec.name)?;
+        index_in_overflow(&self.ctx, next, priority, &self.info.spec.name)?;
+        self.ctx.mark(priority);
         crate::wait::notify(self.ctx.wait);
         Ok(next)
     }

@@ -18,8 +18,12 @@ use super::batch::claim_words_into;
 use super::{extend, ClaimedBatch, ClaimedJob, QueueCtx};
 use crate::deque::{DequeRef, Steal, MAX_BATCH};
 use crate::overflow::RingError;
+use crate::record::state::JobHandle;
+
+mod levels;
 use crate::segment::{QueueError, QueueInfo, Segment};
 use crate::sync::Ordering;
+use levels::Levels;
 
 /// A consumer's handle on one queue: steals from any of its deques and its overflow ring.
 /// `Clone` and `Sync`.
@@ -47,11 +51,16 @@ use crate::sync::Ordering;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Thief {
+    /// Every deque of every level, level by level (`Segment::deque`).
     deques: Arc<[DequeRef<'static>]>,
     ctx: QueueCtx<'static>,
+    /// A queue of several priority levels; `None` for one, which takes no other path.
+    levels: Option<Arc<Levels>>,
     info: QueueInfo,
     me: u32,
     next: StdAtomicU32,
+    /// Jobs this handle took from a queue of several levels, for aging.
+    taken: StdAtomicU32,
     seg: Arc<Segment>,
 }
 
@@ -60,9 +69,11 @@ impl Clone for Thief {
         Self {
             deques: self.deques.clone(),
             ctx: self.ctx,
+            levels: self.levels.clone(),
             info: self.info.clone(),
             me: self.me,
             next: StdAtomicU32::new(self.next.load(Ordering::Relaxed).wrapping_add(7)),
+            taken: StdAtomicU32::new(0),
             seg: self.seg.clone(),
         }
     }
@@ -83,13 +94,16 @@ impl Thief {
             // `steal` picks a deque modulo their number.
             return Err(QueueError::NoSuchDeque { queue: queue.spec.name.clone(), index: 0, count: 0 });
         }
-        let deques = (0..queue.spec.deques).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
+        let deques =
+            (0..queue.spec.level_deques()).map(|d| s.deque(queue, d)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             deques: deques.into(),
             ctx: QueueCtx::for_handle(s, queue)?,
+            levels: Self::levels(s, queue)?,
             info: queue.clone(),
             me,
             next: StdAtomicU32::new(me.wrapping_mul(0x9E37_79B9)),
+            taken: StdAtomicU32::new(0),
             seg,
         })
     }
@@ -101,7 +115,11 @@ impl Thief {
 
     /// Jobs visible in the queue's deques and overflow ring, approximately.
     pub fn len(&self) -> usize {
-        self.deques.iter().map(|d| d.len()).sum::<usize>() + self.ctx.overflow.len()
+        let rings = match &self.levels {
+            Some(lv) => lv.rings.iter().map(|r| r.len()).sum(),
+            None => self.ctx.overflow.len(),
+        };
+        self.deques.iter().map(|d| d.len()).sum::<usize>() + rings
     }
 
     /// `len() == 0`.
@@ -246,7 +264,14 @@ impl Thief {
             return Ok(0);
         }
         let Some(pass) = self.ctx.enter(limit, || self.all_empty()) else { return Ok(0) };
-        let r = self.steal_batch_open(pass.n, batch);
+        let r = match &self.levels {
+            None => self.steal_batch_open(pass.n, batch),
+            Some(lv) => {
+                let jobs = batch.jobs_mut();
+                self.by_level(lv, |level| self.steal_batch_level(lv, level, pass.n, jobs))
+                    .map(|c| c.unwrap_or(0))
+            }
+        };
         self.ctx.leave_unused(pass, r.as_ref().map_or(0, |&got| got));
         r
     }
@@ -282,19 +307,53 @@ impl Thief {
         self.deques.get(deque as usize).is_none_or(|d| d.is_empty())
     }
 
-    /// Whether the overflow ring and every deque look empty now.
+    /// Whether the overflow rings and every deque look empty now.
     fn all_empty(&self) -> bool {
-        self.ctx.overflow.is_empty() && self.deques.iter().all(|d| d.is_empty())
+        let rings = match &self.levels {
+            Some(lv) => lv.rings.iter().all(|r| r.is_empty()),
+            None => self.ctx.overflow.is_empty(),
+        };
+        rings && self.deques.iter().all(|d| d.is_empty())
     }
 
-    /// Takes a job from the overflow ring.
+    /// Takes a job from the overflow ring (of a queue of several levels: from the rings,
+    /// most urgent first).
     pub fn steal_overflow(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        self.ctx.gated(|| self.ctx.overflow.is_empty(), || self.ctx.pop_overflow(self.me))
+        let Some(lv) = &self.levels else {
+            return self.ctx.gated(|| self.ctx.overflow.is_empty(), || self.ctx.pop_overflow(self.me));
+        };
+        self.ctx.gated(
+            || lv.rings.iter().all(|r| r.is_empty()),
+            || {
+                for ring in &lv.rings {
+                    if let Some(j) = self.ctx.pop_ring(ring, self.me)? {
+                        return Ok(Some(j));
+                    }
+                }
+                Ok(None)
+            },
+        )
     }
 
     /// Any job: the overflow ring, then every deque from a rotating start; rounds repeat
-    /// while some steal lost a race. `None` when everything looked empty.
+    /// while some steal lost a race. `None` when everything looked empty. Of a queue of
+    /// several levels, the same within the most urgent level that holds jobs
+    /// (`crate::levels`).
+    // Always inlined, as `Owner::pop` is, with the levels' walk behind a call that gives back
+    // its job in two registers (`steal_by_level`): returned through memory, the ~40-byte
+    // result made both arms meet in memory, and the one-level steal + ack on one thread took
+    // about 7 ns more; inlined, the walk still cost it 3-5 ns
+    // (benches/results/2026-12-07-priorities.md).
+    #[inline(always)]
     pub fn steal(&self) -> Result<Option<ClaimedJob<'_>>, RingError> {
+        if let Some(lv) = &self.levels {
+            let mut error = None;
+            let (word, deadline) = self.steal_by_level(lv, &mut error);
+            return match JobHandle::from_word(word) {
+                Some(handle) => Ok(Some(self.ctx.job(handle, self.me, deadline))),
+                None => error.map_or(Ok(None), Err),
+            };
+        }
         self.ctx.gated(|| self.all_empty(), || self.steal_open())
     }
 
@@ -322,9 +381,21 @@ impl Thief {
     fn walk_deques<T>(
         &self,
         ring_error: Option<RingError>,
+        look: impl FnMut(u32, &mut usize) -> Steal<T>,
+    ) -> Result<Option<T>, RingError> {
+        self.walk_deques_in(0, self.deques.len() as u32, ring_error, look)
+    }
+
+    /// [`walk_deques`](Self::walk_deques) over the `n` deques from `first` (one level's).
+    /// Always inlined (see `steal`).
+    #[inline(always)]
+    fn walk_deques_in<T>(
+        &self,
+        first: u32,
+        n: u32,
+        ring_error: Option<RingError>,
         mut look: impl FnMut(u32, &mut usize) -> Steal<T>,
     ) -> Result<Option<T>, RingError> {
-        let n = self.deques.len() as u32;
         // A rotating start spreads thieves over the deques; with one deque there is nothing
         // to spread.
         let start = if n == 1 { 0 } else { self.rotate() % n };
@@ -337,7 +408,7 @@ impl Thief {
         loop {
             let mut retry = false;
             for k in 0..n {
-                match look((start + k) % n, &mut skipped) {
+                match look(first + (start + k) % n, &mut skipped) {
                     Steal::Success(x) => return Ok(Some(x)),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}

@@ -91,6 +91,12 @@ pub struct QueueSpec {
     pub max_attempts: u32,
     /// Default claim lease in ms (0: none).
     pub lease_ms: u32,
+    /// Priority levels, 1 to [`MAX_LEVELS`](crate::levels::MAX_LEVELS) (`crate::levels`):
+    /// each has its own `deques` deques and a cut of the overflow ring.
+    pub levels: u32,
+    /// Every `aging`-th job a consumer handle takes comes from the least urgent non-empty
+    /// level (0: never).
+    pub aging: u32,
 }
 
 impl QueueSpec {
@@ -110,7 +116,14 @@ impl QueueSpec {
             capacity: 1024,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         }
+    }
+
+    /// The queue's deques over every level: deque `d` of level `l` is `l * deques + d`.
+    pub fn level_deques(&self) -> u32 {
+        self.deques.saturating_mul(self.levels.max(1))
     }
 
     /// Refuses a spec a segment whose queues may have `deques_per_queue` deques of at most
@@ -141,6 +154,26 @@ impl QueueSpec {
                 deque_capacity, self.capacity
             )));
         }
+        self.check_levels(deques_per_queue)
+    }
+
+    /// Refuses a level count past [`MAX_LEVELS`](crate::levels::MAX_LEVELS) or whose deques
+    /// over every level do not fit the segment's deques per queue.
+    fn check_levels(&self, deques_per_queue: u32) -> Result<(), QueueError> {
+        let max = crate::levels::MAX_LEVELS;
+        if self.levels == 0 || self.levels > max {
+            return Err(QueueError::BadSpec(format!("--levels must be 1 to {max}, got {}", self.levels)));
+        }
+        if self.deques as u64 * self.levels as u64 > deques_per_queue as u64 {
+            return Err(QueueError::BadSpec(format!(
+                "--deques {} times --levels {} is {} deques, past the segment's {} per queue \
+                 (fewer --deques or --levels, or xtcqd --deques-per-queue)",
+                self.deques,
+                self.levels,
+                self.deques as u64 * self.levels as u64,
+                deques_per_queue
+            )));
+        }
         Ok(())
     }
 }
@@ -165,7 +198,7 @@ impl Segment {
         Some(self.desc.regions.queue_table + index as u64 * core::mem::size_of::<QueueEntry>() as u64)
     }
 
-    fn queue_control(&self, index: u32) -> Option<&QueueControl> {
+    pub(crate) fn queue_control(&self, index: u32) -> Option<&QueueControl> {
         let off = self.queue_entry_offset(index)? + core::mem::offset_of!(QueueEntry, control) as u64;
         // SAFETY: index < queues, so the entry lies inside the queue table, which validation
         // placed inside the mapping; 128-aligned since the table start and size are.
@@ -222,6 +255,7 @@ impl Segment {
         self.reset_flow(index);
         self.reset_running(index);
         self.reset_rate(index);
+        self.reset_levels(index, spec.levels, spec.aging);
         // Release: readers that see ACTIVE (Acquire) see the descriptor.
         control.state.store(QUEUE_ACTIVE, Ordering::Release);
         Ok(QueueInfo { index, spec: spec.clone() })
@@ -234,7 +268,17 @@ impl Segment {
 
     pub(super) fn check_spec(&self, spec: &QueueSpec) -> Result<(), QueueError> {
         let c = &self.desc.config;
-        spec.check(c.deques_per_queue, c.deque_capacity)
+        spec.check(c.deques_per_queue, c.deque_capacity)?;
+        if crate::levels::RingSplit::of(c.overflow_capacity as usize, spec.levels).is_none() {
+            return Err(QueueError::BadSpec(format!(
+                "--levels {} cuts the overflow ring of {} cells into rings of fewer than {} \
+                 (fewer --levels, or xtcqd --overflow-capacity)",
+                spec.levels,
+                c.overflow_capacity,
+                crate::levels::MIN_LEVEL_RING
+            )));
+        }
+        Ok(())
     }
 
     /// Reads and validates the queue at table entry `index`.
@@ -272,6 +316,12 @@ impl Segment {
         if !d.capacity.is_power_of_two() || d.capacity < 2 || d.capacity > c.deque_capacity {
             return Err(corrupt(format!("deque capacity {}", d.capacity)));
         }
+        let (levels, aging) = self.read_levels(index).ok_or_else(|| corrupt("level count".into()))?;
+        if d.deque_count as u64 * levels as u64 > c.deques_per_queue as u64
+            || crate::levels::RingSplit::of(c.overflow_capacity as usize, levels).is_none()
+        {
+            return Err(corrupt(format!("{levels} levels of {} deques", d.deque_count)));
+        }
         Ok(QueueInfo {
             index,
             spec: QueueSpec {
@@ -281,6 +331,8 @@ impl Segment {
                 capacity: d.capacity,
                 max_attempts: d.max_attempts,
                 lease_ms: d.lease_ms,
+                levels,
+                aging,
             },
         })
     }

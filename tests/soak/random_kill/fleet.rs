@@ -84,6 +84,8 @@ impl Fleet {
             flavor: Flavor::Lifo,
             max_attempts: 0,
             lease_ms: 0,
+            levels: 1,
+            aging: 0,
         };
         daemon.client().create_queue(&params).expect("create queue");
         let mut fleet = Fleet {
