@@ -84,6 +84,9 @@ pub enum PushError {
         /// Its quota.
         max: u32,
     },
+    /// The batch named for the push takes no more jobs.
+    #[error(transparent)]
+    BatchClosed(#[from] crate::batch::BatchClosed),
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
     Corrupt(String),
@@ -139,6 +142,8 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
+    /// The segment, for the batch table (`batch`).
+    seg: &'a Segment,
 }
 
 /// What the gate let through ([`QueueCtx::enter`]): how many takes, whether each holds a
@@ -175,6 +180,7 @@ impl<'a> QueueCtx<'a> {
                 .metrics_blocks(queue)
                 .and_then(|b| b.get(..seg.config().process_slots as usize))
                 .ok_or_else(|| corrupt("no metrics blocks"))?,
+            seg,
         })
     }
 
