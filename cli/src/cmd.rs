@@ -225,6 +225,9 @@ pub struct PushArgs {
     /// 2030-01-02T05:04:05+02:00) or @UNIX_SECONDS. A time past is due at once.
     #[arg(long, value_parser = crate::delay::parse_at)]
     at: Option<std::time::SystemTime>,
+    /// Add the jobs to this batch (opened with `xtcq batch open`, not yet sealed).
+    #[arg(long, value_name = "NAME")]
+    batch: Option<String>,
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -262,6 +265,9 @@ pub fn for_each_stdin_job(null: bool, max: u32, mut f: impl FnMut(&[u8]) -> Resu
 pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
     let client = connect(socket)?;
     let inj = client.attach_injector(&args.queue)?;
+    if let Some(name) = &args.batch {
+        inj.set_batch(Some(&client.batch_progress(&args.queue, name)?));
+    }
     let mut pushed = 0u64;
     let mut room = Room::new(&args.queue, args.timeout);
     let due = args.delay.map(Due::In).or(args.at.map(Due::At));

@@ -208,6 +208,9 @@ pub enum Error {
     /// The segment holds values no correct program writes.
     #[error("segment corruption: {0}")]
     Corrupt(String),
+    /// A push named a batch that takes no more jobs (sealed, or no longer there).
+    #[error(transparent)]
+    BatchClosed(#[from] xtcq_shm::batch::BatchClosed),
     /// The daemon came back with a new segment (restarted with `--recreate`): this client's
     /// handles still map the old one, so their jobs reach nobody.
     #[error(
@@ -359,6 +362,7 @@ impl Error {
             PushError::BlocksFull(full) => Error::RecordsFull(full.to_string()),
             e @ PushError::QuotaFull { .. } => Error::RecordsFull(e.to_string()),
             PushError::Corrupt(m) => Error::Corrupt(m),
+            PushError::BatchClosed(c) => Error::BatchClosed(c),
         }
     }
 

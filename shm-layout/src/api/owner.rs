@@ -413,6 +413,11 @@ impl Injector {
         &self.seg
     }
 
+    /// Makes every later push join `batch` (`None`: no batch), as [`Owner::set_batch`].
+    pub fn set_batch(&self, batch: Option<crate::batch::BatchRef>) {
+        self.cursor.batch.set(batch);
+    }
+
     /// Queues a job in the overflow ring.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
         let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
