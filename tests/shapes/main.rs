@@ -1,0 +1,8 @@
+//! The shapes of work beyond one job at a time: batches that say when they are done.
+//!
+//! One test binary (`cargo test -p xtcq-tests --test shapes`), one module per feature: a new
+//! test of this area goes into the module of its feature, or a new module declared here. The
+//! modules' tests run in parallel threads of one process: no fixed names, ports or users, and
+//! no `std::env::set_var`.
+
+mod batches;
