@@ -204,3 +204,18 @@ fn a_callback_the_dead_daemon_did_not_release_is_released_by_the_next_one_once()
     d.restart_with(&flags, |_| {});
     assert_eq!(d.drain("q"), Vec::<String>::new(), "and by no later one");
 }
+
+#[test]
+fn a_cancelled_job_ends_its_batch_as_cancelled_and_the_wait_fails() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["batch", "open", "q", "b"]));
+    let ids = ok(&d.run_in(&["push", "q", "--batch", "b", "--print-handle"], b"keep\ndrop\n"));
+    let drop_id = ids.lines().nth(1).expect("two ids");
+    ok(&d.run(&["cancel", "q", drop_id]));
+    ok(&d.run(&["batch", "seal", "q", "b"]));
+    assert_eq!(d.drain("q"), ["keep"]);
+    let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "30s"]);
+    assert_eq!(code(&o), 5, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).trim(), "batch b complete: pushed 2 running 0 acked 1 dead 0 cancelled 1");
+}
