@@ -133,6 +133,8 @@ fn an_open_batch_never_completes_and_its_seal_completes_it() {
     ok(&d.run(&["create", "q"]));
     ok(&d.run(&["batch", "open", "q", "b"]));
     ok(&d.run_in(&["push", "q", "--batch", "b"], b"x\ny\n"));
+    let stats = ok(&d.run(&["stats", "q"]));
+    assert!(stats.contains("batch b open: pushed 2 "), "{stats}");
     assert_eq!(d.drain("q"), ["x", "y"]);
     let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "1s"]);
     assert_eq!(code(&o), 3, "every job ended, but the batch is open: {}", stdout(&o));
