@@ -181,6 +181,9 @@ pub fn complete_sealed(seg: &Segment) -> Vec<Completed> {
             w.filter(|w| matches!(w.status(), Some(BatchStatus::Open | BatchStatus::Sealed))).map(|w| w.0)
         })
         .collect();
+    if sealed.iter().all(Option::is_none) {
+        return Vec::new(); // no batch to count: no walk
+    }
     // Pairs with the pushes' fence (see `seal`): a push the walk misses saw the seal.
     fence(Ordering::SeqCst);
     let t = tally(seg);
