@@ -41,7 +41,7 @@ pub use table::{
 use crate::layout::{BatchEntry, BATCH_SLOTS};
 use crate::record::state::{next_generation, JobHandle, State, StateWord, BIRTH_SHIFT};
 use crate::segment::Segment;
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Where a batch is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,10 +172,8 @@ pub fn join(
         return Err(BatchClosed::Unknown);
     };
     let birth = crate::JobId::of_push(JobHandle { index, generation }).birth;
-    word.store(record_word(batch, birth), Ordering::Relaxed);
-    // Pairs with the daemon's fence between storing `Sealed` and walking the records.
-    fence(Ordering::SeqCst);
-    let w = BatchWord(entry.word.load(Ordering::Relaxed));
+    // The push side of the seal's Dekker pair (`batch_seal`).
+    let w = BatchWord(crate::batch_seal::join(word, record_word(batch, birth), &entry.word));
     if w.generation() != batch.generation || w.queue() != queue {
         return Err(BatchClosed::Unknown);
     }

@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batch_seal;
 pub mod cache_line;
 pub mod deque;
 pub mod failpoint;

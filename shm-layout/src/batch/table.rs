@@ -5,7 +5,7 @@ use super::{release_callback, reopened, tally, BatchRef, BatchStatus, BatchWord}
 use crate::layout::{BatchEntry, BATCH_SLOTS};
 use crate::record::state::JobHandle;
 use crate::segment::Segment;
-use crate::sync::{fence, Ordering};
+use crate::sync::Ordering;
 
 /// The longest batch name, in bytes of UTF-8.
 pub const MAX_BATCH_NAME: usize = 64;
@@ -152,9 +152,8 @@ pub fn seal(seg: &Segment, batch: BatchRef) -> Result<bool, BatchError> {
         return Ok(false);
     }
     let sealed = BatchWord::pack(w.generation(), BatchStatus::Sealed, w.queue());
-    let won = e.word.compare_exchange(w.0, sealed.0, Ordering::AcqRel, Ordering::Relaxed).is_ok();
-    // Pairs with the fence of each push between writing its reference and reading this word.
-    fence(Ordering::SeqCst);
+    // The daemon's side of the seal's Dekker pair (`batch_seal`).
+    let won = crate::batch_seal::seal(&e.word, w.0, sealed.0);
     wake(e);
     Ok(won)
 }
@@ -177,15 +176,15 @@ pub fn complete_sealed(seg: &Segment) -> Vec<Completed> {
     }
     let sealed: Vec<Option<u64>> = (0..BATCH_SLOTS)
         .map(|s| {
-            let w = seg.batch_entry(s).map(|e| BatchWord(e.word.load(Ordering::Acquire)));
+            // Each read with the fence that orders the walk after every push that did not
+            // see the seal (`batch_seal`).
+            let w = seg.batch_entry(s).map(|e| BatchWord(crate::batch_seal::before_walk(&e.word)));
             w.filter(|w| matches!(w.status(), Some(BatchStatus::Open | BatchStatus::Sealed))).map(|w| w.0)
         })
         .collect();
     if sealed.iter().all(Option::is_none) {
         return Vec::new(); // no batch to count: no walk
     }
-    // Pairs with the pushes' fence (see `seal`): a push the walk misses saw the seal.
-    fence(Ordering::SeqCst);
     let t = tally(seg);
     let mut done = Vec::new();
     for (slot, before) in sealed.iter().enumerate() {
