@@ -61,8 +61,9 @@ pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
 pub use xtcq_proto::{
-    self as proto, BatchInfo, BatchStatus, CancelOutcome, Flavor, HelloOk, Jitter, JobState, QueueDeleted,
-    QueueInfo, QueueParams, RateLimit, Request, Response, RetryBackoff, Stats, PROTOCOL_VERSION,
+    self as proto, BatchInfo, BatchStatus, CancelOutcome, Flavor, HelloOk, Jitter, JobState, OnComplete,
+    QueueDeleted, QueueInfo, QueueParams, RateLimit, Request, Response, RetryBackoff, Stats,
+    PROTOCOL_VERSION,
 };
 pub use xtcq_shm::check::CheckReport;
 pub use xtcq_shm::dead_letter::DeadLetter;

@@ -262,3 +262,16 @@ fn a_producer_killed_before_counting_its_push_leaves_the_completion_right() {
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o).trim(), "batch b complete: pushed 2 running 0 acked 2 dead 0 cancelled 0");
 }
+
+#[test]
+fn the_c_api_opens_pushes_into_seals_and_waits_for_a_batch() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "c"]));
+    let exe = compile_c("tests/c/batches.c", d.dir(), &[]);
+    let out = run_within(std::process::Command::new(&exe).arg(&d.socket).arg("c"), Duration::from_secs(60));
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "status 1 pushed 3\nstatus 3 pushed 3 acked 3 dead 0 cancelled 0\ncallback done\n"
+    );
+}
