@@ -275,3 +275,17 @@ fn the_c_api_opens_pushes_into_seals_and_waits_for_a_batch() {
         "status 1 pushed 3\nstatus 3 pushed 3 acked 3 dead 0 cancelled 0\ncallback done\n"
     );
 }
+
+#[test]
+fn produce_pushes_into_a_batch_and_seals_it_at_the_end_of_its_input() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["batch", "open", "q", "b"]));
+    ok(&d.run_in(&["produce", "q", "--batch", "b", "--seal"], b"1\n2\n3\n"));
+    let shown = ok(&d.run(&["batch", "show", "q", "b", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&shown).expect("json");
+    assert_eq!((v["status"].as_str(), v["pushed"].as_u64()), (Some("sealed"), Some(3)), "{shown}");
+    assert_eq!(d.drain("q"), ["1", "2", "3"]);
+    let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "30s"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+}
