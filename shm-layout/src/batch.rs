@@ -34,8 +34,8 @@
 mod table;
 
 pub use table::{
-    complete_sealed, count_cancelled, find, list, open, progress, seal, BatchError, BatchProgress, Completed,
-    MAX_BATCH_NAME,
+    complete_sealed, count_cancelled, find, forget_queue, list, open, progress, seal, BatchError,
+    BatchProgress, Completed, MAX_BATCH_NAME,
 };
 
 use crate::layout::{BatchEntry, BATCH_SLOTS};

@@ -289,3 +289,29 @@ fn produce_pushes_into_a_batch_and_seals_it_at_the_end_of_its_input() {
     let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "30s"]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
 }
+
+/// A queue deleted with its batches open: a queue created anew at its place has none of
+/// them, and the callback waiting in another queue is gone with them.
+#[test]
+fn a_deleted_queue_takes_its_batches_and_their_callbacks_with_it() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "x", "--on-complete", "never", "--on-complete-queue", "cb"]));
+    ok(&d.run_in(&["push", "q", "--batch", "x"], b"1\n"));
+    let delayed = |d: &Daemon| {
+        d.stats()["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .find(|q| q["info"]["name"] == "cb")
+            .map(|q| q["records"]["delayed"].clone())
+    };
+    assert_eq!(delayed(&d), Some(serde_json::json!(1)), "the held callback");
+    ok(&d.run(&["delete", "q", "--force"]));
+    ok(&d.run(&["create", "q"]));
+    let o = d.run(&["batch", "show", "q", "x"]);
+    assert_ne!(code(&o), 0, "the old batch is shown for the new queue: {}", stdout(&o));
+    assert_eq!(delayed(&d), Some(serde_json::json!(0)), "the callback outlived its batch");
+    ok(&d.run(&["batch", "open", "q", "x"]));
+}

@@ -228,3 +228,31 @@ fn wake(e: &BatchEntry) {
     e.seq.fetch_add(1, Ordering::Release);
     crate::wait::wake_all_word(&e.seq);
 }
+
+/// Forgets every batch of queue `queue` (being deleted): each entry is freed, waiters are
+/// woken, and the callback of a batch that had not completed is withdrawn.
+pub fn forget_queue(seg: &Segment, queue: u32) {
+    for slot in 0..BATCH_SLOTS {
+        let Some(e) = seg.batch_entry(slot) else { break };
+        let w = BatchWord(e.word.load(Ordering::Acquire));
+        if w.queue() != queue || matches!(w.status(), Some(BatchStatus::Free)) {
+            continue;
+        }
+        e.word.store(BatchWord::pack(w.generation(), BatchStatus::Free, queue).0, Ordering::Release);
+        if w.status() != Some(BatchStatus::Complete) {
+            withdraw_callback(seg, e);
+        }
+        wake(e);
+    }
+}
+
+/// Frees a held callback job (still `Delayed` at its generation) and its payload block.
+fn withdraw_callback(seg: &Segment, e: &BatchEntry) {
+    let Some(h) = JobHandle::from_word(e.callback.load(Ordering::Relaxed)) else { return };
+    let records = seg.records();
+    let Some(st) = records.state(h.index) else { return };
+    let block = records.held_block(h.index);
+    if st.withdraw(h.generation, crate::record::state::State::Delayed).is_ok() {
+        records.release_block(block);
+    }
+}
