@@ -315,3 +315,48 @@ fn a_deleted_queue_takes_its_batches_and_their_callbacks_with_it() {
     assert_eq!(delayed(&d), Some(serde_json::json!(0)), "the callback outlived its batch");
     ok(&d.run(&["batch", "open", "q", "x"]));
 }
+
+/// Per-queue permissions: a user the queue is not shared with may not open, seal, look at,
+/// push into or wait for its batches, nor aim a callback at it.
+#[test]
+fn only_users_of_a_queue_may_touch_its_batches() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        skipped("needs root to create users");
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let group = format!("xtcqs{tag}");
+    let alice = SystemUser::create(&format!("xtcqsa{tag}"), &group);
+    let bob = SystemUser::create(&format!("xtcqsb{tag}"), &group);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let users = ["--group", group.as_str(), "--allow-uid", &alice.user, "--allow-uid", &bob.user];
+    let d = Daemon::builder().in_dir(dir).flags([SMALL_SEGMENT, &users[..]].concat()).start();
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+    let as_user = |u: &SystemUser, args: &[&str]| {
+        let mut c = d.xtcq();
+        c.args(args).uid(u.id("-u")).gid(u.id("-g"));
+        run_bounded(&mut c, Some(b"x\n"))
+    };
+    ok(&as_user(&alice, &["create", "private"]));
+    ok(&as_user(&alice, &["batch", "open", "private", "b"]));
+    ok(&as_user(&bob, &["create", "mine"]));
+    for args in [
+        &["batch", "open", "private", "c"][..],
+        &["batch", "seal", "private", "b"],
+        &["batch", "show", "private", "b"],
+        &["push", "private", "--batch", "b"],
+        &["wait", "private", "--batch", "b", "--timeout", "1s"],
+        &["batch", "open", "mine", "m", "--on-complete", "x", "--on-complete-queue", "private"],
+    ] {
+        let o = as_user(&bob, args);
+        assert_eq!(code(&o), 4, "bob may not {args:?}: {}{}", stdout(&o), stderr(&o));
+    }
+    ok(&as_user(&alice, &["push", "private", "--batch", "b"]));
+    ok(&as_user(&alice, &["batch", "seal", "private", "b"]));
+    let shown = ok(&as_user(&alice, &["batch", "show", "private", "b"]));
+    assert!(shown.starts_with("batch b sealed: pushed 1 "), "{shown}");
+    assert_eq!(code(&as_user(&bob, &["batch", "show", "mine", "m"])), 1, "bob's refused open made no batch");
+}
