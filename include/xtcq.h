@@ -123,7 +123,7 @@
 #define XTCQ_E_UNAUTHORIZED -3
 
 /**
- * No such queue.
+ * No such queue (or, from the `xtcq_batch_*` calls, no such batch of the queue).
  */
 #define XTCQ_E_NO_SUCH_QUEUE -4
 

@@ -58,7 +58,9 @@ impl Client {
             let seen = entry.seq.load(std::sync::atomic::Ordering::Acquire);
             match self.batch_progress(queue, name) {
                 Ok(now) if now.generation != first.generation => {
-                    return Err(Error::NoSuchQueue(format!("batch {name} of {queue} was replaced")));
+                    return Err(Error::NoSuchBatch(format!(
+                        "batch {name:?} of queue {queue} was replaced while waiting"
+                    )));
                 }
                 Ok(now) if now.status == BatchStatus::Complete => return Ok(Some(now)),
                 Ok(_) => {}

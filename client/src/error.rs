@@ -88,6 +88,9 @@ pub enum Error {
     /// No such queue.
     #[error("no such queue: {0}")]
     NoSuchQueue(String),
+    /// The queue has no batch of that name (the message names both).
+    #[error("no such batch: {0}")]
+    NoSuchBatch(String),
     /// A queue of that name exists.
     #[error("queue already exists: {0}")]
     QueueExists(String),
@@ -273,6 +276,7 @@ impl Error {
         Some(match self {
             Error::Unauthorized(_) => ErrorCode::Unauthorized,
             Error::NoSuchQueue(_) => ErrorCode::NoSuchQueue,
+            Error::NoSuchBatch(_) => ErrorCode::NoSuchBatch,
             Error::QueueExists(_) => ErrorCode::QueueExists,
             Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
             Error::QueueInUse { .. } => ErrorCode::QueueInUse,
@@ -340,6 +344,7 @@ impl Error {
         let q = || queue.map(str::to_string).unwrap_or_else(|| e.message.clone());
         match e.code {
             ErrorCode::NoSuchQueue => Error::NoSuchQueue(q()),
+            ErrorCode::NoSuchBatch => Error::NoSuchBatch(e.message),
             ErrorCode::QueueExists => Error::QueueExists(q()),
             ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
             ErrorCode::QueueInUse => Error::QueueInUse { queue: q(), message: e.message },

@@ -166,7 +166,7 @@ pub fn info_of(p: &BatchProgress) -> proto::BatchInfo {
 fn batch_error(e: BatchError) -> ErrorReply {
     let code = match e {
         BatchError::TableFull => ErrorCode::LimitReached,
-        BatchError::NotFound(_) => ErrorCode::NoSuchQueue,
+        BatchError::NotFound(_) => ErrorCode::NoSuchBatch,
         BatchError::NoTable => ErrorCode::Corrupt,
         BatchError::Exists(_) | BatchError::BadName => ErrorCode::BadRequest,
     };

@@ -581,6 +581,9 @@ pub enum ErrorCode {
     /// An idempotent create found a queue of that name whose settings or permissions differ
     /// from those asked; the message names each difference.
     QueueMismatch,
+    /// A [`Request::Batch`] named no batch of its queue (never opened, or forgotten with its
+    /// queue). Added without a version bump: an older client reads it as `Unknown`.
+    NoSuchBatch,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

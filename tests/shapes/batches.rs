@@ -311,7 +311,8 @@ fn a_deleted_queue_takes_its_batches_and_their_callbacks_with_it() {
     ok(&d.run(&["delete", "q", "--force"]));
     ok(&d.run(&["create", "q"]));
     let o = d.run(&["batch", "show", "q", "x"]);
-    assert_ne!(code(&o), 0, "the old batch is shown for the new queue: {}", stdout(&o));
+    assert_eq!(code(&o), 1, "the old batch is shown for the new queue: {}", stdout(&o));
+    assert!(stderr(&o).contains("no such batch: the queue has no batch \"x\""), "{}", stderr(&o));
     assert_eq!(delayed(&d), Some(serde_json::json!(0)), "the callback outlived its batch");
     ok(&d.run(&["batch", "open", "q", "x"]));
 }

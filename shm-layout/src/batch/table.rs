@@ -23,7 +23,7 @@ pub enum BatchError {
     #[error("batch {0:?} exists in this queue and is not complete")]
     Exists(String),
     /// No batch of that name in the queue.
-    #[error("no batch {0:?} in this queue")]
+    #[error("the queue has no batch {0:?} (open it with `xtcq batch open`)")]
     NotFound(String),
     /// The name is empty or too long.
     #[error("a batch name is 1 to {MAX_BATCH_NAME} bytes")]
