@@ -28,6 +28,21 @@
 #include <stdint.h>
 
 /**
+ * `xtcq_batch_info::status`: the batch takes pushes.
+ */
+#define XTCQ_BATCH_OPEN 1
+
+/**
+ * `xtcq_batch_info::status`: sealed, not yet complete.
+ */
+#define XTCQ_BATCH_SEALED 2
+
+/**
+ * `xtcq_batch_info::status`: every job acked, dead or cancelled.
+ */
+#define XTCQ_BATCH_COMPLETE 3
+
+/**
  * `flags` bit for [`xtcq_create_queue`]: an existing queue of that name with the same
  * settings is success; one with other settings is [`XTCQ_E_MISMATCH`].
  */
@@ -148,7 +163,7 @@
 #define XTCQ_E_UNAUTHORIZED -3
 
 /**
- * No such queue.
+ * No such queue (or, from the `xtcq_batch_*` calls, no such batch of the queue).
  */
 #define XTCQ_E_NO_SUCH_QUEUE -4
 
@@ -266,6 +281,36 @@ typedef struct xtcq_owner xtcq_owner;
 typedef struct xtcq_thief xtcq_thief;
 
 /**
+ * A batch's counts, as the daemon last counted them.
+ */
+typedef struct {
+  /**
+   * `XTCQ_BATCH_OPEN`, `XTCQ_BATCH_SEALED` or `XTCQ_BATCH_COMPLETE`.
+   */
+  int status;
+  /**
+   * Jobs pushed into it.
+   */
+  uint64_t pushed;
+  /**
+   * Jobs not yet ended.
+   */
+  uint64_t running;
+  /**
+   * Jobs acked.
+   */
+  uint64_t acked;
+  /**
+   * Dead letters.
+   */
+  uint64_t dead;
+  /**
+   * Jobs cancelled.
+   */
+  uint64_t cancelled;
+} xtcq_batch_info;
+
+/**
  * What a claimed job is.
  */
 typedef struct {
@@ -322,6 +367,63 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Opens batch `batch` of queue `queue`. With `payload` not NULL, `payload_len` bytes are a
+ * callback job pushed once into `callback_queue` (NULL: `queue`) when the batch completes.
+ *
+ * # Safety
+ * `client` is a live client; `queue`, `batch` and `callback_queue` (unless NULL)
+ * NUL-terminated strings; `payload` NULL or valid for `payload_len` bytes.
+ */
+int xtcq_batch_open(xtcq_client *client,
+                    const char *queue,
+                    const char *batch,
+                    const char *callback_queue,
+                    const uint8_t *payload,
+                    size_t payload_len);
+
+/**
+ * Seals batch `batch` of queue `queue`: it takes no more jobs and completes when its last
+ * job ended.
+ *
+ * # Safety
+ * `client` is a live client; `queue` and `batch` NUL-terminated strings.
+ */
+int xtcq_batch_seal(xtcq_client *client, const char *queue, const char *batch);
+
+/**
+ * Stores batch `batch`'s counts in `*out` (when not NULL).
+ *
+ * # Safety
+ * As [`xtcq_batch_seal`]; `out` NULL or writable.
+ */
+int xtcq_batch_progress(xtcq_client *client,
+                        const char *queue,
+                        const char *batch,
+                        xtcq_batch_info *out);
+
+/**
+ * Sleeps until batch `batch` is complete (`XTCQ_OK`, its counts in `*out`) or `timeout_ms`
+ * passed (`XTCQ_EMPTY`; negative: no timeout).
+ *
+ * # Safety
+ * As [`xtcq_batch_progress`].
+ */
+int xtcq_batch_wait(xtcq_client *client,
+                    const char *queue,
+                    const char *batch,
+                    int64_t timeout_ms,
+                    xtcq_batch_info *out);
+
+/**
+ * Makes every later push of `owner` join batch `batch` of the owner's queue (NULL: no
+ * batch), looked up through `client`.
+ *
+ * # Safety
+ * `owner` a live owner, `client` a live client; `batch` NULL or a NUL-terminated string.
+ */
+int xtcq_owner_set_batch(xtcq_owner *owner, xtcq_client *client, const char *batch);
 
 /**
  * Connects to xtcqd at `socket` (NULL: `$XTCQ_SOCKET`, else the default path) and stores a

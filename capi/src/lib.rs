@@ -17,6 +17,7 @@
 
 #![allow(non_camel_case_types)]
 
+mod batches;
 mod client;
 mod entry;
 mod flow;
@@ -30,6 +31,7 @@ mod status;
 mod thief;
 mod wake;
 
+pub use batches::*;
 pub use client::*;
 pub use flow::*;
 pub use job::*;

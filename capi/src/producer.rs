@@ -18,8 +18,8 @@ use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_E_TOO_LAR
 
 /// A queue's deque, owned by this process (opaque).
 pub struct xtcq_owner {
-    inner: OwnerHandle,
-    born: u64,
+    pub(crate) inner: OwnerHandle,
+    pub(crate) born: u64,
 }
 
 /// A pusher onto a queue's overflow ring (opaque).

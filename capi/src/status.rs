@@ -24,7 +24,7 @@ pub const XTCQ_E_UNREACHABLE: c_int = -2;
 /// The daemon refused this process or request (uid, group), or the process listening at the
 /// socket is run by a user this process does not trust (see `XTCQ_TRUST_UID`).
 pub const XTCQ_E_UNAUTHORIZED: c_int = -3;
-/// No such queue.
+/// No such queue (or, from the `xtcq_batch_*` calls, no such batch of the queue).
 pub const XTCQ_E_NO_SUCH_QUEUE: c_int = -4;
 /// The queue already exists (create without `XTCQ_EXIST_OK`).
 pub const XTCQ_E_EXISTS: c_int = -5;
@@ -101,7 +101,8 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         _ if e.is_out_of_resources() => XTCQ_E_RESOURCE,
         Error::Unauthorized(_) | Error::UntrustedDaemon { .. } => XTCQ_E_UNAUTHORIZED,
         _ if e.is_unreachable() => XTCQ_E_UNREACHABLE,
-        Error::NoSuchQueue(_) => XTCQ_E_NO_SUCH_QUEUE,
+        // No code of its own: the message (xtcq_last_error) says which was missing.
+        Error::NoSuchQueue(_) | Error::NoSuchBatch(_) => XTCQ_E_NO_SUCH_QUEUE,
         Error::QueueExists(_) => XTCQ_E_EXISTS,
         Error::QueueMismatch { .. } => XTCQ_E_MISMATCH,
         Error::QueueFull { .. } | Error::RecordsFull(_) => XTCQ_E_FULL,

@@ -241,6 +241,9 @@ pub struct PushArgs {
     /// The jobs' priority: 0 (the most urgent, the default) to the queue's --levels minus 1.
     #[arg(long, default_value_t = 0)]
     priority: u32,
+    /// Add the jobs to this batch (opened with `xtcq batch open`, not yet sealed).
+    #[arg(long, value_name = "NAME")]
+    batch: Option<String>,
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -278,6 +281,9 @@ pub fn for_each_stdin_job(null: bool, max: u32, mut f: impl FnMut(&[u8]) -> Resu
 pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
     let client = connect(socket)?;
     let inj = client.attach_injector(&args.queue)?;
+    if let Some(name) = &args.batch {
+        inj.set_batch(Some(&client.batch_progress(&args.queue, name)?));
+    }
     let mut pushed = 0u64;
     let mut room = Room::new(&args.queue, args.timeout);
     let due = args.delay.map(Due::In).or(args.at.map(Due::At));

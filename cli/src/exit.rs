@@ -24,13 +24,14 @@ Exit status:
   0  done
   1  error (no such queue, queue full, payload too large, bad reply, out of fds, ...)
   2  bad arguments
-  3  nothing to do: steal found no job or timed out; dead found no dead letter
+  3  nothing to do: steal found no job or timed out; dead found no dead letter; wait's
+     --timeout passed before its batch completed
   4  xtcqd not reachable: not running at the socket, permission denied, connection lost,
      no answer in time, or run by a user you do not trust (see XTCQ_TRUST_UID); or it
      refused this user: not allowed (to the daemon or the queue),
      a per-user limit reached (the message names the flag that raises it)
   5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
-     or run twice
+     or run twice; wait's batch completed with jobs dead or cancelled
 
 Environment:
   XTCQ_SOCKET     the control socket (as --socket)

@@ -24,6 +24,7 @@ macro_rules! eprint {
     }};
 }
 
+mod batches;
 mod cancel;
 mod cgroup;
 mod cmd;
@@ -129,6 +130,12 @@ enum Command {
     /// holder and its command stopped before this returns (exit 0: all cancelled; 3: some were
     /// not there to cancel; 5: a command could not be stopped).
     Cancel(cancel::CancelArgs),
+    /// Open, seal or show a batch: jobs pushed under one name (`push --batch NAME`) that
+    /// completes when it is sealed and its last job was acked, dead or cancelled.
+    Batch(batches::BatchArgs),
+    /// Wait until a batch completes, then print its counts (exit 0: every job acked; 5: some
+    /// dead or cancelled; 3: --timeout passed first).
+    Wait(batches::WaitArgs),
     /// Show counters: records by state, deques, processes (a table, or --json).
     Stats(stats::StatsArgs),
     /// A live full-screen view of the queues: rates, depths, oldest job, consumers (q quits).
@@ -189,6 +196,8 @@ pub fn main() {
         Command::Resume(a) => flow::resume(socket, a),
         Command::Job(a) => flow::job(socket, a),
         Command::Cancel(a) => cancel::cancel(socket, a),
+        Command::Batch(a) => batches::batch(socket, a),
+        Command::Wait(a) => batches::wait(socket, a),
         Command::Stats(a) => stats::stats(socket, a),
         Command::Top(a) => top::top(socket, a),
         Command::Dead(a) => cmd::dead(socket, a),

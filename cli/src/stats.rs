@@ -162,6 +162,9 @@ fn queue_text(q: &QueueStats) -> String {
         let _ = writeln!(t, "  retry backoff: {}", crate::delay::backoff_label(Some(b)));
     }
     t.push_str(&crate::quota::stats_line(&q.quota));
+    for b in &q.batches {
+        let _ = writeln!(t, "  {}", crate::batches::line(b));
+    }
     let _ = writeln!(t, "  overflow: {}", q.overflow_len);
     if i.levels > 1 {
         let depths: Vec<String> = q.level_depths.iter().map(u64::to_string).collect();

@@ -47,11 +47,20 @@ pub struct ProduceArgs {
     /// The jobs' priority: 0 (the most urgent, the default) to the queue's --levels minus 1.
     #[arg(long, default_value_t = 0)]
     priority: u32,
+    /// Add the jobs to this batch (opened with `xtcq batch open`, not yet sealed).
+    #[arg(long, value_name = "NAME")]
+    batch: Option<String>,
+    /// Seal the batch once every line of stdin was pushed (the only producer of the batch).
+    #[arg(long, requires = "batch")]
+    seal: bool,
 }
 
 pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     let c = connect(socket)?;
     let owner = c.attach_owner(&a.queue)?;
+    if let Some(name) = &a.batch {
+        owner.set_batch(Some(&c.batch_progress(&a.queue, name)?));
+    }
     let t0 = Instant::now();
     let mut room = Room::new(&a.queue, a.timeout);
     let n = for_each_stdin_job(a.null, owner.payload_capacity(), |p| {
@@ -64,6 +73,9 @@ pub fn produce(socket: Option<&Path>, a: ProduceArgs) -> Result<i32> {
     }
     // Jobs left in the deque stay there for thieves.
     owner.detach()?;
+    if let (Some(name), true) = (&a.batch, a.seal) {
+        c.seal_batch(&a.queue, name)?;
+    }
     Ok(exit::OK)
 }
 

@@ -88,6 +88,9 @@ pub enum Error {
     /// No such queue.
     #[error("no such queue: {0}")]
     NoSuchQueue(String),
+    /// The queue has no batch of that name (the message names both).
+    #[error("no such batch: {0}")]
+    NoSuchBatch(String),
     /// A queue of that name exists.
     #[error("queue already exists: {0}")]
     QueueExists(String),
@@ -225,6 +228,9 @@ pub enum Error {
     /// The segment holds values no correct program writes.
     #[error("segment corruption: {0}")]
     Corrupt(String),
+    /// A push named a batch that takes no more jobs (sealed, or no longer there).
+    #[error(transparent)]
+    BatchClosed(#[from] xtcq_shm::batch::BatchClosed),
     /// The daemon came back with a new segment (restarted with `--recreate`): this client's
     /// handles still map the old one, so their jobs reach nobody.
     #[error(
@@ -287,6 +293,7 @@ impl Error {
         Some(match self {
             Error::Unauthorized(_) => ErrorCode::Unauthorized,
             Error::NoSuchQueue(_) => ErrorCode::NoSuchQueue,
+            Error::NoSuchBatch(_) => ErrorCode::NoSuchBatch,
             Error::QueueExists(_) => ErrorCode::QueueExists,
             Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
             Error::QueueInUse { .. } => ErrorCode::QueueInUse,
@@ -354,6 +361,7 @@ impl Error {
         let q = || queue.map(str::to_string).unwrap_or_else(|| e.message.clone());
         match e.code {
             ErrorCode::NoSuchQueue => Error::NoSuchQueue(q()),
+            ErrorCode::NoSuchBatch => Error::NoSuchBatch(e.message),
             ErrorCode::QueueExists => Error::QueueExists(q()),
             ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
             ErrorCode::QueueInUse => Error::QueueInUse { queue: q(), message: e.message },
@@ -379,6 +387,7 @@ impl Error {
                 Error::Priority { queue, priority, levels, last }
             }
             PushError::Corrupt(m) => Error::Corrupt(m),
+            PushError::BatchClosed(c) => Error::BatchClosed(c),
         }
     }
 

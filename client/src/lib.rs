@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod batches;
 mod conn;
 mod dead_bulk;
 mod delay;
@@ -49,6 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::JobBatch;
+pub use batches::WAIT_STEP;
 pub use dead_bulk::{BulkDead, DeadAction, NAMED_PER_REQUEST};
 pub use delay::Due;
 pub use error::Error;
@@ -59,8 +61,9 @@ pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
 pub use xtcq_proto::{
-    self as proto, CancelOutcome, Flavor, HelloOk, Jitter, JobState, QueueDeleted, QueueInfo, QueueParams,
-    RateLimit, Request, Response, RetryBackoff, Stats, PROTOCOL_VERSION,
+    self as proto, BatchInfo, BatchStatus, CancelOutcome, Flavor, HelloOk, Jitter, JobState, OnComplete,
+    QueueDeleted, QueueInfo, QueueParams, RateLimit, Request, Response, RetryBackoff, Stats,
+    PROTOCOL_VERSION,
 };
 pub use xtcq_shm::check::CheckReport;
 pub use xtcq_shm::dead_letter::DeadLetter;
@@ -209,7 +212,8 @@ impl Client {
             | Request::ActOnDead { queue, .. }
             | Request::SetQueueLimits { queue, .. }
             | Request::SetPaused { queue, .. }
-            | Request::JobFate { queue, .. } => Some(queue.clone()),
+            | Request::JobFate { queue, .. }
+            | Request::Batch { queue, .. } => Some(queue.clone()),
             _ => None,
         };
         self.conn.request(req, queue.as_deref())

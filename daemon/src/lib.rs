@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod batches;
 pub mod convert;
 pub mod dead_letters;
 pub mod delay;

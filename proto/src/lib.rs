@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod batch_msg;
 pub mod dead;
 pub mod duration;
 pub mod frame;
@@ -39,6 +40,7 @@ pub mod queue_name;
 mod stats_msg;
 
 pub use backoff::{Jitter, RetryBackoff};
+pub use batch_msg::{BatchAction, BatchInfo, BatchStatus, OnComplete};
 pub use frame::{FrameError, MAX_FRAME_LEN, MAX_REPLY_LEN};
 pub use msg::*;
 

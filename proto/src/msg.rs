@@ -424,6 +424,17 @@ pub enum Request {
         /// The job, by its id (`number` is its birth).
         job: JobRef,
     },
+    /// Opens, seals or looks at batch `name` of queue `queue` ([`Response::Batch`]). Those
+    /// who may use the queue may (and, for a callback, its queue). Added without a version
+    /// bump.
+    Batch {
+        /// Queue name.
+        queue: String,
+        /// Batch name.
+        name: String,
+        /// What to do.
+        action: crate::BatchAction,
+    },
     /// Gives wake descriptor `bit` of queue `queue` back ([`Response::WakeReleased`]); the
     /// daemon also takes them back when the process's slot is recovered.
     ReleaseWake {
@@ -491,6 +502,8 @@ pub enum Response {
     JobFate(JobState),
     /// To [`Request::CancelJob`]: what the cancel did.
     JobCancelled(CancelOutcome),
+    /// To [`Request::Batch`]: the batch as it is after the action.
+    Batch(crate::BatchInfo),
     /// To [`Request::SetPaused`].
     PausedSet {
         /// Whether the queue was paused before.
@@ -568,6 +581,9 @@ pub enum ErrorCode {
     /// An idempotent create found a queue of that name whose settings or permissions differ
     /// from those asked; the message names each difference.
     QueueMismatch,
+    /// A [`Request::Batch`] named no batch of its queue (never opened, or forgotten with its
+    /// queue). Added without a version bump: an older client reads it as `Unknown`.
+    NoSuchBatch,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

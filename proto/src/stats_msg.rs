@@ -110,6 +110,10 @@ pub struct QueueStats {
     /// Running totals and gauges. Zeros from a daemon that predates them.
     #[serde(default)]
     pub metrics: QueueMetrics,
+    /// Its batches (open, sealed, and complete ones whose table entry was not reused yet).
+    /// Absent from a daemon that predates them.
+    #[serde(default)]
+    pub batches: Vec<crate::BatchInfo>,
 }
 
 /// A queue's record quota and dead-letter cap (0: none), and the daemon's last count.

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use xtcq_client::{Client as RustClient, CreateOptions, Flavor, QueueParams};
 
-use crate::args::{text, u32_arg};
+use crate::args::{text, u32_arg, Wait};
 use crate::error::{invalid, OrRaise};
 use crate::producer::{Injector, Owner};
 use crate::thief::Thief;
@@ -170,6 +170,55 @@ impl Client {
         let limit = xtcq_client::RateLimit { interval_ns, burst: if interval_ns == 0 { 0 } else { burst } };
         let client = self.live(py)?;
         py.detach(|| client.set_max_rate(&name, limit)).or_raise(py)
+    }
+
+    /// Opens batch `name` of queue `queue`; `on_complete` (bytes or str) is a callback job
+    /// pushed once into `on_complete_queue` (None: `queue`) when the batch completes. Its
+    /// counts, as a dict (see `batch_progress`).
+    #[pyo3(signature = (queue, name, on_complete=None, on_complete_queue=None))]
+    fn open_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+        on_complete: Option<&Bound<'py, PyAny>>,
+        on_complete_queue: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.open_batch_py(py, queue, name, on_complete, on_complete_queue)
+    }
+
+    /// Seals batch `name`: it takes no more jobs, and completes when its last job ended.
+    fn seal_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.seal_batch_py(py, queue, name)
+    }
+
+    /// Batch `name`'s counts as a dict: `name`, `status` ("open", "sealed", "complete"),
+    /// `pushed`, `running`, `acked`, `dead`, `cancelled`.
+    fn batch_progress<'py>(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.batch_progress_py(py, queue, name)
+    }
+
+    /// Sleeps (the GIL released) until batch `name` is complete, then its counts; None when
+    /// `timeout` seconds passed first (None or inf: no limit).
+    #[pyo3(signature = (queue, name, timeout=Wait::Forever), text_signature = "($self, queue, name, timeout=None)")]
+    fn wait_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+        timeout: Wait,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.wait_batch_py(py, queue, name, timeout)
     }
 
     /// Cancels job `job_id` ("index.birth", as `Job.id` and `xtcq push --print-handle` give

@@ -64,7 +64,8 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         _ if e.is_out_of_resources() => Kind::Resource,
         Error::Unauthorized(_) | Error::UntrustedDaemon { .. } => Kind::Unauthorized,
         _ if e.is_unreachable() => Kind::Unreachable,
-        Error::NoSuchQueue(_) => Kind::NoSuchQueue,
+        // No exception of its own, as in C: the message says which was missing.
+        Error::NoSuchQueue(_) | Error::NoSuchBatch(_) => Kind::NoSuchQueue,
         Error::QueueExists(_) => Kind::Exists,
         Error::QueueMismatch { .. } => Kind::Mismatch,
         Error::QueueFull { .. } | Error::RecordsFull(_) => Kind::Full,

@@ -11,6 +11,7 @@
 //!   client is an exception of `xtcq.errors`, one class per kind.
 
 mod args;
+mod batches;
 mod client;
 mod error;
 mod job;

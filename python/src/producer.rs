@@ -32,7 +32,7 @@ pub struct Owner {
     inner: Mutex<Option<OwnerHandle>>,
     /// The queue's name.
     #[pyo3(get)]
-    queue: String,
+    pub(crate) queue: String,
 }
 
 impl Owner {
@@ -42,6 +42,12 @@ impl Owner {
 
     fn live<'a>(guard: &'a MutexGuard<'_, Option<OwnerHandle>>, py: Python<'_>) -> PyResult<&'a OwnerHandle> {
         guard.as_ref().ok_or_else(|| invalid(py, "Owner is closed"))
+    }
+
+    /// `f` with the live handle, under its lock.
+    pub(crate) fn with_handle<T>(&self, py: Python<'_>, f: impl FnOnce(&OwnerHandle) -> T) -> PyResult<T> {
+        let guard = lock(&self.inner);
+        Ok(f(Self::live(&guard, py)?))
     }
 }
 
@@ -55,6 +61,13 @@ impl Drop for Owner {
 
 #[pymethods]
 impl Owner {
+    /// Makes every later push join batch `name` of this owner's queue (None: no batch),
+    /// looked up through `client`.
+    #[pyo3(signature = (client, name))]
+    fn set_batch(&self, py: Python<'_>, client: &Bound<'_, crate::client::Client>, name: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.set_batch_py(py, client.get(), name)
+    }
+
     /// Queues a job (bytes or str) at `priority` (0 the most urgent, up to the queue's levels
     /// minus 1). Raises Full when the deque and the ring are full, Invalid for a priority
     /// past the queue's levels.

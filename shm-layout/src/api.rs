@@ -102,6 +102,9 @@ pub enum PushError {
         /// Its least urgent priority.
         last: u32,
     },
+    /// The batch named for the push takes no more jobs.
+    #[error(transparent)]
+    BatchClosed(#[from] crate::batch::BatchClosed),
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
     Corrupt(String),
@@ -167,7 +170,8 @@ struct QueueCtx<'a> {
     /// Priority levels (`levels`); with one, `overflow` is the whole ring and no hint is
     /// marked.
     levels: u32,
-    /// The segment, for the rings of levels past 0 (reached only by queues with several).
+    /// The segment, for the rings of levels past 0 (reached only by queues with several)
+    /// and for the batch table (`batch`).
     seg: &'a Segment,
 }
 

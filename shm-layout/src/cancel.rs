@@ -79,6 +79,7 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
         }
         // Read while the record is still this job, freed once the CAS succeeded.
         let block = records.held_block(index);
+        let batch = crate::batch::batch_of(seg, index, w);
         let done = match w.state() {
             None => return Cancelled::Unknown,
             Some(State::Free) => return Cancelled::Finished,
@@ -89,6 +90,9 @@ pub fn cancel_job(seg: &Segment, queue: u32, index: u32, birth: u32, fence: Fenc
         };
         let Some(done) = done else { continue };
         if !matches!(done, Cancelled::NotStopped { .. }) {
+            if let Some(b) = batch {
+                crate::batch::count_cancelled(seg, b);
+            }
             records.release_block(block);
             if let Some(l) = seg.queue_limits(queue) {
                 Held::give_if_limited(l);

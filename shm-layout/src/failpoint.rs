@@ -28,6 +28,8 @@ pub const POINTS: &[(&str, &str)] = &[
     ("delay.after_publish", "a producer or nacker left a job Delayed and has not told the daemon"),
     ("delay.after_release", "the daemon made a due job Queued and has not indexed it"),
     ("daemon.recovery.mid", "the daemon is half-way through recovering a dead process"),
+    ("batch.before_count_pushed", "a producer published a job of a batch and has not counted it as pushed"),
+    ("batch.after_complete", "the daemon completed a batch and has not released its callback job"),
 ];
 
 /// Fails at the named point if the environment asks for it. Use through `fail_point!`.

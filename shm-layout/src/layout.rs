@@ -38,6 +38,9 @@
 //!  |   per queue: one block per process slot (written only by the      |
 //!  |   slot's holder), the daemon's own block, the reset baseline      |
 //!  +------------------------------------------------------------------+
+//!  | batches (version 10): [`BATCH_SLOTS`] x BatchEntry       128 B ea |
+//!  |   then `job_records` x AtomicU64: each record's batch reference   |
+//!  +------------------------------------------------------------------+
 //!  total_len (a multiple of 4096)
 //! ```
 //!
@@ -625,7 +628,8 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
     let processes = round_up(add(payload_blocks, block_len)?, line).ok_or(too_large.clone())?;
     let metrics = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
     let blocks = mul(c.queues as u64, c.process_slots as u64 + 2)?;
-    let end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
+    let metrics_end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
+    let end = batch_region(c, metrics_end).ok_or(too_large.clone())?.end;
     let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
     if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
         return Err(too_large);
@@ -644,3 +648,56 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
         total_len,
     })
 }
+
+/// Batch-table entries in a segment (layout version 10); a full table refuses
+/// `batch open` until a completed batch's entry is reused.
+pub const BATCH_SLOTS: u32 = 1024;
+
+/// Where the batch region of a configuration lies, after the metrics region that ends at
+/// `metrics_end`: the table, then one reference word per job record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchRegion {
+    /// First [`BatchEntry`].
+    pub table: u64,
+    /// First record's reference word (`batch::RecordBatch`).
+    pub refs: u64,
+    /// Where the region ends.
+    pub end: u64,
+}
+
+/// The batch region after a metrics region ending at `metrics_end`; `None` on overflow.
+pub fn batch_region(c: &SegmentConfig, metrics_end: u64) -> Option<BatchRegion> {
+    let table = round_up(metrics_end, 128)?;
+    let refs = table.checked_add(u64::from(BATCH_SLOTS) * size_of::<BatchEntry>() as u64)?;
+    let end = refs.checked_add(u64::from(c.job_records).checked_mul(8)?)?;
+    Some(BatchRegion { table, refs, end })
+}
+
+/// One batch-table entry (layout version 10, see `batch`): written by the daemon, except
+/// `pushed`, which producers add to.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct BatchEntry {
+    /// `generation << 32 | status << 24 | queue` (`batch::BatchWord`); daemon only.
+    pub word: AtomicU64,
+    /// Futex word, bumped by the daemon when the batch is sealed or completes.
+    pub seq: AtomicU32,
+    /// Bytes of `name` used.
+    pub name_len: AtomicU32,
+    /// Jobs pushed into the batch (added by producers after each publish).
+    pub pushed: AtomicU64,
+    /// Jobs not yet ended at the daemon's last count.
+    pub live: AtomicU64,
+    /// Dead letters at the daemon's last count, plus those purged since.
+    pub dead: AtomicU64,
+    /// Jobs the daemon cancelled.
+    pub cancelled: AtomicU64,
+    /// The held callback job's handle word (0: none).
+    pub callback: AtomicU64,
+    /// The name's bytes, 8 to a word.
+    pub name: [AtomicU64; 8],
+}
+
+const _: () = {
+    assert!(size_of::<BatchEntry>() == 128);
+};

@@ -12,6 +12,7 @@
 //! - what the daemon's periodic scan watches: claims with a lease ([`lease_watch`]) and
 //!   whether anything moved since its last walk of the records ([`activity`]);
 //! - delayed jobs, put in line by the daemon once due ([`delayed`]);
+//! - batches, complete when their last job ended ([`batch`]);
 //! - futex waiting on a queue's wait word ([`wait`]);
 //! - fork detection, so a child leaves its parent's claims alone ([`fork`]);
 //! - the typed API the client builds on ([`api`]: `Owner`, `Thief`, `Injector`,
@@ -31,6 +32,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batch_seal;
 pub mod cache_line;
 pub mod deque;
 pub mod failpoint;
@@ -48,6 +50,8 @@ pub mod wake_protocol;
 pub mod activity;
 #[cfg(not(xtcq_loom))]
 pub mod api;
+#[cfg(not(xtcq_loom))]
+pub mod batch;
 #[cfg(not(xtcq_loom))]
 pub mod cancel;
 #[cfg(not(xtcq_loom))]

@@ -404,7 +404,7 @@ impl Segment {
     /// `offset + size_of::<T>() <= total_len`, `offset` aligned for `T`, and `T` only atomics
     /// (or plain data never written after `ready`).
     #[inline]
-    unsafe fn at<T>(&self, offset: u64) -> &T {
+    pub(crate) unsafe fn at<T>(&self, offset: u64) -> &T {
         debug_assert!(offset + core::mem::size_of::<T>() as u64 <= self.desc.regions.total_len);
         debug_assert!(offset.is_multiple_of(core::mem::align_of::<T>() as u64));
         // SAFETY: per the contract, in bounds and aligned; the mapping lives as long as self.
@@ -623,7 +623,8 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// payload inline, the record sized for the largest), which their descriptor, put in this
 /// version's terms, says exactly; versions 6 to 9 only in the words of a queue's control
 /// and wait lines they lack (read as zero: not paused, no concurrency or rate limit, one
-/// priority level) and in the priority bits of a record's flags (zero: priority 0).
+/// priority level), in the priority bits of a record's flags (zero: priority 0) and in the
+/// batch region they do not have (no job of theirs is in a batch).
 pub const READABLE_LAYOUT_VERSIONS: [u32; 7] = [4, 5, 6, 7, 8, 9, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
@@ -654,6 +655,10 @@ fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> 
         // No metrics region: the segment ends with the process table (see `descriptor_of_v4`).
         want.total_len = want.metrics.next_multiple_of(4096);
         want.metrics = want.total_len;
+    } else if d.layout_version < 10 {
+        // No batch region: the segment ends with the metrics region.
+        let blocks = u64::from(d.config.queues) * (u64::from(d.config.process_slots) + 2);
+        want.total_len = (want.metrics + blocks * 128).next_multiple_of(4096);
     }
     let r = &d.regions;
     let fields = [

@@ -261,3 +261,19 @@ pub fn wait_for<T, E>(
         }
     }
 }
+
+/// Wakes every futex sleeper on `word` (a batch's, say); the word is changed by the caller
+/// first.
+pub fn wake_all_word(word: &crate::sync::AtomicU32) {
+    let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+}
+
+/// Sleeps on `word` while it holds `seen`, at most `timeout` (a wake, a change or the
+/// timeout ends it; the caller looks again either way).
+pub fn sleep_on_word(word: &crate::sync::AtomicU32, seen: u32, timeout: std::time::Duration) {
+    let ts = rustix::time::Timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let _ = rustix::thread::futex::wait(word, rustix::thread::futex::Flags::empty(), seen, Some(&ts));
+}

@@ -370,6 +370,8 @@ fn every_protocol_fail_point_has_a_test() {
     let delayed = include_str!("crash_delayed.rs");
     // So have the payload-block points (large payloads, a segment with blocks).
     let blocks = include_str!("crash_blocks.rs");
+    // The batch points need the daemon's completion: tested across processes.
+    let batches = include_str!("../../tests/shapes/batches.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
             continue;
@@ -379,6 +381,11 @@ fn every_protocol_fail_point_has_a_test() {
                 blocks.contains(&format!("crash_at(\"{p}\"")),
                 "no crash test for {p} in crash_blocks.rs"
             );
+            continue;
+        }
+        if p.starts_with("batch.") {
+            let armed = format!("\"{p}=kill");
+            assert!(batches.contains(&armed), "no crash test for fail point {p} in tests/shapes/batches.rs");
             continue;
         }
         if p.starts_with("delay.") {

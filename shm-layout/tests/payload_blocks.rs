@@ -265,18 +265,18 @@ fn bytes_per_job(inline_bytes: u32, payload_bytes: u32, block: Option<u32>) -> u
 #[test]
 fn memory_per_queued_job_is_as_the_book_says() {
     let before = bytes_per_job(65536, 65536, None);
-    assert_eq!(before, 65600);
+    assert_eq!(before, 65608);
     let after: Vec<u64> = [(16, None), (256, Some(256)), (4096, Some(4096)), (65536, Some(65536))]
         .iter()
         .map(|&(_, b)| bytes_per_job(64, 65536, b))
         .collect();
-    assert_eq!(after, [128, 392, 4232, 65672]);
+    assert_eq!(after, [136, 400, 4240, 65680]);
     let table = include_str!("fixtures/memory-per-job.md");
     for row in [
-        "| 16 B | 65,600 | 128 |",
-        "| 256 B | 65,600 | 392 |",
-        "| 4 KiB | 65,600 | 4,232 |",
-        "| 64 KiB | 65,600 | 65,672 |",
+        "| 16 B | 65,608 | 136 |",
+        "| 256 B | 65,608 | 400 |",
+        "| 4 KiB | 65,608 | 4,240 |",
+        "| 64 KiB | 65,608 | 65,680 |",
     ] {
         assert!(table.contains(row), "tests/fixtures/memory-per-job.md lacks the row {row:?}");
     }

@@ -477,6 +477,9 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         // Tested in crash_blocks.rs (large payloads, a segment with blocks).
         "block.after_alloc",
         "ack.before_block_release",
+        // Tested in tests/shapes/batches.rs.
+        "batch.before_count_pushed",
+        "batch.after_complete",
     ];
     for (p, _) in xtcq_shm::failpoint::POINTS {
         assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs or delayed_crash.rs");

@@ -1,9 +1,10 @@
-//! The shapes a queue can take beyond one line of jobs: priority levels, with real `xtcqd`
-//! and `xtcq` processes.
+//! The shapes of work beyond one line of jobs, with real `xtcqd` and `xtcq` processes:
+//! priority levels, and batches that say when they are done.
 //!
 //! One test binary (`cargo test -p xtcq-tests --test shapes`), one module per feature: a new
-//! test of this area goes into the module of its feature, or a new module declared here.
-//! The modules' tests run in parallel threads of one process: no fixed names, ports or
-//! users, and no `std::env::set_var`.
+//! test of this area goes into the module of its feature, or a new module declared here. The
+//! modules' tests run in parallel threads of one process: no fixed names, ports or users, and
+//! no `std::env::set_var`.
 
+mod batches;
 mod priorities;

@@ -203,6 +203,7 @@ fn queue_stats(seg: &Segment, q: &QueueInfo, tally: &RecordTally) -> proto::Queu
             },
         },
         metrics: queue_metrics(seg, q.index, &records, oldest),
+        batches: xtcq_shm::batch::list(seg, q.index).iter().map(crate::batches::info_of).collect(),
         records,
     }
 }

@@ -116,6 +116,7 @@ impl Registry {
         self.recover_strays(&live_slots);
         self.fence_unheld(&live_slots);
         self.lock().fences.set_lost(false);
+        self.release_batch_callbacks();
         let delayed = self.timers.scan(&self.seg);
         if delayed > 0 {
             info!(delayed, "delayed jobs in the segment; each is put in line when due");

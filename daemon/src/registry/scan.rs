@@ -142,6 +142,9 @@ impl Registry {
                  copy was written back (clients that mapped it meanwhile were refused)"
             );
         }
+        if walk {
+            self.complete_batches();
+        }
         let (blocks, dropped) = match walked.counts {
             Some(counts) => self.after_walk(&mut t, counts),
             None => (0, 0),

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use xtcq_shm::layout::payload::{self, class_size};
 use xtcq_shm::layout::{
-    compute_regions, ConfigError, DequeHeader, MetricsBlock, OverflowHeader, ProcessSlot, QueueEntry,
-    SegmentHeader, RECORD_HEADER_SIZE,
+    compute_regions, BatchEntry, ConfigError, DequeHeader, MetricsBlock, OverflowHeader, ProcessSlot,
+    QueueEntry, SegmentHeader, BATCH_SLOTS, RECORD_HEADER_SIZE,
 };
 use xtcq_shm::SegmentConfig;
 
@@ -187,7 +187,9 @@ pub fn estimate(c: &SegmentConfig) -> (u128, Vec<Part>) {
     // the whole on a page.
     let records_end = size(size_of::<SegmentHeader>()) + parts[..4].iter().map(|p| p.bytes).sum::<u128>();
     let blocks_end = up(records_end, 128) + parts[4..parts.len() - 1].iter().map(|p| p.bytes).sum::<u128>();
-    (up(up(blocks_end, 128) + tables, 4096), parts)
+    let batches = u128::from(BATCH_SLOTS) * size(size_of::<BatchEntry>()) + 8 * c.job_records as u128;
+    parts.push(part("the batch table and the records' batch references".into(), batches, "--records"));
+    (up(up(up(blocks_end, 128) + tables, 128) + batches, 4096), parts)
 }
 
 /// The parts that make a tenth of `total` or more (the largest at least), largest first,

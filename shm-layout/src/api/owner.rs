@@ -120,6 +120,13 @@ impl Owner {
         self.len() == 0
     }
 
+    /// Makes every later push join `batch` (`None`: no batch), until called again. A push
+    /// into a batch that is sealed, or no longer this queue's, fails with
+    /// [`PushError::BatchClosed`] and leaves nothing behind.
+    pub fn set_batch(&self, batch: Option<crate::batch::BatchRef>) {
+        self.cursor.batch.set(batch);
+    }
+
     /// Queues a job with `payload` at priority 0 (the most urgent level). Goes to our deque,
     /// or to the overflow ring when the deque is full; wakes sleeping consumers if there are
     /// any.
@@ -275,12 +282,18 @@ impl Owner {
 struct Cursors {
     record: Cell<u32>,
     block: Cell<u32>,
+    /// The batch each push joins (`Owner::set_batch`).
+    batch: Cell<Option<crate::batch::BatchRef>>,
 }
 
 impl Cursors {
     fn new(me: u32, seg: &Segment) -> Self {
         let start = me.wrapping_mul(0x9E37_79B9);
-        Cursors { record: Cell::new(start % seg.config().job_records), block: Cell::new(start) }
+        Cursors {
+            record: Cell::new(start % seg.config().job_records),
+            block: Cell::new(start),
+            batch: Cell::new(None),
+        }
     }
 }
 
@@ -353,6 +366,15 @@ fn fill_and_publish(
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.record.set(c);
     crate::fail_point!("alloc.after_begin_fill");
+    if let Some(batch) = cursor.batch.get() {
+        // Before the payload: a batch that takes no more jobs leaves nothing to give back.
+        if let Err(closed) = crate::batch::join(ctx.seg, index, generation, ctx.queue, batch) {
+            if let Some(st) = ctx.records.state(index) {
+                let _ = st.free_filling(generation, me);
+            }
+            return Err(closed.into());
+        }
+    }
     let hdr = ctx
         .records
         .header(index)
@@ -394,6 +416,10 @@ fn fill_and_publish(
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
     ctx.count(me, crate::metrics::Counter::Pushed);
+    if let Some(batch) = cursor.batch.get() {
+        crate::fail_point!("batch.before_count_pushed");
+        crate::batch::count_pushed(ctx.seg, batch);
+    }
     if matches!(joins, Joins::Due(_)) {
         crate::fail_point!("delay.after_publish");
     } else {
@@ -474,6 +500,11 @@ impl Injector {
     /// The segment.
     pub fn segment(&self) -> &Arc<Segment> {
         &self.seg
+    }
+
+    /// Makes every later push join `batch` (`None`: no batch), as [`Owner::set_batch`].
+    pub fn set_batch(&self, batch: Option<crate::batch::BatchRef>) {
+        self.cursor.batch.set(batch);
     }
 
     /// Queues a job in the overflow ring, at priority 0.

@@ -538,6 +538,8 @@ impl Segment {
     /// Resets queue-table entry `index`'s deques, overflow ring and sleepers, for an entry
     /// this caller holds in `DELETING` (nobody else reads or writes them).
     fn reset_queue_entry(&self, index: u32) {
+        // Its batches go with it: a queue created anew at this index must not find them.
+        crate::batch::forget_queue(self, index);
         // A queue created anew in this entry starts its totals from zero.
         self.reset_queue_metrics(index);
         // Relaxed throughout: published by the Release store of FREE that follows.

@@ -125,6 +125,7 @@ impl Conn {
             Request::SetPaused { queue, paused } => self.set_paused(queue, paused),
             Request::JobFate { queue, job } => self.job_fate(queue, job),
             Request::CancelJob { queue, job } => self.cancel_job(queue, job).await,
+            Request::Batch { queue, name, action } => self.batch(queue, name, action),
             Request::Shutdown => self.shutdown(),
         }
     }
