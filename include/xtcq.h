@@ -825,6 +825,21 @@ int xtcq_injector_push_id(xtcq_injector *injector,
                           uint64_t *id);
 
 /**
+ * As [`xtcq_injector_push_id`], at `priority` (0 the most urgent; see
+ * `xtcq_injector_push_priority`): the level the job joins now, or once due.
+ * `XTCQ_E_INVALID` for a priority past the queue's levels.
+ *
+ * # Safety
+ * As `xtcq_injector_push`; `id` points to writable storage.
+ */
+int xtcq_injector_push_at(xtcq_injector *injector,
+                          const uint8_t *data,
+                          size_t len,
+                          uint64_t delay_ms,
+                          uint32_t priority,
+                          uint64_t *id);
+
+/**
  * Stores in `buf` (`cap` bytes, NUL-terminated) a JSON array with one object per queue
  * (`queue` NULL: all queues): its name, settings (`deques`, `capacity`, `max_attempts`,
  * `lease_ms`) and counters (`queued`, `running`, `delayed`, `dead`, `pushed`, `acked`,

@@ -36,6 +36,25 @@ pub unsafe extern "C" fn xtcq_injector_push_id(
     delay_ms: u64,
     id: *mut u64,
 ) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { xtcq_injector_push_at(injector, data, len, delay_ms, 0, id) }
+}
+
+/// As [`xtcq_injector_push_id`], at `priority` (0 the most urgent; see
+/// `xtcq_injector_push_priority`): the level the job joins now, or once due.
+/// `XTCQ_E_INVALID` for a priority past the queue's levels.
+///
+/// # Safety
+/// As `xtcq_injector_push`; `id` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_push_at(
+    injector: *mut xtcq_injector,
+    data: *const u8,
+    len: usize,
+    delay_ms: u64,
+    priority: u32,
+    id: *mut u64,
+) -> c_int {
     guarded(|| {
         if id.is_null() {
             return fail(XTCQ_E_INVALID, "id is NULL");
@@ -49,9 +68,13 @@ pub unsafe extern "C" fn xtcq_injector_push_id(
             return code;
         }
         let pushed = if delay_ms == 0 {
-            i.inner.push(bytes)
+            i.inner.push_priority(bytes, priority)
         } else {
-            i.inner.push_delayed(bytes, Due::In(std::time::Duration::from_millis(delay_ms)))
+            i.inner.push_delayed_priority(
+                bytes,
+                Due::In(std::time::Duration::from_millis(delay_ms)),
+                priority,
+            )
         };
         match pushed {
             Ok(h) => {

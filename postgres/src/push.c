@@ -56,17 +56,35 @@ delay_ms_arg(FunctionCallInfo fcinfo, int n)
 	return (uint64) (us / 1000.0);
 }
 
+/*
+ * A priority (NULL: 0, the most urgent); a negative one is refused here, one past the
+ * queue's levels by xtcqd (the message names the queue's levels).
+ */
+static uint32
+priority_arg(FunctionCallInfo fcinfo, int n)
+{
+	int32 p;
+
+	if (PG_NARGS() <= n || PG_ARGISNULL(n))
+		return 0;
+	p = PG_GETARG_INT32(n);
+	if (p < 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("xtcq: the priority must be 0 (the most urgent) or more, not %d", p)));
+	return (uint32) p;
+}
+
 /* Pushes `len` bytes after the header already in `job` (its first `header_len` bytes). */
 static int
 push_one(const char *queue, StringInfo job, int header_len, const char *data, size_t len, uint64 delay_ms,
-		 uint64 *id)
+		 uint32 priority, uint64 *id)
 {
 	job->len = header_len;
 	job->data[header_len] = '\0';
 	if (len > (size_t) (MaxAllocSize - header_len - 1))
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("xtcq: the payload is too large")));
 	appendBinaryStringInfo(job, data, (int) len);
-	return xtcq_pg_push(queue, job->data, job->len, delay_ms, id);
+	return xtcq_pg_push(queue, job->data, job->len, delay_ms, priority, id);
 }
 
 /* A buffer holding this user's job header (xtcq.push: no transaction decides). */
@@ -95,7 +113,10 @@ partial_push_error(int rc, const char *queue, int i, int n)
 	xtcq_pg_raise(ERROR, rc, what, queue);
 }
 
-/* xtcq.push(queue text, payload bytea|text, delay interval default null) returns bigint */
+/*
+ * xtcq.push(queue text, payload bytea|text, delay interval default null, priority int default 0)
+ * returns bigint
+ */
 Datum
 xtcq_push(PG_FUNCTION_ARGS)
 {
@@ -103,6 +124,7 @@ xtcq_push(PG_FUNCTION_ARGS)
 	bytea *payload;
 	StringInfo job;
 	uint64 delay_ms;
+	uint32 priority;
 	uint64 id = 0;
 	int rc;
 
@@ -110,16 +132,20 @@ xtcq_push(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload is NULL"),
 						errhint("Push an empty string for a job without a payload.")));
 	delay_ms = delay_ms_arg(fcinfo, 2);
+	priority = priority_arg(fcinfo, 3);
 	/* text and bytea share the varlena layout: one C function serves both. */
 	payload = PG_GETARG_BYTEA_PP(1);
 	job = header_buffer();
-	rc = push_one(queue, job, job->len, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms, &id);
+	rc = push_one(queue, job, job->len, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms, priority, &id);
 	if (rc != XTCQ_OK)
 		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
 	PG_RETURN_INT64((int64) id);
 }
 
-/* xtcq.push(queue text, payloads bytea[]|text[]) returns bigint[]: one job per element. */
+/*
+ * xtcq.push(queue text, payloads bytea[]|text[], priority int default 0) returns bigint[]: one
+ * job per element.
+ */
 Datum
 xtcq_push_many(PG_FUNCTION_ARGS)
 {
@@ -135,6 +161,7 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 	char typalign;
 	StringInfo job;
 	int header_len;
+	uint32 priority = priority_arg(fcinfo, 2);
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload array is NULL")));
@@ -153,7 +180,7 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 	{
 		bytea *p = DatumGetByteaPP(elems[i]);
 		uint64 id = 0;
-		int rc = push_one(queue, job, header_len, VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p), 0, &id);
+		int rc = push_one(queue, job, header_len, VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p), 0, priority, &id);
 
 		if (rc != XTCQ_OK)
 			partial_push_error(rc, queue, i, n);

@@ -173,15 +173,15 @@ xtcq_pg_injector(const char *queue)
 }
 
 int
-xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint64 *id)
+xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority, uint64 *id)
 {
-	int rc = xtcq_injector_push_id(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, id);
+	int rc = xtcq_injector_push_at(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, priority, id);
 
 	if (rc == XTCQ_E_UNREACHABLE || rc == XTCQ_E_SEGMENT)
 	{
 		/* xtcqd restarted since this backend attached: attach to the new one, once. */
 		xtcq_pg_reset();
-		rc = xtcq_injector_push_id(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, id);
+		rc = xtcq_injector_push_at(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, priority, id);
 	}
 	return rc;
 }

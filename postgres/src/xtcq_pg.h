@@ -41,7 +41,8 @@ extern xtcq_client *xtcq_pg_client(void);
 /* An injector of `queue`, attached on first use and kept for the backend's life. */
 extern xtcq_injector *xtcq_pg_injector(const char *queue);
 /* Pushes through the queue's injector; after a lost daemon, attaches again and retries once. */
-extern int xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint64 *id);
+extern int xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority,
+						uint64 *id);
 /* Forgets the client and injectors (after the daemon went away: the next call reconnects). */
 extern void xtcq_pg_reset(void);
 /* Raises `status` (a negative XTCQ_E_*) as an ERROR at `elevel` naming `what` and `queue`. */

@@ -56,6 +56,26 @@ fn push_from_sql_steal_from_the_cli_and_bad_input_is_an_error() {
 }
 
 #[test]
+fn pushes_from_sql_at_priorities_are_taken_most_urgent_first() {
+    let Some(bin) = Postgres::available() else { return };
+    let d = shared_daemon();
+    create(&d, "levelled", &["--flavor", "fifo", "--levels", "3"]);
+    let pg = Postgres::start(&bin, &conf(&d, 0));
+    pg.sql("CREATE EXTENSION xtcq");
+    pg.sql("SELECT xtcq.push('levelled', 'low', NULL, 2)");
+    pg.sql("SELECT xtcq.push('levelled', array['mid-1', 'mid-2'], 1)");
+    pg.sql("SELECT xtcq.push('levelled', 'urgent')");
+    pg.sql("SELECT xtcq.push('levelled', 'urgent too'::bytea, priority => 0)");
+    let pid = pg.postmaster_pid();
+    refused(&pg.psql("SELECT xtcq.push('levelled', 'x', NULL, 3)"), &["--priority 3", "--levels 3"]);
+    refused(&pg.psql("SELECT xtcq.push('levelled', array['x'], -1)"), &["priority must be 0"]);
+    assert_eq!(pg.postmaster_pid(), pid, "the backend lived");
+    let o = ok(&d.run(&["steal", "levelled", "-n", "0"]));
+    let payloads: Vec<&str> = o.lines().filter(|l| !l.starts_with("XTCQ-JOB ")).collect();
+    assert_eq!(payloads, ["urgent", "urgent too", "mid-1", "mid-2", "low"]);
+}
+
+#[test]
 fn a_role_pushes_only_to_the_queues_granted_to_it() {
     let Some(bin) = Postgres::available() else { return };
     let d = shared_daemon();
