@@ -426,6 +426,15 @@ int xtcq_batch_wait(xtcq_client *client,
 int xtcq_owner_set_batch(xtcq_owner *owner, xtcq_client *client, const char *batch);
 
 /**
+ * Makes every later push of `injector` join batch `batch` of the injector's queue (NULL: no
+ * batch), looked up through `client`, as [`xtcq_owner_set_batch`].
+ *
+ * # Safety
+ * `injector` a live injector, `client` a live client; `batch` NULL or a NUL-terminated string.
+ */
+int xtcq_injector_set_batch(xtcq_injector *injector, xtcq_client *client, const char *batch);
+
+/**
  * Connects to xtcqd at `socket` (NULL: `$XTCQ_SOCKET`, else the default path) and stores a
  * new client in `*out`. Connect in each process that uses xtcq, after `fork()`.
  *

@@ -2,16 +2,19 @@
 \echo Use "CREATE EXTENSION xtcq" to load this file. \quit
 
 -- One job; returns its id (index << 32 | birth: xtcq work prints it as index.birth). At
--- `priority` (0 the most urgent) in a queue made with levels (xtcq create --levels).
-CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL, priority int DEFAULT 0)
+-- `priority` (0 the most urgent) in a queue made with levels (xtcq create --levels), into
+-- `batch` (opened with xtcq batch open, not yet sealed).
+CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL, priority int DEFAULT 0,
+                     batch text DEFAULT NULL)
     RETURNS bigint AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL, priority int DEFAULT 0)
+CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL, priority int DEFAULT 0,
+                     batch text DEFAULT NULL)
     RETURNS bigint AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- One job per element, in order; returns their ids.
-CREATE FUNCTION push(queue text, payloads bytea[], priority int DEFAULT 0) RETURNS bigint[]
-    AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-CREATE FUNCTION push(queue text, payloads text[], priority int DEFAULT 0) RETURNS bigint[]
-    AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION push(queue text, payloads bytea[], priority int DEFAULT 0, batch text DEFAULT NULL)
+    RETURNS bigint[] AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION push(queue text, payloads text[], priority int DEFAULT 0, batch text DEFAULT NULL)
+    RETURNS bigint[] AS 'MODULE_PATHNAME', 'xtcq_push_many' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- Pushed at commit; the workers run it only if the transaction committed.
 CREATE FUNCTION push_on_commit(queue text, payload bytea) RETURNS void
     AS 'MODULE_PATHNAME', 'xtcq_push_on_commit' LANGUAGE C VOLATILE PARALLEL UNSAFE;

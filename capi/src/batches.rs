@@ -12,8 +12,8 @@ use ::xtcq_client::{BatchInfo, BatchStatus, OnComplete};
 
 use crate::client::{client_and_name, not_forked, xtcq_client};
 use crate::entry::{arg, c_str, guarded};
-use crate::producer::xtcq_owner;
-use crate::status::{from_error, XTCQ_EMPTY, XTCQ_OK};
+use crate::producer::{xtcq_injector, xtcq_owner};
+use crate::status::{fail, from_error, XTCQ_EMPTY, XTCQ_E_INVALID, XTCQ_OK};
 
 /// `xtcq_batch_info::status`: the batch takes pushes.
 pub const XTCQ_BATCH_OPEN: c_int = 1;
@@ -206,10 +206,13 @@ pub unsafe extern "C" fn xtcq_owner_set_batch(
             Err(code) => return code,
         };
         match c.inner.batch_progress(&o.inner.queue().name, name) {
-            Ok(info) => {
-                o.inner.set_batch(Some(&info));
-                XTCQ_OK
-            }
+            Ok(info) => match takes_pushes(&info, &o.inner.queue().name) {
+                Ok(()) => {
+                    o.inner.set_batch(Some(&info));
+                    XTCQ_OK
+                }
+                Err(code) => code,
+            },
             Err(e) => from_error(&e),
         }
     })
@@ -235,4 +238,62 @@ unsafe fn with_batch(
         };
         f(&c.inner, queue, name).unwrap_or_else(|e| from_error(&e))
     })
+}
+
+/// Makes every later push of `injector` join batch `batch` of the injector's queue (NULL: no
+/// batch), looked up through `client`, as [`xtcq_owner_set_batch`].
+///
+/// # Safety
+/// `injector` a live injector, `client` a live client; `batch` NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn xtcq_injector_set_batch(
+    injector: *mut xtcq_injector,
+    client: *mut xtcq_client,
+    batch: *const c_char,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (i, c) = match unsafe { (arg(injector, "injector"), arg(client, "client")) } {
+            (Ok(i), Ok(c)) => (i, c),
+            (Err(code), _) | (_, Err(code)) => return code,
+        };
+        if let Err(code) = not_forked(i.born).and_then(|_| not_forked(c.born)) {
+            return code;
+        }
+        if batch.is_null() {
+            i.inner.set_batch(None);
+            return XTCQ_OK;
+        }
+        // SAFETY: the caller's contract.
+        let name = match unsafe { c_str(batch, "batch") } {
+            Ok(n) => n,
+            Err(code) => return code,
+        };
+        match c.inner.batch_progress(&i.inner.queue().name, name) {
+            Ok(info) => match takes_pushes(&info, &i.inner.queue().name) {
+                Ok(()) => {
+                    i.inner.set_batch(Some(&info));
+                    XTCQ_OK
+                }
+                Err(code) => code,
+            },
+            Err(e) => from_error(&e),
+        }
+    })
+}
+
+/// `XTCQ_E_INVALID` for a batch that takes no more pushes: joined anyway, every push would
+/// fail, and the caller learns why here, once.
+fn takes_pushes(info: &BatchInfo, queue: &str) -> Result<(), c_int> {
+    if info.status == BatchStatus::Open {
+        return Ok(());
+    }
+    Err(fail(
+        XTCQ_E_INVALID,
+        format!(
+            "batch {} of queue {queue} is {}: it takes no more jobs (open another one with `xtcq batch open`)",
+            info.name,
+            if info.status == BatchStatus::Sealed { "sealed" } else { "complete" }
+        ),
+    ))
 }

@@ -49,7 +49,10 @@ push_pending(List *jobs)
 	{
 		PendingJob *j = lfirst(lc);
 		uint64 id;
-		int rc = xtcq_pg_push(j->queue, j->payload.data, j->payload.len, 0, 0, &id);
+		int rc;
+
+		xtcq_pg_use_batch(j->queue, NULL);
+		rc = xtcq_pg_push(j->queue, j->payload.data, j->payload.len, 0, 0, &id);
 
 		if (rc != XTCQ_OK)
 			xtcq_pg_raise(ERROR, rc, "push_on_commit: the transaction is aborted: cannot push to queue", j->queue);

@@ -74,6 +74,15 @@ priority_arg(FunctionCallInfo fcinfo, int n)
 	return (uint32) p;
 }
 
+/* The batch argument `n` (NULL: none): the statement's jobs join it. */
+static char *
+batch_arg(FunctionCallInfo fcinfo, int n)
+{
+	if (PG_NARGS() <= n || PG_ARGISNULL(n))
+		return NULL;
+	return text_to_cstring(PG_GETARG_TEXT_PP(n));
+}
+
 /* Pushes `len` bytes after the header already in `job` (its first `header_len` bytes). */
 static int
 push_one(const char *queue, StringInfo job, int header_len, const char *data, size_t len, uint64 delay_ms,
@@ -114,8 +123,8 @@ partial_push_error(int rc, const char *queue, int i, int n)
 }
 
 /*
- * xtcq.push(queue text, payload bytea|text, delay interval default null, priority int default 0)
- * returns bigint
+ * xtcq.push(queue text, payload bytea|text, delay interval default null, priority int default 0,
+ * batch text default null) returns bigint
  */
 Datum
 xtcq_push(PG_FUNCTION_ARGS)
@@ -133,6 +142,7 @@ xtcq_push(PG_FUNCTION_ARGS)
 						errhint("Push an empty string for a job without a payload.")));
 	delay_ms = delay_ms_arg(fcinfo, 2);
 	priority = priority_arg(fcinfo, 3);
+	xtcq_pg_use_batch(queue, batch_arg(fcinfo, 4));
 	/* text and bytea share the varlena layout: one C function serves both. */
 	payload = PG_GETARG_BYTEA_PP(1);
 	job = header_buffer();
@@ -143,8 +153,8 @@ xtcq_push(PG_FUNCTION_ARGS)
 }
 
 /*
- * xtcq.push(queue text, payloads bytea[]|text[], priority int default 0) returns bigint[]: one
- * job per element.
+ * xtcq.push(queue text, payloads bytea[]|text[], priority int default 0, batch text default null)
+ * returns bigint[]: one job per element.
  */
 Datum
 xtcq_push_many(PG_FUNCTION_ARGS)
@@ -162,6 +172,7 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 	StringInfo job;
 	int header_len;
 	uint32 priority = priority_arg(fcinfo, 2);
+	char *batch = batch_arg(fcinfo, 3);
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload array is NULL")));
@@ -174,6 +185,7 @@ xtcq_push_many(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 							errmsg("xtcq: payload %d of the array is NULL; nothing was pushed", i + 1)));
 	ids = palloc(sizeof(Datum) * Max(n, 1));
+	xtcq_pg_use_batch(queue, batch);
 	job = header_buffer();
 	header_len = job->len;
 	for (i = 0; i < n; i++)

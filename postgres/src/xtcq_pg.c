@@ -30,6 +30,8 @@ typedef struct InjectorEntry
 {
 	char *queue;
 	xtcq_injector *injector;
+	/* The batch its pushes join (NULL: none), in TopMemoryContext. */
+	char *batch;
 } InjectorEntry;
 
 /* A backend pushes to a handful of queues; a short list beats a hash table. */
@@ -39,6 +41,12 @@ static xtcq_client *client = NULL;
 static InjectorEntry injectors[MAX_INJECTORS];
 static int n_injectors = 0;
 static bool exit_registered = false;
+/*
+ * The batch the running statement's pushes join (NULL: none), set by xtcq_pg_use_batch at
+ * each statement that pushes, so that no batch outlives the statement that named it, even
+ * one left by an error.
+ */
+static char *statement_batch = NULL;
 
 void _PG_init(void);
 
@@ -59,6 +67,8 @@ xtcq_pg_reset(void)
 	{
 		xtcq_injector_free(injectors[i].injector);
 		pfree(injectors[i].queue);
+		if (injectors[i].batch != NULL)
+			pfree(injectors[i].batch);
 	}
 	n_injectors = 0;
 	xtcq_client_free(client);
@@ -145,8 +155,9 @@ xtcq_pg_client(void)
 	return client;
 }
 
-xtcq_injector *
-xtcq_pg_injector(const char *queue)
+/* The entry of `queue`'s injector, attached on first use. */
+static InjectorEntry *
+injector_entry(const char *queue)
 {
 	int i;
 	int rc;
@@ -154,7 +165,7 @@ xtcq_pg_injector(const char *queue)
 
 	for (i = 0; i < n_injectors; i++)
 		if (strcmp(injectors[i].queue, queue) == 0)
-			return injectors[i].injector;
+			return &injectors[i];
 	rc = xtcq_injector_attach(xtcq_pg_client(), queue, &inj);
 	if (rc != XTCQ_OK)
 		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
@@ -163,25 +174,88 @@ xtcq_pg_injector(const char *queue)
 		/* Drop the oldest: a backend that pushes to this many queues pays re-attaches. */
 		xtcq_injector_free(injectors[0].injector);
 		pfree(injectors[0].queue);
+		if (injectors[0].batch != NULL)
+			pfree(injectors[0].batch);
 		memmove(&injectors[0], &injectors[1], sizeof(InjectorEntry) * (MAX_INJECTORS - 1));
 		n_injectors--;
 	}
 	injectors[n_injectors].queue = MemoryContextStrdup(TopMemoryContext, queue);
 	injectors[n_injectors].injector = inj;
-	n_injectors++;
-	return inj;
+	injectors[n_injectors].batch = NULL;
+	return &injectors[n_injectors++];
+}
+
+xtcq_injector *
+xtcq_pg_injector(const char *queue)
+{
+	return injector_entry(queue)->injector;
+}
+
+/*
+ * Makes the pushes of `e` join `batch` (NULL: none). Asks xtcqd for a batch each time one is
+ * named (a batch of that name may have been made again since), never when none is named
+ * and none was joined.
+ */
+static int
+join_batch(InjectorEntry *e, const char *batch)
+{
+	int rc;
+
+	if (batch == NULL && e->batch == NULL)
+		return XTCQ_OK;
+	rc = xtcq_injector_set_batch(e->injector, xtcq_pg_client(), batch);
+	if (e->batch != NULL)
+		pfree(e->batch);
+	e->batch = NULL;
+	if (rc != XTCQ_OK)
+	{
+		(void) xtcq_injector_set_batch(e->injector, xtcq_pg_client(), NULL);
+		return rc;
+	}
+	if (batch != NULL)
+		e->batch = MemoryContextStrdup(TopMemoryContext, batch);
+	return XTCQ_OK;
+}
+
+void
+xtcq_pg_use_batch(const char *queue, const char *batch)
+{
+	int rc;
+
+	if (statement_batch != NULL)
+		pfree(statement_batch);
+	statement_batch = batch == NULL ? NULL : MemoryContextStrdup(TopMemoryContext, batch);
+	rc = join_batch(injector_entry(queue), batch);
+	if (rc != XTCQ_OK)
+	{
+		pfree(statement_batch);
+		statement_batch = NULL;
+		xtcq_pg_raise(ERROR, rc, psprintf("cannot push into batch %s of queue", batch), queue);
+	}
+}
+
+/* One push through `queue`'s injector, joined to the statement's batch. */
+static int
+push_at(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority, uint64 *id)
+{
+	InjectorEntry *e = injector_entry(queue);
+	int rc = (statement_batch == NULL) == (e->batch == NULL) ? XTCQ_OK : join_batch(e, statement_batch);
+
+	if (rc != XTCQ_OK)
+		return rc;
+	return xtcq_injector_push_at(e->injector, (const uint8_t *) data, len, delay_ms, priority, id);
 }
 
 int
 xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority, uint64 *id)
 {
-	int rc = xtcq_injector_push_at(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, priority, id);
+	int rc = push_at(queue, data, len, delay_ms, priority, id);
 
 	if (rc == XTCQ_E_UNREACHABLE || rc == XTCQ_E_SEGMENT)
 	{
 		/* xtcqd restarted since this backend attached: attach to the new one, once. */
 		xtcq_pg_reset();
-		rc = xtcq_injector_push_at(xtcq_pg_injector(queue), (const uint8_t *) data, len, delay_ms, priority, id);
+		rc = push_at(queue, data, len, delay_ms, priority, id);
 	}
 	return rc;
 }

@@ -40,6 +40,11 @@ extern void xtcq_pg_job_header(StringInfo buf, Oid role, uint64 fxid);
 extern xtcq_client *xtcq_pg_client(void);
 /* An injector of `queue`, attached on first use and kept for the backend's life. */
 extern xtcq_injector *xtcq_pg_injector(const char *queue);
+/*
+ * Makes the running statement's pushes to `queue` join `batch` (NULL: none); raises an ERROR
+ * when that batch cannot be joined. Called by every statement that pushes, before its pushes.
+ */
+extern void xtcq_pg_use_batch(const char *queue, const char *batch);
 /* Pushes through the queue's injector; after a lost daemon, attaches again and retries once. */
 extern int xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority,
 						uint64 *id);

@@ -76,6 +76,35 @@ fn pushes_from_sql_at_priorities_are_taken_most_urgent_first() {
 }
 
 #[test]
+fn pushes_from_sql_join_the_batch_they_name_and_no_later_statement_does() {
+    let Some(bin) = Postgres::available() else { return };
+    let d = shared_daemon();
+    create(&d, "farmed", &[]);
+    ok(&d.run(&["batch", "open", "farmed", "nightly"]));
+    let pg = Postgres::start(&bin, &conf(&d, 0));
+    pg.sql("CREATE EXTENSION xtcq");
+    pg.sql("SELECT xtcq.push('farmed', 'one', batch => 'nightly')");
+    pg.sql("SELECT xtcq.push('farmed', array['two', 'three'], batch => 'nightly')");
+    // A failed statement naming the batch, then statements naming none: they join nothing.
+    refused(&pg.psql("SELECT xtcq.push('farmed', array['x', NULL], batch => 'nightly')"), &["NULL"]);
+    refused(&pg.psql("SELECT xtcq.push('farmed', 'x', batch => 'no such')"), &["batch no such"]);
+    pg.sql("SELECT xtcq.push('farmed', 'outside')");
+    pg.sql("BEGIN; SELECT xtcq.push_on_commit('farmed', 'outside too'); COMMIT;");
+    let show = ok(&d.run(&["batch", "show", "farmed", "nightly", "--json"]));
+    assert!(show.contains(r#""pushed":3"#), "{show}");
+    ok(&d.run(&["batch", "seal", "farmed", "nightly"]));
+    refused(
+        &pg.psql("SELECT xtcq.push('farmed', 'late', batch => 'nightly')"),
+        &["22023", "batch nightly", "sealed"],
+    );
+    let o = ok(&d.run(&["steal", "farmed", "-n", "0"]));
+    let payloads: Vec<&str> = o.lines().filter(|l| !l.starts_with("XTCQ-")).collect();
+    assert_eq!(payloads.len(), 5, "{o}");
+    let waited = ok(&d.run(&["wait", "farmed", "--batch", "nightly", "--timeout", "30s"]));
+    assert!(waited.contains("acked 3"), "{waited}");
+}
+
+#[test]
 fn a_role_pushes_only_to_the_queues_granted_to_it() {
     let Some(bin) = Postgres::available() else { return };
     let d = shared_daemon();
