@@ -84,6 +84,10 @@ pub enum PushError {
         /// Its quota.
         max: u32,
     },
+    /// The job's key could not be bound: a live job of the queue holds it, or the key
+    /// table has no room for it.
+    #[error(transparent)]
+    Key(#[from] crate::keys::KeyError),
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
     Corrupt(String),
@@ -139,6 +143,8 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
+    /// The segment's key table, for pushes with a key.
+    keys: crate::keys::KeyTable<'a>,
 }
 
 /// What the gate let through ([`QueueCtx::enter`]): how many takes, whether each holds a
@@ -175,6 +181,7 @@ impl<'a> QueueCtx<'a> {
                 .metrics_blocks(queue)
                 .and_then(|b| b.get(..seg.config().process_slots as usize))
                 .ok_or_else(|| corrupt("no metrics blocks"))?,
+            keys: seg.key_table(),
         })
     }
 

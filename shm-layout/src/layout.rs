@@ -38,6 +38,8 @@
 //!  |   per queue: one block per process slot (written only by the      |
 //!  |   slot's holder), the daemon's own block, the reset baseline      |
 //!  +------------------------------------------------------------------+
+//!  | key table: `keys` x KeyEntry (unique jobs, see `keys`)   128 B ea |
+//!  +------------------------------------------------------------------+
 //!  total_len (a multiple of 4096)
 //! ```
 //!
@@ -61,7 +63,7 @@ pub const MAGIC: [u8; 8] = *b"XTCQSEG\0";
 
 /// Bumped on any change to this file, and on any new value a shared word can hold. What
 /// each version changed is in CHANGELOG.md ("Segment layout versions").
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// `HeaderLive::ready` once the creator has initialised everything.
 pub const READY: u32 = 0x5245_4459; // "READY"
@@ -100,6 +102,9 @@ pub struct SegmentConfig {
     pub inline_bytes: u32,
     /// Blocks of each size class (`128 << k` bytes), or [`payload::AUTO_BLOCKS`].
     pub payload_blocks: [u32; payload::PAYLOAD_CLASSES],
+    /// Entries of the key table, which unique jobs take (0: no table, a push with a key is
+    /// refused). Layout version 10; `xtcqd --keys`.
+    pub keys: u32,
 }
 
 impl SegmentConfig {
@@ -114,6 +119,7 @@ impl SegmentConfig {
         overflow_capacity: 65536,
         inline_bytes: 64,
         payload_blocks: [payload::AUTO_BLOCKS; payload::PAYLOAD_CLASSES],
+        keys: 4096,
     };
 }
 
@@ -148,6 +154,7 @@ impl SegmentConfig {
         range("process_slots", self.process_slots, 1, MAX_PROCESS_SLOTS as u64 - 1)?;
         range("overflow_capacity", self.overflow_capacity, 2, 1 << 30)?;
         pow2("overflow_capacity", self.overflow_capacity)?;
+        range("keys", self.keys, 0, crate::keys::MAX_KEY_ENTRIES as u64)?;
         payload::validate(self)
     }
 }
@@ -550,8 +557,10 @@ const _: () = {
     assert!(offset_of!(SegmentDescriptor, layout_version) == 8);
     assert!(offset_of!(SegmentDescriptor, sizes) == 16);
     assert!(offset_of!(SegmentDescriptor, config) == 40);
-    assert!(offset_of!(SegmentDescriptor, regions) == 144);
-    assert!(size_of::<SegmentConfig>() == 104);
+    assert!(offset_of!(SegmentDescriptor, regions) == 152);
+    assert!(size_of::<SegmentDescriptor>() == 256);
+    assert!(size_of::<SegmentConfig>() == 108);
+    assert!(size_of::<crate::keys::KeyEntry>() == 128);
     assert!(size_of::<RegionOffsets>() == 88);
     assert!(size_of::<QueueDescriptor>() == 96);
     assert!(size_of::<QueueEntry>() == 384);
@@ -595,6 +604,14 @@ pub(crate) fn round_up(v: u64, to: u64) -> Option<u64> {
 /// The largest segment we will lay out (1 TiB).
 pub const MAX_SEGMENT_LEN: u64 = 1 << 40;
 
+/// Where the key table of a segment laid out as `regions` for `c` starts: past the metrics
+/// region, on a line of its own (not in [`RegionOffsets`], which had no room left for it).
+pub fn key_table_offset(c: &SegmentConfig, regions: &RegionOffsets) -> u64 {
+    let blocks = c.queues as u64 * (c.process_slots as u64 + 2);
+    let metrics_end = regions.metrics + blocks * size_of::<MetricsBlock>() as u64;
+    metrics_end.next_multiple_of(128)
+}
+
 /// Computes the regions of a configuration. The same function serves creation and
 /// validation at attach, so the two can never disagree.
 pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> {
@@ -622,7 +639,10 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
     let processes = round_up(add(payload_blocks, block_len)?, line).ok_or(too_large.clone())?;
     let metrics = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
     let blocks = mul(c.queues as u64, c.process_slots as u64 + 2)?;
-    let end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
+    let metrics_end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
+    // The key table last, so a segment without one (`keys` 0) is laid out as before it.
+    let keys = round_up(metrics_end, line).ok_or(too_large.clone())?;
+    let end = add(keys, mul(c.keys as u64, size_of::<crate::keys::KeyEntry>() as u64)?)?;
     let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
     if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
         return Err(too_large);

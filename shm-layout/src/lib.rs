@@ -36,6 +36,7 @@ pub mod failpoint;
 /// Fork detection, shared by the client and the C API.
 #[cfg(not(xtcq_loom))]
 pub mod fork;
+pub mod keys;
 pub mod overflow;
 pub mod record;
 pub mod sync;
@@ -77,6 +78,7 @@ pub mod transfer;
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
+pub use keys::{BadKey, Key, KeyError};
 pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]

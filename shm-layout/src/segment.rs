@@ -289,6 +289,8 @@ impl Segment {
         let desc = match desc.layout_version {
             // SAFETY: as above.
             4 | 5 => compat::descriptor_of_v5(unsafe { core::ptr::read(base.cast()) }),
+            // SAFETY: as above.
+            6..=9 => compat::descriptor_of_v9(unsafe { core::ptr::read(base.cast()) }),
             _ => desc,
         };
         if desc.magic != MAGIC {
@@ -335,6 +337,10 @@ impl Segment {
             // SAFETY: as above; the older descriptor is as long or shorter.
             4 | 5 if read_only => {
                 compat::descriptor_of_v5(unsafe { core::ptr::read_volatile(base as *const _) })
+            }
+            // SAFETY: as above; the older descriptor is as long.
+            6..=9 if read_only => {
+                compat::descriptor_of_v9(unsafe { core::ptr::read_volatile(base as *const _) })
             }
             _ => desc,
         };
@@ -625,8 +631,9 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// one in the descriptor (read through `compat`) and in having no payload blocks (every
 /// payload inline, the record sized for the largest), which their descriptor, put in this
 /// version's terms, says exactly; versions 6 and 7 only in the words of a queue's control
-/// line they lack (read as zero: not paused, no concurrency limit).
-pub const READABLE_LAYOUT_VERSIONS: [u32; 6] = [4, 5, 6, 7, 8, LAYOUT_VERSION];
+/// line they lack (read as zero: not paused, no concurrency limit); versions 6 to 9 have no
+/// key table (read through `compat`, with `keys` 0).
+pub const READABLE_LAYOUT_VERSIONS: [u32; 7] = [4, 5, 6, 7, 8, 9, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {
     let readable = older_ok && READABLE_LAYOUT_VERSIONS.contains(&d.layout_version);

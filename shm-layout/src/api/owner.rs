@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::{extend, ClaimedJob, PushBatchError, PushError, QueueCtx};
 use crate::deque::{DequeOwner, DequeRef};
+use crate::keys::Key;
 use crate::overflow::RingError;
 use crate::record::arena::WriteError;
 use crate::record::state::{JobHandle, State};
@@ -112,7 +113,20 @@ impl Owner {
     /// Queues a job with `payload`. Goes to our deque, or to the overflow ring when the deque
     /// is full; wakes sleeping consumers if there are any.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
-        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        self.push_keyed(payload, None)
+    }
+
+    /// [`push`](Self::push) of a unique job: refused with [`KeyError::Duplicate`] while a
+    /// job of the queue pushed with `key` is queued, delayed or running (see `keys`).
+    ///
+    /// [`KeyError::Duplicate`]: crate::keys::KeyError::Duplicate
+    pub fn push_with_key(&self, payload: &[u8], key: &Key) -> Result<JobHandle, PushError> {
+        self.push_keyed(payload, Some(key))
+    }
+
+    fn push_keyed(&self, payload: &[u8], key: Option<&Key>) -> Result<JobHandle, PushError> {
+        let now = Joins::Now(coarse_monotonic_ns());
+        let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, key)?;
         if self.deque.push(h.to_word()).is_err() {
             index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
         }
@@ -137,7 +151,7 @@ impl Owner {
         // One clock read for the batch: its jobs join the line together.
         let now = Joins::Now(coarse_monotonic_ns());
         for p in &payloads[..room] {
-            match publish_at(&self.ctx, self.me, &self.cursor, p, now) {
+            match publish_at(&self.ctx, self.me, &self.cursor, p, now, None) {
                 Ok(h) => {
                     words[n] = h.to_word();
                     n += 1;
@@ -230,42 +244,47 @@ enum Joins {
 
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
-    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()))
+    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), None)
 }
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
-/// queue's record quota, if it has one.
+/// queue's record quota, if it has one; holding `key`, if given.
 fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
+    key: Option<&Key>,
 ) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
     let limited = take_quota(ctx)?;
-    let published = fill_and_publish(ctx, me, cursor, payload, joins);
+    let published = fill_and_publish(ctx, me, cursor, payload, joins, key);
     if published.is_err() && limited {
         Held::give(ctx.limits);
     }
     published
 }
 
-/// Allocates a record, fills it with `payload` and publishes it.
+/// Allocates a record, binds `key` to it if given, fills it with `payload` and publishes it.
 fn fill_and_publish(
     ctx: &QueueCtx<'_>,
     me: u32,
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
+    key: Option<&Key>,
 ) -> Result<JobHandle, PushError> {
     let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.record.set(c);
     crate::fail_point!("alloc.after_begin_fill");
+    if let Some(key) = key {
+        bind_key(ctx, me, key, JobHandle { index, generation })?;
+    }
     let hdr = ctx
         .records
         .header(index)
@@ -312,6 +331,23 @@ fn fill_and_publish(
         crate::fail_point!("publish.before_index");
     }
     Ok(JobHandle { index, generation })
+}
+
+/// Binds `key` to the job being pushed as `h` (its record `Filling(me)`), before its payload
+/// is written: from here the key holds while the record is live, so a push killed at any
+/// later point leaves a record recovery frees, and the key with it. Refused: the record goes
+/// back as recovery would free it.
+#[cold]
+fn bind_key(ctx: &QueueCtx<'_>, me: u32, key: &Key, h: JobHandle) -> Result<(), PushError> {
+    let bound = ctx.keys.bind(ctx.queue, key, crate::JobId::of_push(h), me);
+    crate::fail_point!("key.after_bind");
+    if let Err(e) = bound {
+        if let Some(st) = ctx.records.state(h.index) {
+            let _ = st.free_filling(h.generation, me);
+        }
+        return Err(PushError::Key(e));
+    }
+    Ok(())
 }
 
 /// Takes a record from the queue's quota, if it has one (whether it did); refuses the push
@@ -401,7 +437,29 @@ impl Injector {
     /// is not told finds it by its record scan when it adopts the segment or recovers a dead
     /// process.
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
-        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)))
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), None)
+    }
+
+    /// [`push`](Self::push) with a key (see [`Owner::push_with_key`]), and, when `due_ns`
+    /// is given, [`push_delayed`](Self::push_delayed): the key holds while the job waits.
+    pub fn push_with_key(
+        &self,
+        payload: &[u8],
+        key: &Key,
+        due_ns: Option<u64>,
+    ) -> Result<JobHandle, PushError> {
+        match due_ns {
+            Some(due) => {
+                publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due.max(1)), Some(key))
+            }
+            None => {
+                let now = Joins::Now(coarse_monotonic_ns());
+                let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, Some(key))?;
+                index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+                crate::wait::notify(self.ctx.wait);
+                Ok(h)
+            }
+        }
     }
 
     /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
