@@ -39,6 +39,7 @@ mod handles;
 mod job;
 mod job_state;
 mod trust;
+mod unique;
 mod wake;
 #[cfg(feature = "tokio")]
 mod wake_async;
@@ -55,6 +56,7 @@ pub use error::Error;
 pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
 pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
+pub use unique::{OnDuplicate, Pushed};
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
