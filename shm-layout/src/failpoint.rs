@@ -28,6 +28,9 @@ pub const POINTS: &[(&str, &str)] = &[
     ("delay.after_publish", "a producer or nacker left a job Delayed and has not told the daemon"),
     ("delay.after_release", "the daemon made a due job Queued and has not indexed it"),
     ("daemon.recovery.mid", "the daemon is half-way through recovering a dead process"),
+    ("key.locked", "a pusher with a key holds its home entry's lock and has bound nothing"),
+    ("key.writing", "a pusher with a key claimed a key entry (Writing) and has not bound it"),
+    ("key.after_bind", "a pusher bound its key to its Filling record and has not published it"),
 ];
 
 /// Fails at the named point if the environment asks for it. Use through `fail_point!`.

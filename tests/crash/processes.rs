@@ -468,6 +468,10 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         // Tested in crash_blocks.rs (large payloads, a segment with blocks).
         "block.after_alloc",
         "ack.before_block_release",
+        // Tested in shapes/unique.rs (pushes with a key).
+        "key.locked",
+        "key.writing",
+        "key.after_bind",
     ];
     for (p, _) in xtcq_shm::failpoint::POINTS {
         assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs or delayed_crash.rs");
