@@ -24,12 +24,15 @@ impl Segment {
     /// The key table (empty when the segment has none: `keys` 0, or an older layout).
     pub fn key_table(&self) -> KeyTable<'_> {
         let d = self.descriptor();
-        let n = if d.layout_version < 10 { 0 } else { d.config.keys as usize };
+        // An older layout has none (and, for version 4, no metrics region to put it after).
+        if d.layout_version < 10 || d.config.keys == 0 {
+            return KeyTable { seg: self, entries: &[] };
+        }
         let off = key_table_offset(&d.config, &d.regions);
         // SAFETY: `compute_regions` (checked against the mapping at create and attach) puts
-        // `keys` entries of 128 bytes at this 128-aligned offset, before `total_len`; an
-        // older layout gets none. Atomics only.
-        let entries = unsafe { self.slice_at(off, n) };
+        // `keys` entries of 128 bytes at this 128-aligned offset, before `total_len`. Atomics
+        // only.
+        let entries = unsafe { self.slice_at(off, d.config.keys as usize) };
         KeyTable { seg: self, entries }
     }
 }
