@@ -446,15 +446,18 @@ impl InjectorHandle {
     }
 
     /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
-    /// attempts and last error: queued, or a dead letter when `dead`.
+    /// attempts and last error: queued, or a dead letter when `dead`; a queued one holds
+    /// `key` unless a live job of the queue already does.
     pub fn import(
         &self,
         payload: &[u8],
         attempts: u32,
         last_error: &str,
         dead: bool,
+        key: Option<&[u8]>,
     ) -> Result<JobHandle, Error> {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
-        self.inj.import(payload, attempts, last_error, dead).map_err(Error::from_push)
+        let key = key.map(xtcq_shm::Key::new).transpose().map_err(|e| Error::KeyRefused(e.to_string()))?;
+        self.inj.import(payload, attempts, last_error, dead, key.as_ref()).map_err(Error::from_push)
     }
 }

@@ -465,15 +465,23 @@ impl Injector {
     /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
     /// and last error: queued in the overflow ring, or a dead letter when `dead`. A push,
     /// then a claim and a give-back of our own unindexed record, so every step is one the
-    /// recovery of a dead process knows.
+    /// recovery of a dead process knows. A queued job holds `key`, if given, unless a live
+    /// job already does: then it comes in without it, rather than not at all.
     pub fn import(
         &self,
         payload: &[u8],
         attempts: u32,
         last_error: &str,
         dead: bool,
+        key: Option<&Key>,
     ) -> Result<JobHandle, PushError> {
-        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        let now = || Joins::Now(coarse_monotonic_ns());
+        let h = match publish_at(&self.ctx, self.me, &self.cursor, payload, now(), key.filter(|_| !dead)) {
+            Err(PushError::Key(crate::keys::KeyError::Duplicate { .. })) => {
+                publish_at(&self.ctx, self.me, &self.cursor, payload, now(), None)?
+            }
+            r => r?,
+        };
         let corrupt = |what: &str| PushError::Corrupt(format!("record {} {what} while imported", h.index));
         let (Some(st), Some(hdr)) = (self.ctx.records.state(h.index), self.ctx.records.header(h.index))
         else {

@@ -123,3 +123,24 @@ fn unique_key_garbage_in_the_table_neither_crashes_nor_blocks() {
     assert_eq!(push_key(&d, "g3", &[]).0, 6, "still unique");
     assert!(d.run(&["ls"]).status.success(), "the daemon is alive");
 }
+
+#[test]
+fn unique_key_kept_by_export_and_import() {
+    let mut d = daemon("64");
+    let (_, out) = push_key(&d, "kept", &[]);
+    assert!(out.starts_with("new "), "{out}");
+    ok(&d.run(&["push", QUEUE, "keyless"]));
+    let dump = d.dir().join("keys.dump");
+    let dump_s = dump.to_str().expect("utf-8").to_string();
+    ok(&d.run(&["export", &dump_s]));
+    let text = std::fs::read_to_string(&dump).expect("the dump");
+    assert!(text.contains(r#""key":"kept""#), "the dump names the key: {text}");
+    d.kill();
+    std::fs::remove_file(&d.segment).expect("remove the segment");
+    let mut flags: Vec<&str> = MEDIUM_SEGMENT.to_vec();
+    flags.extend(["--keys", "64"]);
+    d.restart_with(&flags, |_| {});
+    ok(&d.run(&["import", &dump_s]));
+    assert_eq!(push_key(&d, "kept", &[]).0, 6, "the imported job holds its key");
+    assert_eq!(push_key(&d, "keyless", &[]).0, 0, "a keyless job holds none");
+}
