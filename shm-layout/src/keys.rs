@@ -330,31 +330,10 @@ fn bind_locked(
     env: &impl KeyEnv,
 ) -> Result<(), KeyError> {
     loop {
-        // The key's own ended entry first (so a key keeps its entry), else the first free.
-        let mut own: Option<(&KeyEntry, u64)> = None;
-        let mut free: Option<(&KeyEntry, u64)> = None;
-        for e in window(entries, home) {
-            let w = e.state.load(Ordering::Acquire);
-            match kind(w) {
-                // Another home's pusher writing another key (only our lock writes this one).
-                WRITING => continue,
-                BOUND => match read(e, w) {
-                    Some(s) if s.queue == queue && s.key == *key => {
-                        if env.live(queue, s.job) {
-                            return Err(KeyError::Duplicate { existing: s.job });
-                        }
-                        own = own.or(Some((e, w)));
-                    }
-                    Some(s) if env.live(s.queue, s.job) => continue,
-                    // Changed while read: being claimed by another home, not for our key.
-                    None => continue,
-                    Some(_) => free = free.or(Some((e, w))),
-                },
-                // Free, or a state no correct program writes: reusable.
-                _ => free = free.or(Some((e, w))),
-            }
-        }
-        let Some((e, w)) = own.or(free) else {
+        // The key's own ended entry first (so a key keeps its entry), else the first free,
+        // else the first whose job ended.
+        let (own, free) = scan(entries, home, queue, key, env)?;
+        let Some((e, w)) = own.or(free).or_else(|| ended(entries, home, env)) else {
             return Err(KeyError::Full {
                 keys: entries.len() as u32,
                 window: KEY_WINDOW.min(entries.len()) as u32,
@@ -365,6 +344,58 @@ fn bind_locked(
         }
         // Another home's pusher took it first: scan again.
     }
+}
+
+/// An entry and the state word it was seen with.
+type Spotted<'e> = Option<(&'e KeyEntry, u64)>;
+
+/// The window's entry of `key` whose job ended, and its first free entry; refused when a
+/// live job holds `key`. Only the entries of `key` cost a look at their job's record: the
+/// others' jobs are looked at by [`ended`], and only when no entry is free.
+fn scan<'e>(
+    entries: &'e [KeyEntry],
+    home: usize,
+    queue: u32,
+    key: &Key,
+    env: &impl KeyEnv,
+) -> Result<(Spotted<'e>, Spotted<'e>), KeyError> {
+    let (mut own, mut free) = (None, None);
+    for e in window(entries, home) {
+        let w = e.state.load(Ordering::Acquire);
+        match kind(w) {
+            // Another home's pusher writing another key (only our lock writes this one).
+            WRITING => {}
+            BOUND => match read(e, w) {
+                Some(s) if s.queue == queue && s.key == *key => {
+                    if env.live(queue, s.job) {
+                        return Err(KeyError::Duplicate { existing: s.job });
+                    }
+                    own = own.or(Some((e, w)));
+                }
+                // Another key's; or changed while read: claimed by another home, not for
+                // our key.
+                _ => {}
+            },
+            // Free, or a state no correct program writes: reusable.
+            _ => free = free.or(Some((e, w))),
+        }
+    }
+    Ok((own, free))
+}
+
+/// The window's first entry of another key whose job ended, or that reads as garbage (a
+/// length no key has; or it changed while read, and then the claim's CAS fails).
+fn ended<'e>(entries: &'e [KeyEntry], home: usize, env: &impl KeyEnv) -> Spotted<'e> {
+    window(entries, home).find_map(|e| {
+        let w = e.state.load(Ordering::Acquire);
+        if kind(w) != BOUND {
+            return None;
+        }
+        match read(e, w) {
+            Some(s) => (!env.live(s.queue, s.job)).then_some((e, w)),
+            None => Some((e, w)),
+        }
+    })
 }
 
 /// Claims entry `e` seen as `w` and binds it: `-> Writing(g + 1, slot)`, the fields, then

@@ -153,3 +153,16 @@ fn unique_key_recovery_frees_a_dead_slots_locks_and_writes() {
     assert_eq!(super::kind(entries[2].state.load(Ordering::Relaxed)), super::FREE);
     assert_eq!(super::kind(entries[3].state.load(Ordering::Relaxed)), WRITING, "another slot's");
 }
+
+#[test]
+fn unique_key_entry_with_a_length_no_key_has_is_reused() {
+    let (_d, seg, a, _) = segment(4);
+    let owner = Owner::new(seg.clone(), &a, 0, 0).expect("owner");
+    for e in seg.key_table().entries() {
+        e.len.store(200, Ordering::Relaxed);
+        e.state.store(super::pack(3, BOUND, 0), Ordering::Relaxed);
+    }
+    for i in 0..4 {
+        owner.push_with_key(b"j", &key(&format!("k{i}"))).expect("garbage lengths are reusable");
+    }
+}
