@@ -365,6 +365,10 @@ fn scan<'e>(
         match kind(w) {
             // Another home's pusher writing another key (only our lock writes this one).
             WRITING => {}
+            // Another key's, by the fields on the entry's first line: no whole read needed,
+            // since an entry of our key changes only when its job ended (a claim by another
+            // home) or under our lock.
+            BOUND if !may_be(e, queue, key) => {}
             BOUND => match read(e, w) {
                 Some(s) if s.queue == queue && s.key == *key => {
                     if env.live(queue, s.job) {
@@ -381,6 +385,15 @@ fn scan<'e>(
         }
     }
     Ok((own, free))
+}
+
+/// Whether `e` may hold `key` of `queue`: its queue, length and first 8 bytes (all on its
+/// first line) say so. Relaxed: the caller's Acquire load of a `Bound` state word made them
+/// visible.
+fn may_be(e: &KeyEntry, queue: u32, key: &Key) -> bool {
+    e.queue.load(Ordering::Relaxed) == queue
+        && e.len.load(Ordering::Relaxed) == key.len
+        && e.bytes[0].load(Ordering::Relaxed) == key.words[0]
 }
 
 /// The window's first entry of another key whose job ended, or that reads as garbage (a
