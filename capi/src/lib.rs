@@ -27,6 +27,7 @@ mod producer;
 mod report;
 mod status;
 mod thief;
+mod unique;
 mod wake;
 
 pub use client::*;
@@ -36,4 +37,5 @@ pub use producer::*;
 pub use report::*;
 pub use status::*;
 pub use thief::*;
+pub use unique::*;
 pub use wake::*;
