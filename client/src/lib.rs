@@ -56,7 +56,7 @@ pub use error::Error;
 pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
 pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
-pub use unique::{OnDuplicate, Pushed};
+pub use unique::{OnDuplicate, Pushed, MAX_KEY_LEN};
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;

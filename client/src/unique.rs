@@ -3,6 +3,7 @@
 //! key is queued, delayed or running, across every process (the key table in the segment,
 //! see `xtcq_shm::keys`).
 
+pub use xtcq_shm::keys::MAX_KEY_LEN;
 use xtcq_shm::{JobHandle, JobId, Key, PushError};
 
 use crate::delay::{announce, Due};

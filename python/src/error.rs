@@ -30,6 +30,7 @@ pub(crate) enum Kind {
     InUse,
     Resource,
     Mismatch,
+    Duplicate,
 }
 
 impl Kind {
@@ -50,6 +51,7 @@ impl Kind {
             Kind::InUse => ("InUse", -15),
             Kind::Resource => ("OutOfResources", -16),
             Kind::Mismatch => ("QueueMismatch", -17),
+            Kind::Duplicate => ("DuplicateKey", -18),
         }
     }
 }
@@ -83,6 +85,9 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         Error::BadRequest(_) | Error::BadQueueName(_) | Error::Lease(_) => Kind::Invalid,
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => Kind::InUse,
         Error::Forked => Kind::Forked,
+        Error::DuplicateKey { .. } => Kind::Duplicate,
+        // A full key table, or none (xtcqd --keys), or its entry locked too long.
+        Error::KeyRefused(_) => Kind::NoRoom,
         _ => Kind::Other,
     }
 }
@@ -108,9 +113,14 @@ pub(crate) fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
     exception(py, Kind::Invalid, message)
 }
 
-/// The exception for a client error.
+/// The exception for a client error (a `DuplicateKey` with its `existing` job's id).
 pub(crate) fn from_error(py: Python<'_>, e: &Error) -> PyErr {
-    exception(py, kind_of(e), e.to_string())
+    let err = exception(py, kind_of(e), e.to_string());
+    if let Error::DuplicateKey { existing, .. } = e {
+        // Best effort, as `with_queued`.
+        let _ = err.value(py).setattr("existing", existing.to_string());
+    }
+    err
 }
 
 /// Converts a client result, raising its exception.

@@ -15,12 +15,37 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use xtcq_client::{Due, InjectorHandle, OwnerHandle};
+use xtcq_client::{Due, InjectorHandle, OnDuplicate, OwnerHandle, Pushed};
 
 use crate::args::{delay, is_one_payload, payload, type_name, Payload};
 use crate::error::{exception, invalid, with_queued, Kind, OrRaise};
 use crate::job::Job;
 use crate::{drop_detached, lock, lock_py};
+
+/// A key argument: bytes or str of 1 to 64 bytes.
+fn key_arg<'py>(py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Payload<'py>> {
+    let k = self::payload(key)?;
+    let n = k.as_bytes().len();
+    if n == 0 || n > xtcq_client::MAX_KEY_LEN {
+        return Err(invalid(py, format!("a key is 1 to {} bytes, not {n}", xtcq_client::MAX_KEY_LEN)));
+    }
+    Ok(k)
+}
+
+fn on_duplicate(or_existing: bool) -> OnDuplicate {
+    if or_existing {
+        OnDuplicate::ReturnExisting
+    } else {
+        OnDuplicate::Refuse
+    }
+}
+
+/// What a push with a key returns: the id of the job that holds the key, and whether it is
+/// the one just pushed.
+fn keyed(r: Result<Pushed, xtcq_client::Error>, py: Python<'_>) -> PyResult<Option<(String, bool)>> {
+    let pushed = r.or_raise(py)?;
+    Ok(Some((pushed.id().to_string(), matches!(pushed, Pushed::New(_)))))
+}
 
 /// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch is
 /// queued in chunks of this many (the C API's XTCQ_MAX_BATCH).
@@ -55,11 +80,26 @@ impl Drop for Owner {
 
 #[pymethods]
 impl Owner {
-    /// Queues a job (bytes or str). Raises Full when the deque and the ring are full.
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Queues a job (bytes or str). Raises Full when the deque and the ring are full. With
+    /// `key` (bytes or str, 1 to 64 bytes), a unique job: returns `(id, True)`; while a live
+    /// job of the queue holds the key, raises DuplicateKey (its `existing` that job's id), or
+    /// with `or_existing` pushes nothing and returns `(id, False)` of that job.
+    #[pyo3(signature = (payload, key = None, or_existing = false))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        or_existing: bool,
+    ) -> PyResult<Option<(String, bool)>> {
         let data = self::payload(payload)?;
         let guard = lock(&self.inner);
-        Self::live(&guard, py)?.push(data.as_bytes()).map(drop).or_raise(py)
+        let owner = Self::live(&guard, py)?;
+        let Some(key) = key else {
+            return owner.push(data.as_bytes()).map(|_| None).or_raise(py);
+        };
+        let key = key_arg(py, key)?;
+        keyed(owner.push_with_key(data.as_bytes(), key.as_bytes(), on_duplicate(or_existing)), py)
     }
 
     /// Queues every payload in order, up to 128 at a time with one store in the deque; what
@@ -164,11 +204,24 @@ impl Injector {
 
 #[pymethods]
 impl Injector {
-    /// Queues a job (bytes or str). Raises Full when the ring is full.
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Queues a job (bytes or str). Raises Full when the ring is full. `key` and
+    /// `or_existing` as `Owner.push`.
+    #[pyo3(signature = (payload, key = None, or_existing = false))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        or_existing: bool,
+    ) -> PyResult<Option<(String, bool)>> {
         let data = self::payload(payload)?;
         let guard = lock_py(py, &self.inner);
-        guard.as_ref().ok_or_else(|| Self::closed(py))?.push(data.as_bytes()).map(drop).or_raise(py)
+        let inj = guard.as_ref().ok_or_else(|| Self::closed(py))?;
+        let Some(key) = key else {
+            return inj.push(data.as_bytes()).map(|_| None).or_raise(py);
+        };
+        let key = key_arg(py, key)?;
+        keyed(inj.push_with_key(data.as_bytes(), key.as_bytes(), on_duplicate(or_existing)), py)
     }
 
     /// Queues a job that no consumer sees for `seconds` (the daemon puts it in line then).
