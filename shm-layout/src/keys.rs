@@ -296,11 +296,9 @@ fn acquire(lock: &AtomicU64, me: u64, env: &impl KeyEnv) -> Result<(), KeyError>
             Ok(_) => return Ok(()),
             Err(held) => held,
         };
-        if held == me {
-            // Only a process that died holding it had our slot and epoch: that was not us.
-            return Ok(());
-        }
-        if !env.holder_alive(held)
+        // Held under our own word is held by another thread of this process: waited for.
+        if held != me
+            && !env.holder_alive(held)
             && lock.compare_exchange(held, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
             return Ok(());

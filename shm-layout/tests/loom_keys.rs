@@ -97,6 +97,21 @@ fn two_pushers_of_one_key_never_both_hold_it() {
 }
 
 #[test]
+fn two_threads_of_one_process_never_both_hold_a_key() {
+    // One process slot, one lock word: the second thread waits for the first's lock.
+    let seen = explore("two_threads_one_slot", PREEMPTIONS, |start| {
+        let w = world(2, 3);
+        let k = key_at("k", 0, 2);
+        let (w2, k2) = (w.clone(), k.clone());
+        let b = thread::spawn(move || push_and_run(&w2, &k2, 2, 1).is_ok());
+        start.after_spawn();
+        let a = push_and_run(&w, &k, 1, 1).is_ok();
+        (a, b.join().unwrap())
+    });
+    assert!(seen.contains(&(true, false)) && seen.contains(&(false, true)), "{seen:?}");
+}
+
+#[test]
 fn two_keys_racing_for_one_entry_one_claims_it() {
     let seen = explore("two_keys_one_entry", PREEMPTIONS, |start| {
         let w = world(2, 4);

@@ -124,6 +124,7 @@ impl Owner {
         self.push_keyed(payload, Some(key))
     }
 
+    #[inline]
     fn push_keyed(&self, payload: &[u8], key: Option<&Key>) -> Result<JobHandle, PushError> {
         let now = Joins::Now(coarse_monotonic_ns());
         let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, key)?;

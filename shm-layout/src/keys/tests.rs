@@ -166,3 +166,35 @@ fn unique_key_entry_with_a_length_no_key_has_is_reused() {
         owner.push_with_key(b"j", &key(&format!("k{i}"))).expect("garbage lengths are reusable");
     }
 }
+
+#[test]
+fn unique_key_racing_threads_one_wins_each_round() {
+    let (_d, seg, a, _) = segment(64);
+    let k = key("raced");
+    for _round in 0..200 {
+        let ids: Vec<Result<crate::JobHandle, PushError>> = std::thread::scope(|s| {
+            // Two threads of each of two slots: the threads of one process share its slot.
+            let pushers: Vec<_> = [0, 0, 1, 1]
+                .into_iter()
+                .map(|slot| {
+                    let (seg, a, k) = (seg.clone(), a.clone(), k.clone());
+                    s.spawn(move || {
+                        crate::Injector::new(seg, &a, slot).expect("injector").push_with_key(b"j", &k, None)
+                    })
+                })
+                .collect();
+            pushers.into_iter().map(|p| p.join().expect("pusher")).collect()
+        });
+        let won: Vec<_> = ids.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "one push of the key wins a round: {ids:?}");
+        let winner = crate::JobId::of_push(*won[0]);
+        for r in ids.iter().filter(|r| r.is_err()) {
+            assert!(
+                matches!(r, Err(PushError::Key(KeyError::Duplicate { existing })) if *existing == winner),
+                "{r:?}"
+            );
+        }
+        let thief = crate::Thief::new(seg.clone(), &a, 5).expect("thief");
+        thief.steal().expect("steal").expect("the winner's job").ack().expect("ack");
+    }
+}
