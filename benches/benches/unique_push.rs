@@ -5,7 +5,7 @@
 //! median ns per push of each, with the spread (fastest and slowest run).
 //!
 //! ```sh
-//! cargo bench -p xtcq-benches --bench unique_push    # XTCQ_BENCH_N (jobs per run, 10,000), XTCQ_BENCH_RUNS (15)
+//! cargo bench -p xtcq-benches --bench unique_push    # XTCQ_BENCH_N (jobs per run, 10,000), XTCQ_BENCH_RUNS (15), XTCQ_BENCH_PLAIN=1 (no key only), XTCQ_BENCH_KEYS (key table entries, 8 per job)
 //! ```
 //!
 //! One process, one thread, no daemon: the segment is made in a temporary directory, its
@@ -56,7 +56,7 @@ fn main() {
         .with_queues(1, 1)
         .with_records(cap * 2)
         .with_deque_capacity(cap * 2)
-        .with_keys((n as u32 * 8).min(xtcq_shm::keys::MAX_KEY_ENTRIES));
+        .with_keys(env_u64("XTCQ_BENCH_KEYS", n * 8).min(xtcq_shm::keys::MAX_KEY_ENTRIES as u64) as u32);
     let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).expect("segment"));
     let mut spec = QueueSpec::new("jobs");
     spec.capacity = cap * 2;
@@ -66,11 +66,17 @@ fn main() {
     let payload = [b'x'; 8];
     let held = Key::new(b"held").expect("key");
     let (mut plain, mut keyed, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    // XTCQ_BENCH_PLAIN=1: pushes without a key only, so that no keyed run between them
+    // takes the caches (to compare with a build before keys).
+    let plain_only = env_u64("XTCQ_BENCH_PLAIN", 0) == 1;
     for run in 0..runs {
         plain.push(timed(n, |_| {
             owner.push(&payload).expect("push");
         }));
         assert_eq!(drain(&thief), n);
+        if plain_only {
+            continue;
+        }
         let names: Vec<String> = (0..n).map(|i| format!("job-{run}-{i}")).collect();
         keyed.push(timed(n, |i| {
             let key = Key::new(names[i as usize].as_bytes()).expect("key");
@@ -85,6 +91,9 @@ fn main() {
         "unique_push: push of an 8-byte job, one thread, {n} jobs x {runs} runs (median [fastest, slowest])"
     );
     for (what, v) in [("no key", plain), ("a new key", keyed), ("a held key (refused)", refused)] {
+        if v.is_empty() {
+            continue;
+        }
         let (m, lo, hi) = spread(v);
         println!("  {what:<22} {m:7.1} ns  [{lo:.1}, {hi:.1}]");
     }

@@ -143,8 +143,6 @@ struct QueueCtx<'a> {
     limits: &'a QueueLimits,
     /// This queue's per-process-slot counter blocks (see `metrics`).
     slots: &'a [MetricsBlock],
-    /// The segment's key table, for pushes with a key.
-    keys: crate::keys::KeyTable<'a>,
 }
 
 /// What the gate let through ([`QueueCtx::enter`]): how many takes, whether each holds a
@@ -181,7 +179,6 @@ impl<'a> QueueCtx<'a> {
                 .metrics_blocks(queue)
                 .and_then(|b| b.get(..seg.config().process_slots as usize))
                 .ok_or_else(|| corrupt("no metrics blocks"))?,
-            keys: seg.key_table(),
         })
     }
 

@@ -113,7 +113,12 @@ impl Owner {
     /// Queues a job with `payload`. Goes to our deque, or to the overflow ring when the deque
     /// is full; wakes sleeping consumers if there are any.
     pub fn push(&self, payload: &[u8]) -> Result<JobHandle, PushError> {
-        self.push_keyed(payload, None)
+        let h = publish(&self.ctx, self.me, &self.cursor, payload)?;
+        if self.deque.push(h.to_word()).is_err() {
+            index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
+        }
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
     }
 
     /// [`push`](Self::push) of a unique job: refused with [`KeyError::Duplicate`] while a
@@ -121,13 +126,9 @@ impl Owner {
     ///
     /// [`KeyError::Duplicate`]: crate::keys::KeyError::Duplicate
     pub fn push_with_key(&self, payload: &[u8], key: &Key) -> Result<JobHandle, PushError> {
-        self.push_keyed(payload, Some(key))
-    }
-
-    #[inline]
-    fn push_keyed(&self, payload: &[u8], key: Option<&Key>) -> Result<JobHandle, PushError> {
         let now = Joins::Now(coarse_monotonic_ns());
-        let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, key)?;
+        let keyed = Keyed { key: Some(key), seg: &self.seg };
+        let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, keyed)?;
         if self.deque.push(h.to_word()).is_err() {
             index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
         }
@@ -152,7 +153,7 @@ impl Owner {
         // One clock read for the batch: its jobs join the line together.
         let now = Joins::Now(coarse_monotonic_ns());
         for p in &payloads[..room] {
-            match publish_at(&self.ctx, self.me, &self.cursor, p, now, None) {
+            match publish_at(&self.ctx, self.me, &self.cursor, p, now, ()) {
                 Ok(h) => {
                     words[n] = h.to_word();
                     n += 1;
@@ -245,7 +246,7 @@ enum Joins {
 
 /// Allocates, fills and publishes a record; returns its handle (not yet indexed).
 fn publish(ctx: &QueueCtx<'_>, me: u32, cursor: &Cursors, payload: &[u8]) -> Result<JobHandle, PushError> {
-    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), None)
+    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), ())
 }
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
@@ -256,7 +257,7 @@ fn publish_at(
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
-    key: Option<&Key>,
+    key: impl KeyOf,
 ) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
@@ -277,15 +278,13 @@ fn fill_and_publish(
     cursor: &Cursors,
     payload: &[u8],
     joins: Joins,
-    key: Option<&Key>,
+    key: impl KeyOf,
 ) -> Result<JobHandle, PushError> {
     let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
     cursor.record.set(c);
     crate::fail_point!("alloc.after_begin_fill");
-    if let Some(key) = key {
-        bind_key(ctx, me, key, JobHandle { index, generation })?;
-    }
+    key.bind(ctx, me, JobHandle { index, generation })?;
     let hdr = ctx
         .records
         .header(index)
@@ -334,13 +333,41 @@ fn fill_and_publish(
     Ok(JobHandle { index, generation })
 }
 
+/// The key a push binds, if any: a type, so that a push without one is compiled with no
+/// trace of keys (`()`), as it was before them.
+trait KeyOf: Copy {
+    fn bind(self, ctx: &QueueCtx<'_>, me: u32, h: JobHandle) -> Result<(), PushError>;
+}
+
+/// No key.
+impl KeyOf for () {
+    #[inline(always)]
+    fn bind(self, _: &QueueCtx<'_>, _: u32, _: JobHandle) -> Result<(), PushError> {
+        Ok(())
+    }
+}
+
+/// A key, and the segment whose key table it goes to (looked up per keyed push, so that a
+/// handle without keys carries nothing of them).
+#[derive(Clone, Copy)]
+struct Keyed<'a> {
+    key: Option<&'a Key>,
+    seg: &'a Segment,
+}
+
+impl KeyOf for Keyed<'_> {
+    fn bind(self, ctx: &QueueCtx<'_>, me: u32, h: JobHandle) -> Result<(), PushError> {
+        self.key.map_or(Ok(()), |k| bind_key(ctx, self.seg, me, k, h))
+    }
+}
+
 /// Binds `key` to the job being pushed as `h` (its record `Filling(me)`), before its payload
 /// is written: from here the key holds while the record is live, so a push killed at any
 /// later point leaves a record recovery frees, and the key with it. Refused: the record goes
 /// back as recovery would free it.
 #[cold]
-fn bind_key(ctx: &QueueCtx<'_>, me: u32, key: &Key, h: JobHandle) -> Result<(), PushError> {
-    let bound = ctx.keys.bind(ctx.queue, key, crate::JobId::of_push(h), me);
+fn bind_key(ctx: &QueueCtx<'_>, seg: &Segment, me: u32, key: &Key, h: JobHandle) -> Result<(), PushError> {
+    let bound = seg.key_table().bind(ctx.queue, key, crate::JobId::of_push(h), me);
     crate::fail_point!("key.after_bind");
     if let Err(e) = bound {
         if let Some(st) = ctx.records.state(h.index) {
@@ -438,7 +465,7 @@ impl Injector {
     /// is not told finds it by its record scan when it adopts the segment or recovers a dead
     /// process.
     pub fn push_delayed(&self, payload: &[u8], due_ns: u64) -> Result<JobHandle, PushError> {
-        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), None)
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), ())
     }
 
     /// [`push`](Self::push) with a key (see [`Owner::push_with_key`]), and, when `due_ns`
@@ -449,13 +476,12 @@ impl Injector {
         key: &Key,
         due_ns: Option<u64>,
     ) -> Result<JobHandle, PushError> {
+        let keyed = Keyed { key: Some(key), seg: &self.seg };
         match due_ns {
-            Some(due) => {
-                publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due.max(1)), Some(key))
-            }
+            Some(due) => publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due.max(1)), keyed),
             None => {
                 let now = Joins::Now(coarse_monotonic_ns());
-                let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, Some(key))?;
+                let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, keyed)?;
                 index_in_overflow(&self.ctx, h, &self.info.spec.name)?;
                 crate::wait::notify(self.ctx.wait);
                 Ok(h)
@@ -477,9 +503,10 @@ impl Injector {
         key: Option<&Key>,
     ) -> Result<JobHandle, PushError> {
         let now = || Joins::Now(coarse_monotonic_ns());
-        let h = match publish_at(&self.ctx, self.me, &self.cursor, payload, now(), key.filter(|_| !dead)) {
+        let keyed = Keyed { key: key.filter(|_| !dead), seg: &self.seg };
+        let h = match publish_at(&self.ctx, self.me, &self.cursor, payload, now(), keyed) {
             Err(PushError::Key(crate::keys::KeyError::Duplicate { .. })) => {
-                publish_at(&self.ctx, self.me, &self.cursor, payload, now(), None)?
+                publish_at(&self.ctx, self.me, &self.cursor, payload, now(), ())?
             }
             r => r?,
         };
