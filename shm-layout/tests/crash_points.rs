@@ -368,8 +368,14 @@ fn every_protocol_fail_point_has_a_test() {
     let delayed = include_str!("crash_delayed.rs");
     // So have the payload-block points (large payloads, a segment with blocks).
     let blocks = include_str!("crash_blocks.rs");
+    // And the key-table points (pushes with a key).
+    let keys = include_str!("crash_keys.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
+            continue;
+        }
+        if p.starts_with("key.") {
+            assert!(keys.contains(&format!("crash_at(\"{p}\"")), "no crash test for {p} in crash_keys.rs");
             continue;
         }
         if p.starts_with("block.") || p.contains("block_release") {
