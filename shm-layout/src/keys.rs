@@ -26,7 +26,9 @@
 //!   decides, the loser scans again. No entry ever becomes K's but under K's home lock.
 //! - **kill -9**: a lock held by a process that is gone (its slot not attached at that
 //!   epoch) is taken over by the next pusher; the daemon's recovery of a dead slot frees its
-//!   locks and the entries it left `Writing`. The job of a pusher killed after it bound the
+//!   locks and the entries it left `Writing`. A lock held under the pusher's own word is
+//!   another thread of its process's, and is waited for; a slot no daemon registered (epoch
+//!   0: a segment used as a library) counts as live, since nothing would recover it. The job of a pusher killed after it bound the
 //!   key is a `Filling` record of a dead slot, which recovery frees: the key then holds no
 //!   more.
 //! - **Untrusted**: an entry with a state no correct program writes, a length past
@@ -344,7 +346,7 @@ fn bind_locked(
     }
 }
 
-/// An entry and the state word it was seen with.
+/// An entry and the state word it was seen with (the claim's CAS expects that word).
 type Spotted<'e> = Option<(&'e KeyEntry, u64)>;
 
 /// The window's entry of `key` whose job ended, and its first free entry; refused when a
