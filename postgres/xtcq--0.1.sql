@@ -1,10 +1,14 @@
 -- xtcq 0.1: jobs pushed from SQL into xtcqd's queues (see docs/src/guide/postgres.md).
 \echo Use "CREATE EXTENSION xtcq" to load this file. \quit
 
--- One job; returns its id (index << 32 | birth: xtcq work prints it as index.birth).
-CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL) RETURNS bigint
+-- One job; returns its id (index << 32 | birth: xtcq work prints it as index.birth). With
+-- `key`, a unique job: refused (SQLSTATE 23505) while a job of the queue pushed with that key
+-- is queued, delayed or running, or with `or_existing` that job's id, nothing pushed.
+CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL, key text DEFAULT NULL,
+                     or_existing boolean DEFAULT false) RETURNS bigint
     AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL) RETURNS bigint
+CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL, key text DEFAULT NULL,
+                     or_existing boolean DEFAULT false) RETURNS bigint
     AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- One job per element, in order; returns their ids.
 CREATE FUNCTION push(queue text, payloads bytea[]) RETURNS bigint[]

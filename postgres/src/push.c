@@ -95,7 +95,26 @@ partial_push_error(int rc, const char *queue, int i, int n)
 	xtcq_pg_raise(ERROR, rc, what, queue);
 }
 
-/* xtcq.push(queue text, payload bytea|text, delay interval default null) returns bigint */
+/* A unique job: the job in `job` (header and payload) with `key`; refused with SQLSTATE 23505
+ * while a live job of the queue holds the key, unless `or_existing` (then that job's id). */
+static uint64
+push_keyed(const char *queue, StringInfo job, const char *key, bool or_existing)
+{
+	uint64 id = 0;
+	int rc = xtcq_pg_push_key(queue, job->data, job->len, key, or_existing, &id);
+
+	if (rc == XTCQ_E_DUPLICATE)
+		ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),
+						errmsg("xtcq: a job of queue %s holds key \"%s\": %u.%u", queue, key, (uint32) (id >> 32),
+							   (uint32) id),
+						errhint("Pass or_existing => true to get that job's id instead.")));
+	if (rc != XTCQ_OK && rc != XTCQ_EXISTING)
+		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
+	return id;
+}
+
+/* xtcq.push(queue text, payload bytea|text, delay interval default null, key text default null,
+ * or_existing boolean default false) returns bigint */
 Datum
 xtcq_push(PG_FUNCTION_ARGS)
 {
@@ -105,14 +124,28 @@ xtcq_push(PG_FUNCTION_ARGS)
 	uint64 delay_ms;
 	uint64 id = 0;
 	int rc;
+	char *key = NULL;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload is NULL"),
 						errhint("Push an empty string for a job without a payload.")));
 	delay_ms = delay_ms_arg(fcinfo, 2);
+	if (PG_NARGS() > 3 && !PG_ARGISNULL(3))
+		key = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (key != NULL && delay_ms != 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("xtcq: a push with a key takes no delay")));
 	/* text and bytea share the varlena layout: one C function serves both. */
 	payload = PG_GETARG_BYTEA_PP(1);
 	job = header_buffer();
+	if (key != NULL)
+	{
+		bool or_existing = PG_NARGS() > 4 && !PG_ARGISNULL(4) && PG_GETARG_BOOL(4);
+
+		if (VARSIZE_ANY_EXHDR(payload) > (Size) (MaxAllocSize - job->len - 1))
+			ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("xtcq: the payload is too large")));
+		appendBinaryStringInfo(job, VARDATA_ANY(payload), (int) VARSIZE_ANY_EXHDR(payload));
+		PG_RETURN_INT64((int64) push_keyed(queue, job, key, or_existing));
+	}
 	rc = push_one(queue, job, job->len, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms, &id);
 	if (rc != XTCQ_OK)
 		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
