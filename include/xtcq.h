@@ -245,6 +245,18 @@
 #define XTCQ_E_CANCELLED -18
 
 /**
+ * A push with a key was refused: a live job of the queue (queued, delayed or running) holds
+ * the key; its id is stored, and the message names it.
+ */
+#define XTCQ_E_DUPLICATE -19
+
+/**
+ * A push with a key and `XTCQ_KEY_OR_EXISTING` pushed nothing: a live job of the queue holds
+ * the key, and its id is stored. Not an error.
+ */
+#define XTCQ_EXISTING 2
+
+/**
  * `timeout_ms` for [`xtcq_thief_steal_wait`]: wait with no limit.
  */
 #define XTCQ_WAIT_FOREVER UINT32_MAX
@@ -254,6 +266,17 @@
  * puts in the owner's deque with one store.
  */
 #define XTCQ_MAX_BATCH 128
+
+/**
+ * `xtcq_injector_push_key` flag: when a live job holds the key, push nothing and return
+ * `XTCQ_EXISTING` with that job's id, instead of `XTCQ_E_DUPLICATE`.
+ */
+#define XTCQ_KEY_OR_EXISTING 1
+
+/**
+ * The longest key, in bytes.
+ */
+#define XTCQ_MAX_KEY 64
 
 /**
  * A connection to xtcqd (opaque).
@@ -949,6 +972,27 @@ int xtcq_thief_steal_batch(const xtcq_thief *thief, xtcq_job *const *jobs, size_
  * `thief` is NULL or a live thief.
  */
 size_t xtcq_thief_len(const xtcq_thief *thief);
+
+/**
+ * Queues a job of `len` bytes holding the key of `key_len` bytes (1 to `XTCQ_MAX_KEY`) in
+ * its queue while it is queued, delayed or running. Returns `XTCQ_OK` (the new job's id in
+ * `*index` and `*birth`), or, when a live job of the queue holds the key,
+ * `XTCQ_E_DUPLICATE` (that job's id stored, its message naming it), or with
+ * `XTCQ_KEY_OR_EXISTING` in `flags`, `XTCQ_EXISTING` (that job's id stored, nothing
+ * pushed). A full key table (`xtcqd --keys`) is `XTCQ_E_NO_ROOM`.
+ *
+ * # Safety
+ * As `xtcq_injector_push`; `key` is valid for `key_len` bytes; `index` and `birth` are
+ * NULL or writable.
+ */
+int xtcq_injector_push_key(xtcq_injector *injector,
+                           const uint8_t *data,
+                           size_t len,
+                           const uint8_t *key,
+                           size_t key_len,
+                           uint32_t flags,
+                           uint32_t *index,
+                           uint32_t *birth);
 
 /**
  * Stores in `*fd` the thief's wake descriptor, made on the first call: it becomes readable

@@ -3,12 +3,14 @@
 
 -- One job; returns its id (index << 32 | birth: xtcq work prints it as index.birth). At
 -- `priority` (0 the most urgent) in a queue made with levels (xtcq create --levels), into
--- `batch` (opened with xtcq batch open, not yet sealed).
+-- `batch` (opened with xtcq batch open, not yet sealed). With `key`, a unique job: refused
+-- (SQLSTATE 23505) while a job of the queue pushed with that key is queued, delayed or
+-- running, or with `or_existing` that job's id, nothing pushed.
 CREATE FUNCTION push(queue text, payload bytea, delay interval DEFAULT NULL, priority int DEFAULT 0,
-                     batch text DEFAULT NULL)
+                     batch text DEFAULT NULL, key text DEFAULT NULL, or_existing boolean DEFAULT false)
     RETURNS bigint AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE FUNCTION push(queue text, payload text, delay interval DEFAULT NULL, priority int DEFAULT 0,
-                     batch text DEFAULT NULL)
+                     batch text DEFAULT NULL, key text DEFAULT NULL, or_existing boolean DEFAULT false)
     RETURNS bigint AS 'MODULE_PATHNAME', 'xtcq_push' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- One job per element, in order; returns their ids.
 CREATE FUNCTION push(queue text, payloads bytea[], priority int DEFAULT 0, batch text DEFAULT NULL)

@@ -37,6 +37,7 @@ fn config(blocks: bool) -> SegmentConfig {
         overflow_capacity: 64,
         inline_bytes: if blocks { 64 } else { 65536 },
         payload_blocks,
+        keys: 0,
     }
 }
 

@@ -29,6 +29,7 @@ mod producer;
 mod report;
 mod status;
 mod thief;
+mod unique;
 mod wake;
 
 pub use batches::*;
@@ -40,4 +41,5 @@ pub use producer::*;
 pub use report::*;
 pub use status::*;
 pub use thief::*;
+pub use unique::*;
 pub use wake::*;

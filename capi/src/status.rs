@@ -64,6 +64,14 @@ pub const XTCQ_E_MISMATCH: c_int = -17;
 /// its result is not recorded and there is nothing to settle.
 pub const XTCQ_E_CANCELLED: c_int = -18;
 
+/// A push with a key was refused: a live job of the queue (queued, delayed or running) holds
+/// the key; its id is stored, and the message names it.
+pub const XTCQ_E_DUPLICATE: c_int = -19;
+
+/// A push with a key and `XTCQ_KEY_OR_EXISTING` pushed nothing: a live job of the queue holds
+/// the key, and its id is stored. Not an error.
+pub const XTCQ_EXISTING: c_int = 2;
+
 /// Room for one message and its NUL; longer messages are cut at a character boundary.
 const MESSAGE_BYTES: usize = 1024;
 
@@ -126,6 +134,9 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         }
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => XTCQ_E_IN_USE,
         Error::Forked => XTCQ_E_FORKED,
+        Error::DuplicateKey { .. } => XTCQ_E_DUPLICATE,
+        // A full key table, or none (xtcqd --keys), or its entry locked too long.
+        Error::KeyRefused(_) => XTCQ_E_NO_ROOM,
         _ => XTCQ_E_OTHER,
     };
     fail(code, e.to_string())
@@ -158,6 +169,8 @@ pub extern "C" fn xtcq_strerror(status: c_int) -> *const c_char {
         XTCQ_E_RESOURCE => b"this process is out of file descriptors or memory\0",
         XTCQ_E_MISMATCH => b"queue exists with other settings\0",
         XTCQ_E_CANCELLED => b"job cancelled while held\0",
+        XTCQ_E_DUPLICATE => b"a live job of the queue holds this key\0",
+        XTCQ_EXISTING => b"existing: a live job holds the key, nothing pushed\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -244,6 +244,15 @@ pub struct PushArgs {
     /// Add the jobs to this batch (opened with `xtcq batch open`, not yet sealed).
     #[arg(long, value_name = "NAME")]
     batch: Option<String>,
+    /// A unique job: refused (exit 6, naming the job) while a job of the queue pushed with
+    /// this key (1 to 64 bytes) is queued, delayed or running. One payload; prints
+    /// `new ID` on stdout.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
+    /// With --key: when a live job holds the key, push nothing and print `existing ID`
+    /// (exit 0).
+    #[arg(long, requires = "key")]
+    or_existing: bool,
 }
 
 /// Calls `f` with each job of stdin: a line (without its newline) or a NUL-separated record.
@@ -279,6 +288,18 @@ pub fn for_each_stdin_job(null: bool, max: u32, mut f: impl FnMut(&[u8]) -> Resu
 }
 
 pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
+    if let Some(key) = &args.key {
+        let due = args.delay.map(Due::In).or(args.at.map(Due::At));
+        let push = crate::unique::KeyedPush {
+            queue: &args.queue,
+            key,
+            payload: &args.payload,
+            or_existing: args.or_existing,
+            timeout: args.timeout,
+            due,
+        };
+        return crate::unique::push(socket, push);
+    }
     let client = connect(socket)?;
     let inj = client.attach_injector(&args.queue)?;
     if let Some(name) = &args.batch {

@@ -17,6 +17,9 @@ pub const UNREACHABLE: i32 = 4;
 /// `check` found the segment inconsistent; `work` had jobs that failed; `demo` saw a job
 /// lost or run twice.
 pub const FAILED: i32 = 5;
+/// `push --key` was refused: a live job of the queue holds the key (without
+/// `--or-existing`).
+pub const DUPLICATE: i32 = 6;
 
 /// Printed at the end of `--help`.
 pub const HELP: &str = "\
@@ -32,6 +35,8 @@ Exit status:
      a per-user limit reached (the message names the flag that raises it)
   5  check found the segment inconsistent; work ran jobs that failed; demo saw a job lost
      or run twice; wait's batch completed with jobs dead or cancelled
+  6  push --key refused: a job of the queue with that key is queued, delayed or running
+     (its id on stderr; --or-existing prints it and exits 0 instead)
 
 Environment:
   XTCQ_SOCKET     the control socket (as --socket)

@@ -192,8 +192,16 @@ pub fn import(socket: Option<&std::path::Path>, args: ImportArgs) -> Result<i32>
         let payload = j
             .payload_bytes()
             .with_context(|| format!("job {} of the dump has no payload, or bad hex", n + 1))?;
-        inj.import(&payload, j.attempts, &j.last_error, j.state == xtcq_dump::JobState::Dead, j.priority)
-            .with_context(|| format!("job {} of the dump (queue {})", n + 1, j.queue))?;
+        let key = j.key_bytes().map_err(|e| anyhow::anyhow!("job {} of the dump: {e}", n + 1))?;
+        inj.import(
+            &payload,
+            j.attempts,
+            &j.last_error,
+            j.state == xtcq_dump::JobState::Dead,
+            j.priority,
+            key.as_deref(),
+        )
+        .with_context(|| format!("job {} of the dump (queue {})", n + 1, j.queue))?;
     }
     let done = xtcq_dump::claim::finish_file(&args.file)?;
     eprintln!(

@@ -45,6 +45,7 @@ mod room;
 mod runnable;
 mod stats;
 mod top;
+mod unique;
 mod work;
 mod work_pool;
 mod work_summary;

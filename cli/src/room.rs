@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use xtcq_client::{Error, JobHandle};
+use xtcq_client::Error;
 
 /// The waits of one producer on one queue.
 pub struct Room<'a> {
@@ -39,9 +39,9 @@ impl<'a> Room<'a> {
 
     /// Pushes `payload` with `push`, waiting for room while the queue is full, up to the
     /// timeout; the error then says how far it got.
-    pub fn push<F>(&mut self, mut push: F, payload: &[u8]) -> Result<JobHandle>
+    pub fn push<F, T>(&mut self, mut push: F, payload: &[u8]) -> Result<T>
     where
-        F: FnMut(&[u8]) -> std::result::Result<JobHandle, Error>,
+        F: FnMut(&[u8]) -> std::result::Result<T, Error>,
     {
         let mut started: Option<Instant> = None;
         // When the next "still waiting" line is due (from `started`).

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use rustix::io::Errno;
 use xtcq_proto::{ErrorCode, ErrorReply, FrameError};
-use xtcq_shm::{JobError, PushError, QueueError, SegmentError};
+use xtcq_shm::{JobError, JobId, PushError, QueueError, SegmentError};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +147,20 @@ pub enum Error {
         /// Overflow ring capacity.
         overflow: usize,
     },
+    /// A push with a key was refused: a live job of the queue (queued, delayed or running)
+    /// holds the key.
+    #[error("a job with key {key:?} is already queued, delayed or running: {existing}")]
+    DuplicateKey {
+        /// The key, as text (bytes that are not UTF-8 replaced).
+        key: String,
+        /// The job that holds it.
+        existing: JobId,
+    },
+    /// A push with a key could not take the key: the key table is full where it goes, the
+    /// segment has none, the key is empty or too long, or its entry stayed locked (the
+    /// message says which, and the flag to change).
+    #[error("cannot push with this key: {0}")]
+    KeyRefused(String),
     /// Every job record of the segment is in use, or every payload block of the size a large
     /// payload needs (`xtcqd --payload-blocks`), or the queue's jobs hold its record quota
     /// (`xtcq create --max-records`); the message says which. All pass once consumers drain.
@@ -386,6 +400,10 @@ impl Error {
             PushError::Priority { queue, priority, levels, last } => {
                 Error::Priority { queue, priority, levels, last }
             }
+            PushError::Key(xtcq_shm::KeyError::Duplicate { existing }) => {
+                Error::DuplicateKey { key: String::new(), existing }
+            }
+            PushError::Key(e) => Error::KeyRefused(e.to_string()),
             PushError::Corrupt(m) => Error::Corrupt(m),
             PushError::BatchClosed(c) => Error::BatchClosed(c),
         }

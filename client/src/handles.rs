@@ -466,7 +466,8 @@ impl InjectorHandle {
 
     /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
     /// attempts, last error and priority (past the queue's levels: its last level): queued,
-    /// or a dead letter when `dead`.
+    /// or a dead letter when `dead`; a queued one holds `key` unless a live job of the queue
+    /// already does.
     pub fn import(
         &self,
         payload: &[u8],
@@ -474,8 +475,10 @@ impl InjectorHandle {
         last_error: &str,
         dead: bool,
         priority: u32,
+        key: Option<&[u8]>,
     ) -> Result<JobHandle, Error> {
         usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
-        self.inj.import(payload, attempts, last_error, dead, priority).map_err(Error::from_push)
+        let key = key.map(xtcq_shm::Key::new).transpose().map_err(|e| Error::KeyRefused(e.to_string()))?;
+        self.inj.import(payload, attempts, last_error, dead, priority, key.as_ref()).map_err(Error::from_push)
     }
 }

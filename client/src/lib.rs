@@ -40,6 +40,7 @@ mod handles;
 mod job;
 mod job_state;
 mod trust;
+mod unique;
 mod wake;
 #[cfg(feature = "tokio")]
 mod wake_async;
@@ -57,6 +58,7 @@ pub use error::Error;
 pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
 pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
+pub use unique::{OnDuplicate, Pushed, MAX_KEY_LEN};
 pub use wake::WakeFd;
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;

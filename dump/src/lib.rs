@@ -200,6 +200,12 @@ pub struct JobLine {
     /// a job at priority 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub priority: u32,
+    /// The key it held (a unique job), when UTF-8. Absent (keyless) from older dumps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The key it held in hex, when not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_hex: Option<String>,
 }
 
 /// Where a job was.
@@ -278,6 +284,16 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 impl JobLine {
+    /// The key's bytes: `Ok(None)` for a job without one, `Err` for bad hex or both fields.
+    pub fn key_bytes(&self) -> Result<Option<Vec<u8>>, &'static str> {
+        match (&self.key, &self.key_hex) {
+            (None, None) => Ok(None),
+            (Some(s), None) => Ok(Some(s.clone().into_bytes())),
+            (None, Some(h)) => unhex(h).map(Some).ok_or("bad hex in key_hex"),
+            _ => Err("both key and key_hex"),
+        }
+    }
+
     /// The payload bytes (`None`: neither field, or bad hex).
     pub fn payload_bytes(&self) -> Option<Vec<u8>> {
         match (&self.payload, &self.payload_hex) {
@@ -332,6 +348,11 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                 Ok(s) => (Some(s.to_string()), None),
                 Err(_) => (None, Some(hex(&j.payload))),
             };
+            let (key, key_hex) = match j.key.as_deref().map(std::str::from_utf8) {
+                None => (None, None),
+                Some(Ok(s)) => (Some(s.to_string()), None),
+                Some(Err(_)) => (None, j.key.as_deref().map(hex)),
+            };
             Some(JobLine {
                 queue: name(j.queue)?,
                 payload,
@@ -340,6 +361,8 @@ pub fn dump_of(copy: &SegmentCopy, grants: impl Fn(&str) -> Option<QueueGrants>)
                 state: if j.dead { JobState::Dead } else { JobState::Queued },
                 last_error: j.last_error.clone(),
                 priority: j.priority,
+                key,
+                key_hex,
             })
         })
         .collect();

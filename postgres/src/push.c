@@ -122,9 +122,28 @@ partial_push_error(int rc, const char *queue, int i, int n)
 	xtcq_pg_raise(ERROR, rc, what, queue);
 }
 
+/* A unique job: the job in `job` (header and payload) with `key`; refused with SQLSTATE 23505
+ * while a live job of the queue holds the key, unless `or_existing` (then that job's id). */
+static uint64
+push_keyed(const char *queue, StringInfo job, const char *key, bool or_existing)
+{
+	uint64 id = 0;
+	int rc = xtcq_pg_push_key(queue, job->data, job->len, key, or_existing, &id);
+
+	if (rc == XTCQ_E_DUPLICATE)
+		ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),
+						errmsg("xtcq: a job of queue %s holds key \"%s\": %u.%u", queue, key, (uint32) (id >> 32),
+							   (uint32) id),
+						errhint("Pass or_existing => true to get that job's id instead.")));
+	if (rc != XTCQ_OK && rc != XTCQ_EXISTING)
+		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);
+	return id;
+}
+
 /*
  * xtcq.push(queue text, payload bytea|text, delay interval default null, priority int default 0,
- * batch text default null) returns bigint
+ * batch text default null, key text default null, or_existing boolean default false) returns
+ * bigint
  */
 Datum
 xtcq_push(PG_FUNCTION_ARGS)
@@ -136,6 +155,7 @@ xtcq_push(PG_FUNCTION_ARGS)
 	uint32 priority;
 	uint64 id = 0;
 	int rc;
+	char *key = NULL;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("xtcq: the payload is NULL"),
@@ -143,9 +163,25 @@ xtcq_push(PG_FUNCTION_ARGS)
 	delay_ms = delay_ms_arg(fcinfo, 2);
 	priority = priority_arg(fcinfo, 3);
 	xtcq_pg_use_batch(queue, batch_arg(fcinfo, 4));
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		key = text_to_cstring(PG_GETARG_TEXT_PP(5));
+	if (key != NULL && delay_ms != 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("xtcq: a push with a key takes no delay")));
+	if (key != NULL && priority != 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("xtcq: a push with a key is made at priority 0, not %u", priority)));
 	/* text and bytea share the varlena layout: one C function serves both. */
 	payload = PG_GETARG_BYTEA_PP(1);
 	job = header_buffer();
+	if (key != NULL)
+	{
+		bool or_existing = PG_NARGS() > 6 && !PG_ARGISNULL(6) && PG_GETARG_BOOL(6);
+
+		if (VARSIZE_ANY_EXHDR(payload) > (Size) (MaxAllocSize - job->len - 1))
+			ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("xtcq: the payload is too large")));
+		appendBinaryStringInfo(job, VARDATA_ANY(payload), (int) VARSIZE_ANY_EXHDR(payload));
+		PG_RETURN_INT64((int64) push_keyed(queue, job, key, or_existing));
+	}
 	rc = push_one(queue, job, job->len, VARDATA_ANY(payload), VARSIZE_ANY_EXHDR(payload), delay_ms, priority, &id);
 	if (rc != XTCQ_OK)
 		xtcq_pg_raise(ERROR, rc, "cannot push to queue", queue);

@@ -260,6 +260,31 @@ xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, u
 	return rc;
 }
 
+static int
+push_key_once(const char *queue, const char *data, size_t len, const char *key, bool or_existing, uint64 *id)
+{
+	uint32_t index = 0, birth = 0;
+	int rc = xtcq_injector_push_key(xtcq_pg_injector(queue), (const uint8_t *) data, len, (const uint8_t *) key,
+									strlen(key), or_existing ? XTCQ_KEY_OR_EXISTING : 0, &index, &birth);
+
+	*id = ((uint64) index << 32) | birth;
+	return rc;
+}
+
+int
+xtcq_pg_push_key(const char *queue, const char *data, size_t len, const char *key, bool or_existing, uint64 *id)
+{
+	int rc = push_key_once(queue, data, len, key, or_existing, id);
+
+	if (rc == XTCQ_E_UNREACHABLE || rc == XTCQ_E_SEGMENT)
+	{
+		/* xtcqd restarted since this backend attached: attach to the new one, once. */
+		xtcq_pg_reset();
+		rc = push_key_once(queue, data, len, key, or_existing, id);
+	}
+	return rc;
+}
+
 void
 xtcq_pg_check_queue_name(const char *queue)
 {

@@ -48,6 +48,11 @@ extern void xtcq_pg_use_batch(const char *queue, const char *batch);
 /* Pushes through the queue's injector; after a lost daemon, attaches again and retries once. */
 extern int xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority,
 						uint64 *id);
+/* xtcq_injector_push_key through this backend's injector: XTCQ_OK, XTCQ_EXISTING or an error;
+ * `*id` the job that holds the key (index << 32 | birth) on the first two and on
+ * XTCQ_E_DUPLICATE. */
+extern int xtcq_pg_push_key(const char *queue, const char *data, size_t len, const char *key, bool or_existing,
+							uint64 *id);
 /* Forgets the client and injectors (after the daemon went away: the next call reconnects). */
 extern void xtcq_pg_reset(void);
 /* Raises `status` (a negative XTCQ_E_*) as an ERROR at `elevel` naming `what` and `queue`. */

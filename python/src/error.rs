@@ -31,6 +31,7 @@ pub(crate) enum Kind {
     Resource,
     Mismatch,
     Cancelled,
+    Duplicate,
 }
 
 impl Kind {
@@ -52,6 +53,7 @@ impl Kind {
             Kind::Resource => ("OutOfResources", -16),
             Kind::Mismatch => ("QueueMismatch", -17),
             Kind::Cancelled => ("JobCancelled", -18),
+            Kind::Duplicate => ("DuplicateKey", -19),
         }
     }
 }
@@ -89,6 +91,9 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         }
         Error::QueueInUse { .. } | Error::QueueNotEmpty { .. } => Kind::InUse,
         Error::Forked => Kind::Forked,
+        Error::DuplicateKey { .. } => Kind::Duplicate,
+        // A full key table, or none (xtcqd --keys), or its entry locked too long.
+        Error::KeyRefused(_) => Kind::NoRoom,
         _ => Kind::Other,
     }
 }
@@ -114,9 +119,14 @@ pub(crate) fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
     exception(py, Kind::Invalid, message)
 }
 
-/// The exception for a client error.
+/// The exception for a client error (a `DuplicateKey` with its `existing` job's id).
 pub(crate) fn from_error(py: Python<'_>, e: &Error) -> PyErr {
-    exception(py, kind_of(e), e.to_string())
+    let err = exception(py, kind_of(e), e.to_string());
+    if let Error::DuplicateKey { existing, .. } = e {
+        // Best effort, as `with_queued`.
+        let _ = err.value(py).setattr("existing", existing.to_string());
+    }
+    err
 }
 
 /// Converts a client result, raising its exception.

@@ -15,12 +15,45 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use xtcq_client::{Due, InjectorHandle, OwnerHandle};
+use xtcq_client::{Due, InjectorHandle, OnDuplicate, OwnerHandle, Pushed};
 
 use crate::args::{delay, is_one_payload, payload, type_name, Payload};
 use crate::error::{exception, invalid, with_queued, Kind, OrRaise};
 use crate::job::Job;
 use crate::{drop_detached, lock, lock_py};
+
+/// A key argument: bytes or str of 1 to 64 bytes.
+fn key_arg<'py>(py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Payload<'py>> {
+    let k = self::payload(key)?;
+    let n = k.as_bytes().len();
+    if n == 0 || n > xtcq_client::MAX_KEY_LEN {
+        return Err(invalid(py, format!("a key is 1 to {} bytes, not {n}", xtcq_client::MAX_KEY_LEN)));
+    }
+    Ok(k)
+}
+
+/// A unique job is pushed at priority 0: refuses another priority with a key.
+fn keyed_at_zero(py: Python<'_>, priority: u32) -> PyResult<()> {
+    if priority == 0 {
+        return Ok(());
+    }
+    Err(invalid(py, format!("a job with a key is pushed at priority 0, not {priority}; push it without the key")))
+}
+
+fn on_duplicate(or_existing: bool) -> OnDuplicate {
+    if or_existing {
+        OnDuplicate::ReturnExisting
+    } else {
+        OnDuplicate::Refuse
+    }
+}
+
+/// What a push with a key returns: the id of the job that holds the key, and whether it is
+/// the one just pushed.
+fn keyed(r: Result<Pushed, xtcq_client::Error>, py: Python<'_>) -> PyResult<Option<(String, bool)>> {
+    let pushed = r.or_raise(py)?;
+    Ok(Some((pushed.id().to_string(), matches!(pushed, Pushed::New(_)))))
+}
 
 /// Most jobs the engine puts in a deque with one store of `bottom`: a longer batch is
 /// queued in chunks of this many (the C API's XTCQ_MAX_BATCH).
@@ -70,12 +103,28 @@ impl Owner {
 
     /// Queues a job (bytes or str) at `priority` (0 the most urgent, up to the queue's levels
     /// minus 1). Raises Full when the deque and the ring are full, Invalid for a priority
-    /// past the queue's levels.
-    #[pyo3(signature = (payload, priority=0))]
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>, priority: u32) -> PyResult<()> {
+    /// past the queue's levels. With `key` (bytes or str, 1 to 64 bytes), a unique job (at
+    /// priority 0): returns `(id, True)`; while a live job of the queue holds the key, raises
+    /// DuplicateKey (its `existing` that job's id), or with `or_existing` pushes nothing and
+    /// returns `(id, False)` of that job.
+    #[pyo3(signature = (payload, priority = 0, key = None, or_existing = false))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        priority: u32,
+        key: Option<&Bound<'_, PyAny>>,
+        or_existing: bool,
+    ) -> PyResult<Option<(String, bool)>> {
         let data = self::payload(payload)?;
         let guard = lock(&self.inner);
-        Self::live(&guard, py)?.push_priority(data.as_bytes(), priority).map(drop).or_raise(py)
+        let owner = Self::live(&guard, py)?;
+        let Some(key) = key else {
+            return owner.push_priority(data.as_bytes(), priority).map(|_| None).or_raise(py);
+        };
+        keyed_at_zero(py, priority)?;
+        let key = key_arg(py, key)?;
+        keyed(owner.push_with_key(data.as_bytes(), key.as_bytes(), on_duplicate(or_existing)), py)
     }
 
     /// Queues every payload in order, up to 128 at a time with one store in the deque; what
@@ -182,12 +231,25 @@ impl Injector {
 impl Injector {
     /// Queues a job (bytes or str) at `priority` (0 the most urgent, up to the queue's levels
     /// minus 1). Raises Full when the ring is full, Invalid for a priority past the levels.
-    #[pyo3(signature = (payload, priority=0))]
-    fn push(&self, py: Python<'_>, payload: &Bound<'_, PyAny>, priority: u32) -> PyResult<()> {
+    /// `key` and `or_existing` as `Owner.push`.
+    #[pyo3(signature = (payload, priority = 0, key = None, or_existing = false))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        priority: u32,
+        key: Option<&Bound<'_, PyAny>>,
+        or_existing: bool,
+    ) -> PyResult<Option<(String, bool)>> {
         let data = self::payload(payload)?;
         let guard = lock_py(py, &self.inner);
         let inj = guard.as_ref().ok_or_else(|| Self::closed(py))?;
-        inj.push_priority(data.as_bytes(), priority).map(drop).or_raise(py)
+        let Some(key) = key else {
+            return inj.push_priority(data.as_bytes(), priority).map(|_| None).or_raise(py);
+        };
+        keyed_at_zero(py, priority)?;
+        let key = key_arg(py, key)?;
+        keyed(inj.push_with_key(data.as_bytes(), key.as_bytes(), on_duplicate(or_existing)), py)
     }
 
     /// Queues a job that no consumer sees for `seconds` (the daemon puts it in line then), at

@@ -16,6 +16,7 @@ sees Ctrl-C (KeyboardInterrupt) within 100 ms.
 
 from ._xtcq import MAX_BATCH, Client, Injector, Job, Owner, Thief
 from .errors import (
+    DuplicateKey,
     Forked,
     Full,
     InUse,
@@ -38,6 +39,6 @@ from .errors import (
 __all__ = [
     "Client", "Owner", "Injector", "Thief", "Job", "XtcqError", "InvalidArgument",
     "Unreachable", "Unauthorized", "NoSuchQueue", "QueueExists", "QueueMismatch", "Full", "TooLarge",
-    "NotHeld", "JobCancelled", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic",
+    "NotHeld", "JobCancelled", "Forked", "SegmentError", "NoRoom", "InUse", "OutOfResources", "Panic", "DuplicateKey",
     "MAX_BATCH",
 ]

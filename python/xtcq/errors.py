@@ -69,6 +69,14 @@ class SegmentError(XtcqError):
     """The segment is corrupt or was replaced, or this process's slot was lost."""
 
 
+class DuplicateKey(XtcqError):
+    """A push with a key was refused: a live job of the queue (queued, delayed or running)
+    holds the key (XTCQ_E_DUPLICATE); `existing` is that job's id."""
+
+    #: The id ("index.birth") of the job that holds the key.
+    existing: Optional[str] = None
+
+
 class NoRoom(XtcqError):
     """No free deque, process slot or queue-table entry (XTCQ_E_NO_ROOM)."""
 

@@ -105,6 +105,10 @@ pub enum PushError {
     /// The batch named for the push takes no more jobs.
     #[error(transparent)]
     BatchClosed(#[from] crate::batch::BatchClosed),
+    /// The job's key could not be bound: a live job of the queue holds it, or the key
+    /// table has no room for it.
+    #[error(transparent)]
+    Key(#[from] crate::keys::KeyError),
     /// The segment holds values no correct program writes.
     #[error("segment corruption while pushing: {0}")]
     Corrupt(String),

@@ -30,6 +30,9 @@ pub const POINTS: &[(&str, &str)] = &[
     ("daemon.recovery.mid", "the daemon is half-way through recovering a dead process"),
     ("batch.before_count_pushed", "a producer published a job of a batch and has not counted it as pushed"),
     ("batch.after_complete", "the daemon completed a batch and has not released its callback job"),
+    ("key.locked", "a pusher with a key holds its home entry's lock and has bound nothing"),
+    ("key.writing", "a pusher with a key claimed a key entry (Writing) and has not bound it"),
+    ("key.after_bind", "a pusher bound its key to its Filling record and has not published it"),
 ];
 
 /// Fails at the named point if the environment asks for it. Use through `fail_point!`.

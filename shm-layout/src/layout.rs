@@ -40,6 +40,7 @@
 //!  +------------------------------------------------------------------+
 //!  | batches (version 10): [`BATCH_SLOTS`] x BatchEntry       128 B ea |
 //!  |   then `job_records` x AtomicU64: each record's batch reference   |
+//!  | key table: `keys` x KeyEntry (unique jobs, see `keys`)   128 B ea |
 //!  +------------------------------------------------------------------+
 //!  total_len (a multiple of 4096)
 //! ```
@@ -104,6 +105,9 @@ pub struct SegmentConfig {
     pub inline_bytes: u32,
     /// Blocks of each size class (`128 << k` bytes), or [`payload::AUTO_BLOCKS`].
     pub payload_blocks: [u32; payload::PAYLOAD_CLASSES],
+    /// Entries of the key table, which unique jobs take (0: no table, a push with a key is
+    /// refused). Layout version 10; `xtcqd --keys`.
+    pub keys: u32,
 }
 
 impl SegmentConfig {
@@ -118,6 +122,7 @@ impl SegmentConfig {
         overflow_capacity: 65536,
         inline_bytes: 64,
         payload_blocks: [payload::AUTO_BLOCKS; payload::PAYLOAD_CLASSES],
+        keys: 4096,
     };
 }
 
@@ -152,6 +157,7 @@ impl SegmentConfig {
         range("process_slots", self.process_slots, 1, MAX_PROCESS_SLOTS as u64 - 1)?;
         range("overflow_capacity", self.overflow_capacity, 2, 1 << 30)?;
         pow2("overflow_capacity", self.overflow_capacity)?;
+        range("keys", self.keys, 0, crate::keys::MAX_KEY_ENTRIES as u64)?;
         payload::validate(self)
     }
 }
@@ -552,8 +558,10 @@ const _: () = {
     assert!(offset_of!(SegmentDescriptor, layout_version) == 8);
     assert!(offset_of!(SegmentDescriptor, sizes) == 16);
     assert!(offset_of!(SegmentDescriptor, config) == 40);
-    assert!(offset_of!(SegmentDescriptor, regions) == 144);
-    assert!(size_of::<SegmentConfig>() == 104);
+    assert!(offset_of!(SegmentDescriptor, regions) == 152);
+    assert!(size_of::<SegmentDescriptor>() == 256);
+    assert!(size_of::<SegmentConfig>() == 108);
+    assert!(size_of::<crate::keys::KeyEntry>() == 128);
     assert!(size_of::<RegionOffsets>() == 88);
     assert!(size_of::<QueueDescriptor>() == 96);
     assert!(size_of::<QueueEntry>() == 384);
@@ -601,6 +609,15 @@ pub(crate) fn round_up(v: u64, to: u64) -> Option<u64> {
 /// The largest segment we will lay out (1 TiB).
 pub const MAX_SEGMENT_LEN: u64 = 1 << 40;
 
+/// Where the key table of a segment laid out as `regions` for `c` starts: past the metrics
+/// and batch regions, on a line of its own (not in [`RegionOffsets`], which had no room left for it).
+pub fn key_table_offset(c: &SegmentConfig, regions: &RegionOffsets) -> u64 {
+    let blocks = c.queues as u64 * (c.process_slots as u64 + 2);
+    let metrics_end = regions.metrics + blocks * size_of::<MetricsBlock>() as u64;
+    // Past the batch region (which a configuration that lays out at all never overflows).
+    batch_region(c, metrics_end).map_or(metrics_end, |b| b.end).next_multiple_of(128)
+}
+
 /// Computes the regions of a configuration. The same function serves creation and
 /// validation at attach, so the two can never disagree.
 pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> {
@@ -629,7 +646,10 @@ pub fn compute_regions(c: &SegmentConfig) -> Result<RegionOffsets, ConfigError> 
     let metrics = add(processes, mul(c.process_slots as u64, size_of::<ProcessSlot>() as u64)?)?;
     let blocks = mul(c.queues as u64, c.process_slots as u64 + 2)?;
     let metrics_end = add(metrics, mul(blocks, size_of::<MetricsBlock>() as u64)?)?;
-    let end = batch_region(c, metrics_end).ok_or(too_large.clone())?.end;
+    let batches_end = batch_region(c, metrics_end).ok_or(too_large.clone())?.end;
+    // The key table last, after the batch region.
+    let keys = round_up(batches_end, line).ok_or(too_large.clone())?;
+    let end = add(keys, mul(c.keys as u64, size_of::<crate::keys::KeyEntry>() as u64)?)?;
     let total_len = round_up(end, PAGE).ok_or(too_large.clone())?;
     if total_len > MAX_SEGMENT_LEN || total_len > isize::MAX as u64 {
         return Err(too_large);

@@ -39,6 +39,7 @@ pub mod failpoint;
 /// Fork detection, shared by the client and the C API.
 #[cfg(not(xtcq_loom))]
 pub mod fork;
+pub mod keys;
 pub mod levels;
 pub mod limit_words;
 pub mod overflow;
@@ -84,6 +85,7 @@ pub mod transfer;
 pub mod wait;
 
 pub use deque::{DequeOwner, DequeRef, Flavor, Full, HeapDeque, Steal};
+pub use keys::{BadKey, Key, KeyError};
 pub use record::state::{JobHandle, JobId, RecordState, State, StateWord, NO_HOLDER};
 
 #[cfg(not(xtcq_loom))]

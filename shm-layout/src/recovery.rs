@@ -21,6 +21,9 @@
 //!   moved while we scanned gets a duplicate index, which is harmless: the claim CAS is the
 //!   one arbiter, and a duplicate's claim fails.
 //!
+//! - the key-table locks the holder held and the entries it was writing are freed
+//!   (`keys::release_slot`); the keys of its jobs hold while those jobs stay live.
+//!
 //! Invariants: recovery never changes a record held by a live process (callers pass only dead
 //! holders, or expired leases, which the holder learns of through a failed ack); it writes
 //! deque `bottom` only for deques whose owner is dead (see [`release_deque_leases`]).
@@ -49,6 +52,8 @@ pub struct HolderRecovery {
     /// Payload blocks freed whose record had moved on: the holder died after freeing a
     /// record and before giving its block back, or while filling it.
     pub freed_blocks: u32,
+    /// Key-table locks and half-written entries of the holder freed (see `keys`).
+    pub freed_keys: u32,
 }
 
 /// The daemon's fence, called for a claim after its revoke and before the job can be claimed
@@ -107,6 +112,12 @@ pub fn recover_holder_fenced(seg: &Segment, holder: u32, fence: Fence<'_>) -> Ho
     }
     // After the records: a `Filling` record freed above leaves the block its push took.
     out.freed_blocks = sweep_blocks(seg);
+    // The key of a `Filling` record freed above holds no more (its job is not live); what
+    // the holder left mid-push in the key table is freed here. Not for `NO_HOLDER`: no
+    // pusher has that slot.
+    if holder != NO_HOLDER {
+        out.freed_keys = seg.key_table().release_slot(holder) as u32;
+    }
     out
 }
 

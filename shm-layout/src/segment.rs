@@ -291,6 +291,8 @@ impl Segment {
         let desc = match desc.layout_version {
             // SAFETY: as above.
             4 | 5 => compat::descriptor_of_v5(unsafe { core::ptr::read(base.cast()) }),
+            // SAFETY: as above.
+            6..=9 => compat::descriptor_of_v9(unsafe { core::ptr::read(base.cast()) }),
             _ => desc,
         };
         if desc.magic != MAGIC {
@@ -337,6 +339,10 @@ impl Segment {
             // SAFETY: as above; the older descriptor is as long or shorter.
             4 | 5 if read_only => {
                 compat::descriptor_of_v5(unsafe { core::ptr::read_volatile(base as *const _) })
+            }
+            // SAFETY: as above; the older descriptor is as long.
+            6..=9 if read_only => {
+                compat::descriptor_of_v9(unsafe { core::ptr::read_volatile(base as *const _) })
             }
             _ => desc,
         };
@@ -624,7 +630,8 @@ fn invalid(e: Invalid, path: &Path, actual: u64) -> SegmentError {
 /// version's terms, says exactly; versions 6 to 9 only in the words of a queue's control
 /// and wait lines they lack (read as zero: not paused, no concurrency or rate limit, one
 /// priority level), in the priority bits of a record's flags (zero: priority 0) and in the
-/// batch region they do not have (no job of theirs is in a batch).
+/// batch region they do not have (no job of theirs is in a batch) and the key table they lack (read through `compat`,
+/// with `keys` 0).
 pub const READABLE_LAYOUT_VERSIONS: [u32; 7] = [4, 5, 6, 7, 8, 9, LAYOUT_VERSION];
 
 fn validate_descriptor(d: &SegmentDescriptor, file_len: u64, older_ok: bool) -> Result<(), Invalid> {

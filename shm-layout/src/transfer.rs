@@ -32,6 +32,8 @@ pub struct JobCopy {
     pub last_error: String,
     /// The priority it was pushed at (`levels`).
     pub priority: u32,
+    /// The key it holds (a unique job that is queued, delayed or running).
+    pub key: Option<Vec<u8>>,
 }
 
 /// Everything an import needs of a segment.
@@ -61,6 +63,9 @@ pub fn copy_segment(seg: &Segment) -> SegmentCopy {
         seg.queues().into_iter().flatten().map(|q| (q.clone(), quota(q.index))).collect();
     let paused = queues.iter().map(|(q, _)| q.index).filter(|&i| seg.is_paused(i)).collect();
     let mut out = SegmentCopy { queues, paused, ..SegmentCopy::default() };
+    // Each live job's key, by its record: `bound` names only jobs whose record is live.
+    let keys: std::collections::HashMap<u32, (u32, Vec<u8>)> =
+        seg.key_table().bound().into_iter().map(|(q, k, id)| (id.index, (q, k.bytes()))).collect();
     let records = seg.records();
     for i in 0..records.len() {
         let mut copied = None;
@@ -74,7 +79,10 @@ pub fn copy_segment(seg: &Segment) -> SegmentCopy {
             }
         }
         match copied {
-            Some(Some(job)) if out.queues.iter().any(|(q, _)| q.index == job.queue) => out.jobs.push(job),
+            Some(Some(mut job)) if out.queues.iter().any(|(q, _)| q.index == job.queue) => {
+                job.key = keys.get(&i).filter(|(q, _)| *q == job.queue && !job.dead).map(|(_, k)| k.clone());
+                out.jobs.push(job)
+            }
             Some(_) => {}
             None => out.skipped += 1,
         }
@@ -102,6 +110,7 @@ fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
         dead,
         last_error: if dead { crate::dead_letter::load_last_error(hdr) } else { String::new() },
         priority: crate::levels::priority_of_flags(hdr.flags.load(Ordering::Relaxed)),
+        key: None,
     };
     (st.load() == w).then_some(Some(job))
 }

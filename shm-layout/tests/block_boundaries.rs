@@ -55,6 +55,7 @@ fn config(inline_bytes: u32, payload_bytes: u32, list: &[(u32, u32)]) -> Segment
         overflow_capacity: 256,
         inline_bytes,
         payload_blocks: blocks(list),
+        keys: 0,
     }
 }
 

@@ -39,6 +39,7 @@ const CONFIG: SegmentConfig = SegmentConfig {
         b[1] = 16;
         b
     },
+    keys: 0,
 };
 
 /// A payload of `tag i`, some longer than the inline area (so they go to blocks).

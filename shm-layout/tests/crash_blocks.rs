@@ -39,6 +39,7 @@ fn config() -> SegmentConfig {
         overflow_capacity: 256,
         inline_bytes: 64,
         payload_blocks,
+        keys: 0,
     }
 }
 

@@ -372,8 +372,14 @@ fn every_protocol_fail_point_has_a_test() {
     let blocks = include_str!("crash_blocks.rs");
     // The batch points need the daemon's completion: tested across processes.
     let batches = include_str!("../../tests/shapes/batches.rs");
+    // And the key-table points (pushes with a key).
+    let keys = include_str!("crash_keys.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
+            continue;
+        }
+        if p.starts_with("key.") {
+            assert!(keys.contains(&format!("crash_at(\"{p}\"")), "no crash test for {p} in crash_keys.rs");
             continue;
         }
         if p.starts_with("block.") || p.contains("block_release") {

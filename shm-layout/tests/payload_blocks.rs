@@ -34,6 +34,7 @@ fn config() -> SegmentConfig {
         overflow_capacity: 64,
         inline_bytes: 64,
         payload_blocks: blocks(&[(256, 4), (4096, 4), (65536, 2)]),
+        keys: 0,
     }
 }
 
@@ -249,6 +250,7 @@ fn bytes_per_job(inline_bytes: u32, payload_bytes: u32, block: Option<u32>) -> u
             payload_bytes,
             inline_bytes,
             payload_blocks: blocks(&list),
+            keys: 0,
             ..SegmentConfig::default()
         };
         let dir = tempfile::tempdir().unwrap();

@@ -168,6 +168,34 @@ static void out_of_fds(const char *socket, xtcq_client *client) {
     xtcq_thief_free(thief);
 }
 
+/* A push with a key: refused while the first job holds it, naming that job; with
+   XTCQ_KEY_OR_EXISTING, that job's id and nothing pushed; a key too long, invalid. */
+static void unique_keys(xtcq_client *client) {
+    xtcq_injector *inj = NULL;
+    uint32_t index = 0, birth = 0, again_index = 1, again_birth = 1;
+    OK("create keyed", xtcq_create_queue(client, "keyed", 1, 0, 0, 0, 0));
+    OK("attach an injector to keyed", xtcq_injector_attach(client, "keyed", &inj));
+    const uint8_t key[] = "order-42";
+    OK("push with a key", xtcq_injector_push_key(inj, HELLO, 5, key, 8, 0, &index, &birth));
+    EXPECT("push with a held key", xtcq_injector_push_key(inj, HELLO, 5, key, 8, 0, &again_index, &again_birth),
+           XTCQ_E_DUPLICATE);
+    if (again_index != index || again_birth != birth) {
+        fprintf(stderr, "status_codes: the refusal names %u.%u, not %u.%u\n", again_index, again_birth, index, birth);
+        bad = 1;
+    }
+    again_index = again_birth = 0;
+    int rc = xtcq_injector_push_key(inj, HELLO, 5, key, 8, XTCQ_KEY_OR_EXISTING, &again_index, &again_birth);
+    if (rc != XTCQ_EXISTING || again_index != index || again_birth != birth) {
+        fprintf(stderr, "status_codes: or-existing answered %d with %u.%u, want %d with %u.%u\n", rc, again_index,
+                again_birth, XTCQ_EXISTING, index, birth);
+        bad = 1;
+    }
+    static const uint8_t long_key[XTCQ_MAX_KEY + 1];
+    EXPECT("a key of 65 bytes", xtcq_injector_push_key(inj, HELLO, 5, long_key, sizeof long_key, 0, NULL, NULL),
+           XTCQ_E_INVALID);
+    xtcq_injector_free(inj);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s SOCKET REFUSING_SOCKET\n", argv[0]);
@@ -224,6 +252,7 @@ int main(int argc, char **argv) {
     forked_handles(client, owner, thief, job);
     expired_lease(client);
     cancelled_while_held(client);
+    unique_keys(client);
 
     /* Last: fill the one-deque queue and its overflow ring (records are shared). */
     int rc = XTCQ_OK;

@@ -480,6 +480,10 @@ fn a_fail_point_test_exists_for_every_fail_point() {
         // Tested in tests/shapes/batches.rs.
         "batch.before_count_pushed",
         "batch.after_complete",
+        // Tested in shapes/unique.rs (pushes with a key).
+        "key.locked",
+        "key.writing",
+        "key.after_bind",
     ];
     for (p, _) in xtcq_shm::failpoint::POINTS {
         assert!(covered.contains(p), "fail point {p} has no test in crash_daemon.rs or delayed_crash.rs");

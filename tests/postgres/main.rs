@@ -105,6 +105,31 @@ fn pushes_from_sql_join_the_batch_they_name_and_no_later_statement_does() {
 }
 
 #[test]
+fn a_push_with_a_key_from_sql_is_refused_while_its_job_lives() {
+    let Some(bin) = Postgres::available() else { return };
+    let d = shared_daemon();
+    create(&d, "uq", &[]);
+    let pg = Postgres::start(&bin, &conf(&d, 0));
+    pg.sql("CREATE EXTENSION xtcq");
+    let id: i64 = pg.sql("SELECT xtcq.push('uq', 'one', key => 'order-42')").parse().expect("an id");
+    let (index, birth) = (id >> 32, id & 0xFFFF_FFFF);
+    refused(
+        &pg.psql("SELECT xtcq.push('uq', 'two', key => 'order-42')"),
+        &["23505", &format!("holds key \"order-42\": {index}.{birth}")],
+    );
+    let again: i64 = pg
+        .sql("SELECT xtcq.push('uq', 'two', key => 'order-42', or_existing => true)")
+        .parse()
+        .expect("an id");
+    assert_eq!(again, id, "the existing job's id");
+    refused(&pg.psql("SELECT xtcq.push('uq', 'x', interval '1 s', key => 'k')"), &["takes no delay"]);
+    assert_eq!(pg.sql("SELECT queued FROM xtcq.stats('uq')"), "1");
+    ok(&d.run(&["steal", "uq"]));
+    let next: i64 = pg.sql("SELECT xtcq.push('uq', 'three', key => 'order-42')").parse().expect("an id");
+    assert_ne!(next, id, "a new job once the first was acked");
+}
+
+#[test]
 fn a_role_pushes_only_to_the_queues_granted_to_it() {
     let Some(bin) = Postgres::available() else { return };
     let d = shared_daemon();

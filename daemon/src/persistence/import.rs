@@ -22,7 +22,7 @@ use std::path::Path;
 
 use tracing::{info, warn};
 use xtcq_proto as proto;
-use xtcq_shm::Injector;
+use xtcq_shm::{Injector, Key};
 
 use xtcq_dump::check::{check, room_of};
 use xtcq_dump::claim::{claim, finish_file, may_hold_this_segment, read_unclaimed};
@@ -102,7 +102,9 @@ fn write_jobs(reg: &Registry, d: &Dump, slot: u32) -> Result<usize, DumpError> {
         }
         let Some((_, inj)) = injectors.iter().find(|(name, _)| *name == j.queue) else { continue };
         let payload = j.payload_bytes().ok_or_else(|| bad("no payload, or bad hex".into()))?;
-        inj.import(&payload, j.attempts, &j.last_error, j.state == JobState::Dead, j.priority)
+        let key = j.key_bytes().map_err(|e| bad(e.into()))?;
+        let key = key.map(|k| Key::new(&k)).transpose().map_err(|e| bad(e.to_string()))?;
+        inj.import(&payload, j.attempts, &j.last_error, j.state == JobState::Dead, j.priority, key.as_ref())
             .map_err(|e| bad(e.to_string()))?;
     }
     Ok(d.jobs.len())

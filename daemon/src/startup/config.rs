@@ -102,6 +102,13 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub overflow_capacity: Option<u32>,
 
+    /// Entries of the key table, which unique jobs (`xtcq push --key`) hold while they are
+    /// queued, delayed or running; 0: no table, pushes with a key are refused. Keep it a few
+    /// times the keys live at once: a key lives in one of 32 entries from its hash
+    /// [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u32>,
+
     /// Also allow peers with this user (name or uid; repeatable). The daemon's own uid is
     /// always allowed unless --no-allow-self.
     #[arg(long, value_name = "USER")]
@@ -338,7 +345,7 @@ type SizeFlag = (&'static str, u32);
 fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), ConfigError> {
     let mut c = SegmentConfig::default();
     let mut explicit = Vec::new();
-    let fields: [(&'static str, Option<u32>, &mut u32); 8] = [
+    let fields: [(&'static str, Option<u32>, &mut u32); 9] = [
         ("queues", args.queues, &mut c.queues),
         ("deques_per_queue", args.deques_per_queue, &mut c.deques_per_queue),
         ("deque_capacity", args.deque_capacity, &mut c.deque_capacity),
@@ -347,6 +354,7 @@ fn segment_config_from(args: &Args) -> Result<(SegmentConfig, Vec<SizeFlag>), Co
         ("process_slots", args.process_slots, &mut c.process_slots),
         ("overflow_capacity", args.overflow_capacity, &mut c.overflow_capacity),
         ("inline_bytes", args.inline_bytes, &mut c.inline_bytes),
+        ("keys", args.keys, &mut c.keys),
     ];
     for (name, v, field) in fields {
         if let Some(v) = v {

@@ -316,6 +316,7 @@ fn finish_segment(
             ("process_slots", have.process_slots),
             ("overflow_capacity", have.overflow_capacity),
             ("inline_bytes", have.inline_bytes),
+            ("keys", have.keys),
         ];
         // Block counts as laid out (a default resolved), against those --payload-blocks gave.
         let blocks = xtcq_shm::layout::payload::resolved_blocks(have);

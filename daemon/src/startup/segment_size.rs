@@ -183,13 +183,15 @@ pub fn estimate(c: &SegmentConfig) -> (u128, Vec<Part>) {
     }
     let tables = slots * size(size_of::<ProcessSlot>()) + q * (slots + 2) * size(size_of::<MetricsBlock>());
     parts.push(part("the process and metrics tables".into(), tables, "--process-slots, --queues"));
+    let keys = c.keys as u128 * size(size_of::<xtcq_shm::keys::KeyEntry>());
+    parts.push(part(format!("the key table ({} entries)", c.keys), keys, "--keys"));
     // Offsets as `compute_regions` rounds them: records end on a line, blocks end on a line,
-    // the whole on a page.
+    // the tables on a line, the whole on a page.
     let records_end = size(size_of::<SegmentHeader>()) + parts[..4].iter().map(|p| p.bytes).sum::<u128>();
-    let blocks_end = up(records_end, 128) + parts[4..parts.len() - 1].iter().map(|p| p.bytes).sum::<u128>();
+    let blocks_end = up(records_end, 128) + parts[4..parts.len() - 2].iter().map(|p| p.bytes).sum::<u128>();
     let batches = u128::from(BATCH_SLOTS) * size(size_of::<BatchEntry>()) + 8 * c.job_records as u128;
     parts.push(part("the batch table and the records' batch references".into(), batches, "--records"));
-    (up(up(up(blocks_end, 128) + tables, 128) + batches, 4096), parts)
+    (up(up(up(up(blocks_end, 128) + tables, 128) + batches, 128) + keys, 4096), parts)
 }
 
 /// The parts that make a tenth of `total` or more (the largest at least), largest first,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::{extend, ClaimedJob, PushBatchError, PushError, QueueCtx};
 use crate::deque::{DequeOwner, DequeRef};
+use crate::keys::Key;
 use crate::overflow::RingError;
 use crate::record::arena::WriteError;
 use crate::record::state::{JobHandle, State};
@@ -157,6 +158,23 @@ impl Owner {
         Ok(h)
     }
 
+    /// [`push`](Self::push) of a unique job (at priority 0): refused with
+    /// [`KeyError::Duplicate`] while a job of the queue pushed with `key` is queued, delayed
+    /// or running (see `keys`).
+    ///
+    /// [`KeyError::Duplicate`]: crate::keys::KeyError::Duplicate
+    pub fn push_with_key(&self, payload: &[u8], key: &Key) -> Result<JobHandle, PushError> {
+        let now = Joins::Now(coarse_monotonic_ns());
+        let keyed = Keyed { key: Some(key), seg: &self.seg };
+        let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, 0, keyed)?;
+        if self.deque.push(h.to_word()).is_err() {
+            index_in_overflow(&self.ctx, h, 0, &self.info.spec.name)?;
+        }
+        self.ctx.mark(0);
+        crate::wait::notify(self.ctx.wait);
+        Ok(h)
+    }
+
     /// Queues up to [`MAX_BATCH`](crate::deque::MAX_BATCH) of `payloads` at once, as many as
     /// our deque has room for: each record filled and published as [`push`](Self::push)
     /// does, then all their handles put in the deque with one store of `bottom`, and one wake
@@ -174,7 +192,7 @@ impl Owner {
         // One clock read for the batch: its jobs join the line together.
         let now = Joins::Now(coarse_monotonic_ns());
         for p in &payloads[..room] {
-            match publish_at(&self.ctx, self.me, &self.cursor, p, now, 0) {
+            match publish_at(&self.ctx, self.me, &self.cursor, p, now, 0, ()) {
                 Ok(h) => {
                     words[n] = h.to_word();
                     n += 1;
@@ -315,7 +333,7 @@ fn publish(
     payload: &[u8],
     priority: u32,
 ) -> Result<JobHandle, PushError> {
-    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), priority)
+    publish_at(ctx, me, cursor, payload, Joins::Now(coarse_monotonic_ns()), priority, ())
 }
 
 /// Refuses a priority past the queue's levels.
@@ -332,7 +350,7 @@ fn level_error(info: &QueueInfo, priority: u32) -> PushError {
 }
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
-/// queue's record quota, if it has one.
+/// queue's record quota, if it has one; holding `key`, if given.
 fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
@@ -340,20 +358,21 @@ fn publish_at(
     payload: &[u8],
     joins: Joins,
     priority: u32,
+    key: impl KeyOf,
 ) -> Result<JobHandle, PushError> {
     let max = ctx.records.payload_capacity();
     if payload.len() > max as usize {
         return Err(PushError::PayloadTooLarge { len: payload.len(), max });
     }
     let limited = take_quota(ctx)?;
-    let published = fill_and_publish(ctx, me, cursor, payload, joins, priority);
+    let published = fill_and_publish(ctx, me, cursor, payload, joins, priority, key);
     if published.is_err() && limited {
         Held::give(ctx.limits);
     }
     published
 }
 
-/// Allocates a record, fills it with `payload` and publishes it.
+/// Allocates a record, binds `key` to it if given, fills it with `payload` and publishes it.
 fn fill_and_publish(
     ctx: &QueueCtx<'_>,
     me: u32,
@@ -361,6 +380,7 @@ fn fill_and_publish(
     payload: &[u8],
     joins: Joins,
     priority: u32,
+    key: impl KeyOf,
 ) -> Result<JobHandle, PushError> {
     let mut c = cursor.record.get();
     let (index, generation) = ctx.records.allocate(me, &mut c)?;
@@ -375,6 +395,7 @@ fn fill_and_publish(
             return Err(closed.into());
         }
     }
+    key.bind(ctx, me, JobHandle { index, generation })?;
     let hdr = ctx
         .records
         .header(index)
@@ -426,6 +447,51 @@ fn fill_and_publish(
         crate::fail_point!("publish.before_index");
     }
     Ok(JobHandle { index, generation })
+}
+
+/// The key a push binds, if any: a type, so that a push without one is compiled with no
+/// trace of keys (`()`), as it was before them.
+trait KeyOf: Copy {
+    fn bind(self, ctx: &QueueCtx<'_>, me: u32, h: JobHandle) -> Result<(), PushError>;
+}
+
+/// No key.
+impl KeyOf for () {
+    #[inline(always)]
+    fn bind(self, _: &QueueCtx<'_>, _: u32, _: JobHandle) -> Result<(), PushError> {
+        Ok(())
+    }
+}
+
+/// A key, and the segment whose key table it goes to (looked up per keyed push, so that a
+/// handle without keys carries nothing of them).
+#[derive(Clone, Copy)]
+struct Keyed<'a> {
+    key: Option<&'a Key>,
+    seg: &'a Segment,
+}
+
+impl KeyOf for Keyed<'_> {
+    fn bind(self, ctx: &QueueCtx<'_>, me: u32, h: JobHandle) -> Result<(), PushError> {
+        self.key.map_or(Ok(()), |k| bind_key(ctx, self.seg, me, k, h))
+    }
+}
+
+/// Binds `key` to the job being pushed as `h` (its record `Filling(me)`), before its payload
+/// is written: from here the key holds while the record is live, so a push killed at any
+/// later point leaves a record recovery frees, and the key with it. Refused: the record goes
+/// back as recovery would free it.
+#[cold]
+fn bind_key(ctx: &QueueCtx<'_>, seg: &Segment, me: u32, key: &Key, h: JobHandle) -> Result<(), PushError> {
+    let bound = seg.key_table().bind(ctx.queue, key, crate::JobId::of_push(h), me);
+    crate::fail_point!("key.after_bind");
+    if let Err(e) = bound {
+        if let Some(st) = ctx.records.state(h.index) {
+            let _ = st.free_filling(h.generation, me);
+        }
+        return Err(PushError::Key(e));
+    }
+    Ok(())
 }
 
 /// Takes a record from the queue's quota, if it has one (whether it did); refuses the push
@@ -540,13 +606,38 @@ impl Injector {
         priority: u32,
     ) -> Result<JobHandle, PushError> {
         check_priority(&self.info, priority)?;
-        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), priority)
+        publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due_ns.max(1)), priority, ())
+    }
+
+    /// [`push`](Self::push) with a key (see [`Owner::push_with_key`]), and, when `due_ns`
+    /// is given, [`push_delayed`](Self::push_delayed): the key holds while the job waits.
+    pub fn push_with_key(
+        &self,
+        payload: &[u8],
+        key: &Key,
+        due_ns: Option<u64>,
+    ) -> Result<JobHandle, PushError> {
+        let keyed = Keyed { key: Some(key), seg: &self.seg };
+        match due_ns {
+            Some(due) => {
+                publish_at(&self.ctx, self.me, &self.cursor, payload, Joins::Due(due.max(1)), 0, keyed)
+            }
+            None => {
+                let now = Joins::Now(coarse_monotonic_ns());
+                let h = publish_at(&self.ctx, self.me, &self.cursor, payload, now, 0, keyed)?;
+                index_in_overflow(&self.ctx, h, 0, &self.info.spec.name)?;
+                self.ctx.mark(0);
+                crate::wait::notify(self.ctx.wait);
+                Ok(h)
+            }
+        }
     }
 
     /// Writes a job copied out of another segment ([`crate::transfer`]) with its attempts
     /// and last error: queued in the overflow ring, or a dead letter when `dead`. A push,
     /// then a claim and a give-back of our own unindexed record, so every step is one the
-    /// recovery of a dead process knows.
+    /// recovery of a dead process knows. A queued job holds `key`, if given, unless a live
+    /// job already does: then it comes in without it, rather than not at all.
     pub fn import(
         &self,
         payload: &[u8],
@@ -554,11 +645,19 @@ impl Injector {
         last_error: &str,
         dead: bool,
         priority: u32,
+        key: Option<&Key>,
     ) -> Result<JobHandle, PushError> {
         // A priority past the queue's levels (a dump of a queue that had more) joins its
         // last level.
         let priority = crate::levels::level_of(priority, self.info.spec.levels);
-        let h = publish(&self.ctx, self.me, &self.cursor, payload, priority)?;
+        let now = || Joins::Now(coarse_monotonic_ns());
+        let keyed = Keyed { key: key.filter(|_| !dead), seg: &self.seg };
+        let h = match publish_at(&self.ctx, self.me, &self.cursor, payload, now(), priority, keyed) {
+            Err(PushError::Key(crate::keys::KeyError::Duplicate { .. })) => {
+                publish_at(&self.ctx, self.me, &self.cursor, payload, now(), priority, ())?
+            }
+            r => r?,
+        };
         let corrupt = |what: &str| PushError::Corrupt(format!("record {} {what} while imported", h.index));
         let (Some(st), Some(hdr)) = (self.ctx.records.state(h.index), self.ctx.records.header(h.index))
         else {

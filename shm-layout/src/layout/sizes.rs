@@ -13,7 +13,8 @@ use super::SegmentConfig;
 
 impl SegmentConfig {
     /// A small segment: 2 queues of 2 deques of 1,024 handles (what [`QueueSpec::new`] asks
-    /// for), 256 records of payloads up to 64 bytes, 8 process slots, overflow rings of 256.
+    /// for), 256 records of payloads up to 64 bytes, 8 process slots, overflow rings of 256,
+    /// a key table of 64 entries.
     ///
     /// [`QueueSpec::new`]: crate::QueueSpec::new
     ///
@@ -33,6 +34,7 @@ impl SegmentConfig {
             payload_bytes: 64,
             process_slots: 8,
             overflow_capacity: 256,
+            keys: 64,
             ..d
         }
     }
@@ -96,6 +98,16 @@ impl SegmentConfig {
     /// ```
     pub const fn with_process_slots(mut self, slots: u32) -> Self {
         self.process_slots = slots;
+        self
+    }
+
+    /// Entries of the key table (0: none).
+    ///
+    /// ```
+    /// assert_eq!(xtcq_shm::SegmentConfig::small().with_keys(128).keys, 128);
+    /// ```
+    pub const fn with_keys(mut self, keys: u32) -> Self {
+        self.keys = keys;
         self
     }
 }

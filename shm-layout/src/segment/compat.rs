@@ -7,6 +7,9 @@
 //!   those of a version-6 configuration whose inline area is the old payload size and whose
 //!   classes have no blocks, which is what [`descriptor_of_v5`] makes of it.
 //! - Version 4 had no metrics region either (see [`descriptor_of_v4`]).
+//! - Versions 6 to 9 had no key table: their configuration ends before `keys`, so their
+//!   regions start 8 bytes sooner ([`descriptor_of_v9`]); laid out with `keys` 0, their
+//!   regions are this version's.
 //! - Any bit pattern is a valid value of these types; the result is validated as a current
 //!   descriptor would be.
 
@@ -25,6 +28,63 @@ pub(super) struct ConfigV5 {
     process_slots: u32,
     overflow_capacity: u32,
     reserved: u32,
+}
+
+/// A version-6 to 9 segment configuration: this one without `keys`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ConfigV9 {
+    queues: u32,
+    deques_per_queue: u32,
+    deque_capacity: u32,
+    job_records: u32,
+    payload_bytes: u32,
+    process_slots: u32,
+    overflow_capacity: u32,
+    inline_bytes: u32,
+    payload_blocks: [u32; PAYLOAD_CLASSES],
+}
+
+/// A version-6 to 9 descriptor.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DescriptorV9 {
+    magic: [u8; 8],
+    layout_version: u32,
+    flags: u32,
+    sizes: StructSizes,
+    config: ConfigV9,
+    regions: RegionOffsets,
+    creator_pid: u32,
+    creator_uid: u32,
+    created_unix_ns: u64,
+}
+
+/// A version-6 to 9 descriptor in this version's terms: no key table.
+pub(super) fn descriptor_of_v9(d: DescriptorV9) -> SegmentDescriptor {
+    let c = d.config;
+    SegmentDescriptor {
+        magic: d.magic,
+        layout_version: d.layout_version,
+        flags: d.flags,
+        sizes: d.sizes,
+        config: SegmentConfig {
+            queues: c.queues,
+            deques_per_queue: c.deques_per_queue,
+            deque_capacity: c.deque_capacity,
+            job_records: c.job_records,
+            payload_bytes: c.payload_bytes,
+            process_slots: c.process_slots,
+            overflow_capacity: c.overflow_capacity,
+            inline_bytes: c.inline_bytes,
+            payload_blocks: c.payload_blocks,
+            keys: 0,
+        },
+        regions: d.regions,
+        creator_pid: d.creator_pid,
+        creator_uid: d.creator_uid,
+        created_unix_ns: d.created_unix_ns,
+    }
 }
 
 /// A version-5 region table (version 4: `metrics` holds the total length, see below).
@@ -90,6 +150,7 @@ pub(super) fn descriptor_of_v5(d: DescriptorV5) -> SegmentDescriptor {
         overflow_capacity: c.overflow_capacity,
         inline_bytes: c.payload_bytes,
         payload_blocks: [0; PAYLOAD_CLASSES],
+        keys: 0,
     };
     let r = d.regions;
     // Where this version's layout of that configuration puts the (empty) block region; a

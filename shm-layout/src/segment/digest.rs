@@ -63,6 +63,7 @@ fn digest_of(d: &SegmentDescriptor) -> u64 {
     .into_iter()
     .chain(c.payload_blocks.iter().map(|&n| u64::from(n)))
     .chain([
+        u64::from(c.keys),
         r.queue_table,
         r.deques,
         r.deque_stride,
