@@ -361,3 +361,21 @@ fn only_users_of_a_queue_may_touch_its_batches() {
     assert!(shown.starts_with("batch b sealed: pushed 1 "), "{shown}");
     assert_eq!(code(&as_user(&bob, &["batch", "show", "mine", "m"])), 1, "bob's refused open made no batch");
 }
+
+/// An operator moves a segment with `xtcq export` and `xtcq import` (an upgrade) while a
+/// batch is open: batches are not carried, so its callback, held until a completion that
+/// now never comes, must not be imported as a job to run at once.
+#[test]
+fn an_export_and_import_does_not_run_the_callback_of_an_open_batch() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "b", "--on-complete", "report b", "--on-complete-queue", "cb"]));
+    ok(&d.run_in(&["push", "q", "--batch", "b"], b"1\n2\n"));
+    let dump = d.dir().join("dump");
+    ok(&d.run(&["export", dump.to_str().expect("utf-8")]));
+    let other = Daemon::start_with(&flags());
+    ok(&other.run(&["import", dump.to_str().expect("utf-8")]));
+    assert_eq!(other.drain("q"), ["1", "2"], "the batch's jobs, as jobs of no batch");
+    assert_eq!(other.drain("cb"), Vec::<String>::new(), "the callback of a batch that never completed ran");
+}
