@@ -379,3 +379,31 @@ fn an_export_and_import_does_not_run_the_callback_of_an_open_batch() {
     assert_eq!(other.drain("q"), ["1", "2"], "the batch's jobs, as jobs of no batch");
     assert_eq!(other.drain("cb"), Vec::<String>::new(), "the callback of a batch that never completed ran");
 }
+
+/// An operator re-queues a dead letter of a complete batch, then thinks better of it and
+/// cancels it: the batch was complete, so its counts stay as they were (the job is not
+/// counted dead and cancelled both, nor an acked job taken off).
+#[test]
+fn a_cancel_after_its_batch_completed_changes_no_count() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q", "--max-attempts", "1"]));
+    ok(&d.run(&["batch", "open", "q", "b"]));
+    let ids = ok(&d.run_in(&["push", "q", "--batch", "b", "--print-handle"], b"bad\nok\n"));
+    let bad = ids.lines().next().expect("two ids").to_string();
+    ok(&d.run(&["batch", "seal", "q", "b"]));
+    let mut w = d
+        .xtcq()
+        .args(["work", "q", "-j", "2", "--", "sh", "-c", "test \"$XTCQ_PAYLOAD\" != bad"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn work");
+    let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "60s"]);
+    kill9(&mut w);
+    let counts = "batch b complete: pushed 2 running 0 acked 1 dead 1 cancelled 0";
+    assert_eq!((code(&o), stdout(&o).trim()), (5, counts), "{}", stderr(&o));
+    ok(&d.run(&["dead", "q", "--requeue"]));
+    ok(&d.run(&["cancel", "q", &bad]));
+    assert_eq!(ok(&d.run(&["batch", "show", "q", "b"])).trim(), counts, "counts moved after the completion");
+}

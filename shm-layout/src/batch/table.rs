@@ -215,10 +215,15 @@ fn complete(seg: &Segment, slot: u32, before: BatchWord) -> Option<Completed> {
     Some(Completed { progress: progress(seg, slot)?, callback_released })
 }
 
-/// Counts a job of `batch` the daemon cancelled (called after the cancel's CAS).
+/// Counts a job of `batch` the daemon cancelled (called after the cancel's CAS, under the
+/// registry lock, as completion is). Not once the batch is complete: its counts are final
+/// (a dead letter re-queued after the completion, then cancelled, was counted dead).
 pub fn count_cancelled(seg: &Segment, batch: BatchRef) {
     if let Some(e) = seg.batch_entry(batch.slot) {
-        if BatchWord(e.word.load(Ordering::Relaxed)).generation() == batch.generation {
+        let w = BatchWord(e.word.load(Ordering::Relaxed));
+        if w.generation() == batch.generation
+            && matches!(w.status(), Some(BatchStatus::Open | BatchStatus::Sealed))
+        {
             e.cancelled.fetch_add(1, Ordering::Relaxed);
         }
     }
