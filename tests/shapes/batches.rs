@@ -407,3 +407,23 @@ fn a_cancel_after_its_batch_completed_changes_no_count() {
     ok(&d.run(&["cancel", "q", &bad]));
     assert_eq!(ok(&d.run(&["batch", "show", "q", "b"])).trim(), counts, "counts moved after the completion");
 }
+
+/// A user of a queue names a batch with a terminal escape and a right-to-left override; the
+/// operator's `xtcq stats`, `batch show` and `wait` print the name escaped, as they print
+/// queue names read from the segment, never the raw bytes that drive their terminal.
+#[test]
+fn a_batch_name_with_terminal_escapes_is_printed_escaped() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    let name = "x\u{1b}[2J\u{1b}]0;owned\u{7}\u{202e}y";
+    ok(&d.run(&["batch", "open", "q", name]));
+    ok(&d.run(&["batch", "seal", "q", name]));
+    for args in
+        [&["stats"][..], &["stats", "q"], &["batch", "show", "q", name], &["wait", "q", "--batch", name]]
+    {
+        let o = d.run(args);
+        let out = stdout(&o);
+        assert!(!out.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{args:?} printed the raw name: {out:?}");
+        assert!(out.contains("batch x\\x1b[2J\\x1b]0;owned\\x07\\u{202e}y "), "{args:?}: {out:?}");
+    }
+}
