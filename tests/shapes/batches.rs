@@ -427,3 +427,64 @@ fn a_batch_name_with_terminal_escapes_is_printed_escaped() {
         assert!(out.contains("batch x\\x1b[2J\\x1b]0;owned\\x07\\u{202e}y "), "{args:?}: {out:?}");
     }
 }
+
+/// An attached process scribbles every batch-table entry but one real batch's: random status
+/// words (some naming the real batch's queue), counts, name lengths and bytes, and callback
+/// handles. The daemon's scans, `stats`, `batch show` and a restart read them all and crash
+/// on none; the real batch completes with its counts, and its callback comes once.
+#[test]
+fn scribbled_batch_entries_crash_nothing_and_hold_back_no_other_batch() {
+    let flags = flags();
+    let mut d = Daemon::start_with(&flags);
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "real", "--on-complete", "done", "--on-complete-queue", "cb"]));
+    ok(&d.run_in(&["push", "q", "--batch", "real"], b"1\n2\n3\n"));
+    let client = d.client();
+    let real = client.batch_progress("q", "real").expect("the real batch");
+    let seg = client.segment().expect("segment");
+    let q = seg.queues().into_iter().flatten().find(|i| i.spec.name == "q").expect("q").index;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for slot in (0..xtcq_shm::layout::BATCH_SLOTS).filter(|&s| s != real.slot) {
+        let e = seg.batch_entry(slot).expect("an entry");
+        let r = next();
+        // Half name the real batch's queue, with a status of 0 to 7 (4 to 7 are no status).
+        let queue = if r & 1 == 0 { u64::from(q) } else { r >> 40 & 0xFF_FFFF };
+        e.word.store((next() & 0xFFFF_FFFF_0000_0000) | (r >> 8 & 7) << 24 | queue, Ordering::Relaxed);
+        e.name_len.store(next() as u32 % 100, Ordering::Relaxed);
+        for w in &e.name {
+            w.store(next(), Ordering::Relaxed);
+        }
+        for c in [&e.pushed, &e.live, &e.dead, &e.cancelled] {
+            c.store(next(), Ordering::Relaxed);
+        }
+        // Handles of records in the table, at random generations.
+        e.callback.store((next() & 0xFFFF_FFFF_0000_0000) | (next() % 16384), Ordering::Relaxed);
+        e.seq.store(next() as u32, Ordering::Relaxed);
+    }
+    drop(seg);
+    drop(client);
+    for args in [&["stats"][..], &["stats", "q", "--json"], &["batch", "show", "q", "real"]] {
+        ok(&d.run(args));
+    }
+    let _ = d.run(&["batch", "open", "q", "another"]);
+    ok(&d.run(&["batch", "seal", "q", "real"]));
+    assert_eq!(d.drain("q"), ["1", "2", "3"]);
+    let o = d.run(&["wait", "q", "--batch", "real", "--timeout", "30s"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).trim(), "batch real complete: pushed 3 running 0 acked 3 dead 0 cancelled 0");
+    assert_eq!(d.drain("cb"), ["done"]);
+    // A daemon adopting the scribbled table (it releases complete batches' callbacks).
+    d.kill();
+    d.restart_with(&flags, |_| {});
+    ok(&d.run(&["stats"]));
+    assert_eq!(d.drain("cb"), Vec::<String>::new(), "the callback, once");
+    ok(&d.run(&["push", "q", "still-serving"]));
+    assert_eq!(d.drain("q"), ["still-serving"]);
+}

@@ -58,8 +58,10 @@ pub struct BatchProgress {
 
 impl BatchProgress {
     /// Jobs that ended by an ack (or a purge): pushed and neither running, dead nor cancelled.
+    /// Saturating: the counts are read from the segment, where any attached process may have
+    /// written any value.
     pub fn acked(&self) -> u64 {
-        self.pushed.saturating_sub(self.live + self.dead + self.cancelled)
+        self.pushed.saturating_sub(self.live.saturating_add(self.dead).saturating_add(self.cancelled))
     }
 }
 
