@@ -115,11 +115,13 @@ fn print(b: &BatchInfo, json: bool) -> Result<()> {
     out::print(text)
 }
 
-/// One line of a batch's counts, as `wait`, `batch` and `stats` print it.
+/// One line of a batch's counts, as `wait`, `batch` and `stats` print it. The name is
+/// printed escaped: any user of the queue picks it (any bytes), or an attached process
+/// scribbles it, and it must not drive the reader's terminal.
 pub fn line(b: &BatchInfo) -> String {
     format!(
         "batch {} {}: pushed {} running {} acked {} dead {} cancelled {}",
-        b.name,
+        xtcq_proto::queue_name::escaped(&b.name),
         status_name(b.status),
         b.pushed,
         b.running,

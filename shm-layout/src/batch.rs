@@ -267,6 +267,21 @@ pub fn release_callbacks(seg: &Segment) -> usize {
     released
 }
 
+/// The callbacks held for batches not yet complete (open or sealed): jobs that only their
+/// batch's completion may put in line, which a copy of the segment (`transfer`) leaves out.
+pub fn pending_callbacks(seg: &Segment) -> Vec<JobHandle> {
+    (0..BATCH_SLOTS)
+        .map_while(|slot| seg.batch_entry(slot))
+        .filter(|e| {
+            matches!(
+                BatchWord(e.word.load(Ordering::Acquire)).status(),
+                Some(BatchStatus::Open | BatchStatus::Sealed)
+            )
+        })
+        .filter_map(|e| JobHandle::from_word(e.callback.load(Ordering::Relaxed)))
+        .collect()
+}
+
 /// Releases `e`'s callback if it is still held; whether this call released it.
 pub(crate) fn release_callback(seg: &Segment, e: &BatchEntry) -> bool {
     let Some(h) = JobHandle::from_word(e.callback.load(Ordering::Relaxed)) else { return false };

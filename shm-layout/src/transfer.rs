@@ -9,11 +9,14 @@
 //!   racy but never torn copy;
 //! - a job claimed or being given back when copied is copied as queued: it runs again
 //!   after an import (at least once, as after a crash); a delayed job is copied as queued;
+//! - batches are not copied, nor the callback held for a batch not yet complete (a
+//!   `Delayed` job only that completion may put in line): imported as queued, it would run
+//!   for a batch that never completed;
 //! - an import writes each job through the same transitions as a push and a give-back
 //!   ([`crate::Injector::import`]), so a process killed half-way leaves records that
 //!   recovery knows.
 
-use crate::record::state::State;
+use crate::record::state::{JobHandle, State};
 use crate::segment::{QueueInfo, QuotaState, Segment};
 use crate::sync::Ordering;
 
@@ -67,10 +70,12 @@ pub fn copy_segment(seg: &Segment) -> SegmentCopy {
     let keys: std::collections::HashMap<u32, (u32, Vec<u8>)> =
         seg.key_table().bound().into_iter().map(|(q, k, id)| (id.index, (q, k.bytes()))).collect();
     let records = seg.records();
+    let callbacks: std::collections::HashSet<JobHandle> =
+        crate::batch::pending_callbacks(seg).into_iter().collect();
     for i in 0..records.len() {
         let mut copied = None;
         for _ in 0..4 {
-            match copy_record(seg, i) {
+            match copy_record(seg, i, &callbacks) {
                 Some(c) => {
                     copied = Some(c);
                     break;
@@ -91,10 +96,19 @@ pub fn copy_segment(seg: &Segment) -> SegmentCopy {
 }
 
 /// Record `i`'s job: `Some(None)` when it holds none, `None` when it changed during the copy.
-fn copy_record(seg: &Segment, i: u32) -> Option<Option<JobCopy>> {
+fn copy_record(
+    seg: &Segment,
+    i: u32,
+    callbacks: &std::collections::HashSet<JobHandle>,
+) -> Option<Option<JobCopy>> {
     let records = seg.records();
     let (Some(st), Some(hdr)) = (records.state(i), records.header(i)) else { return Some(None) };
     let w = st.load();
+    if w.state() == Some(State::Delayed)
+        && callbacks.contains(&JobHandle { index: i, generation: w.generation() })
+    {
+        return Some(None); // a held callback: its batch is not copied
+    }
     let dead = match w.state() {
         Some(State::Dead) => true,
         Some(State::Queued | State::Delayed | State::Claimed | State::Writing) => false,

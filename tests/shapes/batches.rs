@@ -361,3 +361,130 @@ fn only_users_of_a_queue_may_touch_its_batches() {
     assert!(shown.starts_with("batch b sealed: pushed 1 "), "{shown}");
     assert_eq!(code(&as_user(&bob, &["batch", "show", "mine", "m"])), 1, "bob's refused open made no batch");
 }
+
+/// An operator moves a segment with `xtcq export` and `xtcq import` (an upgrade) while a
+/// batch is open: batches are not carried, so its callback, held until a completion that
+/// now never comes, must not be imported as a job to run at once.
+#[test]
+fn an_export_and_import_does_not_run_the_callback_of_an_open_batch() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "b", "--on-complete", "report b", "--on-complete-queue", "cb"]));
+    ok(&d.run_in(&["push", "q", "--batch", "b"], b"1\n2\n"));
+    let dump = d.dir().join("dump");
+    ok(&d.run(&["export", dump.to_str().expect("utf-8")]));
+    let other = Daemon::start_with(&flags());
+    ok(&other.run(&["import", dump.to_str().expect("utf-8")]));
+    assert_eq!(other.drain("q"), ["1", "2"], "the batch's jobs, as jobs of no batch");
+    assert_eq!(other.drain("cb"), Vec::<String>::new(), "the callback of a batch that never completed ran");
+}
+
+/// An operator re-queues a dead letter of a complete batch, then thinks better of it and
+/// cancels it: the batch was complete, so its counts stay as they were (the job is not
+/// counted dead and cancelled both, nor an acked job taken off).
+#[test]
+fn a_cancel_after_its_batch_completed_changes_no_count() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q", "--max-attempts", "1"]));
+    ok(&d.run(&["batch", "open", "q", "b"]));
+    let ids = ok(&d.run_in(&["push", "q", "--batch", "b", "--print-handle"], b"bad\nok\n"));
+    let bad = ids.lines().next().expect("two ids").to_string();
+    ok(&d.run(&["batch", "seal", "q", "b"]));
+    let mut w = d
+        .xtcq()
+        .args(["work", "q", "-j", "2", "--", "sh", "-c", "test \"$XTCQ_PAYLOAD\" != bad"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn work");
+    let o = d.run(&["wait", "q", "--batch", "b", "--timeout", "60s"]);
+    kill9(&mut w);
+    let counts = "batch b complete: pushed 2 running 0 acked 1 dead 1 cancelled 0";
+    assert_eq!((code(&o), stdout(&o).trim()), (5, counts), "{}", stderr(&o));
+    ok(&d.run(&["dead", "q", "--requeue"]));
+    ok(&d.run(&["cancel", "q", &bad]));
+    assert_eq!(ok(&d.run(&["batch", "show", "q", "b"])).trim(), counts, "counts moved after the completion");
+}
+
+/// A user of a queue names a batch with a terminal escape and a right-to-left override; the
+/// operator's `xtcq stats`, `batch show` and `wait` print the name escaped, as they print
+/// queue names read from the segment, never the raw bytes that drive their terminal.
+#[test]
+fn a_batch_name_with_terminal_escapes_is_printed_escaped() {
+    let d = Daemon::start_with(&flags());
+    ok(&d.run(&["create", "q"]));
+    let name = "x\u{1b}[2J\u{1b}]0;owned\u{7}\u{202e}y";
+    ok(&d.run(&["batch", "open", "q", name]));
+    ok(&d.run(&["batch", "seal", "q", name]));
+    for args in
+        [&["stats"][..], &["stats", "q"], &["batch", "show", "q", name], &["wait", "q", "--batch", name]]
+    {
+        let o = d.run(args);
+        let out = stdout(&o);
+        assert!(!out.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{args:?} printed the raw name: {out:?}");
+        assert!(out.contains("batch x\\x1b[2J\\x1b]0;owned\\x07\\u{202e}y "), "{args:?}: {out:?}");
+    }
+}
+
+/// An attached process scribbles every batch-table entry but one real batch's: random status
+/// words (some naming the real batch's queue), counts, name lengths and bytes, and callback
+/// handles. The daemon's scans, `stats`, `batch show` and a restart read them all and crash
+/// on none; the real batch completes with its counts, and its callback comes once.
+#[test]
+fn scribbled_batch_entries_crash_nothing_and_hold_back_no_other_batch() {
+    let flags = flags();
+    let mut d = Daemon::start_with(&flags);
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "real", "--on-complete", "done", "--on-complete-queue", "cb"]));
+    ok(&d.run_in(&["push", "q", "--batch", "real"], b"1\n2\n3\n"));
+    let client = d.client();
+    let real = client.batch_progress("q", "real").expect("the real batch");
+    let seg = client.segment().expect("segment");
+    let q = seg.queues().into_iter().flatten().find(|i| i.spec.name == "q").expect("q").index;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for slot in (0..xtcq_shm::layout::BATCH_SLOTS).filter(|&s| s != real.slot) {
+        let e = seg.batch_entry(slot).expect("an entry");
+        let r = next();
+        // Half name the real batch's queue, with a status of 0 to 7 (4 to 7 are no status).
+        let queue = if r & 1 == 0 { u64::from(q) } else { r >> 40 & 0xFF_FFFF };
+        e.word.store((next() & 0xFFFF_FFFF_0000_0000) | (r >> 8 & 7) << 24 | queue, Ordering::Relaxed);
+        e.name_len.store(next() as u32 % 100, Ordering::Relaxed);
+        for w in &e.name {
+            w.store(next(), Ordering::Relaxed);
+        }
+        for c in [&e.pushed, &e.live, &e.dead, &e.cancelled] {
+            c.store(next(), Ordering::Relaxed);
+        }
+        // Handles of records in the table, at random generations.
+        e.callback.store((next() & 0xFFFF_FFFF_0000_0000) | (next() % 16384), Ordering::Relaxed);
+        e.seq.store(next() as u32, Ordering::Relaxed);
+    }
+    drop(seg);
+    drop(client);
+    for args in [&["stats"][..], &["stats", "q", "--json"], &["batch", "show", "q", "real"]] {
+        ok(&d.run(args));
+    }
+    let _ = d.run(&["batch", "open", "q", "another"]);
+    ok(&d.run(&["batch", "seal", "q", "real"]));
+    assert_eq!(d.drain("q"), ["1", "2", "3"]);
+    let o = d.run(&["wait", "q", "--batch", "real", "--timeout", "30s"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).trim(), "batch real complete: pushed 3 running 0 acked 3 dead 0 cancelled 0");
+    assert_eq!(d.drain("cb"), ["done"]);
+    // A daemon adopting the scribbled table (it releases complete batches' callbacks).
+    d.kill();
+    d.restart_with(&flags, |_| {});
+    ok(&d.run(&["stats"]));
+    assert_eq!(d.drain("cb"), Vec::<String>::new(), "the callback, once");
+    ok(&d.run(&["push", "q", "still-serving"]));
+    assert_eq!(d.drain("q"), ["still-serving"]);
+}

@@ -58,8 +58,10 @@ pub struct BatchProgress {
 
 impl BatchProgress {
     /// Jobs that ended by an ack (or a purge): pushed and neither running, dead nor cancelled.
+    /// Saturating: the counts are read from the segment, where any attached process may have
+    /// written any value.
     pub fn acked(&self) -> u64 {
-        self.pushed.saturating_sub(self.live + self.dead + self.cancelled)
+        self.pushed.saturating_sub(self.live.saturating_add(self.dead).saturating_add(self.cancelled))
     }
 }
 
@@ -215,10 +217,15 @@ fn complete(seg: &Segment, slot: u32, before: BatchWord) -> Option<Completed> {
     Some(Completed { progress: progress(seg, slot)?, callback_released })
 }
 
-/// Counts a job of `batch` the daemon cancelled (called after the cancel's CAS).
+/// Counts a job of `batch` the daemon cancelled (called after the cancel's CAS, under the
+/// registry lock, as completion is). Not once the batch is complete: its counts are final
+/// (a dead letter re-queued after the completion, then cancelled, was counted dead).
 pub fn count_cancelled(seg: &Segment, batch: BatchRef) {
     if let Some(e) = seg.batch_entry(batch.slot) {
-        if BatchWord(e.word.load(Ordering::Relaxed)).generation() == batch.generation {
+        let w = BatchWord(e.word.load(Ordering::Relaxed));
+        if w.generation() == batch.generation
+            && matches!(w.status(), Some(BatchStatus::Open | BatchStatus::Sealed))
+        {
             e.cancelled.fetch_add(1, Ordering::Relaxed);
         }
     }
