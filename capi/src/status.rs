@@ -121,6 +121,7 @@ pub(crate) fn from_error(e: &Error) -> c_int {
         Error::NoFreeDeque { .. }
         | Error::NoFreeSlot(_)
         | Error::QueueTableFull(_)
+        | Error::NoRoom(_)
         | Error::LimitReached(_) => XTCQ_E_NO_ROOM,
         Error::Segment(_)
         | Error::Corrupt(_)

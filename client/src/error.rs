@@ -97,6 +97,10 @@ pub enum Error {
     /// The queue table is full.
     #[error("cannot create queue: {0}")]
     QueueTableFull(String),
+    /// The segment has no room for it (the batch table, or the queue of a batch's callback):
+    /// the message says which, and what makes room.
+    #[error("{0}")]
+    NoRoom(String),
     /// A delete was refused: a process is (or may be) attached to the queue, or one of its
     /// jobs is being run. The message names the processes and what to do.
     #[error("{message}")]
@@ -310,6 +314,7 @@ impl Error {
             Error::NoSuchBatch(_) => ErrorCode::NoSuchBatch,
             Error::QueueExists(_) => ErrorCode::QueueExists,
             Error::QueueTableFull(_) => ErrorCode::QueueTableFull,
+            Error::NoRoom(_) => ErrorCode::NoRoom,
             Error::QueueInUse { .. } => ErrorCode::QueueInUse,
             Error::QueueNotEmpty { .. } => ErrorCode::QueueNotEmpty,
             Error::QueueMismatch { .. } => ErrorCode::QueueMismatch,
@@ -378,6 +383,7 @@ impl Error {
             ErrorCode::NoSuchBatch => Error::NoSuchBatch(e.message),
             ErrorCode::QueueExists => Error::QueueExists(q()),
             ErrorCode::QueueTableFull => Error::QueueTableFull(e.message),
+            ErrorCode::NoRoom => Error::NoRoom(e.message),
             ErrorCode::QueueInUse => Error::QueueInUse { queue: q(), message: e.message },
             ErrorCode::QueueNotEmpty => Error::QueueNotEmpty { queue: q(), message: e.message },
             ErrorCode::QueueMismatch => Error::QueueMismatch { queue: q(), message: e.message },

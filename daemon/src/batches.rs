@@ -125,7 +125,7 @@ impl Registry {
             .map_err(|e| ErrorReply::new(ErrorCode::Internal, e.to_string()))
             .and_then(|inj| {
                 inj.push_delayed(&cb.payload, NEVER)
-                    .map_err(|e| ErrorReply::new(ErrorCode::LimitReached, format!("callback job: {e}")))
+                    .map_err(|e| ErrorReply::new(ErrorCode::NoRoom, format!("callback job: {e}")))
             });
         self.recover_process(slot);
         pushed
@@ -165,7 +165,7 @@ pub fn info_of(p: &BatchProgress) -> proto::BatchInfo {
 
 fn batch_error(e: BatchError) -> ErrorReply {
     let code = match e {
-        BatchError::TableFull => ErrorCode::LimitReached,
+        BatchError::TableFull => ErrorCode::NoRoom,
         BatchError::NotFound(_) => ErrorCode::NoSuchBatch,
         BatchError::NoTable => ErrorCode::Corrupt,
         BatchError::Exists(_) | BatchError::BadName => ErrorCode::BadRequest,

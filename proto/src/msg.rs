@@ -584,6 +584,10 @@ pub enum ErrorCode {
     /// A [`Request::Batch`] named no batch of its queue (never opened, or forgotten with its
     /// queue). Added without a version bump: an older client reads it as `Unknown`.
     NoSuchBatch,
+    /// The segment has no room for what was asked: the batch table is full, or the queue a
+    /// batch's callback job goes to is. The message names what and the flag or action that
+    /// makes room. Added without a version bump: an older client reads it as `Unknown`.
+    NoRoom,
     /// A code this build does not know (sent by a newer daemon).
     #[serde(other)]
     Unknown,

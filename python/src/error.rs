@@ -78,6 +78,7 @@ pub(crate) fn kind_of(e: &Error) -> Kind {
         Error::NoFreeDeque { .. }
         | Error::NoFreeSlot(_)
         | Error::QueueTableFull(_)
+        | Error::NoRoom(_)
         | Error::LimitReached(_) => Kind::NoRoom,
         Error::Segment(_)
         | Error::Corrupt(_)

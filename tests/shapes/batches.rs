@@ -488,3 +488,23 @@ fn scribbled_batch_entries_crash_nothing_and_hold_back_no_other_batch() {
     ok(&d.run(&["push", "q", "still-serving"]));
     assert_eq!(d.drain("q"), ["still-serving"]);
 }
+
+#[test]
+fn a_full_batch_table_or_callback_queue_is_no_room_not_a_refusal() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "t"]));
+    ok(&d.run(&["create", "cb", "--max-records", "1"]));
+    ok(&d.run(&["push", "cb", "filler"]));
+    let o = d.run(&["batch", "open", "t", "called", "--on-complete", "x", "--on-complete-queue", "cb"]);
+    assert_eq!(code(&o), 1, "a full callback queue is no refusal: {}", stderr(&o));
+    assert!(stderr(&o).contains("callback job") && !stderr(&o).contains("refused"), "{}", stderr(&o));
+    let c = d.client();
+    for i in 0..1024 {
+        c.open_batch("t", &format!("b{i}"), None).expect("a free entry of the batch table");
+    }
+    let o = d.run(&["batch", "open", "t", "one-too-many"]);
+    assert_eq!(code(&o), 1, "a full batch table is no refusal: {}", stderr(&o));
+    assert!(stderr(&o).contains("full") && !stderr(&o).contains("refused"), "{}", stderr(&o));
+    let e = c.open_batch("t", "again", None).expect_err("the table is full");
+    assert!(matches!(e, xtcq_client::Error::NoRoom(_)) && !e.is_refused(), "{e:?}");
+}
