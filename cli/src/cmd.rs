@@ -297,6 +297,8 @@ pub fn push(socket: Option<&Path>, args: PushArgs) -> Result<i32> {
             or_existing: args.or_existing,
             timeout: args.timeout,
             due,
+            priority: args.priority,
+            batch: args.batch.as_deref(),
         };
         return crate::unique::push(socket, push);
     }

@@ -19,6 +19,10 @@ pub struct KeyedPush<'a> {
     pub or_existing: bool,
     pub timeout: Duration,
     pub due: Option<Due>,
+    /// `--priority`: a job with a key is pushed at priority 0 only.
+    pub priority: u32,
+    /// `--batch`: the batch it joins.
+    pub batch: Option<&'a str>,
 }
 
 /// Pushes one job with a key; prints `new ID` or `existing ID` on stdout. Refused (a live
@@ -28,8 +32,14 @@ pub fn push(socket: Option<&Path>, p: KeyedPush<'_>) -> Result<i32> {
     let [payload] = p.payload else {
         bail!("--key pushes one job: give exactly one payload argument (got {})", p.payload.len());
     };
+    if p.priority != 0 {
+        bail!("a job with --key is pushed at priority 0, not --priority {}: drop one of the two", p.priority);
+    }
     let client = connect(socket)?;
     let inj = client.attach_injector(p.queue)?;
+    if let Some(name) = p.batch {
+        inj.set_batch(Some(&client.batch_progress(p.queue, name)?));
+    }
     let on_duplicate = if p.or_existing { OnDuplicate::ReturnExisting } else { OnDuplicate::Refuse };
     let key = p.key.as_bytes();
     let mut room = Room::new(p.queue, p.timeout);

@@ -508,3 +508,22 @@ fn a_full_batch_table_or_callback_queue_is_no_room_not_a_refusal() {
     let e = c.open_batch("t", "again", None).expect_err("the table is full");
     assert!(matches!(e, xtcq_client::Error::NoRoom(_)) && !e.is_refused(), "{e:?}");
 }
+
+#[test]
+fn a_push_with_a_key_joins_the_batch_it_names_and_takes_no_other_priority() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q", "--levels", "3"]));
+    ok(&d.run(&["batch", "open", "q", "b"]));
+    ok(&d.run(&["push", "q", "--batch", "b", "--priority", "2", "low"]));
+    ok(&d.run(&["push", "q", "--batch", "b", "--key", "k1", "keyed"]));
+    let o = d.run(&["push", "q", "--batch", "b", "--key", "k2", "--priority", "1", "x"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("priority 0"), "{}", stderr(&o));
+    ok(&d.run(&["batch", "seal", "q", "b"]));
+    let show = ok(&d.run(&["batch", "show", "q", "b", "--json"]));
+    assert!(show.contains(r#""pushed":2"#), "the keyed job is in the batch: {show}");
+    // Both jobs run, then the batch completes with both acked.
+    assert_eq!(d.drain("q"), ["keyed", "low"]);
+    let waited = ok(&d.run(&["wait", "q", "--batch", "b", "--timeout", "30s"]));
+    assert!(waited.contains("acked 2"), "{waited}");
+}
