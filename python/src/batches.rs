@@ -22,9 +22,13 @@ fn info_dict<'py>(py: Python<'py>, b: &BatchInfo) -> PyResult<Bound<'py, PyDict>
             BatchStatus::Complete => "complete",
         },
     )?;
-    for (k, v) in
-        [("pushed", b.pushed), ("running", b.running), ("acked", b.acked), ("dead", b.dead), ("cancelled", b.cancelled)]
-    {
+    for (k, v) in [
+        ("pushed", b.pushed),
+        ("running", b.running),
+        ("acked", b.acked),
+        ("dead", b.dead),
+        ("cancelled", b.cancelled),
+    ] {
         d.set_item(k, v)?;
     }
     Ok(d)
@@ -107,7 +111,12 @@ impl Client {
 impl Owner {
     /// Makes every later push join batch `name` of this owner's queue (None: no batch),
     /// looked up through `client`.
-    pub(crate) fn set_batch_py(&self, py: Python<'_>, client: &Client, name: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    pub(crate) fn set_batch_py(
+        &self,
+        py: Python<'_>,
+        client: &Client,
+        name: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let info = match name {
             None => None,
             Some(n) => {

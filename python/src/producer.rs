@@ -37,7 +37,10 @@ fn keyed_at_zero(py: Python<'_>, priority: u32) -> PyResult<()> {
     if priority == 0 {
         return Ok(());
     }
-    Err(invalid(py, format!("a job with a key is pushed at priority 0, not {priority}; push it without the key")))
+    Err(invalid(
+        py,
+        format!("a job with a key is pushed at priority 0, not {priority}; push it without the key"),
+    ))
 }
 
 fn on_duplicate(or_existing: bool) -> OnDuplicate {
@@ -97,7 +100,12 @@ impl Owner {
     /// Makes every later push join batch `name` of this owner's queue (None: no batch),
     /// looked up through `client`.
     #[pyo3(signature = (client, name))]
-    fn set_batch(&self, py: Python<'_>, client: &Bound<'_, crate::client::Client>, name: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn set_batch(
+        &self,
+        py: Python<'_>,
+        client: &Bound<'_, crate::client::Client>,
+        name: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         self.set_batch_py(py, client.get(), name)
     }
 
