@@ -50,6 +50,10 @@ pub enum JobState {
     Cancelled,
 }
 
+/// Milliseconds past which a delayed job is held, not delayed (100 years: a delay is at most
+/// 10; a batch's callback has no due time at all).
+const HELD_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
 impl JobState {
     /// One line for a human.
     pub fn describe(&self) -> String {
@@ -59,6 +63,11 @@ impl JobState {
             }
             JobState::BeingPushed => "being pushed".into(),
             JobState::Queued { attempts } => format!("queued ({attempts} earlier attempt(s))"),
+            // Only a batch's callback waits that long (a delay is at most 10 years): it has
+            // no due time, its batch's completion releases it.
+            JobState::Delayed { due_in_ms, .. } if *due_in_ms > HELD_MS => {
+                "held: a batch's callback job, in line once its batch completes".into()
+            }
             JobState::Delayed { due_in_ms, attempts } => {
                 format!("delayed: due in {due_in_ms} ms ({attempts} earlier attempt(s))")
             }

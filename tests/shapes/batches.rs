@@ -527,3 +527,15 @@ fn a_push_with_a_key_joins_the_batch_it_names_and_takes_no_other_priority() {
     let waited = ok(&d.run(&["wait", "q", "--batch", "b", "--timeout", "30s"]));
     assert!(waited.contains("acked 2"), "{waited}");
 }
+
+#[test]
+fn a_batch_callback_waiting_for_its_batch_says_it_is_held() {
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    ok(&d.run(&["create", "cb"]));
+    ok(&d.run(&["batch", "open", "q", "b", "--on-complete", "report", "--on-complete-queue", "cb"]));
+    // The callback is the fresh segment's first job.
+    let o = ok(&d.run(&["job", "cb", "0.1"]));
+    assert!(o.contains("held: a batch's callback job"), "{o}");
+    assert!(!o.contains("due in"), "{o}");
+}
