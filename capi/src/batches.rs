@@ -196,24 +196,13 @@ pub unsafe extern "C" fn xtcq_owner_set_batch(
         if let Err(code) = not_forked(o.born).and_then(|_| not_forked(c.born)) {
             return code;
         }
-        if batch.is_null() {
-            o.inner.set_batch(None);
-            return XTCQ_OK;
-        }
         // SAFETY: the caller's contract.
-        let name = match unsafe { c_str(batch, "batch") } {
-            Ok(n) => n,
-            Err(code) => return code,
-        };
-        match c.inner.batch_progress(&o.inner.queue().name, name) {
-            Ok(info) => match takes_pushes(&info, &o.inner.queue().name) {
-                Ok(()) => {
-                    o.inner.set_batch(Some(&info));
-                    XTCQ_OK
-                }
-                Err(code) => code,
-            },
-            Err(e) => from_error(&e),
+        match unsafe { batch_to_join(c, &o.inner.queue().name, batch) } {
+            Ok(info) => {
+                o.inner.set_batch(info.as_ref());
+                XTCQ_OK
+            }
+            Err(code) => code,
         }
     })
 }
@@ -260,26 +249,35 @@ pub unsafe extern "C" fn xtcq_injector_set_batch(
         if let Err(code) = not_forked(i.born).and_then(|_| not_forked(c.born)) {
             return code;
         }
-        if batch.is_null() {
-            i.inner.set_batch(None);
-            return XTCQ_OK;
-        }
         // SAFETY: the caller's contract.
-        let name = match unsafe { c_str(batch, "batch") } {
-            Ok(n) => n,
-            Err(code) => return code,
-        };
-        match c.inner.batch_progress(&i.inner.queue().name, name) {
-            Ok(info) => match takes_pushes(&info, &i.inner.queue().name) {
-                Ok(()) => {
-                    i.inner.set_batch(Some(&info));
-                    XTCQ_OK
-                }
-                Err(code) => code,
-            },
-            Err(e) => from_error(&e),
+        match unsafe { batch_to_join(c, &i.inner.queue().name, batch) } {
+            Ok(info) => {
+                i.inner.set_batch(info.as_ref());
+                XTCQ_OK
+            }
+            Err(code) => code,
         }
     })
+}
+
+/// The batch a handle of `queue` is to join: `None` for NULL (no batch), else batch `batch`
+/// looked up through `c`, refused unless it takes pushes.
+///
+/// # Safety
+/// `batch` NULL or a NUL-terminated string.
+unsafe fn batch_to_join(
+    c: &xtcq_client,
+    queue: &str,
+    batch: *const c_char,
+) -> Result<Option<BatchInfo>, c_int> {
+    if batch.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let name = unsafe { c_str(batch, "batch") }?;
+    let info = c.inner.batch_progress(queue, name).map_err(|e| from_error(&e))?;
+    takes_pushes(&info, queue)?;
+    Ok(Some(info))
 }
 
 /// `XTCQ_E_INVALID` for a batch that takes no more pushes: joined anyway, every push would
