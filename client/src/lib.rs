@@ -59,7 +59,7 @@ pub use handles::{InjectorHandle, OwnerHandle, ThiefHandle};
 pub use job::{Borrowed, Job, JobOf, Keep, Owned, OwnedJob};
 pub use trust::TRUST_ENV;
 pub use unique::{OnDuplicate, Pushed, MAX_KEY_LEN};
-pub use wake::WakeFd;
+pub use wake::{WakeFd, WakeKind, WAKE_FD_ENV};
 #[cfg(feature = "tokio")]
 pub use wake_async::AsyncWake;
 pub use xtcq_proto::{

@@ -6,26 +6,40 @@
 //! the descriptor; when the descriptor is readable, the loop calls it again. Woken, the first
 //! thing it does is the steal: the readiness is consumed only when it is about to wait again.
 //!
+//! Two kinds, one protocol (`xtcq_shm::wake_protocol`):
+//! - [`WakeKind::Futex`], where the kernel has io_uring futex waits (Linux 6.7+, io_uring not
+//!   disabled): an io_uring holding a futex wait on the queue's wait word. A push wakes it
+//!   with the one `FUTEX_WAKE` it makes for any sleeper: the kernel's wake-one, a consumer's
+//!   latency the futex's, and no socket or name at all;
+//! - [`WakeKind::Datagram`], elsewhere: the socket the daemon bound for this waiter in its
+//!   wake directory, sent a datagram by a push while armed.
+//!
+//! `XTCQ_WAKE_FD=datagram` (or `futex`) in the environment picks a kind for
+//! [`ThiefHandle::wake_fd`]; unset or `auto`, the futex kind where it works.
+//!
 //! Rules kept:
-//! - the descriptor is an epoll instance over two things: the socket the daemon bound for
-//!   this waiter (`xtcq_shm::wake_protocol`: a push sends it a datagram when it is armed) and
-//!   a copy of the control connection, so that the daemon going away (a stop, a crash, a
-//!   restart) makes it readable too, and [`WakeFd::clear`] then says so
-//!   ([`Error::DaemonLost`]): ask the thief for a new one;
+//! - the descriptor is an epoll instance over the waiter (the ring or the socket), a copy of
+//!   the control connection, so that the daemon going away (a stop, a crash, a restart) makes
+//!   it readable too, and [`WakeFd::clear`] then says so ([`Error::DaemonLost`]): ask the
+//!   thief for a new one;
 //! - spurious readiness is allowed, missed readiness never: arming is the protocol's Dekker
-//!   pair, and a waiter that stops waiting after it was sent a wake hands the wake on;
+//!   pair, a disarm leaves no futex wait behind (`xtcq_shm::futex_ring`), and a waiter that
+//!   stops waiting after it was sent a wake hands the wake on;
 //! - a queue out of rate tokens has no event to announce the next one: a timer in the same
 //!   epoll set makes the descriptor readable when it is due;
-//! - no thread, no signal handler; every fd is close-on-exec and non-blocking;
+//! - no thread, no signal handler; every fd is close-on-exec and non-blocking. A thread asleep
+//!   in `epoll_wait` on a futex-kind descriptor it armed may see `EINTR` once per wake (the
+//!   ring's completion is posted by the arming thread): retry, as event loops do;
 //! - in a child forked after it was made, every call fails with [`Error::Forked`] and the
 //!   drop gives nothing back (the parent's waiter lives on).
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustix::event::epoll;
 use xtcq_proto::{Request, Response};
+use xtcq_shm::futex_ring::{FutexRing, WaitEnd};
 use xtcq_shm::wake_protocol::Disarmed;
 use xtcq_shm::Segment;
 
@@ -34,15 +48,41 @@ use crate::handles::ThiefHandle;
 use crate::job::Job;
 use crate::Error;
 
+/// What wakes a [`WakeFd`] (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeKind {
+    /// An io_uring futex wait on the queue's wait word: woken by a push's `FUTEX_WAKE`.
+    Futex,
+    /// A datagram socket the daemon bound for this waiter: woken by a push's datagram.
+    Datagram,
+}
+
+/// The environment variable that picks a [`WakeKind`] for [`ThiefHandle::wake_fd`]:
+/// `futex`, `datagram` or `auto`.
+pub const WAKE_FD_ENV: &str = "XTCQ_WAKE_FD";
+
+/// The waiter inside the epoll set.
+enum Waiter {
+    Futex {
+        ring: Mutex<FutexRing>,
+        /// The wait word's value read before this waiter was counted (the Dekker pair's
+        /// first half): the ring's wait sleeps only while the word still holds it.
+        seen: AtomicU32,
+    },
+    Datagram {
+        socket: OwnedFd,
+        bit: u32,
+    },
+}
+
 /// A queue's wake descriptor for one waiter. Readable when a job may be there to steal, or
 /// when the daemon went away. `Send + Sync`; one waiter at a time should use it.
 pub struct WakeFd {
     epoll: OwnedFd,
-    socket: OwnedFd,
+    waiter: Waiter,
     /// Readable when the queue's next rate token is due (armed only while out of tokens).
     timer: OwnedFd,
     control: std::os::unix::net::UnixStream,
-    bit: u32,
     queue: u32,
     queue_name: String,
     armed: AtomicBool,
@@ -52,7 +92,7 @@ pub struct WakeFd {
 
 impl std::fmt::Debug for WakeFd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WakeFd").field("queue", &self.queue_name).field("bit", &self.bit).finish()
+        f.debug_struct("WakeFd").field("queue", &self.queue_name).field("kind", &self.kind()).finish()
     }
 }
 
@@ -73,24 +113,27 @@ fn io(e: impl Into<std::io::Error>) -> Error {
 }
 
 impl WakeFd {
-    /// Asks the daemon for a wake descriptor of `thief`'s queue.
-    pub(crate) fn new(thief: &ThiefHandle) -> Result<WakeFd, Error> {
-        let queue_name = thief.att.queue.name.clone();
-        let req = Request::WakeDescriptor { queue: queue_name.clone() };
-        let (bit, socket) = match thief.conn.request_with_fd(req, Some(&queue_name), thief.conn.timeout)? {
-            (Response::WakeDescriptor { bit }, Some(fd)) => (bit, fd),
-            (r, _) => {
-                return Err(Error::Protocol {
-                    path: thief.conn.path().to_path_buf(),
-                    message: format!(
-                        "the daemon answered a wake descriptor request with {r:?} and no socket"
-                    ),
-                })
-            }
+    /// A wake descriptor of `thief`'s queue, of `kind`.
+    pub(crate) fn new(thief: &ThiefHandle, kind: WakeKind) -> Result<WakeFd, Error> {
+        let waiter = match kind {
+            WakeKind::Futex => Waiter::Futex {
+                ring: Mutex::new(FutexRing::new().map_err(Error::Wake)?),
+                seen: AtomicU32::new(0),
+            },
+            WakeKind::Datagram => Self::datagram(thief)?,
         };
         let control = thief.conn.link_stream().map_err(io)?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io)?;
-        epoll::add(&ep, &socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN).map_err(io)?;
+        let inner = match &waiter {
+            Waiter::Futex { ring, .. } => {
+                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                epoll::add(&ep, &*ring, epoll::EventData::new_u64(0), epoll::EventFlags::IN)
+            }
+            Waiter::Datagram { socket, .. } => {
+                epoll::add(&ep, socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN)
+            }
+        };
+        inner.map_err(io)?;
         // Only the hang-up (always reported): replies on it are read by requests.
         epoll::add(&ep, &control, epoll::EventData::new_u64(1), epoll::EventFlags::RDHUP).map_err(io)?;
         use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
@@ -99,16 +142,36 @@ impl WakeFd {
         epoll::add(&ep, &timer, epoll::EventData::new_u64(2), epoll::EventFlags::IN).map_err(io)?;
         Ok(WakeFd {
             epoll: ep,
-            socket,
+            waiter,
             timer,
             control,
-            bit,
             queue: thief.att.queue.index,
-            queue_name,
+            queue_name: thief.att.queue.name.clone(),
             armed: AtomicBool::new(false),
             seg: thief.seg.clone(),
             conn: thief.conn.clone(),
         })
+    }
+
+    /// Asks the daemon for a datagram waiter of `thief`'s queue: its socket and bit.
+    fn datagram(thief: &ThiefHandle) -> Result<Waiter, Error> {
+        let queue = thief.att.queue.name.clone();
+        let req = Request::WakeDescriptor { queue: queue.clone() };
+        match thief.conn.request_with_fd(req, Some(&queue), thief.conn.timeout)? {
+            (Response::WakeDescriptor { bit }, Some(socket)) => Ok(Waiter::Datagram { socket, bit }),
+            (r, _) => Err(Error::Protocol {
+                path: thief.conn.path().to_path_buf(),
+                message: format!("the daemon answered a wake descriptor request with {r:?} and no socket"),
+            }),
+        }
+    }
+
+    /// What wakes this descriptor.
+    pub fn kind(&self) -> WakeKind {
+        match self.waiter {
+            Waiter::Futex { .. } => WakeKind::Futex,
+            Waiter::Datagram { .. } => WakeKind::Datagram,
+        }
     }
 
     /// Consumes the readiness: reads the wakes that arrived ([`ThiefHandle::steal_or_arm`]
@@ -116,11 +179,16 @@ impl WakeFd {
     /// (the descriptor stays readable): get a new one from the thief, which reconnects.
     pub fn clear(&self) -> Result<(), Error> {
         self.conn.not_forked()?;
-        let mut buf = [0u8; 16];
-        use rustix::net::RecvFlags;
-        while let Ok((n, _)) = rustix::net::recv(&self.socket, &mut buf, RecvFlags::DONTWAIT) {
-            if n == 0 {
-                break;
+        match &self.waiter {
+            Waiter::Futex { ring, .. } => ring.lock().unwrap_or_else(|p| p.into_inner()).drain(),
+            Waiter::Datagram { socket, .. } => {
+                let mut buf = [0u8; 16];
+                use rustix::net::RecvFlags;
+                while let Ok((n, _)) = rustix::net::recv(socket, &mut buf, RecvFlags::DONTWAIT) {
+                    if n == 0 {
+                        break;
+                    }
+                }
             }
         }
         // The count of expiries (EAGAIN when none): read to consume the readiness.
@@ -142,13 +210,30 @@ impl WakeFd {
         Ok(())
     }
 
-    /// Arms this waiter (once; the caller then looks for work once more).
+    /// Arms this waiter (once; the caller then looks for work once more, and then sleeps).
     fn arm(&self) {
-        if !self.armed.swap(true, Ordering::AcqRel) {
-            if let Some(w) = self.seg.wait_word(self.queue) {
-                w.sleepers().arm(self.bit);
-            }
+        if self.armed.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let Some(w) = self.seg.wait_word(self.queue) else { return };
+        match &self.waiter {
+            Waiter::Futex { seen, .. } => {
+                // Read before the count, as a futex sleeper does (see `xtcq_shm::wait`).
+                seen.store(w.seq.load(Ordering::Acquire), Ordering::Relaxed);
+                w.sleepers().enter();
+            }
+            Waiter::Datagram { bit, .. } => w.sleepers().arm(*bit),
+        }
+    }
+
+    /// Sleeps, once armed and the last look found nothing: the futex kind starts its wait
+    /// (readable at once if a push came since the arm); the datagram kind is asleep already.
+    fn sleep(&self) -> Result<(), Error> {
+        let (Waiter::Futex { ring, seen }, Some(w)) = (&self.waiter, self.seg.wait_word(self.queue)) else {
+            return Ok(());
+        };
+        let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.wait(&w.seq, seen.load(Ordering::Relaxed)).map_err(Error::Wake)
     }
 
     /// Makes the descriptor readable in `ns` (the queue's next rate token); 0: leaves the
@@ -173,9 +258,19 @@ impl WakeFd {
         if !self.armed.swap(false, Ordering::AcqRel) {
             return Disarmed::Quiet;
         }
-        match self.seg.wait_word(self.queue) {
-            Some(w) => w.sleepers().disarm(self.bit),
-            None => Disarmed::Quiet,
+        let Some(w) = self.seg.wait_word(self.queue) else { return Disarmed::Quiet };
+        match &self.waiter {
+            Waiter::Futex { ring, .. } => {
+                // A cancel that failed leaves it unknown whether a wake was taken: hand one
+                // on (spurious at worst).
+                let end = ring.lock().unwrap_or_else(|p| p.into_inner()).disarm().unwrap_or(WaitEnd::Woken);
+                w.sleepers().leave();
+                match end {
+                    WaitEnd::Woken => Disarmed::Woken,
+                    WaitEnd::Quiet => Disarmed::Quiet,
+                }
+            }
+            Waiter::Datagram { bit, .. } => w.sleepers().disarm(*bit),
         }
     }
 
@@ -197,8 +292,8 @@ impl Drop for WakeFd {
         self.disarm_and_hand_on();
         // Best effort, over a live connection only: the daemon also takes it back when the
         // process's slot is recovered.
-        if self.conn.is_connected() {
-            let req = Request::ReleaseWake { queue: self.queue_name.clone(), bit: self.bit };
+        if let (Waiter::Datagram { bit, .. }, true) = (&self.waiter, self.conn.is_connected()) {
+            let req = Request::ReleaseWake { queue: self.queue_name.clone(), bit: *bit };
             let _ = self.conn.request(req, Some(&self.queue_name));
         }
     }
@@ -206,10 +301,27 @@ impl Drop for WakeFd {
 
 impl ThiefHandle {
     /// A descriptor that becomes readable when a job may be there to steal from this queue
-    /// (or when the daemon went away): see [`WakeFd`]. One per waiter; each costs the daemon
-    /// a socket, and a queue has room for 256 at once.
+    /// (or when the daemon went away): see [`WakeFd`]. One per waiter. Of the kind
+    /// `XTCQ_WAKE_FD` names, else [`WakeKind::Futex`] where the kernel allows it, else
+    /// [`WakeKind::Datagram`] (each of those costs the daemon a socket, and a queue has room
+    /// for 256 at once).
     pub fn wake_fd(&self) -> Result<WakeFd, Error> {
-        WakeFd::new(self)
+        match std::env::var(WAKE_FD_ENV).as_deref() {
+            Ok("datagram") => self.wake_fd_of(WakeKind::Datagram),
+            Ok("futex") => self.wake_fd_of(WakeKind::Futex),
+            Ok("auto") | Ok("") | Err(_) => {
+                self.wake_fd_of(WakeKind::Futex).or_else(|_| self.wake_fd_of(WakeKind::Datagram))
+            }
+            Ok(other) => Err(Error::Wake(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{WAKE_FD_ENV}={other:?}: set it to futex, datagram or auto (or unset it)"),
+            ))),
+        }
+    }
+
+    /// A wake descriptor of exactly `kind`; fails where the kernel does not allow it.
+    pub fn wake_fd_of(&self, kind: WakeKind) -> Result<WakeFd, Error> {
+        WakeFd::new(self, kind)
     }
 
     /// Steals a job, or, when there is none, consumes `wake`'s readiness and arms it (a
@@ -241,6 +353,10 @@ impl ThiefHandle {
                 Ok(Some(j))
             }
             Ok(None) => {
+                if let Err(e) = wake.sleep() {
+                    wake.disarm_and_hand_on();
+                    return Err(e);
+                }
                 wake.wake_in(self.seg.waker(self.att.queue.index).map_or(0, |w| w.rate_wait_ns()));
                 Ok(None)
             }

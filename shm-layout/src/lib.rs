@@ -62,6 +62,8 @@ pub mod dead_letter;
 #[cfg(not(xtcq_loom))]
 pub mod delayed;
 #[cfg(not(xtcq_loom))]
+pub mod futex_ring;
+#[cfg(not(xtcq_loom))]
 pub mod job_fate;
 #[cfg(not(xtcq_loom))]
 pub mod layout;

@@ -219,7 +219,7 @@ pub fn wait_for<T, E>(
             std::thread::yield_now();
         }
         let s = w.seq.load(Ordering::Acquire);
-        w.sleepers.fetch_add(1, Ordering::SeqCst);
+        w.sleepers().enter();
         let found = poll();
         let sleep = matches!(&found, Ok(None));
         let timed_out = if sleep {
@@ -231,7 +231,7 @@ pub fn wait_for<T, E>(
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        w.sleepers.fetch_sub(1, Ordering::Release);
+                        w.sleepers().leave();
                         return Ok(None);
                     }
                     (d - now).min(SLICE)
@@ -252,7 +252,7 @@ pub fn wait_for<T, E>(
         } else {
             false
         };
-        w.sleepers.fetch_sub(1, Ordering::Release);
+        w.sleepers().leave();
         match found {
             Ok(Some(v)) => return Ok(Some(v)),
             Err(e) => return Err(e),

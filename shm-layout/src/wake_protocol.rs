@@ -1,11 +1,12 @@
 //! The one wait protocol of a queue: who sleeps, and which sleeper a push wakes.
 //!
-//! A consumer waits either in a futex (`wait::wait_for`) or on a descriptor its event loop
-//! polls (an epoll, tokio, asyncio, PostgreSQL's `WaitEventSet`). Both count in the queue's
-//! `sleepers`; a descriptor waiter also sets its bit in `armed` (one bit per descriptor the
-//! daemon handed out for the queue). A producer that published work wakes one sleeper: it
-//! claims an armed bit (and sends that waiter a datagram) or, when none is armed, wakes one
-//! futex sleeper.
+//! A consumer waits either in a futex (`wait::wait_for`, or an io_uring's futex wait behind a
+//! descriptor: `futex_ring`) or on a datagram descriptor its event loop polls (an epoll,
+//! tokio, asyncio, PostgreSQL's `WaitEventSet`). All count in the queue's `sleepers`; a
+//! datagram waiter also sets its bit in `armed` (one bit per descriptor the daemon handed out
+//! for the queue). A producer that published work wakes one sleeper: it claims an armed bit
+//! (and sends that waiter a datagram) or, when none is armed, wakes one futex sleeper (the
+//! kernel picks one of them, in `FUTEX_WAIT` or in a ring alike).
 //!
 //! ```text
 //!  consumer (descriptor)                       producer
@@ -87,6 +88,18 @@ impl Sleepers<'_> {
         }
         // Pairs with the producer's fence(SeqCst) (the Dekker pair).
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A futex waiter (in `FUTEX_WAIT`, or in an io_uring's futex wait) begins to sleep: it
+    /// read the futex word first, and looks for work once more after this.
+    pub fn enter(&self) {
+        // Pairs with the producer's fence(SeqCst) (the Dekker pair).
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A futex waiter stops sleeping (woken or not): its own decrement, as nobody claims it.
+    pub fn leave(&self) {
+        self.sleepers.fetch_sub(1, Ordering::Release);
     }
 
     /// Disarms descriptor waiter `bit`.

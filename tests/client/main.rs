@@ -21,3 +21,15 @@ mod job_state;
 mod no_threads;
 mod wake_fd;
 mod wake_herd;
+
+/// The wake descriptor kinds this host offers: the datagram always, the futex kind where the
+/// kernel allows io_uring futex waits (else recorded as a skip).
+fn wake_kinds() -> Vec<xtcq_client::WakeKind> {
+    match xtcq_shm::futex_ring::FutexRing::new() {
+        Ok(_) => vec![xtcq_client::WakeKind::Futex, xtcq_client::WakeKind::Datagram],
+        Err(e) => {
+            xtcq_testkit::skipped(&format!("futex-kind wake descriptors: {e}"));
+            vec![xtcq_client::WakeKind::Datagram]
+        }
+    }
+}

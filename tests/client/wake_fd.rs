@@ -6,7 +6,9 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
-use xtcq_client::{Client, Error, QueueParams, ThiefHandle, WakeFd};
+use xtcq_client::{Client, Error, QueueParams, ThiefHandle, WakeFd, WakeKind};
+
+use super::wake_kinds;
 use xtcq_testkit::*;
 
 fn params(name: &str) -> QueueParams {
@@ -40,11 +42,18 @@ fn take_one<'a>(t: &'a ThiefHandle, w: &WakeFd, limit: Duration) -> Option<(xtcq
 /// (not readable) while there is nothing.
 #[test]
 fn a_push_from_another_process_wakes_the_descriptor() {
+    for kind in wake_kinds() {
+        a_push_from_another_process_wakes(kind);
+    }
+}
+
+fn a_push_from_another_process_wakes(kind: WakeKind) {
     let d = Daemon::start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("a wake descriptor");
+    let w = t.wake_fd_of(kind).expect("a wake descriptor");
+    assert_eq!(w.kind(), kind);
     assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none(), "nothing queued yet");
     assert!(!readable(&w, Duration::from_millis(200)), "readable with nothing pushed");
     ok(&d.run(&["push", "q", "hello"]));
@@ -59,11 +68,17 @@ fn a_push_from_another_process_wakes_the_descriptor() {
 /// says the daemon is gone (an event loop notices instead of sleeping forever).
 #[test]
 fn the_daemon_going_away_makes_the_descriptor_readable() {
+    for kind in wake_kinds() {
+        the_daemon_going_away_wakes(kind);
+    }
+}
+
+fn the_daemon_going_away_wakes(kind: WakeKind) {
     let mut d = Daemon::start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("a wake descriptor");
+    let w = t.wake_fd_of(kind).expect("a wake descriptor");
     assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none());
     d.kill();
     assert!(readable(&w, Duration::from_secs(10)), "the daemon's death did not make it readable");
@@ -75,6 +90,12 @@ fn the_daemon_going_away_makes_the_descriptor_readable() {
 /// consumer ever waited 3 s for a wake while a job was queued (a lost wake-up).
 #[test]
 fn sleeping_descriptor_waiters_lose_no_wake() {
+    for kind in wake_kinds() {
+        sleeping_waiters_lose_no_wake(kind);
+    }
+}
+
+fn sleeping_waiters_lose_no_wake(kind: WakeKind) {
     let d = Daemon::start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
@@ -86,7 +107,7 @@ fn sleeping_descriptor_waiters_lose_no_wake() {
             s.spawn(|| {
                 let c = Client::connect(Some(&d.socket)).expect("connect");
                 let t = c.attach_thief("q").expect("thief");
-                let w = t.wake_fd().expect("wake");
+                let w = t.wake_fd_of(kind).expect("wake");
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     match take_one(&t, &w, Duration::from_secs(3)) {
                         Some((j, _)) => {
@@ -102,7 +123,7 @@ fn sleeping_descriptor_waiters_lose_no_wake() {
                             let queued = d.stats()["records"]["queued"].as_u64().unwrap_or(0);
                             assert_eq!(
                                 queued, 0,
-                                "a consumer waited 3 s without a wake while {queued} jobs were queued"
+                                "{kind:?}: a consumer waited 3 s without a wake while {queued} jobs were queued"
                             );
                         }
                     }
@@ -135,11 +156,17 @@ fn sleeping_descriptor_waiters_lose_no_wake() {
 /// and the parent's waiter goes on.
 #[test]
 fn an_inherited_descriptor_is_refused_in_the_child() {
+    for kind in wake_kinds() {
+        an_inherited_descriptor_is_refused(kind);
+    }
+}
+
+fn an_inherited_descriptor_is_refused(kind: WakeKind) {
     let d = Daemon::start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("wake");
+    let w = t.wake_fd_of(kind).expect("wake");
     let pid = fork_child(|| match (w.clear(), t.steal_or_arm(&w)) {
         (Err(Error::Forked), Err(Error::Forked)) => 0,
         _ => 1,
@@ -155,6 +182,12 @@ fn an_inherited_descriptor_is_refused_in_the_child() {
 /// left claimed, none waiting.
 #[test]
 fn tokio_steals_cancelled_at_random_points_lose_and_hold_nothing() {
+    for kind in wake_kinds() {
+        tokio_steals_cancelled(kind);
+    }
+}
+
+fn tokio_steals_cancelled(kind: WakeKind) {
     let d = Daemon::start();
     d.client().create_queue(&params("q")).expect("create");
     let total = 1000usize;
@@ -165,7 +198,7 @@ fn tokio_steals_cancelled_at_random_points_lose_and_hold_nothing() {
         async move {
             let c = Client::connect(Some(&socket)).expect("connect");
             let t = c.attach_thief("q").expect("thief");
-            let wake = xtcq_client::AsyncWake::new(t.wake_fd().expect("wake")).expect("register");
+            let wake = xtcq_client::AsyncWake::new(t.wake_fd_of(kind).expect("wake")).expect("register");
             let mut rng = Rng::new(seed);
             while acked.lock().unwrap().len() < total {
                 let timer = tokio::time::sleep(Duration::from_micros(rng.below(3000)));
@@ -225,7 +258,7 @@ fn wake_role_main() {
     println!("@@ send {:?} bind {:?}", sent.map(|_| ()), bound);
 }
 
-/// A local user outside the daemon's group can neither send a waiter a wake nor bind a name
+/// A local user outside the daemon's group can neither send a datagram waiter a wake nor bind a name
 /// in the wake directory first (the directory is the daemon's, 0750 for its group); a member
 /// of the group can send one, which is at most a spurious wake.
 #[test]
@@ -249,7 +282,7 @@ fn another_user_cannot_reach_or_take_a_wake_socket() {
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("wake");
+    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     let mut wake_dir = d.socket.clone().into_os_string();
     wake_dir.push(".wake");
@@ -291,13 +324,13 @@ fn armed_role_main() {
     let Ok(socket) = std::env::var("XTCQ_TEST_ARMED_SOCKET") else { return };
     let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("wake");
+    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     println!("@@ armed");
     std::thread::sleep(Duration::from_secs(120));
 }
 
-/// A waiter killed -9 while armed: the daemon takes its descriptor back (its socket is
+/// A datagram waiter killed -9 while armed: the daemon takes its descriptor back (its socket is
 /// removed, its bit disarmed, the sleeper count back to 0), and a push then wakes the
 /// waiter that is left, not the dead one.
 #[test]
@@ -333,7 +366,7 @@ fn a_waiter_killed_while_armed_is_taken_back() {
     child.wait().expect("reap");
     wait_until(Duration::from_secs(10), "the dead waiter taken back", || sleepers() == 0 && entries() == 0);
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd().expect("wake");
+    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     ok(&d.run(&["push", "q", "after"]));
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");

@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
-use xtcq_client::{Client, QueueParams, ThiefHandle, WakeFd};
+use xtcq_client::{Client, QueueParams, ThiefHandle, WakeFd, WakeKind};
+
+use super::wake_kinds;
 use xtcq_testkit::{ok, Daemon};
 
 /// Waiters armed at once in the wake-one test.
@@ -30,11 +32,11 @@ fn sleepers(d: &Daemon) -> u64 {
 }
 
 /// Attaches `n` thieves of `q`, each with its own descriptor, all armed on an empty queue.
-fn armed_waiters(c: &Client, n: usize) -> Vec<(ThiefHandle, WakeFd)> {
+fn armed_waiters(c: &Client, n: usize, kind: WakeKind) -> Vec<(ThiefHandle, WakeFd)> {
     (0..n)
         .map(|_| {
             let t = c.attach_thief("q").expect("thief");
-            let w = t.wake_fd().expect("a wake descriptor");
+            let w = t.wake_fd_of(kind).expect("a wake descriptor");
             assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none(), "nothing queued yet");
             (t, w)
         })
@@ -46,25 +48,31 @@ fn armed_waiters(c: &Client, n: usize) -> Vec<(ThiefHandle, WakeFd)> {
 /// The scan is 10 s apart, so no nudge of the daemon's can make a second one readable.
 #[test]
 fn a_push_wakes_one_descriptor_waiter_not_all() {
+    for kind in wake_kinds() {
+        a_push_wakes_one(kind);
+    }
+}
+
+fn a_push_wakes_one(kind: WakeKind) {
     let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
-    let waiters = armed_waiters(&c, WAITERS);
+    let waiters = armed_waiters(&c, WAITERS, kind);
     let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
     assert_eq!(sleepers(&d), WAITERS as u64, "every waiter counted");
     assert!(readable_of(&fds, Duration::from_millis(200)).is_empty(), "readable with nothing pushed");
     for round in 0..5 {
         ok(&d.run(&["push", "q", &format!("job {round}")]));
         let woken = readable_of(&fds, Duration::from_secs(10));
-        assert_eq!(woken.len(), 1, "round {round}: one push made {woken:?} readable");
+        assert_eq!(woken.len(), 1, "{kind:?} round {round}: one push made {woken:?} readable");
         let (t, w) = &waiters[woken[0]];
         w.clear().expect("clear");
         let j = t.steal_or_arm(w).expect("steal").expect("the woken waiter finds the job");
         assert_eq!(j.payload().expect("payload"), format!("job {round}").as_bytes());
         j.ack().expect("ack");
         assert!(t.steal_or_arm(w).expect("arm again").is_none());
-        // A herd would have made the others readable by now: the datagram is sent before
-        // `xtcq push` exits.
+        // A herd would have made the others readable by now: the datagram or the futex wake
+        // is sent before `xtcq push` exits.
         let others = readable_of(&fds, Duration::from_millis(300));
         assert!(others.is_empty(), "round {round}: others readable after the job was taken: {others:?}");
         assert_eq!(sleepers(&d), WAITERS as u64, "round {round}: every waiter asleep again");
@@ -76,10 +84,16 @@ fn a_push_wakes_one_descriptor_waiter_not_all() {
 /// within two scans, and takes the job.
 #[test]
 fn a_wake_taken_by_a_busy_loop_wakes_another_within_two_scans() {
+    for kind in wake_kinds() {
+        a_busy_waiter_wakes_another(kind);
+    }
+}
+
+fn a_busy_waiter_wakes_another(kind: WakeKind) {
     let d = Daemon::builder().flags(["--lease-scan-interval", "1s"]).start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
-    let waiters = armed_waiters(&c, 2);
+    let waiters = armed_waiters(&c, 2, kind);
     let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
     ok(&d.run(&["push", "q", "stranded?"]));
     let pushed = Instant::now();
@@ -100,4 +114,32 @@ fn a_wake_taken_by_a_busy_loop_wakes_another_within_two_scans() {
     assert_eq!(j.payload().expect("payload"), b"stranded?");
     j.ack().expect("ack");
     assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0));
+}
+
+/// Two waiters armed, the first stops waiting without a wake (its loop gave up: a dropped
+/// future, a timeout): a push then wakes the one still waiting. A futex-kind waiter that left
+/// its futex wait queued would take that wake itself (the kernel wakes the first queued),
+/// leaving the job to the daemon's nudge; the scan is 10 s apart, so the test would see it.
+#[test]
+fn a_waiter_that_stopped_waiting_takes_no_wake() {
+    for kind in wake_kinds() {
+        a_stopped_waiter_takes_no_wake(kind);
+    }
+}
+
+fn a_stopped_waiter_takes_no_wake(kind: WakeKind) {
+    let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let waiters = armed_waiters(&c, 2, kind);
+    waiters[0].1.disarm_and_hand_on();
+    assert_eq!(sleepers(&d), 1, "{kind:?}: the waiter that stopped is still counted");
+    ok(&d.run(&["push", "q", "for the one left"]));
+    let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
+    let woken = readable_of(&fds[1..], Duration::from_secs(5));
+    assert_eq!(woken, vec![0], "{kind:?}: the push did not wake the waiter still waiting");
+    let (t, w) = &waiters[1];
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect("the job");
+    j.ack().expect("ack");
 }
