@@ -1,7 +1,7 @@
 //! A push with nobody asleep makes no system call; a push with a thief asleep in
 //! `steal_wait` makes a futex wake (the negative control: the method can see a system call);
 //! a consumer holding a wake descriptor costs a push nothing until it arms it, and one armed
-//! costs the push one datagram.
+//! costs the push one datagram (datagram kind) or one futex wake (futex kind).
 //!
 //! `xtcq-push-probe` (src/bin) attaches as owner to a real daemon and pushes between two
 //! marker writes to stderr; it runs under `strace -f`, and every line strace printed for the
@@ -65,6 +65,11 @@ struct Trace {
 /// Starts a daemon with a one-deque queue, runs the probe under strace in `mode`, and
 /// returns the pushing thread's lines between the markers.
 fn trace_probe(mode: &str, jobs: usize) -> Trace {
+    trace_probe_with(mode, jobs, None)
+}
+
+/// [`trace_probe`] with the probe's wake descriptor of `wake_kind` (`XTCQ_WAKE_FD`).
+fn trace_probe_with(mode: &str, jobs: usize, wake_kind: Option<&str>) -> Trace {
     let d = Daemon::builder().daemon_defaults().flags(SIZES).start();
     let mut params = xtcq_client::QueueParams::new("probe");
     params.deques = 1;
@@ -81,6 +86,7 @@ fn trace_probe(mode: &str, jobs: usize) -> Trace {
         .arg("probe")
         .arg(mode)
         .arg(jobs.to_string())
+        .envs(wake_kind.map(|k| (xtcq_client::WAKE_FD_ENV, k)))
         .output()
         .expect("run strace");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -178,14 +184,17 @@ fn push_with_a_descriptor_registered_but_not_armed_makes_no_system_call() {
     if skip() {
         return;
     }
-    let t = trace_probe("registered", JOBS);
-    assert!(
-        t.between.is_empty(),
-        "{JOBS} pushes with a descriptor registered and nobody asleep made {} system calls (thread {}):\n{}",
-        t.between.len(),
-        t.tid,
-        t.between.join("\n")
-    );
+    let futex = xtcq_shm::futex_ring::FutexRing::new().is_ok();
+    for kind in ["datagram", "futex"].into_iter().filter(|k| futex || *k == "datagram") {
+        let t = trace_probe_with("registered", JOBS, Some(kind));
+        assert!(
+            t.between.is_empty(),
+            "{JOBS} pushes with a {kind} descriptor registered and nobody asleep made {} system calls (thread {}):\n{}",
+            t.between.len(),
+            t.tid,
+            t.between.join("\n")
+        );
+    }
 }
 
 #[test]
@@ -204,20 +213,41 @@ fn push_with_a_thief_asleep_makes_a_futex_wake() {
     );
 }
 
-/// A consumer armed on its wake descriptor: the push sends it one datagram (and makes no
-/// futex wake: the one sleeper was the descriptor's).
+/// A consumer armed on a datagram wake descriptor: the push sends it one datagram (and makes
+/// no futex wake: the one sleeper was the descriptor's).
 #[test]
 fn push_with_a_descriptor_armed_sends_one_datagram() {
     if skip() {
         return;
     }
-    let t = trace_probe("descriptor", 1);
+    let t = trace_probe_with("descriptor", 1, Some("datagram"));
     let sends: Vec<&String> = t.between.iter().filter(|l| l.contains("sendto(")).collect();
     assert_eq!(sends.len(), 1, "one datagram for one push (thread {}):\n{}", t.tid, t.between.join("\n"));
     assert!(sends[0].contains(".wake/"), "sent to the wake directory: {}", sends[0]);
     assert!(
         !t.between.iter().any(|l| l.contains("FUTEX_WAKE")),
         "a futex wake besides the datagram:\n{}",
+        t.between.join("\n")
+    );
+}
+
+/// A consumer armed on a futex-kind wake descriptor (an io_uring futex wait): the push makes
+/// the one futex wake it makes for any sleeper, and sends nothing.
+#[test]
+fn push_with_a_futex_descriptor_armed_makes_one_futex_wake() {
+    if skip() {
+        return;
+    }
+    if let Err(e) = xtcq_shm::futex_ring::FutexRing::new() {
+        xtcq_testkit::skipped(&format!("futex-kind wake descriptors: {e}"));
+        return;
+    }
+    let t = trace_probe_with("descriptor", 1, Some("futex"));
+    let wakes: Vec<&String> = t.between.iter().filter(|l| l.contains("FUTEX_WAKE")).collect();
+    assert_eq!(wakes.len(), 1, "one futex wake for one push (thread {}):\n{}", t.tid, t.between.join("\n"));
+    assert!(
+        !t.between.iter().any(|l| l.contains("sendto(")),
+        "a datagram besides the futex wake:\n{}",
         t.between.join("\n")
     );
 }
