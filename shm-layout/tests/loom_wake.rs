@@ -1,5 +1,6 @@
 //! loom models of the wait protocol (`shm-layout/src/wake_protocol.rs`): consumers that wait on
-//! a descriptor (arm, look again, poll) against producers that publish and notify.
+//! a descriptor (arm, look again, poll) against producers that publish and notify; datagram
+//! waiters first, then futex-kind ones (`futex_ring`) alone and beside datagram ones.
 //!
 //! Run with (see `.ci/loom`)
 //! `CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg xtcq_loom" cargo test -p xtcq-shm --release --test loom_wake`.
@@ -181,4 +182,191 @@ fn a_waiter_that_gives_up_hands_its_wake_on() {
         sent
     });
     assert!(outcomes.contains(&0b1), "{outcomes:?}");
+}
+
+/// Futex-kind waiters (`futex_ring`: an io_uring futex wait behind a descriptor) beside
+/// datagram ones. The kernel's futex is modelled as a lock over its wait queue: a wait checks
+/// the word under the lock and queues itself (or ends at once, as `EAGAIN`); `FUTEX_WAKE 1`
+/// dequeues the first waiter under the same lock; a cancel dequeues a waiter still queued.
+/// What the ring adds to a futex sleeper is the disarm: the wait of a waiter that stops must
+/// be gone from the queue, else a later wake would go to it.
+mod futex_kind {
+    use super::*;
+    use loom::sync::Mutex;
+
+    #[derive(Default)]
+    struct Kernel {
+        queued: Vec<u32>,
+        /// Waiters whose wait a wake ended (the ring's completion `0`), by id.
+        woken: u64,
+        /// Waiters whose wait ended at once: the word had moved (`EAGAIN`).
+        moved: u64,
+    }
+
+    /// [`Queue`] plus the futex word and the kernel's side of it.
+    struct FQueue {
+        q: Queue,
+        seq: AtomicU32,
+        kernel: Mutex<Kernel>,
+    }
+
+    impl FQueue {
+        fn new() -> Self {
+            FQueue { q: Queue::new(), seq: AtomicU32::new(0), kernel: Mutex::new(Kernel::default()) }
+        }
+
+        /// The producer: publish, then the notify of `wait::notify_sleeper`: an armed datagram
+        /// waiter if any, else `seq += 1` and `FUTEX_WAKE 1`.
+        fn push(&self) {
+            self.q.job.store(1, Ordering::Release);
+            self.notify();
+        }
+
+        fn notify(&self) {
+            match self.q.s().notify(true) {
+                Wake::Nobody => {}
+                Wake::Descriptor(bit) => {
+                    self.q.sent.fetch_or(1 << bit, Ordering::SeqCst);
+                }
+                Wake::Futex => {
+                    self.seq.fetch_add(1, Ordering::Release);
+                    let mut k = self.kernel.lock().unwrap();
+                    if !k.queued.is_empty() {
+                        let id = k.queued.remove(0);
+                        k.woken |= 1 << id;
+                    }
+                }
+            }
+        }
+
+        /// `steal_or_arm` of futex-kind waiter `id`: true when it took the job; else its wait
+        /// is in the kernel (or ended at once).
+        fn steal_or_arm(&self, id: u32) -> bool {
+            if self.q.take() {
+                return true;
+            }
+            let seen = self.seq.load(Ordering::Acquire);
+            self.q.s().enter();
+            if self.q.take() {
+                self.disarm(id);
+                return true;
+            }
+            let mut k = self.kernel.lock().unwrap();
+            if self.seq.load(Ordering::SeqCst) == seen {
+                k.queued.push(id);
+            } else {
+                k.moved |= 1 << id;
+            }
+            false
+        }
+
+        /// The ring's disarm: cancel a queued wait, or read how it ended; then the waiter's
+        /// own decrement.
+        fn disarm(&self, id: u32) -> Disarmed {
+            let woken = {
+                let mut k = self.kernel.lock().unwrap();
+                k.queued.retain(|&w| w != id);
+                let woken = k.woken & (1 << id) != 0;
+                k.woken &= !(1 << id);
+                woken
+            };
+            self.q.s().leave();
+            if woken {
+                Disarmed::Woken
+            } else {
+                Disarmed::Quiet
+            }
+        }
+
+        fn give_up(&self, id: u32) {
+            if self.disarm(id) == Disarmed::Woken {
+                self.notify();
+            }
+        }
+
+        /// Whether waiter `id`'s descriptor is readable: its wait ended.
+        fn readable(&self, id: u32) -> bool {
+            let k = self.kernel.lock().unwrap();
+            (k.woken | k.moved) & (1 << id) != 0
+        }
+    }
+
+    /// Two futex-kind waiters, one push: the job is taken or a waiter that did not take it is
+    /// readable; at most one wake; the count is back to the waiters still waiting.
+    #[test]
+    fn a_push_wakes_one_futex_waiter_and_loses_none() {
+        let outcomes = explore("futex kind, two waiters", PREEMPTIONS, |start| {
+            let q = Arc::new(FQueue::new());
+            let cs: Vec<_> = (0..2u32)
+                .map(|id| {
+                    let q = q.clone();
+                    thread::spawn(move || q.steal_or_arm(id))
+                })
+                .collect();
+            start.after_spawn();
+            q.push();
+            let took: Vec<bool> = cs.into_iter().map(|c| c.join().unwrap()).collect();
+            let job_left = q.q.job.load(Ordering::SeqCst) == 1;
+            let readable: Vec<bool> = (0..2).map(|id| !took[id as usize] && q.readable(id)).collect();
+            assert!(!job_left || readable.contains(&true), "lost wake-up: {took:?}");
+            assert!(took.iter().filter(|&&t| t).count() <= 1, "one job taken twice");
+            let k = q.kernel.lock().unwrap();
+            assert!(k.woken.count_ones() <= 1, "one push woke {} waiters", k.woken.count_ones());
+            let waiting = took.iter().filter(|&&t| !t).count() as u32;
+            assert_eq!(q.q.sleepers.load(Ordering::SeqCst), waiting, "one decrement per arm");
+            (took.contains(&true), k.woken.count_ones(), k.moved.count_ones())
+        });
+        assert!(outcomes.iter().any(|&(took, woken, _)| !took && woken == 1), "{outcomes:?}");
+    }
+
+    /// A futex-kind waiter that gives up beside one that stays: its wait is gone from the
+    /// kernel (a push then wakes the one that stays), and a wake it took first is handed on.
+    #[test]
+    fn a_futex_waiter_that_gives_up_leaves_no_wait_and_hands_its_wake_on() {
+        let outcomes = explore("futex kind, give up", PREEMPTIONS, |start| {
+            let q = Arc::new(FQueue::new());
+            let quitter = {
+                let q = q.clone();
+                thread::spawn(move || {
+                    if !q.steal_or_arm(1) {
+                        q.give_up(1);
+                    }
+                })
+            };
+            start.after_spawn();
+            let stayed = q.steal_or_arm(0);
+            q.push();
+            quitter.join().unwrap();
+            let job_left = q.q.job.load(Ordering::SeqCst) == 1;
+            assert!(!job_left || stayed || q.readable(0), "the job waits, the waiter that stayed is asleep");
+            let k = q.kernel.lock().unwrap();
+            assert!(!k.queued.contains(&1), "the waiter that gave up left its wait queued");
+            (stayed, k.woken)
+        });
+        assert!(outcomes.contains(&(false, 0b1)), "{outcomes:?}");
+    }
+
+    /// One datagram waiter and one futex-kind waiter, one push: wake-one across the kinds,
+    /// and none lost.
+    #[test]
+    fn a_push_wakes_one_waiter_across_the_two_kinds() {
+        explore("datagram and futex kinds", PREEMPTIONS, |start| {
+            let q = Arc::new(FQueue::new());
+            let dgram = {
+                let q = q.clone();
+                thread::spawn(move || q.q.steal_or_arm(0))
+            };
+            start.after_spawn();
+            let futex_took = q.steal_or_arm(1);
+            q.push();
+            let dgram_took = dgram.join().unwrap();
+            let sent = q.q.sent.load(Ordering::SeqCst) & 1 != 0;
+            let job_left = q.q.job.load(Ordering::SeqCst) == 1;
+            let futex_ready = !futex_took && q.readable(1);
+            assert!(!job_left || (!dgram_took && sent) || futex_ready, "lost wake-up");
+            let k = q.kernel.lock().unwrap();
+            assert!(u32::from(sent) + k.woken.count_ones() <= 1, "one push woke both kinds");
+            (dgram_took, futex_took, sent, k.woken)
+        });
+    }
 }
