@@ -16,9 +16,13 @@ pub fn consumers(mode: &str, socket: &str, queue: &str, n: usize) {
     for _ in 0..n {
         let t = c.attach_thief(queue).expect("thief");
         let tx = tx.clone();
-        let descriptor = mode == "descriptor";
+        let kind = match mode {
+            "fd-futex" => Some(xtcq_client::WakeKind::Futex),
+            "fd-dgram" => Some(xtcq_client::WakeKind::Datagram),
+            _ => None,
+        };
         std::thread::spawn(move || {
-            let wake = descriptor.then(|| t.wake_fd().expect("wake_fd"));
+            let wake = kind.map(|k| t.wake_fd_of(k).expect("wake_fd"));
             if let Some(w) = &wake {
                 assert!(t.steal_or_arm(w).expect("steal_or_arm").is_none(), "the queue is not empty");
             }

@@ -2,8 +2,10 @@
 //! between messages, the modes side by side in one run:
 //!
 //! - `futex`: the consumer sleeps in `steal_wait` (the queue's futex);
-//! - `descriptor`: it sleeps in `poll(2)` on its thief's wake descriptor and steals with
-//!   `steal_or_arm` (what an event loop does);
+//! - `fd-futex`: it sleeps in `poll(2)` on its thief's wake descriptor of the futex kind (an
+//!   io_uring futex wait) and steals with `steal_or_arm` (what an event loop does);
+//! - `fd-dgram`: the same on a datagram-kind descriptor (the fallback where io_uring is not
+//!   allowed);
 //! - `pipe`: it sleeps in a blocking `read(2)` of a pipe the producer writes 16 bytes to;
 //! - `iceoryx2`: iceoryx2's publish-subscribe carries the 64-byte message and its event
 //!   service's Notifier wakes the consumer asleep in its Listener's blocking wait.
@@ -36,11 +38,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use xtcq_benches::{bench_queue, env_u64, pin, start_daemon, SharedPage, BENCH_SEGMENT};
-use xtcq_client::Client;
+use xtcq_client::{Client, WakeKind};
 use xtcq_testkit::monotonic_ns;
 
 const QUEUE: &str = "wake";
-const MODES: [&str; 4] = ["futex", "descriptor", "pipe", "iceoryx2"];
+const MODES: [&str; 5] = ["futex", "fd-futex", "fd-dgram", "pipe", "iceoryx2"];
 /// Messages a run at most: the stamps page has a slot for each.
 const MAX_N: usize = 8192;
 
@@ -75,7 +77,11 @@ fn take_all(mode: &str, socket: &str, n: usize) -> Vec<(u64, u64)> {
     }
     let c = Client::connect(Some(std::path::Path::new(socket))).expect("connect");
     let t = c.attach_thief(QUEUE).expect("thief");
-    let wake = (mode == "descriptor").then(|| t.wake_fd().expect("wake_fd"));
+    let wake = match mode {
+        "fd-futex" => Some(t.wake_fd_of(WakeKind::Futex).expect("a futex-kind wake descriptor")),
+        "fd-dgram" => Some(t.wake_fd_of(WakeKind::Datagram).expect("a datagram wake descriptor")),
+        _ => None,
+    };
     ready();
     let mut buf = Vec::new();
     for _ in 0..n {
@@ -200,8 +206,8 @@ fn latency(d: &xtcq_testkit::Daemon, owner: &xtcq_client::OwnerHandle, runs: usi
     // `XTCQ_BENCH_MODES=futex,iceoryx2`: only those (a profile of one mode, say).
     let only = std::env::var("XTCQ_BENCH_MODES").ok();
     let picked = |mode: &str| only.as_deref().is_none_or(|o| o.split(',').any(|m| m == mode));
-    let mut p50s: [Vec<u64>; 4] = Default::default();
-    let mut p99s: [Vec<u64>; 4] = Default::default();
+    let mut p50s: [Vec<u64>; MODES.len()] = Default::default();
+    let mut p99s: [Vec<u64>; MODES.len()] = Default::default();
     for run_no in 0..runs {
         for (m, mode) in MODES.iter().enumerate().filter(|(_, m)| picked(m)) {
             let s = run(mode, d, owner, n, gap);
@@ -230,10 +236,12 @@ fn latency(d: &xtcq_testkit::Daemon, owner: &xtcq_client::OwnerHandle, runs: usi
         );
     }
     println!(
-        "descriptor / futex = {:.2}; descriptor / pipe = {:.2}; descriptor / iceoryx2 = {:.2} (medians of the runs' p50s)",
+        "fd-futex / futex = {:.2}; fd-futex / iceoryx2 = {:.2}; fd-dgram / futex = {:.2}; fd-dgram / iceoryx2 = {:.2} \
+         (medians of the runs' p50s)",
         med[1] as f64 / med[0] as f64,
-        med[1] as f64 / med[2] as f64,
-        med[1] as f64 / med[3] as f64
+        med[1] as f64 / med[4] as f64,
+        med[2] as f64 / med[0] as f64,
+        med[2] as f64 / med[4] as f64
     );
 }
 
@@ -266,7 +274,7 @@ fn main() {
         let mut params = xtcq_client::QueueParams::new("idle");
         params.deques = 1;
         client.create_queue(&params).expect("create the idle queue");
-        for mode in ["futex", "descriptor"] {
+        for mode in ["futex", "fd-futex", "fd-dgram"] {
             let (c, dm) = idle::measure(mode, &d, "idle", idle_n, idle_secs);
             println!(
                 "idle {mode:>11}: {idle_n} consumers asleep {idle_secs} s: consumers {c:.3} CPU s, daemon {dm:.3} CPU s"
