@@ -997,7 +997,10 @@ int xtcq_injector_push_key(xtcq_injector *injector,
 /**
  * Stores in `*fd` the thief's wake descriptor, made on the first call: it becomes readable
  * when a job may be there to steal (after `xtcq_thief_steal_or_arm` said `XTCQ_EMPTY`), or
- * when the daemon went away. Close-on-exec; do not close it (the thief owns it).
+ * when the daemon went away. Close-on-exec; do not close it (the thief owns it). Where it
+ * is an io_uring futex wait (Linux 6.7+; `XTCQ_WAKE_FD=datagram` in the environment asks for
+ * the datagram kind instead), a thread asleep in `epoll_wait` on it after arming it may get
+ * `EINTR` once per wake: wait again.
  *
  * # Safety
  * `thief` is a live thief; `fd` writable.

@@ -14,8 +14,10 @@
 //! }
 //! ```
 //!
-//! Rules kept: one descriptor per thief, made on the first `xtcq_thief_wait_fd` (each costs
-//! the daemon a socket; a queue has room for 256); readiness may be spurious, never missed;
+//! Rules kept: one descriptor per thief, made on the first `xtcq_thief_wait_fd`, of the futex
+//! kind where the kernel allows io_uring futex waits (else the datagram kind, which costs the
+//! daemon a socket; a queue has room for 256; `XTCQ_WAKE_FD` picks one, see `xtcq_client`'s
+//! `wake` module); readiness may be spurious, never missed;
 //! `xtcq_thief_steal_or_arm` consumes the readiness itself just before it arms (woken, the
 //! first thing it does is the steal); the daemon going away makes the descriptor readable and
 //! `xtcq_thief_steal_or_arm` (or `xtcq_thief_wait_clear`) return `XTCQ_E_UNREACHABLE`, after
@@ -40,7 +42,10 @@ fn lock(t: &xtcq_thief) -> MutexGuard<'_, Option<WakeFd>> {
 
 /// Stores in `*fd` the thief's wake descriptor, made on the first call: it becomes readable
 /// when a job may be there to steal (after `xtcq_thief_steal_or_arm` said `XTCQ_EMPTY`), or
-/// when the daemon went away. Close-on-exec; do not close it (the thief owns it).
+/// when the daemon went away. Close-on-exec; do not close it (the thief owns it). Where it
+/// is an io_uring futex wait (Linux 6.7+; `XTCQ_WAKE_FD=datagram` in the environment asks for
+/// the datagram kind instead), a thread asleep in `epoll_wait` on it after arming it may get
+/// `EINTR` once per wake: wait again.
 ///
 /// # Safety
 /// `thief` is a live thief; `fd` writable.
