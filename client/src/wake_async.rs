@@ -63,4 +63,25 @@ impl ThiefHandle {
             ready.clear_ready();
         }
     }
+
+    /// Up to `limit` jobs (at most 128) once one may be there: waits as
+    /// [`steal_async`](Self::steal_async) does for the first, then takes what else is there at
+    /// once, as [`steal_batch`](Self::steal_batch) does. Cancel safe in the same way: every
+    /// job is taken after the last await point. `limit` 0 is taken as 1.
+    pub async fn steal_batch_async<'a>(
+        &'a self,
+        wake: &AsyncWake,
+        limit: usize,
+    ) -> Result<Vec<Job<'a>>, Error> {
+        let first = self.steal_async(wake).await?;
+        let mut jobs = vec![first];
+        if limit > 1 {
+            // The first job is in hand: an error taking more is left for the next call to
+            // meet, rather than dropping (and so giving back) the job taken.
+            if let Ok(more) = self.steal_batch(limit - 1) {
+                jobs.extend(more);
+            }
+        }
+        Ok(jobs)
+    }
 }

@@ -177,7 +177,8 @@ fn an_inherited_descriptor_is_refused(kind: WakeKind) {
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
 }
 
-/// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
+/// tokio: 1,000 jobs across two consumer tasks (one taking single jobs, one batches of up to
+/// 8) whose `steal_batch_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
 /// left claimed, none waiting.
 #[test]
@@ -202,12 +203,15 @@ fn tokio_steals_cancelled(kind: WakeKind) {
             let mut rng = Rng::new(seed);
             while acked.lock().unwrap().len() < total {
                 let timer = tokio::time::sleep(Duration::from_micros(rng.below(3000)));
+                // The second consumer takes up to 8 at a time: the batch form is cancelled too.
+                let limit = if seed == 2 { 8 } else { 1 };
                 tokio::select! {
-                    j = t.steal_async(&wake) => {
-                        let j = j.expect("steal_async");
-                        let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
-                        j.ack().expect("ack");
-                        acked.lock().unwrap().push(p);
+                    js = t.steal_batch_async(&wake, limit) => {
+                        for j in js.expect("steal_batch_async") {
+                            let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+                            j.ack().expect("ack");
+                            acked.lock().unwrap().push(p);
+                        }
                     }
                     _ = timer => { cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed); }
                 }
