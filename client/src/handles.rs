@@ -378,6 +378,7 @@ impl ThiefHandle {
         let Some(w) = self.seg.waker(self.att.queue.index) else {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };
+        let w = w.of_slot(&self.seg, self.att.process_slot);
         Ok(xtcq_shm::wait::wait_for(w, deadline, || self.steal_claimed())?
             .map(Job::new(&self.seg, &self.conn)))
     }

@@ -85,6 +85,8 @@ pub struct WakeFd {
     control: std::os::unix::net::UnixStream,
     queue: u32,
     queue_name: String,
+    /// The thief's process slot, whose block records this waiter's futex sleeps.
+    slot: u32,
     armed: AtomicBool,
     seg: Arc<Segment>,
     conn: Arc<Conn>,
@@ -147,6 +149,7 @@ impl WakeFd {
             control,
             queue: thief.att.queue.index,
             queue_name: thief.att.queue.name.clone(),
+            slot: thief.att.process_slot,
             armed: AtomicBool::new(false),
             seg: thief.seg.clone(),
             conn: thief.conn.clone(),
@@ -215,14 +218,14 @@ impl WakeFd {
         if self.armed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Some(w) = self.seg.wait_word(self.queue) else { return };
+        let Some(w) = self.seg.waker(self.queue) else { return };
         match &self.waiter {
             Waiter::Futex { seen, .. } => {
                 // Read before the count, as a futex sleeper does (see `xtcq_shm::wait`).
-                seen.store(w.seq.load(Ordering::Acquire), Ordering::Relaxed);
-                w.sleepers().enter();
+                seen.store(w.word.seq.load(Ordering::Acquire), Ordering::Relaxed);
+                w.of_slot(&self.seg, self.slot).sleep_begins();
             }
-            Waiter::Datagram { bit, .. } => w.sleepers().arm(*bit),
+            Waiter::Datagram { bit, .. } => w.word.sleepers().arm(*bit),
         }
     }
 
@@ -258,19 +261,19 @@ impl WakeFd {
         if !self.armed.swap(false, Ordering::AcqRel) {
             return Disarmed::Quiet;
         }
-        let Some(w) = self.seg.wait_word(self.queue) else { return Disarmed::Quiet };
+        let Some(w) = self.seg.waker(self.queue) else { return Disarmed::Quiet };
         match &self.waiter {
             Waiter::Futex { ring, .. } => {
                 // A cancel that failed leaves it unknown whether a wake was taken: hand one
                 // on (spurious at worst).
                 let end = ring.lock().unwrap_or_else(|p| p.into_inner()).disarm().unwrap_or(WaitEnd::Woken);
-                w.sleepers().leave();
+                w.of_slot(&self.seg, self.slot).sleep_ends();
                 match end {
                     WaitEnd::Woken => Disarmed::Woken,
                     WaitEnd::Quiet => Disarmed::Quiet,
                 }
             }
-            Waiter::Datagram { bit, .. } => w.sleepers().disarm(*bit),
+            Waiter::Datagram { bit, .. } => w.word.sleepers().disarm(*bit),
         }
     }
 

@@ -546,6 +546,11 @@ pub const METRIC_COUNTERS: usize = 9;
 pub struct MetricsBlock {
     /// Indexed by `metrics::Counter`: any thread of the process, `fetch_add`.
     pub counters: [AtomicU64; METRIC_COUNTERS],
+    /// The futex sleepers this process slot has counted in the queue's `sleepers` (in
+    /// `steal_wait`, or armed on a futex-kind wake descriptor): what the daemon takes off the
+    /// count when the process dies asleep (`recovery::forget_sleepers`). In what was padding
+    /// until it (zero in older segments: nothing recorded, nothing taken off).
+    pub asleep: AtomicU64,
 }
 
 // The layout is a file format: pin it.

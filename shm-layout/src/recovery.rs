@@ -21,6 +21,9 @@
 //!   moved while we scanned gets a duplicate index, which is harmless: the claim CAS is the
 //!   one arbiter, and a duplicate's claim fails.
 //!
+//! - the futex sleepers it had counted in queues' `sleepers` (its slot's
+//!   `MetricsBlock::asleep`) are taken off the counts ([`forget_sleepers`]): a process killed
+//!   asleep would otherwise leave a count that makes every later push a system call;
 //! - the key-table locks the holder held and the entries it was writing are freed
 //!   (`keys::release_slot`); the keys of its jobs hold while those jobs stay live.
 //!
@@ -34,6 +37,34 @@ use crate::overflow::RingError;
 use crate::record::state::{next_generation, JobHandle, RecordState, State, StateWord, NO_HOLDER};
 use crate::segment::Segment;
 use crate::sync::Ordering;
+
+/// More sleepers than any process could have on one queue: a record above it is garbage an
+/// attached process wrote, and is not taken off the count.
+const MAX_RECORDED_SLEEPERS: u64 = 1 << 20;
+
+/// Takes the futex sleepers dead process slot `slot` recorded off each queue's `sleepers`
+/// (saturating: a count never goes below zero), and clears its records. Returns how many.
+/// Only for a dead slot: a live one's sleepers would be taken off while they sleep.
+pub fn forget_sleepers(seg: &Segment, slot: u32) -> u64 {
+    let mut forgotten = 0;
+    for q in 0..seg.config().queues {
+        let (Some(block), Some(w)) = (seg.slot_metrics(q, slot), seg.wait_word(q)) else { continue };
+        let n = block.asleep.swap(0, Ordering::Relaxed);
+        if n == 0 || n > MAX_RECORDED_SLEEPERS {
+            continue;
+        }
+        let mut cur = w.sleepers.load(Ordering::Relaxed);
+        loop {
+            let next = cur.saturating_sub(n as u32);
+            match w.sleepers.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+        forgotten += n;
+    }
+    forgotten
+}
 
 /// What [`recover_holder`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -430,4 +461,31 @@ fn repair_bottom(h: &DequeHeader) {
 pub fn holder_slot(seg: &Segment, w: StateWord) -> Option<u32> {
     let h = w.holder();
     (h != NO_HOLDER && h < seg.config().process_slots).then_some(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dead slot's recorded sleepers come off the count, never below zero; a record too
+    /// large to be real (garbage an attached process wrote) is cleared and taken off nothing.
+    #[test]
+    fn forget_sleepers_takes_off_what_the_slot_recorded_and_no_garbage() {
+        let (_dir, seg, q) = crate::segment::one_queue_segment();
+        let w = seg.waker(q.index).unwrap();
+        let (mine, theirs) = (w.of_slot(&seg, 1), w.of_slot(&seg, 2));
+        mine.sleep_begins();
+        mine.sleep_begins();
+        theirs.sleep_begins();
+        assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 3);
+        assert_eq!(forget_sleepers(&seg, 1), 2);
+        assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 1, "the live slot's sleeper stays counted");
+        assert_eq!(forget_sleepers(&seg, 1), 0, "forgotten once");
+        seg.slot_metrics(q.index, 2).unwrap().asleep.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(forget_sleepers(&seg, 2), 0);
+        assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 1, "garbage took a sleeper off");
+        seg.slot_metrics(q.index, 3).unwrap().asleep.store(5, Ordering::Relaxed);
+        assert_eq!(forget_sleepers(&seg, 3), 5);
+        assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 0, "below zero");
+    }
 }

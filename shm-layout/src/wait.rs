@@ -100,9 +100,38 @@ pub struct Waker<'a> {
     pub limit: (&'a AtomicU32, &'a AtomicU64),
     /// The queue's rate limit (`segment::rate`), read while the flow word says so.
     pub rate: &'a crate::layout::RateWords,
+    /// This process slot's record of its futex sleepers on the queue (`MetricsBlock::asleep`),
+    /// when the waker belongs to a consumer ([`Waker::of_slot`]).
+    pub asleep: Option<&'a AtomicU64>,
 }
 
-impl Waker<'_> {
+impl<'a> Waker<'a> {
+    /// This waker, for a consumer of process slot `slot` of `seg`: its futex sleeps are
+    /// recorded in the slot's block, so that the daemon can take them off the queue's count if
+    /// the process dies asleep.
+    pub fn of_slot(self, seg: &'a crate::segment::Segment, slot: u32) -> Waker<'a> {
+        Waker { asleep: seg.slot_metrics(self.queue, slot).map(|b| &b.asleep), ..self }
+    }
+
+    /// A futex sleeper begins to sleep: counted in `sleepers` (the Dekker pair's increment),
+    /// then recorded for its slot. A death between the two leaves the count one high, never
+    /// one low (a low count could make a producer skip a sleeper).
+    pub fn sleep_begins(&self) {
+        self.word.sleepers().enter();
+        if let Some(a) = self.asleep {
+            a.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A futex sleeper stops sleeping: unrecorded first, then off the count (the same order
+    /// of errors as [`sleep_begins`](Self::sleep_begins)).
+    pub fn sleep_ends(&self) {
+        if let Some(a) = self.asleep {
+            a.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.word.sleepers().leave();
+    }
+
     /// Whether the queue is paused: its consumers take nothing, so none is woken.
     #[inline]
     pub fn paused(&self) -> bool {
@@ -219,7 +248,7 @@ pub fn wait_for<T, E>(
             std::thread::yield_now();
         }
         let s = w.seq.load(Ordering::Acquire);
-        w.sleepers().enter();
+        waker.sleep_begins();
         let found = poll();
         let sleep = matches!(&found, Ok(None));
         let timed_out = if sleep {
@@ -231,7 +260,7 @@ pub fn wait_for<T, E>(
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        w.sleepers().leave();
+                        waker.sleep_ends();
                         return Ok(None);
                     }
                     (d - now).min(SLICE)
@@ -252,7 +281,7 @@ pub fn wait_for<T, E>(
         } else {
             false
         };
-        w.sleepers().leave();
+        waker.sleep_ends();
         match found {
             Ok(Some(v)) => return Ok(Some(v)),
             Err(e) => return Err(e),

@@ -321,24 +321,45 @@ fn another_user_cannot_reach_or_take_a_wake_socket() {
     assert!(t.steal_or_arm(&w).expect("steal").is_none(), "a datagram made a job");
 }
 
-/// The role for [`a_waiter_killed_while_armed_is_taken_back`]: arms a wake descriptor on
-/// queue `q`, says so, and waits to be killed.
+/// The role for [`a_waiter_killed_while_asleep_is_taken_back`]: waits on queue `q` the way
+/// `$XTCQ_TEST_ASLEEP_IN` says (`futex` or `datagram`: armed on a wake descriptor of that kind;
+/// `steal_wait`: inside it), says so, and waits to be killed.
 #[test]
-fn armed_role_main() {
+fn asleep_role_main() {
     let Ok(socket) = std::env::var("XTCQ_TEST_ARMED_SOCKET") else { return };
     let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
+    let kind = match std::env::var("XTCQ_TEST_ASLEEP_IN").expect("asleep in").as_str() {
+        "futex" => WakeKind::Futex,
+        "datagram" => WakeKind::Datagram,
+        _ => {
+            // Told before it sleeps; the parent waits for the sleeper count to say it does.
+            println!("@@ armed");
+            let _ = t.steal_wait(None);
+            unreachable!("a job came to a consumer that was to be killed asleep");
+        }
+    };
+    let w = t.wake_fd_of(kind).expect("wake");
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     println!("@@ armed");
     std::thread::sleep(Duration::from_secs(120));
 }
 
-/// A datagram waiter killed -9 while armed: the daemon takes its descriptor back (its socket is
-/// removed, its bit disarmed, the sleeper count back to 0), and a push then wakes the
-/// waiter that is left, not the dead one.
+/// A consumer killed -9 while asleep (armed on a descriptor of either kind, or inside
+/// `steal_wait`): the daemon takes it back (the sleeper count back to 0, so pushes make no
+/// wake for it; a datagram waiter's socket removed and bit disarmed), and a push then wakes
+/// the waiter that is left, not the dead one.
 #[test]
-fn a_waiter_killed_while_armed_is_taken_back() {
+fn a_waiter_killed_while_asleep_is_taken_back() {
+    let mut ways: Vec<&str> =
+        wake_kinds().into_iter().map(|k| if k == WakeKind::Futex { "futex" } else { "datagram" }).collect();
+    ways.push("steal_wait");
+    for way in ways {
+        killed_asleep_is_taken_back(way);
+    }
+}
+
+fn killed_asleep_is_taken_back(way: &str) {
     use std::io::BufRead;
     let d = Daemon::start();
     let c = d.client();
@@ -346,12 +367,13 @@ fn a_waiter_killed_while_armed_is_taken_back() {
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--exact",
-            &test_name(module_path!(), "armed_role_main"),
+            &test_name(module_path!(), "asleep_role_main"),
             "--nocapture",
             "--test-threads",
             "1",
         ])
         .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
+        .env("XTCQ_TEST_ASLEEP_IN", way)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -361,17 +383,20 @@ fn a_waiter_killed_while_armed_is_taken_back() {
         let s = d.stats();
         s["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
     };
-    assert_eq!(sleepers(), 1, "the child is armed");
+    // steal_wait looks for 20 µs before it sleeps: wait for the count rather than race it.
+    wait_until(Duration::from_secs(10), "the child asleep", || sleepers() == 1);
     let mut wake_dir = d.socket.clone().into_os_string();
     wake_dir.push(".wake");
-    let entries = || std::fs::read_dir(&wake_dir).expect("wake dir").count();
-    assert_eq!(entries(), 1);
+    let entries = || std::fs::read_dir(&wake_dir).map_or(0, |d| d.count());
+    assert_eq!(entries(), usize::from(way == "datagram"), "{way}: sockets in the wake directory");
     child.kill().expect("kill");
     child.wait().expect("reap");
-    wait_until(Duration::from_secs(10), "the dead waiter taken back", || sleepers() == 0 && entries() == 0);
+    wait_until(Duration::from_secs(10), &format!("{way}: the dead waiter taken back"), || {
+        sleepers() == 0 && entries() == 0
+    });
     let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
+    let w = t.wake_fd().expect("wake");
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     ok(&d.run(&["push", "q", "after"]));
-    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "{way}: the live waiter was not woken");
 }

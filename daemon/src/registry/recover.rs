@@ -69,6 +69,11 @@ impl Registry {
             self.persist(t);
         }
         let leases = recovery::release_deque_leases(&self.seg, slot.slot);
+        // Asleep when it died: off the counts, or every later push would make a futex wake.
+        let asleep = recovery::forget_sleepers(&self.seg, slot.slot);
+        if asleep > 0 {
+            info!(slot = slot.slot, pid, asleep, "took the sleepers of an exited process off their queues");
+        }
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.
         let orphans = recovery::reindex_orphans(&self.seg);
