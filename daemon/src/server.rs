@@ -465,7 +465,11 @@ fn connections_for(cfg: &Config, fds: u64, slots: u32) -> usize {
 /// indexes strays, until shutdown.
 async fn scan(st: Arc<Shared>, every: Duration, leases: bool) {
     let mut rx = st.shutdown.subscribe();
-    let mut tick = tokio::time::interval(every);
+    // The first scan one interval after the start, not at once: start-up has recovered what
+    // the segment held already, and a scan at once would run whenever the blocking pool got
+    // to it, on a loaded host after clients had begun (it writes the validated header back,
+    // which a test of a forged header once met 100 ms in).
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
