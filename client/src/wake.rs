@@ -255,7 +255,11 @@ impl WakeFd {
 
     /// Disarms this waiter, if armed; whether a wake was sent to it meanwhile.
     fn disarm(&self) -> Disarmed {
-        if !self.armed.swap(false, Ordering::AcqRel) {
+        // In a forked child the armed flag, the ring and the count are the parent's: a
+        // disarm here would cancel the parent's wait and take it off the count (its next
+        // wake lost). Every path that disarms (a steal, a cancel, a dropped future) comes
+        // through here.
+        if self.conn.not_forked().is_err() || !self.armed.swap(false, Ordering::AcqRel) {
             return Disarmed::Quiet;
         }
         let Some(w) = self.seg.wait_word(self.queue) else { return Disarmed::Quiet };

@@ -177,6 +177,47 @@ fn an_inherited_descriptor_is_refused(kind: WakeKind) {
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
 }
 
+/// A parent armed when it forks: the child's calls on the inherited descriptor (a steal, a
+/// cancel, as a forked worker's loop or a tokio guard would make) are refused and touch
+/// nothing of the parent's waiter: it stays counted, its futex wait stays queued, and a push
+/// still wakes it. (The scan is 10 s apart: no nudge of the daemon's rescues a lost wake.)
+#[test]
+fn a_child_of_an_armed_waiter_leaves_its_wait_alone() {
+    for kind in wake_kinds() {
+        a_child_leaves_the_wait_alone(kind);
+    }
+}
+
+fn a_child_leaves_the_wait_alone(kind: WakeKind) {
+    let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let pid = fork_child(|| {
+        w.disarm_and_hand_on();
+        match t.steal_or_arm(&w) {
+            Err(Error::Forked) => 0,
+            _ => 1,
+        }
+    });
+    assert_eq!(wait_forked(pid), 0, "the child was not refused");
+    let sleepers = d.stats()["queues"][0]["metrics"]["sleepers"].as_u64();
+    // Two rounds: the first wake may come from the child's meddling (a spurious one).
+    for round in 0..2 {
+        if round > 0 {
+            assert!(t.steal_or_arm(&w).expect("arm").is_none());
+        }
+        ok(&d.run(&["push", "q", "x"]));
+        let woken = readable(&w, Duration::from_secs(10));
+        assert!(woken, "{kind:?} round {round}: the push did not wake the parent (sleepers after the child: {sleepers:?})");
+        let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the parent's job");
+        j.ack().expect("ack");
+    }
+    assert_eq!(sleepers, Some(1), "{kind:?}: the child took the parent's waiter off the count");
+}
+
 /// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
 /// left claimed, none waiting.
