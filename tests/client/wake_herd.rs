@@ -143,3 +143,31 @@ fn a_stopped_waiter_takes_no_wake(kind: WakeKind) {
     let j = t.steal_or_arm(w).expect("steal").expect("the job");
     j.ack().expect("ack");
 }
+
+/// An attached process zeroes the queue's sleeper count while a waiter sleeps (garbage in
+/// shared memory): a push then sees nobody to wake. The daemon's nudge (scans 100 ms apart)
+/// must still wake the waiter while the job stays queued: the count is not trusted to be
+/// high enough.
+#[test]
+fn a_zeroed_sleeper_count_leaves_the_waiter_to_the_nudge() {
+    for kind in wake_kinds() {
+        a_zeroed_count_is_nudged(kind);
+    }
+}
+
+fn a_zeroed_count_is_nudged(kind: WakeKind) {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let waiters = armed_waiters(&c, 1, kind);
+    let (t, w) = &waiters[0];
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
+    let q = seg.queue_by_name("q").expect("queue").index;
+    seg.wait_word(q).expect("wait word").sleepers.store(0, std::sync::atomic::Ordering::SeqCst);
+    ok(&d.run(&["push", "q", "under garbage"]));
+    let woken = readable_of(&[w], Duration::from_secs(10));
+    assert_eq!(woken, vec![0], "{kind:?}: a waiter hidden by a zeroed count was never woken");
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect("the job");
+    j.ack().expect("ack");
+}

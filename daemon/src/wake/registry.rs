@@ -9,13 +9,15 @@
 //!   no job waits while another waiter sleeps;
 //! - at start every bit of the adopted segment is disarmed: their sockets were an earlier
 //!   daemon's, removed with its wake directory's entries;
-//! - the nudge: on each scan, a queue with queued jobs and sleepers for a second scan in a
-//!   row gets one more wake, so a wake taken by a waiter whose loop is busy elsewhere strands
-//!   no job for longer than two scan intervals.
+//! - the nudge: on each scan, a queue with queued jobs for a second scan in a row gets one
+//!   more wake, so a wake taken by a waiter whose loop is busy elsewhere strands no job for
+//!   longer than two scan intervals. The sleeper count is not asked: any attached process can
+//!   zero it while waiters sleep, and a futex-kind descriptor waiter (no timeout, unlike a
+//!   consumer in `steal_wait`) would then sleep forever; a nudge nobody hears costs one
+//!   `FUTEX_WAKE` a scan.
 
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tracing::warn;
@@ -124,11 +126,11 @@ impl Registry {
         let mut waiting = BTreeSet::new();
         for q in self.seg.queues().into_iter().flatten() {
             let Some(w) = self.seg.waker(q.index) else { continue };
-            if w.word.sleepers.load(Ordering::Relaxed) == 0 || !self.has_queued(&q) {
+            if !self.has_queued(&q) {
                 continue;
             }
             if t.stranded.contains(&q.index) {
-                xtcq_shm::wait::notify(w);
+                xtcq_shm::wait::nudge(w);
             }
             waiting.insert(q.index);
         }
