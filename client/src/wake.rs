@@ -112,12 +112,18 @@ fn io(e: impl Into<std::io::Error>) -> Error {
     Error::Wake(e.into())
 }
 
+/// The futex kind refused by the kernel: says so, and how to pick the other kind.
+fn futex_refused(e: std::io::Error) -> Error {
+    let hint = format!("{e}; the datagram kind needs no io_uring ({WAKE_FD_ENV}=datagram, or auto)");
+    Error::Wake(std::io::Error::new(e.kind(), hint))
+}
+
 impl WakeFd {
     /// A wake descriptor of `thief`'s queue, of `kind`.
     pub(crate) fn new(thief: &ThiefHandle, kind: WakeKind) -> Result<WakeFd, Error> {
         let waiter = match kind {
             WakeKind::Futex => Waiter::Futex {
-                ring: Mutex::new(FutexRing::new().map_err(Error::Wake)?),
+                ring: Mutex::new(FutexRing::new().map_err(futex_refused)?),
                 seen: AtomicU32::new(0),
             },
             WakeKind::Datagram => Self::datagram(thief)?,

@@ -218,6 +218,73 @@ fn a_child_leaves_the_wait_alone(kind: WakeKind) {
     assert_eq!(sleepers, Some(1), "{kind:?}: the child took the parent's waiter off the count");
 }
 
+/// The role for [`refused_io_uring_falls_back_or_says_why`]: asks queue `q`'s thief for a wake
+/// descriptor as `XTCQ_WAKE_FD` says and reports what it got.
+#[test]
+fn no_uring_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_NO_URING_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    match t.wake_fd() {
+        Ok(w) => println!("@@ kind {:?}", w.kind()),
+        Err(e) => println!("@@ error {e}"),
+    }
+}
+
+/// Refuses `io_uring_setup(2)` with `EPERM` from here on, as `kernel.io_uring_disabled=2` or
+/// a container's seccomp profile does (for this process alone: no machine-wide setting).
+fn refuse_io_uring() -> std::io::Result<()> {
+    const LD_NR: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS, offset 0: the syscall number
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let prog = [
+        f(LD_NR, 0, 0, 0),
+        f(JEQ, 0, 1, libc::SYS_io_uring_setup as u32),
+        f(RET, 0, 0, 0x0005_0000 | libc::EPERM as u32), // SECCOMP_RET_ERRNO
+        f(RET, 0, 0, 0x7fff_0000),                      // SECCOMP_RET_ALLOW
+    ];
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut _ };
+    // SAFETY: prctl with a filter program that lives through the call.
+    let rc = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const libc::sock_fprog)
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A consumer where io_uring is refused: `XTCQ_WAKE_FD=auto` gets the datagram kind, and
+/// `XTCQ_WAKE_FD=futex` an error that says io_uring is refused and what to do, not a bare
+/// "Operation not permitted".
+#[test]
+fn refused_io_uring_falls_back_or_says_why() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    for (pick, want) in [("auto", "@@ kind Datagram"), ("futex", "@@ error")] {
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("exe"));
+        cmd.args(["--exact", &test_name(module_path!(), "no_uring_role_main"), "--nocapture"])
+            .env("XTCQ_TEST_NO_URING_SOCKET", &d.socket)
+            .env("XTCQ_WAKE_FD", pick);
+        // SAFETY: prctl only, between fork and exec.
+        unsafe { cmd.pre_exec(refuse_io_uring) };
+        let out = cmd.output().expect("run the role");
+        let said = String::from_utf8_lossy(&out.stdout);
+        let line = said.lines().find(|l| l.starts_with("@@")).unwrap_or_default().to_string();
+        assert!(line.starts_with(want), "XTCQ_WAKE_FD={pick}: {line:?}");
+        if pick == "futex" {
+            assert!(line.contains("io_uring") && line.contains("datagram"), "not a clear error: {line:?}");
+        }
+    }
+}
+
 /// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
 /// left claimed, none waiting.
