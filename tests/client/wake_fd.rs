@@ -285,6 +285,53 @@ fn refused_io_uring_falls_back_or_says_why() {
     }
 }
 
+/// The role for [`failed_descriptors_under_a_low_fd_limit_hold_no_waiter`]: with no fd
+/// left to it, then two, asks for datagram descriptors 300 times each (all fail), then, the
+/// limit restored, once more.
+#[test]
+fn low_nofile_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_LOW_NOFILE_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let old = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    // No fd free (the daemon's socket is dropped on its way in), then two (the socket and
+    // the control connection's copy fit, the epoll does not).
+    for free in [0, 2] {
+        let limit = (0..).filter(|n| !open.contains(n)).nth(free).expect("a limit");
+        let low = rustix::process::Rlimit { current: Some(limit as u64), maximum: old.maximum };
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, low).expect("setrlimit");
+        let failed = (0..300).filter(|_| t.wake_fd_of(WakeKind::Datagram).is_err()).count();
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, old).expect("setrlimit back");
+        println!("@@ failed {failed}");
+    }
+    match t.wake_fd_of(WakeKind::Datagram) {
+        Ok(_) => println!("@@ then ok"),
+        Err(e) => println!("@@ then error {e}"),
+    }
+}
+
+/// A consumer short of fds (`ulimit -n`) asks for datagram descriptors again and again and
+/// each attempt fails after the daemon bound its socket: the failures must give the waiter
+/// back, or 256 of them use up the queue's room for datagram waiters (for every process of
+/// the queue) until this one exits.
+#[test]
+fn failed_descriptors_under_a_low_fd_limit_hold_no_waiter() {
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", &test_name(module_path!(), "low_nofile_role_main"), "--nocapture"])
+        .env("XTCQ_TEST_LOW_NOFILE_SOCKET", &d.socket)
+        .output()
+        .expect("run the role");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("@@")).collect();
+    assert_eq!(lines, ["@@ failed 300", "@@ failed 300", "@@ then ok"], "{said}");
+}
+
 /// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
 /// left claimed, none waiting.
