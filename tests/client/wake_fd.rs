@@ -332,6 +332,70 @@ fn failed_descriptors_under_a_low_fd_limit_hold_no_waiter() {
     assert_eq!(lines, ["@@ failed 300", "@@ failed 300", "@@ then ok"], "{said}");
 }
 
+/// What the thread that armed does while another thread waits on the descriptor (a tokio
+/// task armed on one worker and polled from another).
+#[derive(Clone, Copy, Debug)]
+enum ArmerThen {
+    /// Parked in a futex (a worker idle on its condvar).
+    Parked,
+    /// Spinning in user space, never entering the kernel (a worker running a long job).
+    Spinning,
+    /// Exited.
+    Exited,
+}
+
+/// A waiter armed by one thread and waited on by another: for the futex kind the ring's
+/// completion is posted by the thread that armed (io_uring's task work), whatever it is
+/// doing then. The push still makes the descriptor readable for the thread polling it, and
+/// that thread takes the job.
+#[test]
+fn a_waiter_armed_on_one_thread_is_woken_on_another() {
+    for kind in wake_kinds() {
+        for then in [ArmerThen::Parked, ArmerThen::Spinning, ArmerThen::Exited] {
+            armed_on_one_thread_woken_on_another(kind, then);
+        }
+    }
+}
+
+fn armed_on_one_thread_woken_on_another(kind: WakeKind, then: ArmerThen) {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("wake");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (armed_tx, armed_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (t, w, stop) = (&t, &w, &stop);
+        let armer = s.spawn(move || {
+            assert!(t.steal_or_arm(w).expect("arm").is_none());
+            armed_tx.send(()).expect("send");
+            match then {
+                ArmerThen::Parked => drop(stop_rx.recv()),
+                ArmerThen::Spinning => {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                }
+                ArmerThen::Exited => {}
+            }
+        });
+        armed_rx.recv().expect("armed");
+        if let ArmerThen::Exited = then {
+            armer.join().expect("armer");
+        }
+        ok(&d.run(&["push", "q", "moved"]));
+        // Readable first: the steal after it would find the job without any wake.
+        let woken = readable(w, Duration::from_secs(10));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(stop_tx);
+        assert!(woken, "{kind:?}, the armer {then:?}: no wake");
+        let (j, _) = take_one(t, w, Duration::from_secs(10)).expect("the job");
+        j.ack().expect("ack");
+    });
+}
+
 /// tokio: 1,000 jobs across two consumer tasks whose `steal_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
 /// left claimed, none waiting.
