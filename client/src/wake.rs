@@ -156,7 +156,7 @@ impl WakeFd {
     /// The epoll set around `waiter`, with the rate timer and a copy of the control
     /// connection in it: `(epoll, timer, control)`.
     fn around(thief: &ThiefHandle, waiter: &Waiter) -> Result<(OwnedFd, OwnedFd, UnixStream), Error> {
-        let control = thief.conn.link_stream().map_err(io)?;
+        let control = thief.conn.link_stream()?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io)?;
         let inner = match waiter {
             Waiter::Futex { ring, .. } => {

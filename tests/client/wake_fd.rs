@@ -85,6 +85,35 @@ fn the_daemon_going_away_wakes(kind: WakeKind) {
     assert!(matches!(w.clear(), Err(Error::DaemonLost { .. })), "clear must say the daemon is gone");
 }
 
+/// The daemon killed -9 and started again while a consumer waits: the old descriptor is
+/// readable and its next steal says the daemon is gone; the same thief's new descriptor then
+/// sleeps on the restarted daemon's queue and a push wakes it (the C API's loop: after
+/// `XTCQ_E_UNREACHABLE`, `xtcq_thief_wait_fd` on the same thief).
+#[test]
+fn a_restarted_daemon_is_waited_for_with_a_new_descriptor() {
+    for kind in wake_kinds() {
+        let mut d = Daemon::start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        let t = c.attach_thief("q").expect("thief");
+        let w = t.wake_fd_of(kind).expect("a wake descriptor");
+        assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none());
+        d.kill();
+        d.restart_with(xtcq_testkit::sizes::SMALL_SEGMENT, |_| {});
+        assert!(readable(&w, Duration::from_secs(10)), "{kind:?}: the restart did not make it readable");
+        let lost = t.steal_or_arm(&w);
+        assert!(matches!(lost, Err(Error::DaemonLost { .. })), "{kind:?}: {lost:?}");
+        drop(w);
+        let w = t.wake_fd_of(kind).expect("a new wake descriptor");
+        let armed = t.steal_or_arm(&w);
+        assert!(matches!(armed, Ok(None)), "{kind:?}: the new descriptor: {armed:?}");
+        ok(&d.run(&["push", "q", "after"]));
+        assert!(readable(&w, Duration::from_secs(10)), "{kind:?}: a push after the restart woke nobody");
+        let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the job");
+        j.ack().expect("ack");
+    }
+}
+
 /// 4 consumer threads, each its own descriptor and event loop, 400 jobs pushed by other
 /// processes at random gaps (some while everyone sleeps): every job is taken once, and no
 /// consumer ever waited 3 s for a wake while a job was queued (a lost wake-up).
