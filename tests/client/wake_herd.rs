@@ -128,17 +128,33 @@ fn a_waiter_that_stopped_waiting_takes_no_wake() {
 }
 
 fn a_stopped_waiter_takes_no_wake(kind: WakeKind) {
+    for dropped in [false, true] {
+        a_stopped_or_dropped_waiter_takes_no_wake(kind, dropped);
+    }
+}
+
+/// The first of two waiters stops waiting: disarmed, or its descriptor dropped while armed
+/// (the ring's close alone would cancel its wait only later, in the kernel's own time).
+fn a_stopped_or_dropped_waiter_takes_no_wake(kind: WakeKind, dropped: bool) {
     let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
-    let waiters = armed_waiters(&c, 2, kind);
-    waiters[0].1.disarm_and_hand_on();
-    assert_eq!(sleepers(&d), 1, "{kind:?}: the waiter that stopped is still counted");
+    let mut waiters = armed_waiters(&c, 2, kind);
+    if dropped {
+        drop(waiters.remove(0));
+    } else {
+        waiters[0].1.disarm_and_hand_on();
+    }
+    // Counted, and not woken: a dropped datagram waiter's release is no wake to hand on.
+    assert_eq!(sleepers(&d), 1, "{kind:?}: the waiter left (dropped: {dropped}) is still counted");
     ok(&d.run(&["push", "q", "for the one left"]));
-    let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
-    let woken = readable_of(&fds[1..], Duration::from_secs(5));
-    assert_eq!(woken, vec![0], "{kind:?}: the push did not wake the waiter still waiting");
-    let (t, w) = &waiters[1];
+    let (t, w) = waiters.last().expect("the one left");
+    let woken = readable_of(&[w], Duration::from_secs(5));
+    assert_eq!(
+        woken,
+        vec![0],
+        "{kind:?} (dropped: {dropped}): the push did not wake the waiter still waiting"
+    );
     w.clear().expect("clear");
     let j = t.steal_or_arm(w).expect("steal").expect("the job");
     j.ack().expect("ack");

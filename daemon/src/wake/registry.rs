@@ -88,7 +88,10 @@ impl Registry {
                 format!("wake descriptor {bit} of queue {name} is not this process's"),
             ));
         }
-        self.drop_wake(&mut t, q.index, bit);
+        // Its holder is alive and let go of it: it disarmed first, handing on any wake it
+        // was sent, so a clear bit here is no wake owed (handing one on would wake another
+        // waiter for nothing, at every descriptor dropped).
+        self.drop_wake(&mut t, q.index, bit, false);
         Ok(())
     }
 
@@ -96,17 +99,19 @@ impl Registry {
     pub(crate) fn release_wakes_of(&self, t: &mut Bookkeeping, slot: u32) {
         let held: Vec<(u32, u32)> = t.wakes.iter().filter(|(_, &s)| s == slot).map(|(&k, _)| k).collect();
         for (q, bit) in held {
-            self.drop_wake(t, q, bit);
+            self.drop_wake(t, q, bit, true);
         }
     }
 
-    fn drop_wake(&self, t: &mut Bookkeeping, q: u32, bit: u32) {
+    /// Unbinds and disarms waiter `bit` of queue `q`; `owed`: a clear bit means a wake was
+    /// sent that its dead holder will never read, to hand on.
+    fn drop_wake(&self, t: &mut Bookkeeping, q: u32, bit: u32, owed: bool) {
         t.wakes.remove(&(q, bit));
         if let Some(wake) = &self.wake {
             crate::wake::unbind(&wake.0, q, bit);
         }
         if let Some(w) = self.seg.waker(q) {
-            if w.word.sleepers().disarm(bit) == Disarmed::Woken {
+            if w.word.sleepers().disarm(bit) == Disarmed::Woken && owed {
                 xtcq_shm::wait::notify(w);
             }
         }
