@@ -304,3 +304,43 @@ fn armed_waiters_after_one(c: &Client, kind: WakeKind) -> (ThiefHandle, WakeFd) 
     assert!(t.steal_or_arm(&w).expect("arm").is_none(), "nothing queued yet");
     (t, w)
 }
+
+/// An attached process sets every armed bit and moves the futex word while a waiter sleeps
+/// (garbage in shared memory): pushes still reach the waiter (a producer claims the garbage
+/// bits, finds no socket behind them, and wakes a futex sleeper; a moved word is a spurious
+/// readiness), nothing panics, and two rounds of jobs are taken.
+#[test]
+fn scribbled_armed_bits_and_futex_word_lose_no_job() {
+    for kind in wake_kinds() {
+        let d = Daemon::start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        let waiters = armed_waiters(&c, 1, kind);
+        let (t, w) = &waiters[0];
+        let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
+        let q = seg.queue_by_name("q").expect("queue").index;
+        let word = seg.wait_word(q).expect("wait word");
+        for round in 0..2 {
+            for a in &word.armed {
+                a.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+            }
+            word.seq.fetch_add(0x5555, std::sync::atomic::Ordering::SeqCst);
+            ok(&d.run(&["push", "q", &format!("round {round}")]));
+            let mut got = None;
+            for _ in 0..100 {
+                if readable_of(&[w], Duration::from_secs(10)).is_empty() {
+                    break;
+                }
+                w.clear().expect("clear");
+                got = t.steal_or_arm(w).expect("steal");
+                if got.is_some() {
+                    break;
+                }
+            }
+            let j = got.unwrap_or_else(|| panic!("{kind:?} round {round}: the job never reached the waiter"));
+            j.ack().expect("ack");
+            assert!(t.steal_or_arm(w).expect("arm again").is_none());
+        }
+        assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0), "{kind:?}: the daemon lives on");
+    }
+}
