@@ -492,6 +492,82 @@ fn tokio_steals_cancelled(kind: WakeKind) {
     assert_eq!(s["records"]["claimed"].as_u64(), Some(0), "a job left claimed: {s}");
 }
 
+/// tokio's multi-thread runtime: four consumer tasks, each its own descriptor, moved between
+/// four workers (a yield after every job, a `spawn_blocking` after every eighth), every other
+/// steal cancelled by a timer at a random point (the disarm then runs on whichever worker polls
+/// it, maybe not the one that armed), 400 jobs pushed by other processes at random gaps.
+/// Every job is acked once, and an uncancelled steal never waits 3 s while a job is queued.
+#[test]
+fn tokio_tasks_moved_between_workers_lose_no_wake() {
+    for kind in wake_kinds() {
+        tokio_tasks_moved_between_workers(kind);
+    }
+}
+
+fn tokio_tasks_moved_between_workers(kind: WakeKind) {
+    let d = std::sync::Arc::new(Daemon::start());
+    d.client().create_queue(&params("q")).expect("create");
+    let total = 400usize;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    let consumers: Vec<_> =
+        (0..4u64).map(|seed| rt.spawn(moved_consumer(d.clone(), acked.clone(), kind, seed, total))).collect();
+    let mut rng = Rng::new(11);
+    let mut i = 0;
+    while i < total {
+        let n = (rng.below(8) + 1).min((total - i) as u64) as usize;
+        let batch: String = (i..i + n).map(|k| format!("job {k}\n")).collect();
+        ok(&d.run_in(&["push", "q"], batch.as_bytes()));
+        i += n;
+        std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+    }
+    for c in consumers {
+        rt.block_on(c).expect("a consumer task");
+    }
+    let mut got = std::mem::take(&mut *acked.lock().unwrap());
+    got.sort();
+    let n = got.len();
+    got.dedup();
+    assert_eq!((n, got.len()), (total, total), "{kind:?}: each job acked once");
+}
+
+/// One consumer task of [`tokio_tasks_moved_between_workers_lose_no_wake`].
+async fn moved_consumer(
+    d: std::sync::Arc<Daemon>,
+    acked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    kind: WakeKind,
+    seed: u64,
+    total: usize,
+) {
+    let c = Client::connect(Some(&d.socket)).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let wake = xtcq_client::AsyncWake::new(t.wake_fd_of(kind).expect("wake")).expect("register");
+    let mut rng = Rng::new(seed);
+    for round in 0u64.. {
+        if acked.lock().unwrap().len() >= total {
+            return;
+        }
+        let limit =
+            if round % 2 == 0 { Duration::from_secs(3) } else { Duration::from_micros(rng.below(3000)) };
+        let Ok(j) = tokio::time::timeout(limit, t.steal_async(&wake)).await else {
+            let queued = d.stats()["records"]["queued"].as_u64().unwrap_or(0);
+            assert!(round % 2 == 1 || queued == 0, "{kind:?}: a task waited 3 s with {queued} jobs queued");
+            continue;
+        };
+        let j = j.expect("steal_async");
+        let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+        j.ack().expect("ack");
+        acked.lock().unwrap().push(p);
+        tokio::task::yield_now().await;
+        if round % 8 == 0 {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1)))
+                .await
+                .expect("blocking");
+        }
+    }
+}
+
 /// The role for [`another_user_cannot_reach_or_take_a_wake_socket`]: tries to send a wake to
 /// the socket at `$XTCQ_TEST_WAKE_SOCKET` and to bind a name beside it; prints both results.
 #[test]
