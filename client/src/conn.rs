@@ -449,9 +449,17 @@ impl Conn {
     }
 
     /// A copy of the current link's stream: it reports a hang-up when the daemon goes away
-    /// (for a wake descriptor's epoll).
-    pub(crate) fn link_stream(&self) -> std::io::Result<UnixStream> {
-        lock(&self.link).writer.try_clone()
+    /// (for a wake descriptor's epoll). A link lost meanwhile is reconnected first, as a
+    /// request would: a futex-kind descriptor asks the daemon nothing, and one made on the
+    /// copy of a dead stream would be born hung up, saying "daemon lost" for ever.
+    pub(crate) fn link_stream(&self) -> Result<UnixStream, Error> {
+        self.not_forked()?;
+        let mut link = lock(&self.link);
+        read_pending_on(&mut link);
+        if link.status.lost.load(Ordering::Acquire) {
+            self.reconnect(&mut link)?;
+        }
+        link.writer.try_clone().map_err(Error::Wake)
     }
 
     /// Sends `req` on `link` (with `fds` on its first bytes) and waits up to `t` for its reply

@@ -34,6 +34,7 @@
 //!   drop gives nothing back (the parent's waiter lives on).
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -82,7 +83,7 @@ pub struct WakeFd {
     waiter: Waiter,
     /// Readable when the queue's next rate token is due (armed only while out of tokens).
     timer: OwnedFd,
-    control: std::os::unix::net::UnixStream,
+    control: UnixStream,
     queue: u32,
     queue_name: String,
     /// The thief's process slot, whose block records this waiter's futex sleeps.
@@ -114,19 +115,53 @@ fn io(e: impl Into<std::io::Error>) -> Error {
     Error::Wake(e.into())
 }
 
+/// The futex kind refused by the kernel: says so, and how to pick the other kind.
+fn futex_refused(e: std::io::Error) -> Error {
+    let hint = format!("{e}; the datagram kind needs no io_uring ({WAKE_FD_ENV}=datagram, or auto)");
+    Error::Wake(std::io::Error::new(e.kind(), hint))
+}
+
 impl WakeFd {
     /// A wake descriptor of `thief`'s queue, of `kind`.
     pub(crate) fn new(thief: &ThiefHandle, kind: WakeKind) -> Result<WakeFd, Error> {
         let waiter = match kind {
             WakeKind::Futex => Waiter::Futex {
-                ring: Mutex::new(FutexRing::new().map_err(Error::Wake)?),
+                ring: Mutex::new(FutexRing::new().map_err(futex_refused)?),
                 seen: AtomicU32::new(0),
             },
             WakeKind::Datagram => Self::datagram(thief)?,
         };
-        let control = thief.conn.link_stream().map_err(io)?;
+        let (epoll, timer, control) = match Self::around(thief, &waiter) {
+            Ok(fds) => fds,
+            Err(e) => {
+                // Short of fds (`ulimit -n`): a datagram waiter the daemon granted is given
+                // back, or each failed try would hold one of the queue's 256 until exit.
+                if let Waiter::Datagram { bit, .. } = waiter {
+                    Self::give_back(thief, bit);
+                }
+                return Err(e);
+            }
+        };
+        Ok(WakeFd {
+            epoll,
+            waiter,
+            timer,
+            control,
+            queue: thief.att.queue.index,
+            queue_name: thief.att.queue.name.clone(),
+            slot: thief.att.process_slot,
+            armed: AtomicBool::new(false),
+            seg: thief.seg.clone(),
+            conn: thief.conn.clone(),
+        })
+    }
+
+    /// The epoll set around `waiter`, with the rate timer and a copy of the control
+    /// connection in it: `(epoll, timer, control)`.
+    fn around(thief: &ThiefHandle, waiter: &Waiter) -> Result<(OwnedFd, OwnedFd, UnixStream), Error> {
+        let control = thief.conn.link_stream()?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io)?;
-        let inner = match &waiter {
+        let inner = match waiter {
             Waiter::Futex { ring, .. } => {
                 let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
                 epoll::add(&ep, &*ring, epoll::EventData::new_u64(0), epoll::EventFlags::IN)
@@ -142,31 +177,32 @@ impl WakeFd {
         let timer = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK)
             .map_err(io)?;
         epoll::add(&ep, &timer, epoll::EventData::new_u64(2), epoll::EventFlags::IN).map_err(io)?;
-        Ok(WakeFd {
-            epoll: ep,
-            waiter,
-            timer,
-            control,
-            queue: thief.att.queue.index,
-            queue_name: thief.att.queue.name.clone(),
-            slot: thief.att.process_slot,
-            armed: AtomicBool::new(false),
-            seg: thief.seg.clone(),
-            conn: thief.conn.clone(),
-        })
+        Ok((ep, timer, control))
     }
 
     /// Asks the daemon for a datagram waiter of `thief`'s queue: its socket and bit.
     fn datagram(thief: &ThiefHandle) -> Result<Waiter, Error> {
         let queue = thief.att.queue.name.clone();
         let req = Request::WakeDescriptor { queue: queue.clone() };
-        match thief.conn.request_with_fd(req, Some(&queue), thief.conn.timeout)? {
-            (Response::WakeDescriptor { bit }, Some(socket)) => Ok(Waiter::Datagram { socket, bit }),
-            (r, _) => Err(Error::Protocol {
-                path: thief.conn.path().to_path_buf(),
-                message: format!("the daemon answered a wake descriptor request with {r:?} and no socket"),
-            }),
-        }
+        let message = match thief.conn.request_with_fd(req, Some(&queue), thief.conn.timeout)? {
+            (Response::WakeDescriptor { bit }, Some(socket)) => return Ok(Waiter::Datagram { socket, bit }),
+            // The kernel drops a passed fd that does not fit under `ulimit -n`.
+            (Response::WakeDescriptor { bit }, None) => {
+                Self::give_back(thief, bit);
+                return Err(io(std::io::Error::other(
+                    "the daemon's socket did not arrive: out of file descriptors (ulimit -n)?",
+                )));
+            }
+            (r, _) => format!("the daemon answered a wake descriptor request with {r:?} and no socket"),
+        };
+        Err(Error::Protocol { path: thief.conn.path().to_path_buf(), message })
+    }
+
+    /// Gives datagram waiter `bit` of `thief`'s queue back to the daemon (best effort: the
+    /// daemon also takes it back when this process's slot is recovered).
+    fn give_back(thief: &ThiefHandle, bit: u32) {
+        let queue = thief.att.queue.name.clone();
+        let _ = thief.conn.request(Request::ReleaseWake { queue: queue.clone(), bit }, Some(&queue));
     }
 
     /// What wakes this descriptor.
@@ -258,7 +294,11 @@ impl WakeFd {
 
     /// Disarms this waiter, if armed; whether a wake was sent to it meanwhile.
     fn disarm(&self) -> Disarmed {
-        if !self.armed.swap(false, Ordering::AcqRel) {
+        // In a forked child the armed flag, the ring and the count are the parent's: a
+        // disarm here would cancel the parent's wait and take it off the count (its next
+        // wake lost). Every path that disarms (a steal, a cancel, a dropped future) comes
+        // through here.
+        if self.conn.not_forked().is_err() || !self.armed.swap(false, Ordering::AcqRel) {
             return Disarmed::Quiet;
         }
         let Some(w) = self.seg.waker(self.queue) else { return Disarmed::Quiet };

@@ -118,7 +118,7 @@ pub(crate) struct Bookkeeping {
     pub(crate) queues: BTreeMap<u32, QueueAcl>,
     /// Wake descriptors granted: (queue-table index, waiter bit) -> process slot.
     pub(crate) wakes: BTreeMap<(u32, u32), u32>,
-    /// Queues with jobs and sleepers at the last scan (see `crate::wake`).
+    /// Queues with jobs queued at the last scan (see `crate::wake`).
     pub(crate) stranded: BTreeSet<u32>,
     /// The limits this daemon set, by queue-table index: what the scan writes back over the
     /// segment's words and what the per-user share is counted from (see `crate::limits::quota`).

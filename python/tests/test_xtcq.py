@@ -408,6 +408,37 @@ def test_steal_async_is_woken_by_a_push_from_another_process(daemon, kind, monke
     asyncio.run(main())
 
 
+def test_two_tasks_stealing_from_one_thief_are_both_woken(daemon):
+    # One Thief, two tasks in steal_async: each job pushed while both wait reaches one of
+    # them, and the second job reaches the other while the first holds its job (a busy
+    # loop): neither waits on a descriptor nobody watches.
+    import asyncio
+
+    queue = "shared"
+    xtcq.Client(daemon).create_queue(queue)
+
+    async def main():
+        client = xtcq.Client(daemon)
+        thief = client.thief(queue)
+        owner = client.owner(queue)
+        tasks = [asyncio.ensure_future(thief.steal_async()) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        assert not any(t.done() for t in tasks), "a steal returned with nothing queued"
+        owner.push(b"one")
+        done, pending = await asyncio.wait(tasks, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1, "the first push woke no task"
+        first = done.pop().result()
+        owner.push(b"two")
+        try:
+            second = await asyncio.wait_for(pending.pop(), 10)
+        except asyncio.TimeoutError:
+            pytest.fail("the second task was never woken while a job was queued")
+        with first, second:
+            assert sorted([first.payload, second.payload]) == [b"one", b"two"]
+
+    asyncio.run(main())
+
+
 def test_cancelled_async_steals_take_nothing(daemon):
     import asyncio
     import random

@@ -7,13 +7,38 @@ nothing: the descriptor is disarmed, and a wake it was sent is handed on to anot
 """
 
 import asyncio
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from ._xtcq import Job, Thief
 
+# A thief has one wake descriptor, armed as one waiter: tasks of one loop that steal from
+# the same thief take turns waiting on it. Two at once would each add_reader the one fd (the
+# second replacing the first's reader, then removing it), and one's steal disarms the other:
+# a task left awaiting a descriptor nobody watches while jobs wait. Keyed by the ids of the
+# thief and the loop, with the number of tasks using the entry: while it is non-zero a task
+# holds the thief, so its id is not reused.
+_turns: Dict[Tuple[int, int], Tuple[asyncio.Lock, int]] = {}
+
 
 async def steal_async(thief: "Thief") -> "Job":
+    key = (id(thief), id(asyncio.get_running_loop()))
+    lock, users = _turns.get(key, (None, 0))
+    if lock is None:
+        lock = asyncio.Lock()
+    _turns[key] = (lock, users + 1)
+    try:
+        async with lock:
+            return await _wait_and_steal(thief)
+    finally:
+        lock, users = _turns[key]
+        if users == 1:
+            del _turns[key]
+        else:
+            _turns[key] = (lock, users - 1)
+
+
+async def _wait_and_steal(thief: "Thief") -> "Job":
     loop = asyncio.get_running_loop()
     while True:
         fd = thief._wake_fileno()

@@ -123,7 +123,18 @@ impl FutexRing {
     pub fn new() -> io::Result<FutexRing> {
         let mut p = io_uring_params::default();
         // SAFETY: no ATTACH_WQ flag, so no descriptor in `p` is read.
-        let fd = unsafe { io_uring_setup(4, &mut p) }?;
+        let fd = unsafe { io_uring_setup(4, &mut p) }.map_err(|e| {
+            // A bare "Operation not permitted" names neither io_uring nor the reason.
+            let why = match e {
+                rustix::io::Errno::PERM => " (kernel.io_uring_disabled, or a seccomp profile)",
+                rustix::io::Errno::NOSYS => " (a kernel without io_uring, or a seccomp profile)",
+                _ => "",
+            };
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("io_uring futex waits are not available: io_uring_setup: {e}{why}"),
+            )
+        })?;
         if !p.features.contains(IoringFeatureFlags::SINGLE_MMAP) {
             return Err(unsupported("the kernel lacks IORING_FEAT_SINGLE_MMAP"));
         }

@@ -166,6 +166,14 @@ pub fn notify(w: Waker<'_>) {
     }
 }
 
+/// The daemon's nudge of a queue whose jobs outlast two scans: wakes one sleeper as a push
+/// would, without asking the count whether anyone sleeps (a process attached to the segment
+/// may have zeroed it under sleeping waiters; an idle queue pays one `FUTEX_WAKE`).
+#[cold]
+pub fn nudge(w: Waker<'_>) {
+    notify_sleeper(w);
+}
+
 #[cold]
 fn notify_sleeper(w: Waker<'_>) {
     // Read after the Dekker pair's fence: a resume clears the bit before it wakes every

@@ -85,6 +85,35 @@ fn the_daemon_going_away_wakes(kind: WakeKind) {
     assert!(matches!(w.clear(), Err(Error::DaemonLost { .. })), "clear must say the daemon is gone");
 }
 
+/// The daemon killed -9 and started again while a consumer waits: the old descriptor is
+/// readable and its next steal says the daemon is gone; the same thief's new descriptor then
+/// sleeps on the restarted daemon's queue and a push wakes it (the C API's loop: after
+/// `XTCQ_E_UNREACHABLE`, `xtcq_thief_wait_fd` on the same thief).
+#[test]
+fn a_restarted_daemon_is_waited_for_with_a_new_descriptor() {
+    for kind in wake_kinds() {
+        let mut d = Daemon::start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        let t = c.attach_thief("q").expect("thief");
+        let w = t.wake_fd_of(kind).expect("a wake descriptor");
+        assert!(t.steal_or_arm(&w).expect("steal_or_arm").is_none());
+        d.kill();
+        d.restart_with(xtcq_testkit::sizes::SMALL_SEGMENT, |_| {});
+        assert!(readable(&w, Duration::from_secs(10)), "{kind:?}: the restart did not make it readable");
+        let lost = t.steal_or_arm(&w);
+        assert!(matches!(lost, Err(Error::DaemonLost { .. })), "{kind:?}: {lost:?}");
+        drop(w);
+        let w = t.wake_fd_of(kind).expect("a new wake descriptor");
+        let armed = t.steal_or_arm(&w);
+        assert!(matches!(armed, Ok(None)), "{kind:?}: the new descriptor: {armed:?}");
+        ok(&d.run(&["push", "q", "after"]));
+        assert!(readable(&w, Duration::from_secs(10)), "{kind:?}: a push after the restart woke nobody");
+        let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the job");
+        j.ack().expect("ack");
+    }
+}
+
 /// 4 consumer threads, each its own descriptor and event loop, 400 jobs pushed by other
 /// processes at random gaps (some while everyone sleeps): every job is taken once, and no
 /// consumer ever waited 3 s for a wake while a job was queued (a lost wake-up).
@@ -177,6 +206,225 @@ fn an_inherited_descriptor_is_refused(kind: WakeKind) {
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the parent's waiter still wakes");
 }
 
+/// A parent armed when it forks: the child's calls on the inherited descriptor (a steal, a
+/// cancel, as a forked worker's loop or a tokio guard would make) are refused and touch
+/// nothing of the parent's waiter: it stays counted, its futex wait stays queued, and a push
+/// still wakes it. (The scan is 10 s apart: no nudge of the daemon's rescues a lost wake.)
+#[test]
+fn a_child_of_an_armed_waiter_leaves_its_wait_alone() {
+    for kind in wake_kinds() {
+        a_child_leaves_the_wait_alone(kind);
+    }
+}
+
+fn a_child_leaves_the_wait_alone(kind: WakeKind) {
+    let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let pid = fork_child(|| {
+        w.disarm_and_hand_on();
+        match t.steal_or_arm(&w) {
+            Err(Error::Forked) => 0,
+            _ => 1,
+        }
+    });
+    assert_eq!(wait_forked(pid), 0, "the child was not refused");
+    let sleepers = d.stats()["queues"][0]["metrics"]["sleepers"].as_u64();
+    // Two rounds: the first wake may come from the child's meddling (a spurious one).
+    for round in 0..2 {
+        if round > 0 {
+            assert!(t.steal_or_arm(&w).expect("arm").is_none());
+        }
+        ok(&d.run(&["push", "q", "x"]));
+        let woken = readable(&w, Duration::from_secs(10));
+        assert!(woken, "{kind:?} round {round}: the push did not wake the parent (sleepers after the child: {sleepers:?})");
+        let (j, _) = take_one(&t, &w, Duration::from_secs(10)).expect("the parent's job");
+        j.ack().expect("ack");
+    }
+    assert_eq!(sleepers, Some(1), "{kind:?}: the child took the parent's waiter off the count");
+}
+
+/// The role for [`refused_io_uring_falls_back_or_says_why`]: asks queue `q`'s thief for a wake
+/// descriptor as `XTCQ_WAKE_FD` says and reports what it got.
+#[test]
+fn no_uring_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_NO_URING_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    match t.wake_fd() {
+        Ok(w) => println!("@@ kind {:?}", w.kind()),
+        Err(e) => println!("@@ error {e}"),
+    }
+}
+
+/// Refuses `io_uring_setup(2)` with `EPERM` from here on, as `kernel.io_uring_disabled=2` or
+/// a container's seccomp profile does (for this process alone: no machine-wide setting).
+fn refuse_io_uring() -> std::io::Result<()> {
+    const LD_NR: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS, offset 0: the syscall number
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let prog = [
+        f(LD_NR, 0, 0, 0),
+        f(JEQ, 0, 1, libc::SYS_io_uring_setup as u32),
+        f(RET, 0, 0, 0x0005_0000 | libc::EPERM as u32), // SECCOMP_RET_ERRNO
+        f(RET, 0, 0, 0x7fff_0000),                      // SECCOMP_RET_ALLOW
+    ];
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut _ };
+    // SAFETY: prctl with a filter program that lives through the call.
+    let rc = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const libc::sock_fprog)
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A consumer where io_uring is refused: `XTCQ_WAKE_FD=auto` gets the datagram kind, and
+/// `XTCQ_WAKE_FD=futex` an error that says io_uring is refused and what to do, not a bare
+/// "Operation not permitted".
+#[test]
+fn refused_io_uring_falls_back_or_says_why() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    for (pick, want) in [("auto", "@@ kind Datagram"), ("futex", "@@ error")] {
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("exe"));
+        cmd.args(["--exact", &test_name(module_path!(), "no_uring_role_main"), "--nocapture"])
+            .env("XTCQ_TEST_NO_URING_SOCKET", &d.socket)
+            .env("XTCQ_WAKE_FD", pick);
+        // SAFETY: prctl only, between fork and exec.
+        unsafe { cmd.pre_exec(refuse_io_uring) };
+        let out = cmd.output().expect("run the role");
+        let said = String::from_utf8_lossy(&out.stdout);
+        let line = said.lines().find(|l| l.starts_with("@@")).unwrap_or_default().to_string();
+        assert!(line.starts_with(want), "XTCQ_WAKE_FD={pick}: {line:?}");
+        if pick == "futex" {
+            assert!(line.contains("io_uring") && line.contains("datagram"), "not a clear error: {line:?}");
+        }
+    }
+}
+
+/// The role for [`failed_descriptors_under_a_low_fd_limit_hold_no_waiter`]: with no fd
+/// left to it, then two, asks for datagram descriptors 300 times each (all fail), then, the
+/// limit restored, once more.
+#[test]
+fn low_nofile_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_LOW_NOFILE_SOCKET") else { return };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let old = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    // No fd free (the daemon's socket is dropped on its way in), then two (the socket and
+    // the control connection's copy fit, the epoll does not).
+    for free in [0, 2] {
+        let limit = (0..).filter(|n| !open.contains(n)).nth(free).expect("a limit");
+        let low = rustix::process::Rlimit { current: Some(limit as u64), maximum: old.maximum };
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, low).expect("setrlimit");
+        let failed = (0..300).filter(|_| t.wake_fd_of(WakeKind::Datagram).is_err()).count();
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, old).expect("setrlimit back");
+        println!("@@ failed {failed}");
+    }
+    match t.wake_fd_of(WakeKind::Datagram) {
+        Ok(_) => println!("@@ then ok"),
+        Err(e) => println!("@@ then error {e}"),
+    }
+}
+
+/// A consumer short of fds (`ulimit -n`) asks for datagram descriptors again and again and
+/// each attempt fails after the daemon bound its socket: the failures must give the waiter
+/// back, or 256 of them use up the queue's room for datagram waiters (for every process of
+/// the queue) until this one exits.
+#[test]
+fn failed_descriptors_under_a_low_fd_limit_hold_no_waiter() {
+    let d = Daemon::start();
+    d.client().create_queue(&params("q")).expect("create");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", &test_name(module_path!(), "low_nofile_role_main"), "--nocapture"])
+        .env("XTCQ_TEST_LOW_NOFILE_SOCKET", &d.socket)
+        .output()
+        .expect("run the role");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = said.lines().filter(|l| l.starts_with("@@")).collect();
+    assert_eq!(lines, ["@@ failed 300", "@@ failed 300", "@@ then ok"], "{said}");
+}
+
+/// What the thread that armed does while another thread waits on the descriptor (a tokio
+/// task armed on one worker and polled from another).
+#[derive(Clone, Copy, Debug)]
+enum ArmerThen {
+    /// Parked in a futex (a worker idle on its condvar).
+    Parked,
+    /// Spinning in user space, never entering the kernel (a worker running a long job).
+    Spinning,
+    /// Exited.
+    Exited,
+}
+
+/// A waiter armed by one thread and waited on by another: for the futex kind the ring's
+/// completion is posted by the thread that armed (io_uring's task work), whatever it is
+/// doing then. The push still makes the descriptor readable for the thread polling it, and
+/// that thread takes the job.
+#[test]
+fn a_waiter_armed_on_one_thread_is_woken_on_another() {
+    for kind in wake_kinds() {
+        for then in [ArmerThen::Parked, ArmerThen::Spinning, ArmerThen::Exited] {
+            armed_on_one_thread_woken_on_another(kind, then);
+        }
+    }
+}
+
+fn armed_on_one_thread_woken_on_another(kind: WakeKind, then: ArmerThen) {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("wake");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (armed_tx, armed_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (t, w, stop) = (&t, &w, &stop);
+        let armer = s.spawn(move || {
+            assert!(t.steal_or_arm(w).expect("arm").is_none());
+            armed_tx.send(()).expect("send");
+            match then {
+                ArmerThen::Parked => drop(stop_rx.recv()),
+                ArmerThen::Spinning => {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                }
+                ArmerThen::Exited => {}
+            }
+        });
+        armed_rx.recv().expect("armed");
+        if let ArmerThen::Exited = then {
+            armer.join().expect("armer");
+        }
+        ok(&d.run(&["push", "q", "moved"]));
+        // Readable first: the steal after it would find the job without any wake.
+        let woken = readable(w, Duration::from_secs(10));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(stop_tx);
+        assert!(woken, "{kind:?}, the armer {then:?}: no wake");
+        let (j, _) = take_one(t, w, Duration::from_secs(10)).expect("the job");
+        j.ack().expect("ack");
+    });
+}
+
 /// tokio: 1,000 jobs across two consumer tasks (one taking single jobs, one batches of up to
 /// 8) whose `steal_batch_async` is raced by a timer in
 /// `select!` (cancelled at random points, hundreds of times): every job acked once, none
@@ -246,6 +494,82 @@ fn tokio_steals_cancelled(kind: WakeKind) {
     let s = d.stats();
     assert_eq!(s["records"]["queued"].as_u64(), Some(0), "{s}");
     assert_eq!(s["records"]["claimed"].as_u64(), Some(0), "a job left claimed: {s}");
+}
+
+/// tokio's multi-thread runtime: four consumer tasks, each its own descriptor, moved between
+/// four workers (a yield after every job, a `spawn_blocking` after every eighth), every other
+/// steal cancelled by a timer at a random point (the disarm then runs on whichever worker polls
+/// it, maybe not the one that armed), 400 jobs pushed by other processes at random gaps.
+/// Every job is acked once, and an uncancelled steal never waits 3 s while a job is queued.
+#[test]
+fn tokio_tasks_moved_between_workers_lose_no_wake() {
+    for kind in wake_kinds() {
+        tokio_tasks_moved_between_workers(kind);
+    }
+}
+
+fn tokio_tasks_moved_between_workers(kind: WakeKind) {
+    let d = std::sync::Arc::new(Daemon::start());
+    d.client().create_queue(&params("q")).expect("create");
+    let total = 400usize;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
+    let consumers: Vec<_> =
+        (0..4u64).map(|seed| rt.spawn(moved_consumer(d.clone(), acked.clone(), kind, seed, total))).collect();
+    let mut rng = Rng::new(11);
+    let mut i = 0;
+    while i < total {
+        let n = (rng.below(8) + 1).min((total - i) as u64) as usize;
+        let batch: String = (i..i + n).map(|k| format!("job {k}\n")).collect();
+        ok(&d.run_in(&["push", "q"], batch.as_bytes()));
+        i += n;
+        std::thread::sleep(Duration::from_micros(rng.below(30_000)));
+    }
+    for c in consumers {
+        rt.block_on(c).expect("a consumer task");
+    }
+    let mut got = std::mem::take(&mut *acked.lock().unwrap());
+    got.sort();
+    let n = got.len();
+    got.dedup();
+    assert_eq!((n, got.len()), (total, total), "{kind:?}: each job acked once");
+}
+
+/// One consumer task of [`tokio_tasks_moved_between_workers_lose_no_wake`].
+async fn moved_consumer(
+    d: std::sync::Arc<Daemon>,
+    acked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    kind: WakeKind,
+    seed: u64,
+    total: usize,
+) {
+    let c = Client::connect(Some(&d.socket)).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let wake = xtcq_client::AsyncWake::new(t.wake_fd_of(kind).expect("wake")).expect("register");
+    let mut rng = Rng::new(seed);
+    for round in 0u64.. {
+        if acked.lock().unwrap().len() >= total {
+            return;
+        }
+        let limit =
+            if round % 2 == 0 { Duration::from_secs(3) } else { Duration::from_micros(rng.below(3000)) };
+        let Ok(j) = tokio::time::timeout(limit, t.steal_async(&wake)).await else {
+            let queued = d.stats()["records"]["queued"].as_u64().unwrap_or(0);
+            assert!(round % 2 == 1 || queued == 0, "{kind:?}: a task waited 3 s with {queued} jobs queued");
+            continue;
+        };
+        let j = j.expect("steal_async");
+        let p = String::from_utf8(j.payload().expect("payload")).expect("utf8");
+        j.ack().expect("ack");
+        acked.lock().unwrap().push(p);
+        tokio::task::yield_now().await;
+        if round % 8 == 0 {
+            tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1)))
+                .await
+                .expect("blocking");
+        }
+    }
 }
 
 /// The role for [`another_user_cannot_reach_or_take_a_wake_socket`]: tries to send a wake to

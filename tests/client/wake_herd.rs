@@ -128,18 +128,219 @@ fn a_waiter_that_stopped_waiting_takes_no_wake() {
 }
 
 fn a_stopped_waiter_takes_no_wake(kind: WakeKind) {
+    for dropped in [false, true] {
+        a_stopped_or_dropped_waiter_takes_no_wake(kind, dropped);
+    }
+}
+
+/// The first of two waiters stops waiting: disarmed, or its descriptor dropped while armed
+/// (the ring's close alone would cancel its wait only later, in the kernel's own time).
+fn a_stopped_or_dropped_waiter_takes_no_wake(kind: WakeKind, dropped: bool) {
     let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
-    let waiters = armed_waiters(&c, 2, kind);
-    waiters[0].1.disarm_and_hand_on();
-    assert_eq!(sleepers(&d), 1, "{kind:?}: the waiter that stopped is still counted");
+    let mut waiters = armed_waiters(&c, 2, kind);
+    if dropped {
+        drop(waiters.remove(0));
+    } else {
+        waiters[0].1.disarm_and_hand_on();
+    }
+    // Counted, and not woken: a dropped datagram waiter's release is no wake to hand on.
+    assert_eq!(sleepers(&d), 1, "{kind:?}: the waiter left (dropped: {dropped}) is still counted");
     ok(&d.run(&["push", "q", "for the one left"]));
-    let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
-    let woken = readable_of(&fds[1..], Duration::from_secs(5));
-    assert_eq!(woken, vec![0], "{kind:?}: the push did not wake the waiter still waiting");
-    let (t, w) = &waiters[1];
+    let (t, w) = waiters.last().expect("the one left");
+    let woken = readable_of(&[w], Duration::from_secs(5));
+    assert_eq!(
+        woken,
+        vec![0],
+        "{kind:?} (dropped: {dropped}): the push did not wake the waiter still waiting"
+    );
     w.clear().expect("clear");
     let j = t.steal_or_arm(w).expect("steal").expect("the job");
     j.ack().expect("ack");
+}
+
+/// An attached process zeroes the queue's sleeper count while a waiter sleeps (garbage in
+/// shared memory): a push then sees nobody to wake. The daemon's nudge (scans 100 ms apart)
+/// must still wake the waiter while the job stays queued: the count is not trusted to be
+/// high enough.
+#[test]
+fn a_zeroed_sleeper_count_leaves_the_waiter_to_the_nudge() {
+    for kind in wake_kinds() {
+        a_zeroed_count_is_nudged(kind);
+    }
+}
+
+fn a_zeroed_count_is_nudged(kind: WakeKind) {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let waiters = armed_waiters(&c, 1, kind);
+    let (t, w) = &waiters[0];
+    let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
+    let q = seg.queue_by_name("q").expect("queue").index;
+    seg.wait_word(q).expect("wait word").sleepers.store(0, std::sync::atomic::Ordering::SeqCst);
+    ok(&d.run(&["push", "q", "under garbage"]));
+    let woken = readable_of(&[w], Duration::from_secs(10));
+    assert_eq!(woken, vec![0], "{kind:?}: a waiter hidden by a zeroed count was never woken");
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect("the job");
+    j.ack().expect("ack");
+}
+
+/// The role for [`a_stopped_woken_waiter_has_another_woken_within_two_scans`]: arms a wake
+/// descriptor of `XTCQ_TEST_STOPPED_KIND` on queue `q`, says so, and waits.
+#[test]
+fn stopped_role_main() {
+    let Ok(socket) = std::env::var("XTCQ_TEST_STOPPED_SOCKET") else { return };
+    let kind = match std::env::var("XTCQ_TEST_STOPPED_KIND").as_deref() {
+        Ok("Futex") => WakeKind::Futex,
+        _ => WakeKind::Datagram,
+    };
+    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    println!("@@ armed");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A waiter stopped (SIGSTOP, Ctrl-Z) before the push that wakes it: the first waiter queued
+/// takes the push's wake and never reads it; the daemon's nudge (scans 100 ms apart) wakes
+/// the other one while the job stays queued.
+#[test]
+fn a_stopped_woken_waiter_has_another_woken_within_two_scans() {
+    for kind in wake_kinds() {
+        a_stopped_woken_waiter(kind);
+    }
+}
+
+fn a_stopped_woken_waiter(kind: WakeKind) {
+    use std::io::BufRead;
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", &xtcq_testkit::test_name(module_path!(), "stopped_role_main"), "--nocapture"])
+        .env("XTCQ_TEST_STOPPED_SOCKET", &d.socket)
+        .env("XTCQ_TEST_STOPPED_KIND", format!("{kind:?}"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    while !lines.next().expect("a line").expect("read").contains("@@ armed") {}
+    // Armed after the child: the kernel's futex queue wakes the child first.
+    let waiters = armed_waiters(&c, 1, kind);
+    let (t, w) = &waiters[0];
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+    ok(&d.run(&["push", "q", "past the stopped one"]));
+    let woken = readable_of(&[w], Duration::from_secs(10));
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    assert_eq!(woken, vec![0], "{kind:?}: the waiter left running was never woken");
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect("the job");
+    j.ack().expect("ack");
+}
+
+/// Futex-kind and datagram waiters of a paused queue: a push wakes nobody (the queue is
+/// closed), and the resume wakes them.
+#[test]
+fn a_resume_wakes_the_waiters_of_a_paused_queue() {
+    for kind in wake_kinds() {
+        let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        ok(&d.run(&["pause", "q"]));
+        let waiters = armed_waiters(&c, 2, kind);
+        let fds: Vec<&WakeFd> = waiters.iter().map(|(_, w)| w).collect();
+        ok(&d.run(&["push", "q", "held"]));
+        ok(&d.run(&["resume", "q"]));
+        let woken = readable_of(&fds, Duration::from_secs(10));
+        assert!(!woken.is_empty(), "{kind:?}: the resume woke nobody");
+        let (t, w) = &waiters[woken[0]];
+        w.clear().expect("clear");
+        t.steal_or_arm(w).expect("steal").expect("the job").ack().expect("ack");
+    }
+}
+
+/// A waiter of a queue out of rate tokens (1 a second, burst 1): the push cannot be taken
+/// yet, and no event announces the next token; the descriptor's timer makes it readable
+/// when the token is due, and the job is taken. (Scans 10 s apart: no nudge helps.)
+#[test]
+fn a_rate_limited_waiter_is_woken_when_a_token_is_due() {
+    for kind in wake_kinds() {
+        let d = Daemon::builder().flags(["--lease-scan-interval", "10s"]).start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        ok(&d.run(&["limits", "q", "--max-rate", "1/s", "--burst", "1"]));
+        ok(&d.run(&["push", "q", "first"]));
+        let waiters = armed_waiters_after_one(&c, kind);
+        let (t, w) = &waiters;
+        ok(&d.run(&["push", "q", "second"]));
+        let start = Instant::now();
+        let mut got = None;
+        while got.is_none() && start.elapsed() < Duration::from_secs(10) {
+            if readable_of(&[w], Duration::from_secs(10)).is_empty() {
+                break;
+            }
+            w.clear().expect("clear");
+            got = t.steal_or_arm(w).expect("steal");
+        }
+        let j = got.unwrap_or_else(|| panic!("{kind:?}: the second job was not taken within 10 s"));
+        assert_eq!(j.payload().expect("payload"), b"second");
+        j.ack().expect("ack");
+    }
+}
+
+/// A thief that took the queue's one token (the job "first") and then armed.
+fn armed_waiters_after_one(c: &Client, kind: WakeKind) -> (ThiefHandle, WakeFd) {
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(kind).expect("a wake descriptor");
+    t.steal_or_arm(&w).expect("steal").expect("the first job").ack().expect("ack");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none(), "nothing queued yet");
+    (t, w)
+}
+
+/// An attached process sets every armed bit and moves the futex word while a waiter sleeps
+/// (garbage in shared memory): pushes still reach the waiter (a producer claims the garbage
+/// bits, finds no socket behind them, and wakes a futex sleeper; a moved word is a spurious
+/// readiness), nothing panics, and two rounds of jobs are taken.
+#[test]
+fn scribbled_armed_bits_and_futex_word_lose_no_job() {
+    for kind in wake_kinds() {
+        let d = Daemon::start();
+        let c = d.client();
+        c.create_queue(&params("q")).expect("create");
+        let waiters = armed_waiters(&c, 1, kind);
+        let (t, w) = &waiters[0];
+        let seg = xtcq_shm::Segment::attach(&d.segment).expect("segment");
+        let q = seg.queue_by_name("q").expect("queue").index;
+        let word = seg.wait_word(q).expect("wait word");
+        for round in 0..2 {
+            for a in &word.armed {
+                a.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+            }
+            word.seq.fetch_add(0x5555, std::sync::atomic::Ordering::SeqCst);
+            ok(&d.run(&["push", "q", &format!("round {round}")]));
+            let mut got = None;
+            for _ in 0..100 {
+                if readable_of(&[w], Duration::from_secs(10)).is_empty() {
+                    break;
+                }
+                w.clear().expect("clear");
+                got = t.steal_or_arm(w).expect("steal");
+                if got.is_some() {
+                    break;
+                }
+            }
+            let j = got.unwrap_or_else(|| panic!("{kind:?} round {round}: the job never reached the waiter"));
+            j.ack().expect("ack");
+            assert!(t.steal_or_arm(w).expect("arm again").is_none());
+        }
+        assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0), "{kind:?}: the daemon lives on");
+    }
 }

@@ -9,13 +9,15 @@
 //!   no job waits while another waiter sleeps;
 //! - at start every bit of the adopted segment is disarmed: their sockets were an earlier
 //!   daemon's, removed with its wake directory's entries;
-//! - the nudge: on each scan, a queue with queued jobs and sleepers for a second scan in a
-//!   row gets one more wake, so a wake taken by a waiter whose loop is busy elsewhere strands
-//!   no job for longer than two scan intervals.
+//! - the nudge: on each scan, a queue with queued jobs for a second scan in a row gets one
+//!   more wake, so a wake taken by a waiter whose loop is busy elsewhere strands no job for
+//!   longer than two scan intervals. The sleeper count is not asked: any attached process can
+//!   zero it while waiters sleep, and a futex-kind descriptor waiter (no timeout, unlike a
+//!   consumer in `steal_wait`) would then sleep forever; a nudge nobody hears costs one
+//!   `FUTEX_WAKE` a scan.
 
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tracing::warn;
@@ -86,7 +88,10 @@ impl Registry {
                 format!("wake descriptor {bit} of queue {name} is not this process's"),
             ));
         }
-        self.drop_wake(&mut t, q.index, bit);
+        // Its holder is alive and let go of it: it disarmed first, handing on any wake it
+        // was sent, so a clear bit here is no wake owed (handing one on would wake another
+        // waiter for nothing, at every descriptor dropped).
+        self.drop_wake(&mut t, q.index, bit, false);
         Ok(())
     }
 
@@ -94,17 +99,19 @@ impl Registry {
     pub(crate) fn release_wakes_of(&self, t: &mut Bookkeeping, slot: u32) {
         let held: Vec<(u32, u32)> = t.wakes.iter().filter(|(_, &s)| s == slot).map(|(&k, _)| k).collect();
         for (q, bit) in held {
-            self.drop_wake(t, q, bit);
+            self.drop_wake(t, q, bit, true);
         }
     }
 
-    fn drop_wake(&self, t: &mut Bookkeeping, q: u32, bit: u32) {
+    /// Unbinds and disarms waiter `bit` of queue `q`; `owed`: a clear bit means a wake was
+    /// sent that its dead holder will never read, to hand on.
+    fn drop_wake(&self, t: &mut Bookkeeping, q: u32, bit: u32, owed: bool) {
         t.wakes.remove(&(q, bit));
         if let Some(wake) = &self.wake {
             crate::wake::unbind(&wake.0, q, bit);
         }
         if let Some(w) = self.seg.waker(q) {
-            if w.word.sleepers().disarm(bit) == Disarmed::Woken {
+            if w.word.sleepers().disarm(bit) == Disarmed::Woken && owed {
                 xtcq_shm::wait::notify(w);
             }
         }
@@ -124,11 +131,11 @@ impl Registry {
         let mut waiting = BTreeSet::new();
         for q in self.seg.queues().into_iter().flatten() {
             let Some(w) = self.seg.waker(q.index) else { continue };
-            if w.word.sleepers.load(Ordering::Relaxed) == 0 || !self.has_queued(&q) {
+            if !self.has_queued(&q) {
                 continue;
             }
             if t.stranded.contains(&q.index) {
-                xtcq_shm::wait::notify(w);
+                xtcq_shm::wait::nudge(w);
             }
             waiting.insert(q.index);
         }
