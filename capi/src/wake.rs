@@ -8,7 +8,10 @@
 //! for (;;) {
 //!     int st = xtcq_thief_steal_or_arm(thief, job); // never blocks
 //!     if (st == XTCQ_OK) { run(job); xtcq_job_ack(job); continue; }
-//!     if (st == XTCQ_E_UNREACHABLE) { xtcq_thief_wait_fd(thief, &fd); continue; }  // daemon gone: new fd
+//!     if (st == XTCQ_E_UNREACHABLE) {               // daemon gone: a new fd once it is back
+//!         while (xtcq_thief_wait_fd(thief, &fd) == XTCQ_E_UNREACHABLE) sleep(1);
+//!         continue;
+//!     }
 //!     if (st != XTCQ_EMPTY) break;                  // an error
 //!     wait until fd is readable (and whatever else the loop waits for);
 //! }

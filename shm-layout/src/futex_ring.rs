@@ -244,7 +244,15 @@ impl FutexRing {
             match unsafe { io_uring_enter(&self.fd, 1, min_complete, flags) } {
                 Ok(_) => return Ok(()),
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // Nothing was submitted (an error is returned only then): take the entry
+                    // back, or the next enter would submit it in place of its own. Safe: the
+                    // kernel reads the queue only inside an enter (no SQPOLL thread).
+                    if self.word(self.sq.head).load(Ordering::Acquire) == tail {
+                        self.word(self.sq.tail).store(tail, Ordering::Release);
+                    }
+                    return Err(e.into());
+                }
             }
         }
     }
