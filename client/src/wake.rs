@@ -319,7 +319,12 @@ impl WakeFd {
 
     /// Stops waiting without taking a job: a wake sent meanwhile goes to another waiter.
     pub fn disarm_and_hand_on(&self) {
-        if self.disarm() == Disarmed::Woken {
+        self.hand_on(self.disarm());
+    }
+
+    /// Passes a wake this waiter was sent on to another waiter (it will not take the job).
+    fn hand_on(&self, disarmed: Disarmed) {
+        if disarmed == Disarmed::Woken {
             if let Some(w) = self.seg.waker(self.queue) {
                 xtcq_shm::wait::notify(w);
             }
@@ -381,10 +386,16 @@ impl ThiefHandle {
                 ),
             });
         }
-        // Looking now: a wake sent meanwhile is the one this look answers.
-        wake.disarm();
-        if let Some(j) = self.steal()? {
-            return Ok(Some(j));
+        // Looking now: a wake sent meanwhile is the one this look answers, unless the look
+        // fails: then it goes to another waiter.
+        let disarmed = wake.disarm();
+        match self.steal() {
+            Ok(Some(j)) => return Ok(Some(j)),
+            Ok(None) => {}
+            Err(e) => {
+                wake.hand_on(disarmed);
+                return Err(e);
+            }
         }
         // Only now, about to wait: a wake that came is answered by the look just made. (One
         // still in flight was claimed before the disarm: a spurious readiness, no more.)
