@@ -5,8 +5,9 @@
 //! no socket, no name anyone could reach, and the kernel's wake-one.
 //!
 //! Rules kept:
-//! - **at most one wait in flight**, tagged with a number never reused; a completion with
-//!   another tag is a stale one (a cancelled wait's) and only consumed;
+//! - **at most one wait in flight** (a second `wait` while one is in flight keeps the first),
+//!   tagged with a number never reused; a completion with another tag is a stale one (a
+//!   cancelled wait's) and only consumed;
 //! - **a disarm leaves no wait behind**: a wait that did not end is cancelled before the
 //!   disarm returns, so a later `FUTEX_WAKE 1` can never go to a waiter that stopped waiting
 //!   (which would be a lost wake for one still asleep). Whether the wait was woken is read
@@ -200,9 +201,13 @@ impl FutexRing {
 
     /// Starts a wait on `word` while it holds `expected`: the descriptor becomes readable when
     /// a `FUTEX_WAKE` on it dequeues the wait, or at once if `word` no longer holds
-    /// `expected`. The caller disarms before it starts another.
+    /// `expected`. With a wait already in flight (two threads sharing one descriptor, one
+    /// arming after the other), that one serves: a second would be queued untracked, and no
+    /// disarm would cancel it.
     pub fn wait(&mut self, word: &AtomicU32, expected: u32) -> io::Result<()> {
-        debug_assert!(self.in_flight.is_none(), "one wait at a time");
+        if self.in_flight.is_some() {
+            return Ok(());
+        }
         self.ended = None;
         let tag = self.next_tag;
         self.next_tag = (self.next_tag + 1) & !CANCEL_TAG;
@@ -416,5 +421,17 @@ mod tests {
         assert!(readable(r.as_fd(), 2000), "the exited thread's wait ended with no readiness");
         assert_eq!(r.disarm().unwrap(), WaitEnd::Quiet);
         assert_eq!(wake(&word, 1), 0);
+    }
+
+    /// A second wait while one is in flight (two threads sharing a descriptor) keeps the
+    /// first: one disarm then leaves nothing queued.
+    #[test]
+    fn a_second_wait_in_flight_is_not_queued_beside_the_first() {
+        let Some(mut r) = ring() else { return };
+        let word = AtomicU32::new(0);
+        r.wait(&word, 0).unwrap();
+        r.wait(&word, 0).unwrap();
+        assert_eq!(r.disarm().unwrap(), WaitEnd::Quiet);
+        assert_eq!(wake(&word, 2), 0, "a wait was left queued");
     }
 }
