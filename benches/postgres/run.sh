@@ -13,7 +13,9 @@
 # (a file: perf records the whole machine, with call graphs, during (a)'s xtcq.push run; read
 # it with perf report -i FILE --comm postgres --no-children), ONLY_A (1: run (a) alone, and
 # ROUNDS_A times, default 1, each round's three statements one after the other, so that
-# before/after comparisons on a noisy machine take minutes, not a quarter of an hour).
+# before/after comparisons on a noisy machine take minutes, not a quarter of an hour), A_TX
+# (statements per client in each of (a)'s runs, default 40; at most 100, as the segment
+# holds 524,288 jobs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${SECONDS_PER_RUN:-5}
@@ -21,6 +23,7 @@ C=${CLIENTS:-4}
 SYNC=${SYNC:-on}
 LAT_JOBS=${LAT_JOBS:-500}
 LAT_RATE=${LAT_RATE:-50}
+A_TX=${A_TX:-40}
 REL=target/release
 BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 [ -x "$REL/xtcqd" ] && [ -f "$REL/libxtcq.a" ] || { echo "build first: cargo build --release -p xtcq-capi -p xtcqd -p xtcq-cli" >&2; exit 2; }
@@ -104,10 +107,10 @@ if [ -n "${PERF_OUT:-}" ]; then
     sleep 1
 fi
 part_a() {
-    xtcq_push=$(( $(pgbench "$s/push_many.sql" "$C" -t 40) * 1000 ))
+    xtcq_push=$(( $(pgbench "$s/push_many.sql" "$C" -t "$A_TX") * 1000 ))
     if [ -n "${PERF_OUT:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; PERF_OUT=; fi
-    table_push=$(( $(pgbench "$s/insert_many.sql" "$C" -t 40) * 1000 ))
-    floor=$(( $(pgbench "$s/build_many.sql" "$C" -t 40) * 1000 ))
+    table_push=$(( $(pgbench "$s/insert_many.sql" "$C" -t "$A_TX") * 1000 ))
+    floor=$(( $(pgbench "$s/build_many.sql" "$C" -t "$A_TX") * 1000 ))
     psql "TRUNCATE qtable"
 }
 a_line() {
@@ -118,7 +121,7 @@ if [ "${ONLY_A:-}" = 1 ]; then
     for _ in $(seq "${ROUNDS_A:-1}"); do
         part_a
         a_line
-        # Room for the next round (a round leaves 160,000 jobs of 524,288 records): the queue
+        # Room for the next round (a round leaves up to 400,000 jobs of 524,288 records): the queue
         # made again, once pgbench's backends, its injectors, are gone.
         for _ in $(seq 100); do
             "$REL/xtcq" --socket "$dir/xtcqd.sock" delete push --force >/dev/null 2>&1 && break
