@@ -42,3 +42,35 @@ fn a_push_of_many_into_a_full_segment_says_how_many_went_in() {
     let out = run_ok(&daemon, &["full", "full", "300"]);
     assert!(out.contains("of 300, then full"), "{out}");
 }
+
+/// A pusher killed (its fail point: `kill -9` of itself) at job 170 of a push of 300: at
+/// each step of a job's push (allocated; published, not yet in the ring; in the ring, `tail`
+/// not yet moved). Each job published before the kill comes once, none after: the same
+/// states a run of single pushes leaves, which recovery knows.
+#[test]
+fn a_pusher_killed_inside_a_push_of_many_leaves_each_published_job_exactly_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let daemon = Daemon::start();
+    let exe = compile_c("tests/c/inject_many.c", daemon.dir(), &[]);
+    let points = [
+        ("alloc.after_begin_fill", 169u64),
+        ("publish.before_index", 170),
+        ("overflow.push.after_cell", 170),
+    ];
+    for (round, (point, published)) in points.into_iter().enumerate() {
+        let queue = format!("crash{round}");
+        let out = run_within(
+            Command::new(&exe)
+                .arg(&daemon.socket)
+                .args(["round", &queue, "300"])
+                .env("XTCQ_FAILPOINTS", format!("{point}=kill@170")),
+            Duration::from_secs(60),
+        );
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "the pusher was to kill itself at {point}");
+        let mut got = super::push_batch::collect(&daemon, &queue, published as usize);
+        got.sort_unstable();
+        assert_eq!(got, (0..published).collect::<Vec<_>>(), "{point}: each published job once, no other");
+    }
+    let report = daemon.client().check(true).expect("xtcq check");
+    assert!(report.is_consistent(), "xtcq check: {:?}", report.problems);
+}
