@@ -15,6 +15,11 @@ use super::{PushBatchError, PushError};
 use crate::record::state::JobHandle;
 use crate::segment::coarse_monotonic_ns;
 
+/// How many records past the next one a push of many prefetches: far enough that the lines
+/// arrive before the job needs them (a job is filled in about 50 ns), near enough that they
+/// are the ones it takes.
+const PREFETCH_AHEAD: u32 = 2;
+
 impl Injector {
     /// Queues `payloads` in order at `priority` on the overflow ring of that level, as
     /// [`push_priority`](Self::push_priority) would one by one, and tells `queued` each
@@ -58,6 +63,10 @@ impl Injector {
         };
         let now = Joins::Now(coarse_monotonic_ns());
         for (i, p) in payloads.iter().enumerate() {
+            // The records this loop takes next are usually the cursor's and the one after
+            // (records are taken in order, and a batch's are mostly free): their lines start
+            // coming while this job is filled, so each job's misses overlap another's.
+            self.ctx.records.prefetch_for_fill(self.cursor.record.get().wrapping_add(PREFETCH_AHEAD));
             let pushed = publish_at(&self.ctx, self.me, &self.cursor, p, now, priority, ())
                 .and_then(|h| index_in_ring(&self.ctx, ring, h, &self.info.spec.name).map(|()| h));
             match pushed {

@@ -298,7 +298,7 @@ impl Owner {
 /// Where a producer's next scans for a free record and a free payload block start: just past
 /// what it took last, so that the next one is usually free. Spread over the arena by slot.
 pub(super) struct Cursors {
-    record: Cell<u32>,
+    pub(super) record: Cell<u32>,
     block: Cell<u32>,
     /// The batch each push joins (`Owner::set_batch`).
     batch: Cell<Option<crate::batch::BatchRef>>,
