@@ -587,6 +587,33 @@ int xtcq_set_max_running(xtcq_client *client, const char *name, uint32_t max);
 int xtcq_set_max_rate(xtcq_client *client, const char *name, uint64_t interval_ns, uint32_t burst);
 
 /**
+ * Queues `n` jobs in order at `priority` (see `xtcq_injector_push_priority`) on the queue's
+ * overflow ring, job `i` being the `lens[i]` bytes at `payloads[i]` (NULL with length 0 is
+ * an empty payload), and stores job `i`'s id in `ids[i]` (`index << 32 | birth`, as
+ * `xtcq_injector_push_id`; `ids` NULL: not stored). As many `xtcq_injector_push_at` calls
+ * would, with the checks and the wake made once per chunk of `XTCQ_MAX_BATCH` jobs.
+ *
+ * `*queued` is set to how many were queued, always the first ones: `n` on `XTCQ_OK`. An
+ * invalid argument and a payload larger than the segment's records hold
+ * (`XTCQ_E_TOO_LARGE`) are found before anything is queued. On a failure part way
+ * (`XTCQ_E_FULL`, ...) jobs `0 .. *queued` are queued, with their ids stored, and the others
+ * are not.
+ *
+ * # Safety
+ * `injector` is a live injector, used by this thread only for the call; `payloads` and
+ * `lens` point to `n` readable elements each, `payloads[i]` to `lens[i]` readable bytes;
+ * `ids` is NULL or points to `n` writable elements; `queued` is writable. `ids` and
+ * `queued` may not overlap `payloads`, `lens` or each other (`XTCQ_E_INVALID`).
+ */
+int xtcq_injector_push_many(xtcq_injector *injector,
+                            const uint8_t *const *payloads,
+                            const size_t *lens,
+                            size_t n,
+                            uint32_t priority,
+                            uint64_t *ids,
+                            size_t *queued);
+
+/**
  * Makes an empty job handle in `*out`, to pass to pops and steals.
  *
  * # Safety

@@ -11,7 +11,11 @@
 # LAT_JOBS (jobs per latency run, 500), LAT_RATE (their pace per second, 50: with synchronous_commit on, each job's commit
 # waits for a WAL flush, and a pace near one flush per job would measure a queue), PERF_OUT
 # (a file: perf records the whole machine, with call graphs, during (a)'s xtcq.push run; read
-# it with perf report -i FILE --comm postgres --no-children).
+# it with perf report -i FILE --comm postgres --no-children), ONLY_A (1: run (a) alone, and
+# ROUNDS_A times, default 1, each round's three statements one after the other, so that
+# before/after comparisons on a noisy machine take minutes, not a quarter of an hour), A_TX
+# (statements per client in each of (a)'s runs, default 40; at most 100, as the segment
+# holds 524,288 jobs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${SECONDS_PER_RUN:-5}
@@ -19,6 +23,7 @@ C=${CLIENTS:-4}
 SYNC=${SYNC:-on}
 LAT_JOBS=${LAT_JOBS:-500}
 LAT_RATE=${LAT_RATE:-50}
+A_TX=${A_TX:-40}
 REL=target/release
 BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 [ -x "$REL/xtcqd" ] && [ -f "$REL/libxtcq.a" ] || { echo "build first: cargo build --release -p xtcq-capi -p xtcqd -p xtcq-cli" >&2; exit 2; }
@@ -101,11 +106,32 @@ if [ -n "${PERF_OUT:-}" ]; then
     perf_pid=$!
     sleep 1
 fi
-xtcq_push=$(( $(pgbench "$s/push_many.sql" "$C" -t 40) * 1000 ))
-if [ -n "${PERF_OUT:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; fi
-table_push=$(( $(pgbench "$s/insert_many.sql" "$C" -t 40) * 1000 ))
-floor=$(( $(pgbench "$s/build_many.sql" "$C" -t 40) * 1000 ))
-psql "TRUNCATE qtable"
+part_a() {
+    xtcq_push=$(( $(pgbench "$s/push_many.sql" "$C" -t "$A_TX") * 1000 ))
+    if [ -n "${PERF_OUT:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" || true; PERF_OUT=; fi
+    table_push=$(( $(pgbench "$s/insert_many.sql" "$C" -t "$A_TX") * 1000 ))
+    floor=$(( $(pgbench "$s/build_many.sql" "$C" -t "$A_TX") * 1000 ))
+    psql "TRUNCATE qtable"
+}
+a_line() {
+    echo "(a) pushes/s from SQL, 1,000 per statement: xtcq.push $xtcq_push, INSERT into a table $table_push: $(awk "BEGIN { printf \"%.1f\", $xtcq_push / $table_push }")x; the statement building the array alone: $floor/s (the most any push could reach: $(awk "BEGIN { printf \"%.1f\", $floor / $table_push }")x)"
+}
+if [ "${ONLY_A:-}" = 1 ]; then
+    echo "synchronous_commit=$SYNC, $C pushing clients, $(nproc) cores, PostgreSQL $("$BIN/pg_config" --version | cut -d' ' -f2)"
+    for _ in $(seq "${ROUNDS_A:-1}"); do
+        part_a
+        a_line
+        # Room for the next round (a round leaves up to 400,000 jobs of 524,288 records): the queue
+        # made again, once pgbench's backends, its injectors, are gone.
+        for _ in $(seq 100); do
+            "$REL/xtcq" --socket "$dir/xtcqd.sock" delete push --force >/dev/null 2>&1 && break
+            sleep 0.2
+        done
+        "$REL/xtcq" --socket "$dir/xtcqd.sock" create push --allow-uid postgres --flavor fifo >/dev/null
+    done
+    exit 0
+fi
+part_a
 
 # (b) end to end: jobs run per second while C clients push for T seconds.
 e2e() { # push-script [consumer-script] -> jobs done per second
@@ -143,6 +169,6 @@ xc=$(e2e "$s/e2e_on_commit.sql")
 sk=$(e2e "$s/sk_push.sql" "$s/sk_take.sql")
 nq=$(e2e "$s/no_queue.sql")
 echo "synchronous_commit=$SYNC, $C pushing clients, $T s per run, $(nproc) cores, PostgreSQL $("$BIN/pg_config" --version | cut -d' ' -f2)"
-echo "(a) pushes/s from SQL, 1,000 per statement: xtcq.push $xtcq_push, INSERT into a table $table_push: $(awk "BEGIN { printf \"%.1f\", $xtcq_push / $table_push }")x; the statement building the array alone: $floor/s (the most any push could reach: $(awk "BEGIN { printf \"%.1f\", $floor / $table_push }")x)"
+a_line
 echo "(c) push to the job's SQL running, $LAT_RATE jobs/s: $latency; the statement run by the client itself: $(awk "BEGIN { printf \"%d\", $direct_ms * 1000 }") us (pgbench's latency average)"
 echo "(b) jobs run/s end to end (4 workers): xtcq.push $x, xtcq.push_on_commit $xc, SKIP LOCKED table $sk, no queue (the clients run the statement) $nq: $(awk "BEGIN { printf \"%.1fx and %.1fx\", $x / ($sk > 0 ? $sk : 1), $xc / ($sk > 0 ? $sk : 1) }")"

@@ -21,6 +21,7 @@ mod batches;
 mod client;
 mod entry;
 mod flow;
+mod inject_many;
 /// Fork detection, shared with the Rust client.
 use ::xtcq_client::fork;
 mod job;
@@ -35,6 +36,7 @@ mod wake;
 pub use batches::*;
 pub use client::*;
 pub use flow::*;
+pub use inject_many::*;
 pub use job::*;
 pub use job_state::*;
 pub use producer::*;

@@ -223,7 +223,7 @@ pub unsafe extern "C" fn xtcq_owner_push_batch(
 }
 
 /// Whether `p` points into the `n` elements at `array` (NULL: nowhere).
-fn within<T>(p: *const usize, array: *const T, n: usize) -> bool {
+pub(crate) fn within<T>(p: *const usize, array: *const T, n: usize) -> bool {
     let start = array as usize;
     let bytes = n.saturating_mul(std::mem::size_of::<T>());
     !array.is_null()
@@ -281,7 +281,7 @@ unsafe fn push_all(
 ///
 /// # Safety
 /// `payloads` and `lens` are NULL or point to `n` readable elements each.
-unsafe fn batch_args<'a>(
+pub(crate) unsafe fn batch_args<'a>(
     payloads: *const *const u8,
     lens: *const usize,
     n: usize,

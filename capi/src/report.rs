@@ -18,7 +18,7 @@ use crate::producer::{payload_arg, xtcq_injector};
 use crate::status::{fail, from_error, XTCQ_E_BUFFER_TOO_SMALL, XTCQ_E_INVALID, XTCQ_OK};
 
 /// `id` packed as one integer: `index << 32 | birth`.
-fn packed(id: JobId) -> u64 {
+pub(crate) fn packed(id: JobId) -> u64 {
     (u64::from(id.index) << 32) | u64::from(id.birth)
 }
 

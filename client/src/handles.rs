@@ -465,6 +465,27 @@ impl InjectorHandle {
         self.inj.push_priority(payload, priority).map_err(Error::from_push)
     }
 
+    /// Queues `payloads` in order at `priority` on the overflow ring of that level, as
+    /// [`push_priority`](Self::push_priority) would one by one, with the handle's checks,
+    /// the clock read and the wake made once for the lot; tells `queued` each job's
+    /// position and handle once it is queued. Returns how many were queued, from the first:
+    /// fewer than all when one failed (its error comes from the next call, as
+    /// [`OwnerHandle::push_batch`](crate::OwnerHandle::push_batch)'s does); `Err` when the
+    /// first failed.
+    pub fn push_many(
+        &self,
+        payloads: &[&[u8]],
+        priority: u32,
+        queued: impl FnMut(usize, JobHandle),
+    ) -> Result<usize, Error> {
+        usable(self.inj.segment(), &self.conn, &self.att, self.lost_at)?;
+        match self.inj.push_many(payloads, priority, queued) {
+            Ok(()) => Ok(payloads.len()),
+            Err(e) if e.queued > 0 => Ok(e.queued),
+            Err(e) => Err(Error::from_push(e.error)),
+        }
+    }
+
     /// Writes a job copied out of a dump or another segment (`xtcq import`) with its
     /// attempts, last error and priority (past the queue's levels: its last level): queued,
     /// or a dead letter when `dead`; a queued one holds `key` unless a live job of the queue

@@ -260,6 +260,35 @@ xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, u
 	return rc;
 }
 
+/* As push_at, for xtcq_pg_push_many. */
+static int
+push_many_at(const char *queue, const uint8_t *const *payloads, const size_t *lens, size_t n, uint32 priority,
+			 uint64 *ids, size_t *queued)
+{
+	InjectorEntry *e = injector_entry(queue);
+	int rc = (statement_batch == NULL) == (e->batch == NULL) ? XTCQ_OK : join_batch(e, statement_batch);
+
+	*queued = 0;
+	if (rc != XTCQ_OK)
+		return rc;
+	return xtcq_injector_push_many(e->injector, payloads, lens, n, priority, ids, queued);
+}
+
+int
+xtcq_pg_push_many(const char *queue, const uint8_t *const *payloads, const size_t *lens, size_t n, uint32 priority,
+				  uint64 *ids, size_t *queued)
+{
+	int rc = push_many_at(queue, payloads, lens, n, priority, ids, queued);
+
+	if ((rc == XTCQ_E_UNREACHABLE || rc == XTCQ_E_SEGMENT) && *queued == 0)
+	{
+		/* xtcqd restarted since this backend attached: attach to the new one, once. */
+		xtcq_pg_reset();
+		rc = push_many_at(queue, payloads, lens, n, priority, ids, queued);
+	}
+	return rc;
+}
+
 static int
 push_key_once(const char *queue, const char *data, size_t len, const char *key, bool or_existing, uint64 *id)
 {

@@ -48,6 +48,13 @@ extern void xtcq_pg_use_batch(const char *queue, const char *batch);
 /* Pushes through the queue's injector; after a lost daemon, attaches again and retries once. */
 extern int xtcq_pg_push(const char *queue, const char *data, size_t len, uint64 delay_ms, uint32 priority,
 						uint64 *id);
+/*
+ * Pushes `n` jobs (job i: the lens[i] bytes at payloads[i]) through the queue's injector in
+ * one call, ids[i] each job's id; `*queued` the first ones queued. After a lost daemon, with
+ * nothing queued, attaches again and retries once.
+ */
+extern int xtcq_pg_push_many(const char *queue, const uint8_t *const *payloads, const size_t *lens, size_t n,
+							 uint32 priority, uint64 *ids, size_t *queued);
 /* xtcq_injector_push_key through this backend's injector: XTCQ_OK, XTCQ_EXISTING or an error;
  * `*id` the job that holds the key (index << 32 | birth) on the first two and on
  * XTCQ_E_DUPLICATE. */

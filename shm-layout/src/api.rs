@@ -21,6 +21,7 @@ use crate::sync::Ordering;
 
 mod batch;
 mod claim;
+mod inject_many;
 mod job;
 mod owned;
 mod owner;

@@ -10,6 +10,7 @@
 //! names, ports or users, and no `std::env::set_var`.
 
 mod block_classes;
+mod inject_many;
 mod no_alloc;
 mod no_syscall_push;
 mod programs;

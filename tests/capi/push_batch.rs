@@ -289,7 +289,7 @@ fn a_batch_into_a_segment_replaced_meanwhile_fails_and_queues_nothing() {
 
 /// Steals and acks `queue`'s jobs until `want` came and the segment holds no job filling,
 /// queued or claimed (strays take the daemon's `--stray-window`); returns their numbers.
-fn collect(daemon: &Daemon, queue: &str, want: usize) -> Vec<u64> {
+pub(crate) fn collect(daemon: &Daemon, queue: &str, want: usize) -> Vec<u64> {
     let client = daemon.client();
     let thief = client.attach_thief(queue).expect("thief");
     let mut batch = xtcq_client::JobBatch::new();

@@ -297,8 +297,8 @@ impl Owner {
 
 /// Where a producer's next scans for a free record and a free payload block start: just past
 /// what it took last, so that the next one is usually free. Spread over the arena by slot.
-struct Cursors {
-    record: Cell<u32>,
+pub(super) struct Cursors {
+    pub(super) record: Cell<u32>,
     block: Cell<u32>,
     /// The batch each push joins (`Owner::set_batch`).
     batch: Cell<Option<crate::batch::BatchRef>>,
@@ -317,7 +317,7 @@ impl Cursors {
 
 /// When a published job joins the line, kept in the record's `enqueued_ns`.
 #[derive(Clone, Copy)]
-enum Joins {
+pub(super) enum Joins {
     /// Now: `Queued`, enqueued at this (coarse CLOCK_MONOTONIC) time.
     Now(u64),
     /// At its due time (CLOCK_MONOTONIC ns): `Delayed` until then.
@@ -337,7 +337,7 @@ fn publish(
 }
 
 /// Refuses a priority past the queue's levels.
-fn check_priority(info: &QueueInfo, priority: u32) -> Result<(), PushError> {
+pub(super) fn check_priority(info: &QueueInfo, priority: u32) -> Result<(), PushError> {
     if priority >= info.spec.levels.max(1) {
         return Err(level_error(info, priority));
     }
@@ -351,7 +351,7 @@ fn level_error(info: &QueueInfo, priority: u32) -> PushError {
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
 /// queue's record quota, if it has one; holding `key`, if given.
-fn publish_at(
+pub(super) fn publish_at(
     ctx: &QueueCtx<'_>,
     me: u32,
     cursor: &Cursors,
@@ -451,7 +451,7 @@ fn fill_and_publish(
 
 /// The key a push binds, if any: a type, so that a push without one is compiled with no
 /// trace of keys (`()`), as it was before them.
-trait KeyOf: Copy {
+pub(super) trait KeyOf: Copy {
     fn bind(self, ctx: &QueueCtx<'_>, me: u32, h: JobHandle) -> Result<(), PushError>;
 }
 
@@ -512,6 +512,16 @@ fn take_quota(ctx: &QueueCtx<'_>) -> Result<bool, PushError> {
 /// full, so the push fails cleanly rather than leaving an unindexed job behind.
 fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, level: u32, queue: &str) -> Result<(), PushError> {
     let ring = ctx.ring(level).map_err(|e| PushError::Corrupt(e.to_string()))?;
+    index_in_ring(ctx, ring, h, queue)
+}
+
+/// [`index_in_overflow`] into `ring`, resolved by the caller (once for many pushes).
+pub(super) fn index_in_ring(
+    ctx: &QueueCtx<'_>,
+    ring: crate::overflow::OverflowRef<'_>,
+    h: JobHandle,
+    queue: &str,
+) -> Result<(), PushError> {
     match ring.push(h.index) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -542,10 +552,10 @@ fn index_in_overflow(ctx: &QueueCtx<'_>, h: JobHandle, level: u32, queue: &str) 
 /// A producer without a deque: pushes go straight to the overflow ring. For one-shot pushes
 /// (`xtcq push`) and for processes that only feed a queue now and then.
 pub struct Injector {
-    ctx: QueueCtx<'static>,
-    info: QueueInfo,
-    me: u32,
-    cursor: Cursors,
+    pub(super) ctx: QueueCtx<'static>,
+    pub(super) info: QueueInfo,
+    pub(super) me: u32,
+    pub(super) cursor: Cursors,
     seg: Arc<Segment>,
 }
 
