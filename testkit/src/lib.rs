@@ -27,6 +27,7 @@ pub mod runs;
 pub mod scribble;
 pub mod sizes;
 pub mod skip;
+pub mod threads;
 pub mod tmux;
 pub mod users;
 
