@@ -6,7 +6,9 @@
 //! - The shared page is a plain file mapped `MAP_SHARED`: its type must be atomics only, so
 //!   that a zeroed file is a valid value and no process can see a torn write.
 
-pub mod line_chain;
+/// The yardstick of hand-offs (in xtcq-testkit, whose unit tests need none of the benches'
+/// dev-dependencies).
+pub use xtcq_testkit::line_chain;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -32,24 +34,7 @@ pub const BENCH_SEGMENT: &[&str] = &[
     "65536",
 ];
 
-/// Pins the calling thread to `cpu` (modulo the CPUs online); `XTCQ_BENCH_NO_PIN=1` skips it.
-pub fn pin(cpu: usize) {
-    if std::env::var_os("XTCQ_BENCH_NO_PIN").is_some() {
-        return;
-    }
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET within its bounds; affinity of this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % ncpus(), &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-/// CPUs online (not `available_parallelism`, which shrinks to the affinity mask once pinned).
-pub fn ncpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
-}
+pub use xtcq_testkit::cpu::{ncpus, pin};
 
 /// `$k` as a number, `None` when unset or not a number.
 pub fn env_u64(k: &str) -> Option<u64> {

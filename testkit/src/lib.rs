@@ -15,9 +15,11 @@
 pub mod bridge;
 pub mod c_program;
 pub mod child;
+pub mod cpu;
 pub mod daemon;
 pub mod exe;
 pub mod fork;
+pub mod line_chain;
 pub mod metrics_http;
 pub mod postgres;
 pub mod python;
@@ -27,6 +29,7 @@ pub mod runs;
 pub mod scribble;
 pub mod sizes;
 pub mod skip;
+pub mod threads;
 pub mod tmux;
 pub mod users;
 

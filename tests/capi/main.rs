@@ -9,6 +9,8 @@
 //! module's path. The modules' tests run in parallel threads of one process: no fixed
 //! names, ports or users, and no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod block_classes;
 mod inject_many;
 mod no_alloc;

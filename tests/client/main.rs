@@ -9,6 +9,8 @@
 //! the module's path. The modules' tests run in parallel threads of one process: no fixed
 //! names, ports or users, and no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod create_exist_ok;
 mod exist_ok_other_user;
 mod fork_drop_client;

@@ -8,6 +8,8 @@
 //! module's path. The modules' tests run in parallel threads of one process: no fixed
 //! names, ports or users, and no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod blocks;
 mod corrupt_deque;
 mod delayed;

@@ -6,6 +6,8 @@
 //! The modules' tests run in parallel threads of one process: no fixed names, ports or
 //! users, and no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod cancel;
 mod cancel_races;
 mod job;

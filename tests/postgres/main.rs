@@ -3,6 +3,8 @@
 //! before its commit, background workers running jobs once, retries and dead letters, an
 //! xtcqd restart, grants, and bad input. Skips without PostgreSQL unless XTCQ_REQUIRE_PG=1.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod attacks;
 mod crash;
 mod run_as;

@@ -7,6 +7,8 @@
 //! Without python3's venv and pip, maturin, pytest or mypy the test says what it skipped,
 //! unless `XTCQ_REQUIRE_PYTHON=1` (set by CI), where that is a failure.
 
+xtcq_testkit::test_threads_per_core!();
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -7,6 +7,8 @@
 //! modules' tests run in parallel threads of one process: no fixed names, ports or users, and
 //! no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod batches;
 mod priorities;
 mod unique;

@@ -8,4 +8,6 @@
 //! module's path. The modules' tests run in parallel threads of one process: no fixed
 //! names, ports or users, and no `std::env::set_var`.
 
+xtcq_testkit::test_threads_per_core!();
+
 mod random_kill;

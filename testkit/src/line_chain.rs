@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::pin;
+use crate::cpu::pin;
 
 /// One line of the chain, alone on its 256 bytes.
 #[repr(align(256))]
