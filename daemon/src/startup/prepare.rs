@@ -100,9 +100,17 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, DaemonError> {
     })
 }
 
+/// Connections the `--metrics` listener lets wait for an accept, as the control socket does.
+/// The standard library listens with 128: a burst of scrapers past it had their SYNs dropped
+/// and retried a second later.
+const METRICS_BACKLOG: i32 = 1024;
+
 /// Binds the `--metrics` listener at `addr`.
 fn bind_metrics(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, DaemonError> {
-    let bound = std::net::TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
+    let bound = std::net::TcpListener::bind(addr)
+        // A second listen(2) on a listening socket only sets its backlog.
+        .and_then(|l| rustix::net::listen(&l, METRICS_BACKLOG).map_err(io::Error::from).map(|()| l))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l));
     bound.map_err(|source| DaemonError::Io {
         what: if source.kind() == io::ErrorKind::AddrInUse {
             "cannot listen for --metrics: another process holds the port; give --metrics another \
