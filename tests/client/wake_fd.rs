@@ -645,7 +645,7 @@ fn another_user_cannot_reach_or_take_a_wake_socket() {
     assert!(t.steal_or_arm(&w).expect("steal").is_none(), "a datagram made a job");
 }
 
-/// The role for [`a_waiter_killed_while_asleep_is_taken_back`]: waits on queue `q` the way
+/// The role of [`spawn_asleep`] (a waiter killed or stopped while asleep): waits on queue `q` the way
 /// `$XTCQ_TEST_ASLEEP_IN` says (`futex` or `datagram`: armed on a wake descriptor of that kind;
 /// `steal_wait`: inside it), says so, and waits to be killed.
 #[test]
@@ -669,25 +669,10 @@ fn asleep_role_main() {
     std::thread::sleep(Duration::from_secs(120));
 }
 
-/// A consumer killed -9 while asleep (armed on a descriptor of either kind, or inside
-/// `steal_wait`): the daemon takes it back (the sleeper count back to 0, so pushes make no
-/// wake for it; a datagram waiter's socket removed and bit disarmed), and a push then wakes
-/// the waiter that is left, not the dead one.
-#[test]
-fn a_waiter_killed_while_asleep_is_taken_back() {
-    let mut ways: Vec<&str> =
-        wake_kinds().into_iter().map(|k| if k == WakeKind::Futex { "futex" } else { "datagram" }).collect();
-    ways.push("steal_wait");
-    for way in ways {
-        killed_asleep_is_taken_back(way);
-    }
-}
-
-fn killed_asleep_is_taken_back(way: &str) {
+/// Starts [`asleep_role_main`] against `d`, waiting on queue `q` the `way` it names
+/// (`futex`, `datagram` or `steal_wait`), and returns once it says it is armed.
+pub(super) fn spawn_asleep(d: &Daemon, way: &str) -> std::process::Child {
     use std::io::BufRead;
-    let d = Daemon::start();
-    let c = d.client();
-    c.create_queue(&params("q")).expect("create");
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--exact",
@@ -703,6 +688,28 @@ fn killed_asleep_is_taken_back(way: &str) {
         .expect("spawn");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     while !lines.next().expect("a line").expect("read").contains("@@ armed") {}
+    child
+}
+
+/// A consumer killed -9 while asleep (armed on a descriptor of either kind, or inside
+/// `steal_wait`): the daemon takes it back (the sleeper count back to 0, so pushes make no
+/// wake for it; a datagram waiter's socket removed and bit disarmed), and a push then wakes
+/// the waiter that is left, not the dead one.
+#[test]
+fn a_waiter_killed_while_asleep_is_taken_back() {
+    let mut ways: Vec<&str> =
+        wake_kinds().into_iter().map(|k| if k == WakeKind::Futex { "futex" } else { "datagram" }).collect();
+    ways.push("steal_wait");
+    for way in ways {
+        killed_asleep_is_taken_back(way);
+    }
+}
+
+fn killed_asleep_is_taken_back(way: &str) {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let mut child = spawn_asleep(&d, way);
     let sleepers = || {
         let s = d.stats();
         s["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")

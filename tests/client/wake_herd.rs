@@ -31,6 +31,15 @@ fn sleepers(d: &Daemon) -> u64 {
     d.stats()["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
 }
 
+/// What a woken waiter does: consumes the readiness, steals the job it was woken for, acks it.
+fn take_the_job(t: &ThiefHandle, w: &WakeFd, what: &str) -> Vec<u8> {
+    w.clear().expect("clear");
+    let j = t.steal_or_arm(w).expect("steal").expect(what);
+    let p = j.payload().expect("payload");
+    j.ack().expect("ack");
+    p
+}
+
 /// Attaches `n` thieves of `q`, each with its own descriptor, all armed on an empty queue.
 fn armed_waiters(c: &Client, n: usize, kind: WakeKind) -> Vec<(ThiefHandle, WakeFd)> {
     (0..n)
@@ -66,10 +75,8 @@ fn a_push_wakes_one(kind: WakeKind) {
         let woken = readable_of(&fds, Duration::from_secs(10));
         assert_eq!(woken.len(), 1, "{kind:?} round {round}: one push made {woken:?} readable");
         let (t, w) = &waiters[woken[0]];
-        w.clear().expect("clear");
-        let j = t.steal_or_arm(w).expect("steal").expect("the woken waiter finds the job");
-        assert_eq!(j.payload().expect("payload"), format!("job {round}").as_bytes());
-        j.ack().expect("ack");
+        let p = take_the_job(t, w, "the woken waiter finds the job");
+        assert_eq!(p, format!("job {round}").as_bytes());
         assert!(t.steal_or_arm(w).expect("arm again").is_none());
         // A herd would have made the others readable by now: the datagram or the futex wake
         // is sent before `xtcq push` exits.
@@ -109,10 +116,7 @@ fn a_busy_waiter_wakes_another(kind: WakeKind) {
     assert_eq!(nudged, vec![0], "the other waiter was never woken while the job stayed queued");
     eprintln!("the other waiter was woken {:?} after the push (scans 1 s apart)", pushed.elapsed());
     let (t, w) = &waiters[other];
-    w.clear().expect("clear");
-    let j = t.steal_or_arm(w).expect("steal").expect("the nudged waiter finds the job");
-    assert_eq!(j.payload().expect("payload"), b"stranded?");
-    j.ack().expect("ack");
+    assert_eq!(take_the_job(t, w, "the nudged waiter finds the job"), b"stranded?");
     assert_eq!(d.stats()["records"]["queued"].as_u64(), Some(0));
 }
 
@@ -155,9 +159,7 @@ fn a_stopped_or_dropped_waiter_takes_no_wake(kind: WakeKind, dropped: bool) {
         vec![0],
         "{kind:?} (dropped: {dropped}): the push did not wake the waiter still waiting"
     );
-    w.clear().expect("clear");
-    let j = t.steal_or_arm(w).expect("steal").expect("the job");
-    j.ack().expect("ack");
+    take_the_job(t, w, "the job");
 }
 
 /// An attached process zeroes the queue's sleeper count while a waiter sleeps (garbage in
@@ -183,26 +185,7 @@ fn a_zeroed_count_is_nudged(kind: WakeKind) {
     ok(&d.run(&["push", "q", "under garbage"]));
     let woken = readable_of(&[w], Duration::from_secs(10));
     assert_eq!(woken, vec![0], "{kind:?}: a waiter hidden by a zeroed count was never woken");
-    w.clear().expect("clear");
-    let j = t.steal_or_arm(w).expect("steal").expect("the job");
-    j.ack().expect("ack");
-}
-
-/// The role for [`a_stopped_woken_waiter_has_another_woken_within_two_scans`]: arms a wake
-/// descriptor of `XTCQ_TEST_STOPPED_KIND` on queue `q`, says so, and waits.
-#[test]
-fn stopped_role_main() {
-    let Ok(socket) = std::env::var("XTCQ_TEST_STOPPED_SOCKET") else { return };
-    let kind = match std::env::var("XTCQ_TEST_STOPPED_KIND").as_deref() {
-        Ok("Futex") => WakeKind::Futex,
-        _ => WakeKind::Datagram,
-    };
-    let c = Client::connect(Some(std::path::Path::new(&socket))).expect("connect");
-    let t = c.attach_thief("q").expect("thief");
-    let w = t.wake_fd_of(kind).expect("wake");
-    assert!(t.steal_or_arm(&w).expect("arm").is_none());
-    println!("@@ armed");
-    std::thread::sleep(Duration::from_secs(120));
+    take_the_job(t, w, "the job");
 }
 
 /// A waiter stopped (SIGSTOP, Ctrl-Z) before the push that wakes it: the first waiter queued
@@ -216,19 +199,11 @@ fn a_stopped_woken_waiter_has_another_woken_within_two_scans() {
 }
 
 fn a_stopped_woken_waiter(kind: WakeKind) {
-    use std::io::BufRead;
     let d = Daemon::start();
     let c = d.client();
     c.create_queue(&params("q")).expect("create");
-    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", &xtcq_testkit::test_name(module_path!(), "stopped_role_main"), "--nocapture"])
-        .env("XTCQ_TEST_STOPPED_SOCKET", &d.socket)
-        .env("XTCQ_TEST_STOPPED_KIND", format!("{kind:?}"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
-    while !lines.next().expect("a line").expect("read").contains("@@ armed") {}
+    let way = if kind == WakeKind::Futex { "futex" } else { "datagram" };
+    let mut child = super::wake_fd::spawn_asleep(&d, way);
     // Armed after the child: the kernel's futex queue wakes the child first.
     let waiters = armed_waiters(&c, 1, kind);
     let (t, w) = &waiters[0];
@@ -241,9 +216,7 @@ fn a_stopped_woken_waiter(kind: WakeKind) {
     child.kill().expect("kill");
     child.wait().expect("reap");
     assert_eq!(woken, vec![0], "{kind:?}: the waiter left running was never woken");
-    w.clear().expect("clear");
-    let j = t.steal_or_arm(w).expect("steal").expect("the job");
-    j.ack().expect("ack");
+    take_the_job(t, w, "the job");
 }
 
 /// Futex-kind and datagram waiters of a paused queue: a push wakes nobody (the queue is
@@ -262,8 +235,7 @@ fn a_resume_wakes_the_waiters_of_a_paused_queue() {
         let woken = readable_of(&fds, Duration::from_secs(10));
         assert!(!woken.is_empty(), "{kind:?}: the resume woke nobody");
         let (t, w) = &waiters[woken[0]];
-        w.clear().expect("clear");
-        t.steal_or_arm(w).expect("steal").expect("the job").ack().expect("ack");
+        take_the_job(t, w, "the job");
     }
 }
 
