@@ -193,17 +193,8 @@ pub unsafe extern "C" fn xtcq_owner_set_batch(
             (Ok(o), Ok(c)) => (o, c),
             (Err(code), _) | (_, Err(code)) => return code,
         };
-        if let Err(code) = not_forked(o.born).and_then(|_| not_forked(c.born)) {
-            return code;
-        }
         // SAFETY: the caller's contract.
-        match unsafe { batch_to_join(c, &o.inner.queue().name, batch) } {
-            Ok(info) => {
-                o.inner.set_batch(info.as_ref());
-                XTCQ_OK
-            }
-            Err(code) => code,
-        }
+        unsafe { join_batch(o.born, c, &o.inner.queue().name, batch, |b| o.inner.set_batch(b)) }
     })
 }
 
@@ -246,18 +237,35 @@ pub unsafe extern "C" fn xtcq_injector_set_batch(
             (Ok(i), Ok(c)) => (i, c),
             (Err(code), _) | (_, Err(code)) => return code,
         };
-        if let Err(code) = not_forked(i.born).and_then(|_| not_forked(c.born)) {
-            return code;
-        }
         // SAFETY: the caller's contract.
-        match unsafe { batch_to_join(c, &i.inner.queue().name, batch) } {
-            Ok(info) => {
-                i.inner.set_batch(info.as_ref());
-                XTCQ_OK
-            }
-            Err(code) => code,
-        }
+        unsafe { join_batch(i.born, c, &i.inner.queue().name, batch, |b| i.inner.set_batch(b)) }
     })
+}
+
+/// The set-batch call of a handle born in process `born` on `queue`: refused in a forked
+/// child (of the handle or the client), else `set` given the batch to join (see
+/// [`batch_to_join`]).
+///
+/// # Safety
+/// `batch` NULL or a NUL-terminated string.
+unsafe fn join_batch(
+    born: u64,
+    c: &xtcq_client,
+    queue: &str,
+    batch: *const c_char,
+    set: impl FnOnce(Option<&BatchInfo>),
+) -> c_int {
+    if let Err(code) = not_forked(born).and_then(|_| not_forked(c.born)) {
+        return code;
+    }
+    // SAFETY: the caller's contract.
+    match unsafe { batch_to_join(c, queue, batch) } {
+        Ok(info) => {
+            set(info.as_ref());
+            XTCQ_OK
+        }
+        Err(code) => code,
+    }
 }
 
 /// The batch a handle of `queue` is to join: `None` for NULL (no batch), else batch `batch`
