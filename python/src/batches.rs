@@ -68,10 +68,7 @@ impl Client {
         queue: &Bound<'py, PyAny>,
         name: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let (queue, name) = (text(py, queue, "a queue name")?, text(py, name, "a batch name")?);
-        let client = self.live(py)?;
-        let info = py.detach(|| client.seal_batch(&queue, &name)).or_raise(py)?;
-        info_dict(py, &info)
+        self.batch_call(py, queue, name, |c, q, n| c.seal_batch(q, n))
     }
 
     /// Batch `name`'s counts, as the daemon last counted them.
@@ -81,9 +78,21 @@ impl Client {
         queue: &Bound<'py, PyAny>,
         name: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        self.batch_call(py, queue, name, |c, q, n| c.batch_progress(q, n))
+    }
+
+    /// `call` on the live client with the queue and batch names read from Python (the GIL
+    /// released), its batch as a dict.
+    fn batch_call<'py>(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        name: &Bound<'py, PyAny>,
+        call: impl FnOnce(&xtcq_client::Client, &str, &str) -> Result<BatchInfo, xtcq_client::Error> + Send,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let (queue, name) = (text(py, queue, "a queue name")?, text(py, name, "a batch name")?);
         let client = self.live(py)?;
-        let info = py.detach(|| client.batch_progress(&queue, &name)).or_raise(py)?;
+        let info = py.detach(|| call(&client, &queue, &name)).or_raise(py)?;
         info_dict(py, &info)
     }
 
