@@ -19,7 +19,10 @@
 //!
 //! A pusher that dies after its cell CAS leaves `tail` behind a full cell: the next pusher
 //! helps `tail` on, and so does a popper before it moves `head` past that cell, so that
-//! `head <= tail` holds in every state (`check` relies on it). A popper that dies after its
+//! `head <= tail` holds in every state (`check` relies on it). A push of many
+//! (`push_run`) fills the cells after its first one while they are free and moves `tail`
+//! past them once: until then, the state of as many pushers stopped after their cell CAS,
+//! helped past alike. A popper that dies after its
 //! cell CAS leaves `head` behind an emptied cell: the next popper helps `head` on, and so
 //! does a pusher before it fills that cell for the next lap, so that `tail <= head +
 //! capacity` holds too; the index it took is lost from the ring, but the record it names is
@@ -153,6 +156,82 @@ impl<'a> OverflowRef<'a> {
 
     /// Appends a record index.
     pub fn push(&self, index: u32) -> Result<(), RingError> {
+        let t = self.fill_at_tail(index)?;
+        // Failure means someone helped us already.
+        let _ = self.tail.compare_exchange(t, t.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Appends `indices` in order, as that many [`push`](Self::push)es would, but moves `tail`
+    /// once per run of cells filled in a row rather than once per index. `Err((n, why))`:
+    /// the first `n` are in the ring, the rest not.
+    ///
+    /// A run: the first index goes where `push` puts it (at `tail`, helping as `push` does);
+    /// each next one into the cell after the last while that cell is free for its lap, with
+    /// `tail` left at the run's first cell; then `tail` jumps past the run from wherever
+    /// helpers took it. Every state in between is the one a pusher that stopped after its
+    /// cell CAS leaves, several cells long: full cells from `tail` on, which every push and
+    /// pop helps `tail` past one at a time, and which [`held`](Self::held) counts as
+    /// indexed. `head` never passes `tail` (a popper helps `tail` past a full cell before it
+    /// moves `head` past it); `tail` never passes `head + capacity` (before each cell of the
+    /// run `head` is helped past the cell's previous lap, as `push` does, and by induction
+    /// along the run it is never further behind than that).
+    pub fn push_run(&self, indices: &[u32]) -> Result<(), (usize, RingError)> {
+        let mut done = 0;
+        while let Some(&first) = indices.get(done) {
+            let start = self.fill_at_tail(first).map_err(|e| (done, e))?;
+            done += 1;
+            let mut next = start.wrapping_add(1);
+            while let Some(&index) = indices.get(done) {
+                if !self.fill_after_run(next, index) {
+                    break;
+                }
+                done += 1;
+                next = next.wrapping_add(1);
+            }
+            self.move_tail(start, next);
+        }
+        Ok(())
+    }
+
+    /// Fills the cell at `pos`, one past a run this thread is filling, if it is free for
+    /// `pos`'s lap; `false` when it is not (another pusher took it, the ring is full there,
+    /// or it holds what no correct program writes: [`push`](Self::push)'s path, taken next,
+    /// tells which).
+    #[inline]
+    fn fill_after_run(&self, pos: u64, index: u32) -> bool {
+        let lap = self.lap(pos);
+        let cell = self.cell(pos);
+        // Acquire, as in `fill_at_tail`: the popper of the previous lap read its index first.
+        let c = cell.load(Ordering::Acquire);
+        if index > MAX_INDEX || c != empty(lap) {
+            return false;
+        }
+        self.help_head_past(pos.wrapping_sub(self.mask + 1));
+        let filled = cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if filled {
+            crate::fail_point!("overflow.push.after_cell");
+        }
+        filled
+    }
+
+    /// Moves `tail` to `to` from `from` or wherever helpers took it on the way: every cell in
+    /// `[from, to)` was filled by this thread's run. Stops once `tail` is at or past `to`,
+    /// or found behind `from` (it never moves back: garbage, left to the others' checks).
+    fn move_tail(&self, from: u64, to: u64) {
+        let mut t = from;
+        // Each failure finds `tail` further on: at most `to - from` rounds.
+        while let Err(now) = self.tail.compare_exchange(t, to, Ordering::AcqRel, Ordering::Acquire) {
+            if now >= to || now <= t {
+                return;
+            }
+            t = now;
+        }
+    }
+
+    /// The cell CAS of a push: fills the cell at `tail` (helping `tail` and `head` on as
+    /// needed) and returns its position, leaving `tail` for the caller to move past it.
+    fn fill_at_tail(&self, index: u32) -> Result<u64, RingError> {
         if index > MAX_INDEX {
             return Err(RingError::Corrupt(format!("record index {index} does not fit a cell")));
         }
@@ -175,10 +254,7 @@ impl<'a> OverflowRef<'a> {
                 // its own state CAS) but orders us after the popper of the previous lap.
                 if cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     crate::fail_point!("overflow.push.after_cell");
-                    // Failure means someone helped us already.
-                    let _ =
-                        self.tail.compare_exchange(t, t.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
-                    return Ok(());
+                    return Ok(t);
                 }
                 continue;
             }
@@ -219,14 +295,15 @@ impl<'a> OverflowRef<'a> {
         help_past(self.tail, pos);
     }
 
-    /// Moves `head` from `pos` to `pos + 1` if it is still at `pos`: called by a pusher that
-    /// read `tail == pos + capacity` (Acquire) and saw that cell free, so the cell at `pos`
-    /// was popped. For `pos` "below 0" (the first lap) it never matches. The load first, as
-    /// in [`help_tail_past`](Self::help_tail_past), so that the usual push, with `head` well
-    /// ahead, does not take the poppers' line for a CAS. A value other than `pos` is past it:
-    /// `head` never moves back, and whoever filled the cell before `pos + capacity` had
-    /// made `head` reach `pos` first, which the move of `tail` past that cell and our
-    /// Acquire of `tail` make us see.
+    /// Moves `head` from `pos` to `pos + 1` if it is still at `pos`: called by a pusher about
+    /// to fill the cell at `pos + capacity` (at `tail`, or the next cell of its run), which
+    /// it saw free, so the cell at `pos` was popped. For `pos` "below 0" (the first lap) it
+    /// never matches. The load first, as in [`help_tail_past`](Self::help_tail_past), so
+    /// that the usual push, with `head` well ahead, does not take the poppers' line for a
+    /// CAS. A value other than `pos` is past it: `head` never moves back, and whoever filled
+    /// the cell before `pos + capacity` had made `head` reach `pos` first, which the move of
+    /// `tail` past that cell and our Acquire of `tail` make us see (in a run, that filler
+    /// was this thread).
     #[inline]
     fn help_head_past(&self, pos: u64) {
         help_past(self.head, pos);
@@ -403,5 +480,55 @@ mod tests {
         v.push(5).unwrap();
         assert_eq!(v.pop().unwrap(), Some(5));
         assert_eq!(v.positions(), (2, 2));
+    }
+    /// A run across a lap boundary, into a ring with room for part of it: the part goes in,
+    /// in order, `tail` past it, and the error says how many.
+    #[test]
+    fn a_run_fills_what_room_there_is_and_says_how_much() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        v.push(1).unwrap();
+        assert_eq!(v.pop().unwrap(), Some(1));
+        v.push_run(&[10, 11]).unwrap();
+        assert_eq!(v.positions(), (1, 3));
+        assert_eq!(v.push_run(&[12, 13, 14, 15]), Err((2, RingError::Full)));
+        assert_eq!(v.positions(), (1, 5));
+        let popped: Vec<u32> = std::iter::from_fn(|| v.pop().unwrap()).collect();
+        assert_eq!(popped, [10, 11, 12, 13]);
+        v.push_run(&[]).unwrap();
+        assert_eq!(v.positions(), (5, 5));
+    }
+
+    /// A cell after the run's first holding what no push writes ends the run there; the
+    /// push of that index then reports the ring corrupt, with the run's first in the ring.
+    #[test]
+    fn a_run_stops_at_a_garbage_cell_and_says_so() {
+        let ring = HeapOverflow::new(4);
+        let v = ring.view().unwrap();
+        ring.cells()[1].store(empty(7), Ordering::Release);
+        let e = v.push_run(&[1, 2, 3]).unwrap_err();
+        assert_eq!(e.0, 1);
+        assert!(matches!(e.1, RingError::Corrupt(_)), "{e:?}");
+        assert_eq!(v.positions(), (0, 1));
+        assert_eq!(v.pop().unwrap(), Some(1));
+        let too_big = v.push_run(&[MAX_INDEX + 1]).unwrap_err();
+        assert!(matches!(too_big, (0, RingError::Corrupt(_))), "{too_big:?}");
+    }
+
+    /// A pusher of a run killed before it moved `tail`: its cells are held (indexed), the
+    /// next push helps `tail` past them, and everything comes out once, in order.
+    #[test]
+    fn a_run_whose_pusher_died_before_moving_tail_is_helped_past() {
+        let ring = HeapOverflow::new(8);
+        let v = ring.view().unwrap();
+        for (pos, index) in [(0u64, 20u32), (1, 21), (2, 22)] {
+            ring.cells()[pos as usize].store(full_cell_for(pos, 8, index), Ordering::Release);
+        }
+        let (head, tail) = v.positions();
+        assert_eq!(v.held(head, tail).map(|(_, i)| i).collect::<Vec<_>>(), [20, 21, 22]);
+        v.push_run(&[23, 24]).unwrap();
+        assert_eq!(v.positions(), (0, 5));
+        let popped: Vec<u32> = std::iter::from_fn(|| v.pop().unwrap()).collect();
+        assert_eq!(popped, [20, 21, 22, 23, 24]);
     }
 }

@@ -131,3 +131,55 @@ fn a_popper_after_a_dead_pusher_never_passes_tail() {
     });
     assert_eq!(seen, BTreeSet::from([Some(5)]));
 }
+
+/// A ring of capacity 4 with `head == tail == 3`: a run of two from there straddles a lap.
+fn ring_before_a_lap() -> Arc<HeapOverflow> {
+    let ring = Arc::new(HeapOverflow::new(4));
+    let v = ring.view().unwrap();
+    for i in 0..3 {
+        v.push(i).unwrap();
+        assert_eq!(v.pop().unwrap(), Some(i));
+    }
+    ring
+}
+
+/// A run of two (`push_run`, `tail` moved once past both) beside a single push and a
+/// popper: every index comes out exactly once, the run's in its order, `head` never past
+/// `tail` as the popper reads them, and the ring ends empty past all three.
+#[test]
+fn a_run_beside_a_pusher_and_a_popper_each_index_once() {
+    let seen = explore("a_run_beside_a_pusher_and_a_popper_each_index_once", 3, |start| {
+        let ring = ring_before_a_lap();
+        let r1 = ring.clone();
+        let run = thread::spawn(move || r1.view().unwrap().push_run(&[1, 2]).unwrap());
+        let r2 = ring.clone();
+        let single = thread::spawn(move || r2.view().unwrap().push(3).unwrap());
+        start.after_spawn();
+        let v = ring.view().unwrap();
+        let mut popped = Vec::new();
+        for _ in 0..2 {
+            if let Some(i) = v.pop().unwrap() {
+                popped.push(i);
+            }
+            let (h, t) = v.positions();
+            assert!(h <= t, "popper saw head {h} past tail {t}");
+        }
+        run.join().unwrap();
+        single.join().unwrap();
+        let concurrent = popped.len();
+        while let Some(i) = v.pop().unwrap() {
+            popped.push(i);
+        }
+        let run_order: Vec<u32> = popped.iter().copied().filter(|&i| i != 3).collect();
+        assert_eq!(run_order, [1, 2], "the run's order, in {popped:?}");
+        assert_eq!(popped.len(), 3, "each once: {popped:?}");
+        assert_eq!(v.positions(), (6, 6));
+        (concurrent, popped.iter().position(|&i| i == 3).unwrap())
+    });
+    // The single push lands before, between or after the run's two, and the popper took
+    // none, some or all while they raced.
+    for place in 0..3 {
+        assert!(seen.iter().any(|&(_, p)| p == place), "3 never came out at place {place}: {seen:?}");
+    }
+    assert!(seen.iter().any(|&(c, _)| c == 2), "the popper never took two while they pushed: {seen:?}");
+}
