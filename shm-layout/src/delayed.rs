@@ -4,7 +4,7 @@
 //! Rules kept:
 //! - a producer (`Injector::push_delayed`) or a consumer giving a job back with a delay
 //!   (`ClaimedJob::fail_after`) writes the due time, then makes the record `Delayed` with one
-//!   Release CAS, then tells the daemon; the daemon also finds the ones it was not told of
+//!   Release store (a push, leaving `Filling`) or CAS (a give-back), then tells the daemon; the daemon also finds the ones it was not told of
 //!   ([`scan_delayed`]) when it adopts a segment and when it recovers a dead process;
 //! - only [`release_due`] moves a `Delayed` record on (besides a forced queue delete, which
 //!   frees it): `Delayed(g) -> Queued(g)`, then the record's index on its queue's overflow

@@ -415,7 +415,7 @@ fn fill_and_publish(
             WriteError::Bad(bad) => PushError::Corrupt(bad.to_string()),
         });
     }
-    // Relaxed: published by the Release CAS in `publish` below.
+    // Relaxed: published by the Release store in `publish` below.
     hdr.queue.store(ctx.queue, Ordering::Relaxed);
     hdr.attempts.store(0, Ordering::Relaxed);
     hdr.deadline_ns.store(0, Ordering::Relaxed);

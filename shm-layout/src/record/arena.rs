@@ -13,7 +13,7 @@
 //!
 //! Payload bytes are copied with plain (non-atomic) copies. That is data-race free for a
 //! correct program because the state word hands a record's payload from one holder to the
-//! next: the filler writes while `Filling(me)` and publishes with a Release CAS; a consumer
+//! next: the filler writes while `Filling(me)` and publishes with a Release store; a consumer
 //! reads only after its Acquire claim CAS, while `Claimed(me)`. The length is read from the
 //! segment and checked against the record's area before any copy, and a block reference is
 //! decoded against the layout and its owner word checked, so a corrupted length or

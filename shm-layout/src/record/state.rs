@@ -10,9 +10,10 @@
 //! ```
 //!
 //! `holder` is the process slot that the state belongs to (`NO_HOLDER` when none). Every
-//! transition is one CAS from an exact expected word, so a process that dies between any
-//! two instructions leaves each record in a state that names its holder, and recovery is a
-//! scan by holder:
+//! transition is one atomic step from an exact expected word (a CAS, but for leaving
+//! `Filling(me)`, which only `me` writes: a store), so a process that dies between any two
+//! instructions leaves each record in a state that names its holder, and recovery is a scan
+//! by holder:
 //!
 //! ```text
 //!   Free(g) --begin_fill(me)--> Filling(g, me) --publish--> Queued(g) --claim(me)--> Claimed(g, me)
@@ -267,13 +268,32 @@ impl<'a> RecordState<'a> {
     }
 
     /// `Filling(g, me) -> Queued(g)`. Release publishes the payload and fields written while
-    /// filling; pairs with the Acquire of `claim`.
+    /// filling; pairs with the Acquire of `claim`. A store, not a CAS: see
+    /// [`leave_filling`](Self::leave_filling).
+    #[inline]
     pub fn publish(&self, generation: u32, me: u32) -> Result<(), Conflict> {
-        self.cas(
-            StateWord::pack(generation, State::Filling, me),
-            StateWord::pack(generation, State::Queued, NO_HOLDER),
-            Ordering::Release,
-        )
+        self.leave_filling(generation, me, State::Queued)
+    }
+
+    /// `Filling(g, me) -> to(g)`, with no holder, as one Release store.
+    ///
+    /// No CAS is needed to leave `Filling(g, me)`: in that state the word is written by `me`
+    /// alone. No other process of a correct program moves a record it does not hold, and
+    /// recovery frees it (`free_filling`) only once the kernel has said `me` is dead (its
+    /// pidfd, or the exit that closed its connection), when `me` publishes nothing. The load
+    /// before the store refuses a word that is no longer ours (a process that wrote garbage
+    /// into the segment, or freed our slot by hand): it narrows what such a writer can make
+    /// us do, not all of it, as nothing can.
+    #[inline]
+    fn leave_filling(&self, generation: u32, me: u32, to: State) -> Result<(), Conflict> {
+        let ours = StateWord::pack(generation, State::Filling, me);
+        // Relaxed: the last store to this word was ours (`begin_fill`), in this thread.
+        let found = StateWord(self.0.load(Ordering::Relaxed));
+        if found != ours {
+            return Err(Conflict { found });
+        }
+        self.0.store(StateWord::pack(generation, to, NO_HOLDER).0, Ordering::Release);
+        Ok(())
     }
 
     /// `Queued(g) -> Claimed(g, me)`: the one arbiter of who runs the job. Acquire pairs with
@@ -397,13 +417,9 @@ impl<'a> RecordState<'a> {
     }
 
     /// `Filling(g, me) -> Delayed(g)`: a push with a due time. Release publishes the payload
-    /// and the due time to the daemon's scan and to `release_due`.
+    /// and the due time to the daemon's scan and to `release_due`. A store, as `publish`.
     pub fn publish_delayed(&self, generation: u32, me: u32) -> Result<(), Conflict> {
-        self.cas(
-            StateWord::pack(generation, State::Filling, me),
-            StateWord::pack(generation, State::Delayed, NO_HOLDER),
-            Ordering::Release,
-        )
+        self.leave_filling(generation, me, State::Delayed)
     }
 
     /// `Writing(g, me) -> Delayed(g + 1)`: a nack with a delay. Release publishes the attempt
