@@ -46,7 +46,9 @@ fn a_push_of_many_into_a_full_segment_says_how_many_went_in() {
 /// A pusher killed (its fail point: `kill -9` of itself) at job 170 of a push of 300: at
 /// each step of a job's push (allocated; published, not yet in the ring; in the ring, `tail`
 /// not yet moved). Each job published before the kill comes once, none after: the same
-/// states a run of single pushes leaves, which recovery knows.
+/// states a run of single pushes leaves, which recovery knows. A push of many publishes 64
+/// jobs (jobs 128 to 191 here) before it puts them in the ring, so a kill at the 170th cell
+/// finds 192 published.
 #[test]
 fn a_pusher_killed_inside_a_push_of_many_leaves_each_published_job_exactly_once() {
     use std::os::unix::process::ExitStatusExt;
@@ -55,7 +57,7 @@ fn a_pusher_killed_inside_a_push_of_many_leaves_each_published_job_exactly_once(
     let points = [
         ("alloc.after_begin_fill", 169u64),
         ("publish.before_index", 170),
-        ("overflow.push.after_cell", 170),
+        ("overflow.push.after_cell", 192),
     ];
     for (round, (point, published)) in points.into_iter().enumerate() {
         let queue = format!("crash{round}");

@@ -9,9 +9,17 @@
 //!   priority's check, the ring's resolution, the clock read (the jobs join the line
 //!   together, as an owner's batch does) and the wake (a fence and a load of the sleepers'
 //!   word), which comes after the last job, so a sleeper wakes to the whole lot.
+//! - What it repeats per job and can do once per run of [`RUN`] jobs is done so: the jobs
+//!   of a run are published first, then counted as pushed with one add, then indexed with
+//!   one move of the ring's `tail` ([`OverflowRef::push_run`]). A pusher killed in a run
+//!   leaves published jobs no index names yet, as a single push killed between its publish
+//!   and its index does, several at once: recovery indexes them. (One stopped there, alive,
+//!   shows in the daemon's next full walk rather than its next scan: its count is not made.)
 
-use super::owner::{check_priority, index_in_ring, publish_at, Injector, Joins};
+use super::owner::{check_priority, publish_uncounted, unindexed, Injector, Joins};
 use super::{PushBatchError, PushError};
+use crate::metrics::Counter;
+use crate::overflow::OverflowRef;
 use crate::record::state::JobHandle;
 use crate::segment::coarse_monotonic_ns;
 
@@ -19,6 +27,11 @@ use crate::segment::coarse_monotonic_ns;
 /// arrive before the job needs them (a job is filled in about 50 ns), near enough that they
 /// are the ones it takes.
 const PREFETCH_AHEAD: u32 = 2;
+
+/// Jobs published, counted and indexed together: long enough that the count and the move
+/// of `tail` are a small part of a job's cost, short enough that the first job of a run is
+/// in line a few microseconds after it was filled.
+const RUN: usize = 64;
 
 impl Injector {
     /// Queues `payloads` in order at `priority` on the overflow ring of that level, as
@@ -62,19 +75,62 @@ impl Injector {
             Err(e) => return Some((0, PushError::Corrupt(e.to_string()))),
         };
         let now = Joins::Now(coarse_monotonic_ns());
-        for (i, p) in payloads.iter().enumerate() {
+        let mut done = 0;
+        for run in payloads.chunks(RUN) {
+            let mut handles = [JobHandle { index: 0, generation: 0 }; RUN];
+            let (published, unpublished) = self.publish_run(run, now, priority, &mut handles);
+            let indexed = self.index_run(ring, &handles[..published]);
+            let in_line = indexed.as_ref().err().map_or(published, |(n, _)| *n);
+            for (k, h) in handles[..in_line].iter().enumerate() {
+                queued(done + k, *h);
+            }
+            done += in_line;
+            if let Some(why) = indexed.err().map(|(_, e)| e).or(unpublished) {
+                return Some((done, why));
+            }
+        }
+        None
+    }
+
+    /// Publishes the jobs of `run` into `handles`, in order: how many, and why the next one
+    /// could not be.
+    fn publish_run(
+        &self,
+        run: &[&[u8]],
+        now: Joins,
+        priority: u32,
+        handles: &mut [JobHandle; RUN],
+    ) -> (usize, Option<PushError>) {
+        for (k, p) in run.iter().enumerate() {
             // The records this loop takes next are usually the cursor's and the one after
             // (records are taken in order, and a batch's are mostly free): their lines start
             // coming while this job is filled, so each job's misses overlap another's.
             self.ctx.records.prefetch_for_fill(self.cursor.record.get().wrapping_add(PREFETCH_AHEAD));
-            let pushed = publish_at(&self.ctx, self.me, &self.cursor, p, now, priority, ())
-                .and_then(|h| index_in_ring(&self.ctx, ring, h, &self.info.spec.name).map(|()| h));
-            match pushed {
-                Ok(h) => queued(i, h),
-                Err(e) => return Some((i, e)),
+            match publish_uncounted(&self.ctx, self.me, &self.cursor, p, now, priority, ()) {
+                Ok(h) => handles[k] = h,
+                Err(e) => return (k, Some(e)),
             }
+            crate::fail_point!("publish.before_index");
         }
-        None
+        (run.len(), None)
+    }
+
+    /// Counts the published jobs `handles` as pushed and puts them in `ring` in one run;
+    /// `Err((n, why))` when only the first `n` went in: the rest are withdrawn.
+    fn index_run(&self, ring: OverflowRef<'_>, handles: &[JobHandle]) -> Result<(), (usize, PushError)> {
+        if handles.is_empty() {
+            return Ok(());
+        }
+        self.ctx.add(self.me, Counter::Pushed, handles.len() as u64);
+        let indices: [u32; RUN] = core::array::from_fn(|k| handles.get(k).map_or(0, |h| h.index));
+        ring.push_run(&indices[..handles.len()]).map_err(|(n, e)| {
+            let queue = &self.info.spec.name;
+            let why = unindexed(&self.ctx, ring, handles[n], queue, e.clone());
+            for h in &handles[n + 1..] {
+                unindexed(&self.ctx, ring, *h, queue, e.clone());
+            }
+            (n, why)
+        })
     }
 }
 
@@ -85,7 +141,14 @@ mod tests {
     use crate::{Injector, PushError, QueueSpec, Segment, SegmentConfig, Thief};
 
     fn injector(dir: &tempfile::TempDir, spec: &QueueSpec, records: u32) -> (Arc<Segment>, Injector) {
-        let config = SegmentConfig::small().with_queues(1, 1).with_records(records);
+        injector_with(dir, spec, SegmentConfig::small().with_queues(1, 1).with_records(records))
+    }
+
+    fn injector_with(
+        dir: &tempfile::TempDir,
+        spec: &QueueSpec,
+        config: SegmentConfig,
+    ) -> (Arc<Segment>, Injector) {
         let seg = Arc::new(Segment::create(&dir.path().join("segment"), &config, 0o600).unwrap());
         let queue = seg.create_queue(spec).unwrap();
         let inj = Injector::new(seg.clone(), &queue, 0).unwrap();
@@ -136,5 +199,34 @@ mod tests {
         let e = inj.push_many(&[b"a", b"b"], 1, |_, _| panic!("none is queued")).unwrap_err();
         assert_eq!(e.queued, 0);
         assert!(matches!(e.error, PushError::Priority { .. }), "{:?}", e.error);
+    }
+
+    /// The ring fills part way through a run: the jobs past it are withdrawn, their records
+    /// free again (a second push finds the ring full, not the records), none comes out.
+    #[test]
+    fn a_ring_full_inside_a_run_withdraws_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SegmentConfig::small().with_queues(1, 1).with_records(12).with_overflow_capacity(8);
+        let (seg, inj) = injector_with(&dir, &QueueSpec::new("jobs"), config);
+        let thief = Thief::new(seg.clone(), &seg.queue_by_name("jobs").unwrap(), 1).unwrap();
+        let payloads: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        for round in 0..2 {
+            let mut told = Vec::new();
+            let e = inj.push_many(&refs, 0, |i, _| told.push(i)).unwrap_err();
+            assert_eq!((e.queued, told), (8, (0..8).collect::<Vec<_>>()), "round {round}");
+            assert!(matches!(e.error, PushError::QueueFull { .. }), "round {round}: {:?}", e.error);
+            for i in 0..8u8 {
+                let job = thief.steal().unwrap().expect("a job");
+                assert_eq!(job.payload().unwrap(), [i]);
+                job.ack().unwrap();
+            }
+            assert!(thief.steal().unwrap().is_none(), "round {round}: a withdrawn job came out");
+            let records = seg.records();
+            let held: Vec<u32> = (0..records.len())
+                .filter(|&i| records.state(i).unwrap().load().state() != Some(crate::State::Free))
+                .collect();
+            assert!(held.is_empty(), "round {round}: records {held:?} were left behind");
+        }
     }
 }

@@ -350,8 +350,30 @@ fn level_error(info: &QueueInfo, priority: u32) -> PushError {
 }
 
 /// Fills a record and publishes it: `Queued` or `Delayed`, as `joins` says; within the
-/// queue's record quota, if it has one; holding `key`, if given.
+/// queue's record quota, if it has one; holding `key`, if given. Counted as pushed before
+/// the caller indexes it, so that a producer stopped in between still shows (`activity`).
 pub(super) fn publish_at(
+    ctx: &QueueCtx<'_>,
+    me: u32,
+    cursor: &Cursors,
+    payload: &[u8],
+    joins: Joins,
+    priority: u32,
+    key: impl KeyOf,
+) -> Result<JobHandle, PushError> {
+    let h = publish_uncounted(ctx, me, cursor, payload, joins, priority, key)?;
+    ctx.count(me, crate::metrics::Counter::Pushed);
+    if matches!(joins, Joins::Due(_)) {
+        crate::fail_point!("delay.after_publish");
+    } else {
+        crate::fail_point!("publish.before_index");
+    }
+    Ok(h)
+}
+
+/// [`publish_at`] without the count, for a caller that counts a run of jobs once
+/// ([`Injector::push_many`]).
+pub(super) fn publish_uncounted(
     ctx: &QueueCtx<'_>,
     me: u32,
     cursor: &Cursors,
@@ -436,15 +458,9 @@ fn fill_and_publish(
     published.map_err(|c| {
         PushError::Corrupt(format!("record {index} changed while we were filling it (now {:#x})", c.found.0))
     })?;
-    ctx.count(me, crate::metrics::Counter::Pushed);
     if let Some(batch) = cursor.batch.get() {
         crate::fail_point!("batch.before_count_pushed");
         crate::batch::count_pushed(ctx.seg, batch);
-    }
-    if matches!(joins, Joins::Due(_)) {
-        crate::fail_point!("delay.after_publish");
-    } else {
-        crate::fail_point!("publish.before_index");
     }
     Ok(JobHandle { index, generation })
 }
@@ -522,30 +538,37 @@ pub(super) fn index_in_ring(
     h: JobHandle,
     queue: &str,
 ) -> Result<(), PushError> {
-    match ring.push(h.index) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // The block is read before the withdraw frees the record, and given back after.
-            let block = ctx.records.held_block(h.index);
-            let withdrawn = ctx
-                .records
-                .state(h.index)
-                .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
-                .unwrap_or(false);
-            if withdrawn {
-                ctx.records.release_block(block);
-                Held::give_if_limited(ctx.limits);
-            }
-            match e {
-                RingError::Full if withdrawn => {
-                    Err(PushError::QueueFull { queue: queue.to_string(), overflow: ring.capacity() })
-                }
-                RingError::Full => Err(PushError::Corrupt(format!(
-                    "queue {queue} is full and job {h} could not be withdrawn"
-                ))),
-                RingError::Corrupt(m) => Err(PushError::Corrupt(m)),
-            }
+    ring.push(h.index).map_err(|e| unindexed(ctx, ring, h, queue, e))
+}
+
+/// A published job that `ring` could not take (`e`): withdrawn (its record, block and quota
+/// given back), so the push fails cleanly; the push's error.
+pub(super) fn unindexed(
+    ctx: &QueueCtx<'_>,
+    ring: crate::overflow::OverflowRef<'_>,
+    h: JobHandle,
+    queue: &str,
+    e: RingError,
+) -> PushError {
+    // The block is read before the withdraw frees the record, and given back after.
+    let block = ctx.records.held_block(h.index);
+    let withdrawn = ctx
+        .records
+        .state(h.index)
+        .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
+        .unwrap_or(false);
+    if withdrawn {
+        ctx.records.release_block(block);
+        Held::give_if_limited(ctx.limits);
+    }
+    match e {
+        RingError::Full if withdrawn => {
+            PushError::QueueFull { queue: queue.to_string(), overflow: ring.capacity() }
         }
+        RingError::Full => {
+            PushError::Corrupt(format!("queue {queue} is full and job {h} could not be withdrawn"))
+        }
+        RingError::Corrupt(m) => PushError::Corrupt(m),
     }
 }
 
