@@ -797,7 +797,8 @@ int xtcq_owner_push_priority(xtcq_owner *owner, const uint8_t *data, size_t len,
  * # Safety
  * `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
  * point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
- * `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
+ * `queued` is writable (pointing into `payloads`, `lens` or a payload's bytes is refused,
+ * `XTCQ_E_INVALID`, and `*queued` left alone).
  */
 int xtcq_owner_push_batch(xtcq_owner *owner,
                           const uint8_t *const *payloads,

@@ -13,7 +13,7 @@ use ::xtcq_client::JobId;
 
 use crate::client::not_forked;
 use crate::entry::{arg, guarded};
-use crate::producer::{batch_args, payload_arg, within, xtcq_injector};
+use crate::producer::{batch_args, outputs_apart_from_jobs, payload_arg, within, xtcq_injector, Overlap};
 use crate::report::packed;
 use crate::status::{fail, from_error, XTCQ_E_INVALID, XTCQ_OK};
 
@@ -115,68 +115,6 @@ fn outputs_apart(
         || overlaps(queued as usize, word)
     {
         return Err(fail(XTCQ_E_INVALID, "ids overlaps payloads, lens or queued"));
-    }
-    Ok(())
-}
-
-/// Which output overlapped a job's bytes (the code to return says which job).
-enum Overlap {
-    Ids(c_int),
-    Queued(c_int),
-}
-
-/// Refuses `ids` or `queued` that overlap the bytes of a job the call pushes: the call writes
-/// them while later jobs are still to be read, so a job would go in with an id (or a count)
-/// in place of the caller's bytes, and Rust's aliasing rules would be broken. Arrays and
-/// lengths (over `max`) that `batch_args` refuses are left to it, to say what is wrong.
-///
-/// # Safety
-/// As `xtcq_injector_push_many`, with the outputs checked by [`outputs_apart`].
-unsafe fn outputs_apart_from_jobs(
-    payloads: *const *const u8,
-    lens: *const usize,
-    n: usize,
-    ids: *mut u64,
-    queued: *mut usize,
-    max: u32,
-) -> Result<(), Overlap> {
-    let word = std::mem::size_of::<usize>();
-    if n == 0
-        || n > isize::MAX as usize / word
-        || payloads.is_null()
-        || lens.is_null()
-        || !payloads.is_aligned()
-        || !lens.is_aligned()
-    {
-        return Ok(());
-    }
-    // SAFETY: non-null, aligned, `n` elements by the caller's contract, size checked above.
-    let (ptrs, lens) =
-        unsafe { (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n)) };
-    // `outputs_apart` checked that `n` ids fit an array when `ids` is not NULL.
-    let ids_bytes = if ids.is_null() { 0 } else { n * std::mem::size_of::<u64>() };
-    let overlaps = |out: usize, bytes: usize, start: usize, len: usize| {
-        bytes != 0 && start < out.saturating_add(bytes) && out < start.saturating_add(len)
-    };
-    for (i, (&p, &len)) in ptrs.iter().zip(lens).enumerate() {
-        if p.is_null() || len == 0 || len > max as usize {
-            continue;
-        }
-        if overlaps(queued as usize, word, p as usize, len) {
-            return Err(Overlap::Queued(fail(
-                XTCQ_E_INVALID,
-                format!("queued points into payloads[{i}]: give it a variable of its own"),
-            )));
-        }
-        if overlaps(ids as usize, ids_bytes, p as usize, len) {
-            return Err(Overlap::Ids(fail(
-                XTCQ_E_INVALID,
-                format!(
-                    "ids overlaps payloads[{i}]: the ids would be written into jobs not yet queued; \
-                     give the ids an array of their own"
-                ),
-            )));
-        }
     }
     Ok(())
 }
