@@ -658,6 +658,15 @@ fn asleep_role_main() {
         "datagram" => WakeKind::Datagram,
         _ => {
             // Told before it sleeps; the parent waits for the sleeper count to say it does.
+            // More threads of this process asleep beside this one, each its own thief.
+            let threads: usize =
+                std::env::var("XTCQ_TEST_ASLEEP_THREADS").map_or(1, |n| n.parse().expect("threads"));
+            for _ in 1..threads {
+                let t = c.attach_thief("q").expect("thief");
+                std::thread::spawn(move || {
+                    let _ = t.steal_wait(None);
+                });
+            }
             println!("@@ armed");
             match t.steal_wait(None) {
                 Ok(_) => unreachable!("a job came to a consumer that was to be killed asleep"),
@@ -678,6 +687,11 @@ fn asleep_role_main() {
 /// Starts [`asleep_role_main`] against `d`, waiting on queue `q` the `way` it names
 /// (`futex`, `datagram` or `steal_wait`), and returns once it says it is armed.
 pub(super) fn spawn_asleep(d: &Daemon, way: &str) -> std::process::Child {
+    spawn_asleep_threads(d, way, 1)
+}
+
+/// [`spawn_asleep`] with `threads` threads asleep (`way`: `steal_wait` only).
+fn spawn_asleep_threads(d: &Daemon, way: &str, threads: usize) -> std::process::Child {
     use std::io::BufRead;
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
@@ -689,6 +703,7 @@ pub(super) fn spawn_asleep(d: &Daemon, way: &str) -> std::process::Child {
         ])
         .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
         .env("XTCQ_TEST_ASLEEP_IN", way)
+        .env("XTCQ_TEST_ASLEEP_THREADS", threads.to_string())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -818,4 +833,25 @@ fn a_live_sleeper_a_restarted_daemon_takes_for_dead_leaves_the_count_right() {
     assert_eq!(sleepers_of(&d), 1, "the next waiter counted");
     ok(&d.run(&["push", "q", "after"]));
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the waiter was not woken");
+}
+
+/// Four threads of one process asleep in `steal_wait`, beside a live waiter of this process;
+/// the process killed: its four sleeps come off the count, and no more (the live waiter stays
+/// counted, and a push wakes it).
+#[test]
+fn threads_of_a_process_killed_asleep_come_off_the_count_and_no_more() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let mut child = spawn_asleep_threads(&d, "steal_wait", 4);
+    wait_until(Duration::from_secs(10), "the four threads asleep", || sleepers_of(&d) == 5);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    wait_until(Duration::from_secs(10), "the dead threads taken off", || sleepers_of(&d) <= 1);
+    assert_eq!(sleepers_of(&d), 1, "the live waiter is still counted");
+    ok(&d.run(&["push", "q", "after"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");
 }
