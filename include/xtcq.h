@@ -603,7 +603,8 @@ int xtcq_set_max_rate(xtcq_client *client, const char *name, uint64_t interval_n
  * `injector` is a live injector, used by this thread only for the call; `payloads` and
  * `lens` point to `n` readable elements each, `payloads[i]` to `lens[i]` readable bytes;
  * `ids` is NULL or points to `n` writable elements; `queued` is writable. `ids` and
- * `queued` may not overlap `payloads`, `lens` or each other (`XTCQ_E_INVALID`).
+ * `queued` may not overlap `payloads`, `lens`, a payload's bytes or each other
+ * (`XTCQ_E_INVALID`; `*queued` is left alone when it is what overlaps).
  */
 int xtcq_injector_push_many(xtcq_injector *injector,
                             const uint8_t *const *payloads,
@@ -796,7 +797,8 @@ int xtcq_owner_push_priority(xtcq_owner *owner, const uint8_t *data, size_t len,
  * # Safety
  * `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
  * point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
- * `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
+ * `queued` is writable (pointing into `payloads`, `lens` or a payload's bytes is refused,
+ * `XTCQ_E_INVALID`, and `*queued` left alone).
  */
 int xtcq_owner_push_batch(xtcq_owner *owner,
                           const uint8_t *const *payloads,

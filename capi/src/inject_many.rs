@@ -13,7 +13,7 @@ use ::xtcq_client::JobId;
 
 use crate::client::not_forked;
 use crate::entry::{arg, guarded};
-use crate::producer::{batch_args, payload_arg, within, xtcq_injector};
+use crate::producer::{batch_args, outputs_apart_from_jobs, payload_arg, within, xtcq_injector, Overlap};
 use crate::report::packed;
 use crate::status::{fail, from_error, XTCQ_E_INVALID, XTCQ_OK};
 
@@ -37,7 +37,8 @@ const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
 /// `injector` is a live injector, used by this thread only for the call; `payloads` and
 /// `lens` point to `n` readable elements each, `payloads[i]` to `lens[i]` readable bytes;
 /// `ids` is NULL or points to `n` writable elements; `queued` is writable. `ids` and
-/// `queued` may not overlap `payloads`, `lens` or each other (`XTCQ_E_INVALID`).
+/// `queued` may not overlap `payloads`, `lens`, a payload's bytes or each other
+/// (`XTCQ_E_INVALID`; `*queued` is left alone when it is what overlaps).
 #[no_mangle]
 pub unsafe extern "C" fn xtcq_injector_push_many(
     injector: *mut xtcq_injector,
@@ -56,6 +57,17 @@ pub unsafe extern "C" fn xtcq_injector_push_many(
         };
         if let Err(code) = outputs_apart(payloads, lens, n, ids, queued) {
             return code;
+        }
+        // SAFETY: the caller's contract; the arrays are read only where `batch_args` would.
+        match unsafe { outputs_apart_from_jobs(payloads, lens, n, ids, queued, i.inner.payload_capacity()) } {
+            Ok(()) => {}
+            // Nothing written: the count would land in a job's bytes.
+            Err(Overlap::Queued(code)) => return code,
+            Err(Overlap::Ids(code)) => {
+                // SAFETY: non-null, writable by the caller's contract, apart from every job.
+                unsafe { queued.write(0) };
+                return code;
+            }
         }
         // SAFETY: non-null, writable by the caller's contract, and outside every array.
         unsafe { queued.write(0) };

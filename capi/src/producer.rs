@@ -189,7 +189,8 @@ const CHUNK: usize = crate::thief::XTCQ_MAX_BATCH;
 /// # Safety
 /// `owner` is a live owner, used by this thread only for the call; `payloads` and `lens`
 /// point to `n` readable elements each, and `payloads[i]` to `lens[i]` readable bytes;
-/// `queued` is writable (pointing into `payloads` or `lens` is refused, `XTCQ_E_INVALID`).
+/// `queued` is writable (pointing into `payloads`, `lens` or a payload's bytes is refused,
+/// `XTCQ_E_INVALID`, and `*queued` left alone).
 #[no_mangle]
 pub unsafe extern "C" fn xtcq_owner_push_batch(
     owner: *mut xtcq_owner,
@@ -212,7 +213,16 @@ pub unsafe extern "C" fn xtcq_owner_push_batch(
         if within(queued, payloads, n) || within(queued, lens, n) {
             return fail(XTCQ_E_INVALID, "queued points into payloads or lens");
         }
-        // SAFETY: non-null, writable by the caller's contract, and outside both arrays.
+        // Nor into a job's bytes: the count would go in as part of the job.
+        // SAFETY: the caller's contract; the arrays are read only where `batch_args` would.
+        let max = o.inner.payload_capacity();
+        if let Err(Overlap::Queued(code) | Overlap::Ids(code)) =
+            unsafe { outputs_apart_from_jobs(payloads, lens, n, std::ptr::null_mut(), queued, max) }
+        {
+            return code;
+        }
+        // SAFETY: non-null, writable by the caller's contract, and outside both arrays and
+        // every job.
         unsafe { queued.write(0) };
         let mut done = 0;
         let code = push_all(o, payloads, lens, n, &mut done);
@@ -229,6 +239,69 @@ pub(crate) fn within<T>(p: *const usize, array: *const T, n: usize) -> bool {
     !array.is_null()
         && (p as usize) < start.saturating_add(bytes)
         && (p as usize).saturating_add(std::mem::size_of::<usize>()) > start
+}
+
+/// Which output overlapped a job's bytes (the code to return says which job).
+pub(crate) enum Overlap {
+    Ids(c_int),
+    Queued(c_int),
+}
+
+/// Refuses `ids` or `queued` that overlap the bytes of a job the call pushes: the call writes
+/// them while later jobs are still to be read, so a job would go in with an id (or a count)
+/// in place of the caller's bytes, and Rust's aliasing rules would be broken. Arrays and
+/// lengths (over `max`) that `batch_args` refuses are left to it, to say what is wrong.
+///
+/// # Safety
+/// `payloads` and `lens` as a batch push's (`xtcq_injector_push_many`,
+/// `xtcq_owner_push_batch`); `ids` NULL or checked to hold `n` elements.
+pub(crate) unsafe fn outputs_apart_from_jobs(
+    payloads: *const *const u8,
+    lens: *const usize,
+    n: usize,
+    ids: *mut u64,
+    queued: *mut usize,
+    max: u32,
+) -> Result<(), Overlap> {
+    let word = std::mem::size_of::<usize>();
+    if n == 0
+        || n > isize::MAX as usize / word
+        || payloads.is_null()
+        || lens.is_null()
+        || !payloads.is_aligned()
+        || !lens.is_aligned()
+    {
+        return Ok(());
+    }
+    // SAFETY: non-null, aligned, `n` elements by the caller's contract, size checked above.
+    let (ptrs, lens) =
+        unsafe { (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n)) };
+    // `outputs_apart` checked that `n` ids fit an array when `ids` is not NULL.
+    let ids_bytes = if ids.is_null() { 0 } else { n * std::mem::size_of::<u64>() };
+    let overlaps = |out: usize, bytes: usize, start: usize, len: usize| {
+        bytes != 0 && start < out.saturating_add(bytes) && out < start.saturating_add(len)
+    };
+    for (i, (&p, &len)) in ptrs.iter().zip(lens).enumerate() {
+        if p.is_null() || len == 0 || len > max as usize {
+            continue;
+        }
+        if overlaps(queued as usize, word, p as usize, len) {
+            return Err(Overlap::Queued(fail(
+                XTCQ_E_INVALID,
+                format!("queued points into payloads[{i}]: give it a variable of its own"),
+            )));
+        }
+        if overlaps(ids as usize, ids_bytes, p as usize, len) {
+            return Err(Overlap::Ids(fail(
+                XTCQ_E_INVALID,
+                format!(
+                    "ids overlaps payloads[{i}]: the ids would be written into jobs not yet queued; \
+                     give the ids an array of their own"
+                ),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The body of [`xtcq_owner_push_batch`]: `*done` counts the jobs queued.

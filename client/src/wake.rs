@@ -35,12 +35,13 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::event::epoll;
 use xtcq_proto::{Request, Response};
 use xtcq_shm::futex_ring::{FutexRing, WaitEnd};
+use xtcq_shm::wait::Sleep;
 use xtcq_shm::wake_protocol::Disarmed;
 use xtcq_shm::Segment;
 
@@ -69,6 +70,9 @@ enum Waiter {
         /// The wait word's value read before this waiter was counted (the Dekker pair's
         /// first half): the ring's wait sleeps only while the word still holds it.
         seen: AtomicU32,
+        /// The sleep the arm began (`xtcq_shm::wait::Sleep`, as a word), for the disarm to
+        /// end: it ends off the count only if the daemon did not take it off already.
+        sleep: AtomicU64,
     },
     Datagram {
         socket: OwnedFd,
@@ -128,6 +132,7 @@ impl WakeFd {
             WakeKind::Futex => Waiter::Futex {
                 ring: Mutex::new(FutexRing::new().map_err(futex_refused)?),
                 seen: AtomicU32::new(0),
+                sleep: AtomicU64::new(u64::MAX),
             },
             WakeKind::Datagram => Self::datagram(thief)?,
         };
@@ -256,10 +261,10 @@ impl WakeFd {
         }
         let Some(w) = self.seg.waker(self.queue) else { return };
         match &self.waiter {
-            Waiter::Futex { seen, .. } => {
+            Waiter::Futex { seen, sleep, .. } => {
                 // Read before the count, as a futex sleeper does (see `xtcq_shm::wait`).
                 seen.store(w.word.seq.load(Ordering::Acquire), Ordering::Relaxed);
-                w.of_slot(&self.seg, self.slot).sleep_begins();
+                sleep.store(w.of_slot(&self.seg, self.slot).sleep_begins().to_word(), Ordering::Relaxed);
             }
             Waiter::Datagram { bit, .. } => w.word.sleepers().arm(*bit),
         }
@@ -268,7 +273,8 @@ impl WakeFd {
     /// Sleeps, once armed and the last look found nothing: the futex kind starts its wait
     /// (readable at once if a push came since the arm); the datagram kind is asleep already.
     fn sleep(&self) -> Result<(), Error> {
-        let (Waiter::Futex { ring, seen }, Some(w)) = (&self.waiter, self.seg.wait_word(self.queue)) else {
+        let (Waiter::Futex { ring, seen, .. }, Some(w)) = (&self.waiter, self.seg.wait_word(self.queue))
+        else {
             return Ok(());
         };
         let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
@@ -303,11 +309,12 @@ impl WakeFd {
         }
         let Some(w) = self.seg.waker(self.queue) else { return Disarmed::Quiet };
         match &self.waiter {
-            Waiter::Futex { ring, .. } => {
+            Waiter::Futex { ring, sleep, .. } => {
                 // A cancel that failed leaves it unknown whether a wake was taken: hand one
                 // on (spurious at worst).
                 let end = ring.lock().unwrap_or_else(|p| p.into_inner()).disarm().unwrap_or(WaitEnd::Woken);
-                w.of_slot(&self.seg, self.slot).sleep_ends();
+                let slept = Sleep::from_word(sleep.load(Ordering::Relaxed));
+                w.of_slot(&self.seg, self.slot).sleep_ends(slept);
                 match end {
                     WaitEnd::Woken => Disarmed::Woken,
                     WaitEnd::Quiet => Disarmed::Quiet,

@@ -548,8 +548,10 @@ pub struct MetricsBlock {
     pub counters: [AtomicU64; METRIC_COUNTERS],
     /// The futex sleepers this process slot has counted in the queue's `sleepers` (in
     /// `steal_wait`, or armed on a futex-kind wake descriptor): what the daemon takes off the
-    /// count when the process dies asleep (`recovery::forget_sleepers`). In what was padding
-    /// until it (zero in older segments: nothing recorded, nothing taken off).
+    /// count when the process dies asleep (`recovery::forget_sleepers`). The low half counts
+    /// them; the high half is the generation that forget moves on, so that a sleep it took
+    /// off does not come off again when it ends (`wait::Waker::sleep_ends`). In what was
+    /// padding until it (zero in older segments: nothing recorded, nothing taken off).
     pub asleep: AtomicU64,
 }
 

@@ -43,13 +43,23 @@ use crate::sync::Ordering;
 const MAX_RECORDED_SLEEPERS: u64 = 1 << 20;
 
 /// Takes the futex sleepers dead process slot `slot` recorded off each queue's `sleepers`
-/// (saturating: a count never goes below zero), and clears its records. Returns how many.
-/// Only for a dead slot: a live one's sleepers would be taken off while they sleep.
+/// (saturating: a count never goes below zero), and clears its records, moving each on a
+/// generation. Returns how many. Meant for a dead slot; a live one (a restarted daemon can
+/// take a live process for dead) has its sleepers taken off while they sleep, but each of
+/// those sleeps then ends without taking the count down again (`wait::Waker::sleep_ends`
+/// sees the generation moved), so the count is never left below the sleepers it counts.
 pub fn forget_sleepers(seg: &Segment, slot: u32) -> u64 {
     let mut forgotten = 0;
     for q in 0..seg.config().queues {
         let (Some(block), Some(w)) = (seg.slot_metrics(q, slot), seg.wait_word(q)) else { continue };
-        let n = block.asleep.swap(0, Ordering::Relaxed);
+        // Cleared and moved on in one step: a sleep that began before ends under the old
+        // generation (not taken off twice), one that begins after under the new.
+        let Ok(was) = block.asleep.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(u64::from(crate::wait::asleep_generation(v).wrapping_add(1)) << 32)
+        }) else {
+            continue;
+        };
+        let n = crate::wait::asleep_count(was);
         if n == 0 || n > MAX_RECORDED_SLEEPERS {
             continue;
         }
@@ -474,9 +484,7 @@ mod tests {
         let (_dir, seg, q) = crate::segment::one_queue_segment();
         let w = seg.waker(q.index).unwrap();
         let (mine, theirs) = (w.of_slot(&seg, 1), w.of_slot(&seg, 2));
-        mine.sleep_begins();
-        mine.sleep_begins();
-        theirs.sleep_begins();
+        let _ = (mine.sleep_begins(), mine.sleep_begins(), theirs.sleep_begins());
         assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 3);
         assert_eq!(forget_sleepers(&seg, 1), 2);
         assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 1, "the live slot's sleeper stays counted");
@@ -487,5 +495,23 @@ mod tests {
         seg.slot_metrics(q.index, 3).unwrap().asleep.store(5, Ordering::Relaxed);
         assert_eq!(forget_sleepers(&seg, 3), 5);
         assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 0, "below zero");
+    }
+
+    /// A slot taken for dead while its process lives (a restarted daemon that cannot verify
+    /// it, or a scribbled slot table): the sleep it forgot ends later without taking the
+    /// count down again, and a sleep begun after the forget is still counted when it ends.
+    #[test]
+    fn a_forgotten_sleep_that_ends_takes_nothing_more_off_the_count() {
+        let (_dir, seg, q) = crate::segment::one_queue_segment();
+        let w = seg.waker(q.index).unwrap();
+        let count = || w.word.sleepers.load(Ordering::Relaxed);
+        let slot = w.of_slot(&seg, 1);
+        let before = slot.sleep_begins();
+        assert_eq!(forget_sleepers(&seg, 1), 1);
+        let after = slot.sleep_begins();
+        slot.sleep_ends(before);
+        assert_eq!(count(), 1, "the thread asleep since the forget is still counted");
+        slot.sleep_ends(after);
+        assert_eq!(count(), 0, "each sleep counted once");
     }
 }

@@ -105,6 +105,38 @@ pub struct Waker<'a> {
     pub asleep: Option<&'a AtomicU64>,
 }
 
+/// One futex sleep, from [`Waker::sleep_begins`] to [`Waker::sleep_ends`]: the generation of
+/// the slot's sleeper record it was recorded under (`None`: not recorded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sleep {
+    generation: Option<u32>,
+}
+
+impl Sleep {
+    /// As one word, for a waiter that keeps its sleep in an atomic between arm and disarm.
+    pub fn to_word(self) -> u64 {
+        self.generation.map_or(u64::MAX, u64::from)
+    }
+
+    /// The sleep [`to_word`](Self::to_word) wrote.
+    pub fn from_word(w: u64) -> Sleep {
+        Sleep { generation: u32::try_from(w).ok() }
+    }
+}
+
+/// A slot's sleeper record (`MetricsBlock::asleep`): how many of its futex sleepers are
+/// counted in the queue's `sleepers` (low half), and how many times the daemon forgot them
+/// (high half; zero in a segment written before it). A sleep ends off the count only under
+/// the generation it began in.
+pub(crate) fn asleep_count(v: u64) -> u64 {
+    v & u64::from(u32::MAX)
+}
+
+/// The generation half of a sleeper record (see [`asleep_count`]).
+pub(crate) fn asleep_generation(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
 impl<'a> Waker<'a> {
     /// This waker, for a consumer of process slot `slot` of `seg`: its futex sleeps are
     /// recorded in the slot's block, so that the daemon can take them off the queue's count if
@@ -115,19 +147,30 @@ impl<'a> Waker<'a> {
 
     /// A futex sleeper begins to sleep: counted in `sleepers` (the Dekker pair's increment),
     /// then recorded for its slot. A death between the two leaves the count one high, never
-    /// one low (a low count could make a producer skip a sleeper).
-    pub fn sleep_begins(&self) {
+    /// one low (a low count could make a producer skip a sleeper). Give what it returns to
+    /// [`sleep_ends`](Self::sleep_ends).
+    #[must_use = "the sleep ends with `sleep_ends`, given this"]
+    pub fn sleep_begins(&self) -> Sleep {
         self.word.sleepers().enter();
-        if let Some(a) = self.asleep {
-            a.fetch_add(1, Ordering::Relaxed);
-        }
+        let generation = self.asleep.map(|a| asleep_generation(a.fetch_add(1, Ordering::Relaxed)));
+        Sleep { generation }
     }
 
     /// A futex sleeper stops sleeping: unrecorded first, then off the count (the same order
-    /// of errors as [`sleep_begins`](Self::sleep_begins)).
-    pub fn sleep_ends(&self) {
-        if let Some(a) = self.asleep {
-            a.fetch_sub(1, Ordering::Relaxed);
+    /// of errors as [`sleep_begins`](Self::sleep_begins)). A sleep the daemon already took
+    /// off the count (it took the slot for dead: `recovery::forget_sleepers` moved the
+    /// record's generation on) is not taken off again: that would take the count below the
+    /// sleepers still asleep, and a producer would skip one of them.
+    pub fn sleep_ends(&self, sleep: Sleep) {
+        if let (Some(a), Some(generation)) = (self.asleep, sleep.generation) {
+            let ours = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                (asleep_generation(v) == generation && asleep_count(v) != 0).then(|| v - 1)
+            });
+            // Not ours: forgotten, or garbage an attached process wrote. Leaving the count
+            // one high costs pushes a wake for nobody; one low could lose a wake.
+            if ours.is_err() {
+                return;
+            }
         }
         self.word.sleepers().leave();
     }
@@ -256,7 +299,7 @@ pub fn wait_for<T, E>(
             std::thread::yield_now();
         }
         let s = w.seq.load(Ordering::Acquire);
-        waker.sleep_begins();
+        let slept = waker.sleep_begins();
         let found = poll();
         let sleep = matches!(&found, Ok(None));
         let timed_out = if sleep {
@@ -268,7 +311,7 @@ pub fn wait_for<T, E>(
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        waker.sleep_ends();
+                        waker.sleep_ends(slept);
                         return Ok(None);
                     }
                     (d - now).min(SLICE)
@@ -289,7 +332,7 @@ pub fn wait_for<T, E>(
         } else {
             false
         };
-        waker.sleep_ends();
+        waker.sleep_ends(slept);
         match found {
             Ok(Some(v)) => return Ok(Some(v)),
             Err(e) => return Err(e),

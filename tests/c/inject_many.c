@@ -109,6 +109,28 @@ static int run(const char *socket, const char *mode, const char *queue, size_t n
         check("queued in lens", xtcq_injector_push_many(inj, ptrs, lens, n, 0, ids, &lens[1]), XTCQ_E_INVALID);
         check("queued in ids", xtcq_injector_push_many(inj, ptrs, lens, n, 0, ids, (size_t *)&ids[1]),
               XTCQ_E_INVALID);
+        /* The outputs may not overlap a job's bytes either: the ids (or the count) would be
+         * written into jobs not yet queued. */
+        numbers(n, text, ptrs, lens);
+        queued = 99;
+        check("ids over a payload",
+              xtcq_injector_push_many(inj, ptrs, lens, n, 0, (uint64_t *)(void *)(text + 24), &queued),
+              XTCQ_E_INVALID);
+        want_size("queued after ids over a payload", queued, 0);
+        check("queued in a payload", xtcq_injector_push_many(inj, ptrs, lens, n, 0, ids, (size_t *)(void *)text),
+              XTCQ_E_INVALID);
+        if (strcmp(text, "0") != 0) {
+            fprintf(stderr, "inject_many: a refused call wrote into payload 0\n");
+            bad = 1;
+        }
+        check("n past any array", xtcq_injector_push_many(inj, ptrs, lens, SIZE_MAX, 0, NULL, &queued),
+              XTCQ_E_INVALID);
+        check("n past any array, ids", xtcq_injector_push_many(inj, ptrs, lens, SIZE_MAX / 2, 0, ids, &queued),
+              XTCQ_E_INVALID);
+        lens[2] = SIZE_MAX;
+        check("len gone negative", xtcq_injector_push_many(inj, ptrs, lens, n, 0, ids, &queued), XTCQ_E_TOO_LARGE);
+        want_size("queued after len gone negative", queued, 0);
+        numbers(n, text, ptrs, lens);
         lens[1] = 5;
         ptrs[1] = NULL;
         check("NULL payload", xtcq_injector_push_many(inj, ptrs, lens, n, 0, ids, &queued), XTCQ_E_INVALID);

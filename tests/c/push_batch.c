@@ -182,6 +182,9 @@ static int edges(const char *socket) {
     check("queued inside payloads", xtcq_owner_push_batch(h.o, ptrs, lens, 10, (size_t *)(void *)&ptrs[1]),
           XTCQ_E_INVALID);
     if (ptrs[1] != ptr1) fprintf(stderr, "push_batch: payloads[1] overwritten\n"), bad = 1;
+    check("queued inside a payload", xtcq_owner_push_batch(h.o, ptrs, lens, 10, (size_t *)(void *)text),
+          XTCQ_E_INVALID);
+    if (strcmp(text, "0") != 0) fprintf(stderr, "push_batch: payload 0 overwritten\n"), bad = 1;
     want_size("jobs queued with queued inside an array", drain_all(h.t, N), 0);
 
     /* A bad entry in the middle: nothing of the batch is queued. */

@@ -658,9 +658,24 @@ fn asleep_role_main() {
         "datagram" => WakeKind::Datagram,
         _ => {
             // Told before it sleeps; the parent waits for the sleeper count to say it does.
+            // More threads of this process asleep beside this one, each its own thief.
+            let threads: usize =
+                std::env::var("XTCQ_TEST_ASLEEP_THREADS").map_or(1, |n| n.parse().expect("threads"));
+            for _ in 1..threads {
+                let t = c.attach_thief("q").expect("thief");
+                std::thread::spawn(move || {
+                    let _ = t.steal_wait(None);
+                });
+            }
             println!("@@ armed");
-            let _ = t.steal_wait(None);
-            unreachable!("a job came to a consumer that was to be killed asleep");
+            match t.steal_wait(None) {
+                Ok(_) => unreachable!("a job came to a consumer that was to be killed asleep"),
+                // A restarted daemon took its slot for dead: the wait ends, and the role.
+                Err(e) => {
+                    eprintln!("steal_wait ended: {e}");
+                    return;
+                }
+            }
         }
     };
     let w = t.wake_fd_of(kind).expect("wake");
@@ -672,6 +687,11 @@ fn asleep_role_main() {
 /// Starts [`asleep_role_main`] against `d`, waiting on queue `q` the `way` it names
 /// (`futex`, `datagram` or `steal_wait`), and returns once it says it is armed.
 pub(super) fn spawn_asleep(d: &Daemon, way: &str) -> std::process::Child {
+    spawn_asleep_threads(d, way, 1)
+}
+
+/// [`spawn_asleep`] with `threads` threads asleep (`way`: `steal_wait` only).
+fn spawn_asleep_threads(d: &Daemon, way: &str, threads: usize) -> std::process::Child {
     use std::io::BufRead;
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
@@ -683,6 +703,7 @@ pub(super) fn spawn_asleep(d: &Daemon, way: &str) -> std::process::Child {
         ])
         .env("XTCQ_TEST_ARMED_SOCKET", &d.socket)
         .env("XTCQ_TEST_ASLEEP_IN", way)
+        .env("XTCQ_TEST_ASLEEP_THREADS", threads.to_string())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
@@ -730,4 +751,107 @@ fn killed_asleep_is_taken_back(way: &str) {
     assert!(t.steal_or_arm(&w).expect("arm").is_none());
     ok(&d.run(&["push", "q", "after"]));
     assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "{way}: the live waiter was not woken");
+}
+
+/// The sleeper count of the first queue of `d`, from its stats.
+fn sleepers_of(d: &Daemon) -> u64 {
+    d.stats()["queues"][0]["metrics"]["sleepers"].as_u64().expect("sleepers")
+}
+
+/// Rewrites the daemon's state file in `dir` (no daemon running) so that the slot of `pid`
+/// names another start time: to the next daemon that process looks dead (its pid reused),
+/// as a live process in another pid namespace does.
+fn disown_in_state_file(dir: &std::path::Path, pid: u32) {
+    let path = dir.join("xtcqd.sock.state");
+    let mut st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("state file")).expect("json");
+    let mut found = false;
+    for (_, slot) in st["slots"].as_object_mut().expect("slots").iter_mut() {
+        if slot["pid"].as_u64() == Some(u64::from(pid)) {
+            let t = slot["start_time"].as_u64().expect("a start time");
+            slot["start_time"] = serde_json::json!(t + 1);
+            found = true;
+        }
+    }
+    assert!(found, "no slot of pid {pid} in the state file");
+    std::fs::write(&path, serde_json::to_vec(&st).expect("json")).expect("write the state file");
+}
+
+/// A consumer killed asleep in `steal_wait` while no daemon runs: the next daemon takes its
+/// sleep off the count when it adopts the segment, a live sleeper beside it stays counted,
+/// and a second restart takes nothing more off.
+#[test]
+fn a_waiter_killed_asleep_while_no_daemon_runs_is_taken_back_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut d = Daemon::builder().at(dir).start();
+    d.client().create_queue(&params("q")).expect("create");
+    let mut dead = spawn_asleep(&d, "steal_wait");
+    wait_until(Duration::from_secs(10), "the first asleep", || sleepers_of(&d) == 1);
+    let mut live = spawn_asleep(&d, "steal_wait");
+    wait_until(Duration::from_secs(10), "both asleep", || sleepers_of(&d) == 2);
+    d.kill();
+    dead.kill().expect("kill");
+    dead.wait().expect("reap");
+    for restart in 1..=2 {
+        d = Daemon::builder().at(dir).start();
+        assert_eq!(sleepers_of(&d), 1, "restart {restart}: the live sleeper alone is counted");
+        d.kill();
+    }
+    live.kill().expect("kill");
+    live.wait().expect("reap");
+}
+
+/// A consumer asleep in `steal_wait` that a restarted daemon takes for dead although it lives
+/// (the daemon cannot verify it: here its start time in the state file changed): the adopt
+/// takes its sleep off the count, and when it wakes to find its slot gone its sleep ends
+/// without taking the count down again. Before, the count wrapped below zero, so the next
+/// consumer to sleep was counted as nobody and a push left it asleep.
+#[test]
+fn a_live_sleeper_a_restarted_daemon_takes_for_dead_leaves_the_count_right() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut d = Daemon::builder().at(dir).start();
+    d.client().create_queue(&params("q")).expect("create");
+    let mut child = spawn_asleep(&d, "steal_wait");
+    wait_until(Duration::from_secs(10), "the child asleep", || sleepers_of(&d) == 1);
+    d.kill();
+    disown_in_state_file(dir, child.id());
+    d = Daemon::builder().at(dir).start();
+    assert_eq!(sleepers_of(&d), 0, "the adopt took the sleep of the slot it recovered off the count");
+    // Its next look finds the slot no longer its own, and `steal_wait` returns (the role
+    // then exits): its sleep has ended by then.
+    wait_until(Duration::from_secs(30), "the disowned sleeper to wake and exit", || {
+        child.try_wait().expect("try_wait").is_some()
+    });
+    assert_eq!(sleepers_of(&d), 0, "the disowned sleeper's end took the count below zero");
+    // The count is right for the next sleeper: a push wakes it.
+    let c = d.client();
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd().expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    assert_eq!(sleepers_of(&d), 1, "the next waiter counted");
+    ok(&d.run(&["push", "q", "after"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the waiter was not woken");
+}
+
+/// Four threads of one process asleep in `steal_wait`, beside a live waiter of this process;
+/// the process killed: its four sleeps come off the count, and no more (the live waiter stays
+/// counted, and a push wakes it).
+#[test]
+fn threads_of_a_process_killed_asleep_come_off_the_count_and_no_more() {
+    let d = Daemon::start();
+    let c = d.client();
+    c.create_queue(&params("q")).expect("create");
+    let t = c.attach_thief("q").expect("thief");
+    let w = t.wake_fd_of(WakeKind::Datagram).expect("wake");
+    assert!(t.steal_or_arm(&w).expect("arm").is_none());
+    let mut child = spawn_asleep_threads(&d, "steal_wait", 4);
+    wait_until(Duration::from_secs(10), "the four threads asleep", || sleepers_of(&d) == 5);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    wait_until(Duration::from_secs(10), "the dead threads taken off", || sleepers_of(&d) <= 1);
+    assert_eq!(sleepers_of(&d), 1, "the live waiter is still counted");
+    ok(&d.run(&["push", "q", "after"]));
+    assert!(take_one(&t, &w, Duration::from_secs(10)).is_some(), "the live waiter was not woken");
 }

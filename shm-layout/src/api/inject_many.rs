@@ -191,6 +191,68 @@ mod tests {
         assert!(matches!(e.error, PushError::RecordsFull(_)), "{:?}", e.error);
     }
 
+    /// Garbage written into the ring's cells and the records' state words in the middle of
+    /// pushes of many (by the callback, as another process could at that instant), with a
+    /// thief taking what it can between them: every call ends, the count it returns is the
+    /// number of jobs it told of, and nothing panics. (Jobs the garbage hit may be lost or
+    /// refused: that is what it destroyed.)
+    #[test]
+    fn garbage_in_the_ring_and_the_records_under_pushes_of_many_panics_nothing() {
+        use std::cell::Cell;
+        use std::sync::atomic::Ordering;
+        let dir = tempfile::tempdir().unwrap();
+        let (seg, inj) = injector(&dir, &QueueSpec::new("jobs"), 1024);
+        let queue = seg.queue_by_name("jobs").unwrap();
+        let thief = Thief::new(seg.clone(), &queue, 1).unwrap();
+        let ring = seg.overflow(queue.index).unwrap();
+        let records = seg.records();
+        let x = Cell::new(0x9e37_79b9_7f4a_7c15u64);
+        // The ring's garbage mostly sticks (a cell no lap can have refuses every push after),
+        // so it comes last.
+        let scribble = |ring_too: bool| {
+            // xorshift: garbage of every shape, and where to put it.
+            let mut v = x.get();
+            v ^= v << 13;
+            v ^= v >> 7;
+            v ^= v << 17;
+            x.set(v);
+            let garbage = [v, v & 0xffff_ffff, (v >> 40) << 32, u64::MAX][(v % 4) as usize];
+            if ring_too && v & 0x100 == 0 {
+                ring.raw_cell(v >> 9).store(garbage, Ordering::Relaxed);
+            } else if let Some(st) = records.state(((v >> 9) % u64::from(records.len())) as u32) {
+                st.0.store(garbage, Ordering::Relaxed);
+            }
+        };
+        let refs: Vec<&[u8]> = vec![b"job"; 300];
+        let (mut all, mut failed) = (0, 0);
+        for round in 0..100 {
+            let mut told = 0;
+            let pushed = inj.push_many(&refs, 0, |i, _| {
+                told += 1;
+                if i % (7 + round % 50) == 0 {
+                    scribble(round >= 80);
+                }
+            });
+            let queued = pushed.as_ref().map_or_else(|e| e.queued, |()| refs.len());
+            failed += usize::from(pushed.is_err());
+            assert_eq!(queued, told, "round {round}: the count returned is the jobs told of");
+            all += queued;
+            for _ in 0..refs.len() {
+                match thief.steal() {
+                    Ok(Some(job)) => {
+                        let _ = job.ack();
+                    }
+                    Ok(None) => break,
+                    Err(_) => {}
+                }
+            }
+        }
+        assert!(
+            all > 0 && failed > 0,
+            "the garbage hit no push, or every push: {all} queued, {failed} failed"
+        );
+    }
+
     /// A priority past the queue's levels queues nothing.
     #[test]
     fn a_priority_past_the_levels_queues_nothing() {
