@@ -32,7 +32,7 @@ use crate::leftovers::{has_exited, Scope};
 use crate::room::Room;
 use crate::spawn::Child;
 use crate::work_pool::{self, Stop};
-use crate::work_start::{start_registered, Started};
+use crate::work_start::{start_registered, Registrar, Started};
 use crate::work_summary::{self, Counters, Settled};
 use crate::{exit, parse_duration};
 
@@ -190,7 +190,7 @@ fn describe(st: &ExitStatus) -> String {
 /// lease while it runs.
 fn run_one<'h>(
     a: &WorkArgs,
-    (c, home): (&Client, Option<&'h CgroupHome>),
+    (registrar, home): (&Registrar<'_>, Option<&'h CgroupHome>),
     job: &Job<'_>,
     lease: Option<Duration>,
     stop: &Stop,
@@ -209,7 +209,7 @@ fn run_one<'h>(
             )))
         }
     };
-    let (mut child, fence) = match start_registered(a, c, job, &payload, cgroup.as_ref())? {
+    let (mut child, fence) = match start_registered(a, registrar, job, &payload, cgroup.as_ref())? {
         Started::Running(child, fence) => (child, fence),
         Started::Refused(why) => return Ok(Ran::Unfenced(why)),
     };
@@ -466,6 +466,20 @@ pub(crate) fn worker(
     stop: &Stop,
     n: &Counters,
 ) -> Result<()> {
+    std::thread::scope(|s| {
+        let registrar = Registrar::start(s, c)?;
+        take_and_run(a, (c, &registrar, home), thief, stop, n)
+    })
+}
+
+/// The worker thread's loop: takes a job, runs its command, settles it, until told to stop.
+fn take_and_run(
+    a: &WorkArgs,
+    (c, registrar, home): (&Client, &Registrar<'_>, Option<&CgroupHome>),
+    thief: ThiefHandle,
+    stop: &Stop,
+    n: &Counters,
+) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
     let mut spare = None;
@@ -492,7 +506,7 @@ pub(crate) fn worker(
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, (c, home), &job, lease, stop, &mut spare);
+        let outcome = run_one(a, (registrar, home), &job, lease, stop, &mut spare);
         n.running.fetch_sub(1, Ordering::Relaxed);
         if let Ok(Ran::LeftRunning(why, scope)) = &outcome {
             eprintln!(

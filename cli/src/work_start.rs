@@ -1,13 +1,19 @@
 //! The start of a job's command by `xtcq work`: spawned held (`spawn`, `hold`), in its own
 //! process group, in its cgroup if any (`cgroup`), dying with the worker (`fence`), and let
-//! exec only once the daemon registered it for fencing.
+//! exec only once the daemon registered it for fencing: the spawning thread waits in the
+//! spawn while its worker's registrar, a thread that lives as long as the worker thread,
+//! reads the child's pid and registers it (a thread per command cost more than the hold).
 
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
+use std::sync::mpsc;
 
-use anyhow::Result;
-use xtcq_client::{Client, Job};
+use anyhow::{Context, Result};
+use xtcq_client::{Client, Job, JobId};
 
 use crate::cgroup::CommandCgroup;
+use crate::fence::Registration;
+use crate::hold::HoldParent;
 use crate::leftovers::kill_group;
 use crate::spawn::{self, Child, Spec};
 use crate::work::WorkArgs;
@@ -19,9 +25,76 @@ const ENV_PAYLOAD_MAX: usize = 64 * 1024;
 /// The variables `work` sets for each command; the worker's own values never pass through.
 pub(crate) const JOB_VARIABLES: [&str; 4] = ["XTCQ_QUEUE", "XTCQ_JOB", "XTCQ_ATTEMPT", "XTCQ_PAYLOAD"];
 
+/// What the registrar is asked: register the child that says its pid on `hold` for the claim
+/// (`id`, `generation`), in the cgroup of the (directory, `cgroup.kill`) descriptors if any.
+struct Ask {
+    hold: HoldParent,
+    id: JobId,
+    generation: u32,
+    cgroup: Option<(RawFd, RawFd)>,
+}
+
+/// What it answers: `None` when the child never said its pid (the spawn failed first).
+type Answer<'c> = Option<Result<Registration<'c>>>;
+
+/// A worker thread's registrar (see the module's comment); it stops when this is dropped.
+pub(crate) struct Registrar<'c> {
+    asks: mpsc::Sender<Ask>,
+    answers: mpsc::Receiver<Answer<'c>>,
+}
+
+impl<'c> Registrar<'c> {
+    /// Starts the registrar of a worker thread, within `scope`.
+    pub(crate) fn start<'s>(scope: &'s std::thread::Scope<'s, 'c>, c: &'c Client) -> Result<Self> {
+        let (asks, asked) = mpsc::channel::<Ask>();
+        let (answer, answers) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("xtcq-registrar".into())
+            .spawn_scoped(scope, move || {
+                for ask in asked {
+                    if answer.send(register(c, ask)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .context("cannot start a thread to register the commands with xtcqd")?;
+        Ok(Registrar { asks, answers })
+    }
+
+    /// Asks for the registration of the child that `hold` holds: to be awaited (`answer`)
+    /// after the spawn returned.
+    fn ask(
+        &self,
+        hold: HoldParent,
+        id: JobId,
+        generation: u32,
+        cgroup: Option<&CommandCgroup<'_>>,
+    ) -> Result<()> {
+        let cgroup = cgroup.map(|g| g.descriptors()).map(|(d, k)| (d.as_raw_fd(), k.as_raw_fd()));
+        self.asks
+            .send(Ask { hold, id, generation, cgroup })
+            .map_err(|_| anyhow::anyhow!("the thread registering commands stopped"))
+    }
+
+    fn answer(&self) -> Result<Answer<'c>> {
+        self.answers.recv().map_err(|_| anyhow::anyhow!("the thread registering commands stopped"))
+    }
+}
+
+/// The registrar's part: reads the child's pid, registers it, lets it exec or withdraws.
+fn register(c: &Client, ask: Ask) -> Answer<'_> {
+    let pid = ask.hold.pid()?;
+    // SAFETY: the cgroup, and so its descriptors, outlives the spawn, which waits for this
+    // registration to be answered (`start_registered`).
+    let fds = ask.cgroup.map(|(d, k)| unsafe { (BorrowedFd::borrow_raw(d), BorrowedFd::borrow_raw(k)) });
+    let r = Registration::new(c, ask.id, ask.generation, pid, fds);
+    ask.hold.answer(r.is_ok());
+    Some(r)
+}
+
 /// The command of a job, started once the daemon registered it for fencing (see `hold`).
 pub(crate) enum Started<'c> {
-    Running(Child, crate::fence::Registration<'c>),
+    Running(Child, Registration<'c>),
     /// The daemon refused to register it: nothing ran.
     Refused(String),
 }
@@ -45,12 +118,12 @@ fn spec_for(a: &WorkArgs, job: &Job<'_>, payload: &[u8]) -> std::io::Result<Spec
     Spec::new(a.program.as_deref().unwrap_or(Path::new(&a.cmd[0])), &a.cmd, env)
 }
 
-/// Spawns the job's command held (in `cgroup`, if any), registers it from a second thread
-/// while this one (the parent the death signal watches) waits in the spawn, and lets it exec
+/// Spawns the job's command held (in `cgroup`, if any), has `registrar` register it while
+/// this thread (the parent the death signal watches) waits in the spawn, and lets it exec
 /// once registered.
 pub(crate) fn start_registered<'c>(
     a: &WorkArgs,
-    c: &'c Client,
+    registrar: &Registrar<'c>,
     job: &Job<'_>,
     payload: &[u8],
     cgroup: Option<&CommandCgroup<'_>>,
@@ -59,7 +132,6 @@ pub(crate) fn start_registered<'c>(
         Ok(s) => s,
         Err(e) => return Ok(Started::Refused(format!("cannot run {:?}: {e}", a.cmd[0]))),
     };
-    let in_cgroup = cgroup.map(|g| g.descriptors());
     let (child_end, parent_end) = crate::hold::hold()?;
     let (ready, go) = child_end.descriptors();
     let procs = cgroup.map(|g| g.procs_descriptor());
@@ -72,22 +144,22 @@ pub(crate) fn start_registered<'c>(
         }
         crate::hold::child_waits(ready, go)
     };
-    let id = job.id();
     // The claim as held now: nothing extends the lease until the command is registered (this
     // thread waits in the spawn), so the generation cannot move meanwhile.
-    let generation = job.handle().generation;
-    let (spawned, registered) = std::thread::scope(|s| {
-        let registering = s.spawn(move || {
-            let pid = parent_end.pid()?;
-            let r = crate::fence::Registration::new(c, id, generation, pid, in_cgroup);
-            parent_end.answer(r.is_ok());
-            Some(r)
-        });
-        let spawned = spawn::spawn(&spec, &steps);
-        child_end.spawned();
-        (spawned, registering.join())
-    });
-    let registered = registered.map_err(|_| anyhow::anyhow!("the thread registering a command panicked"))?;
+    registrar.ask(parent_end, job.id(), job.handle().generation, cgroup)?;
+    let spawned = spawn::spawn(&spec, &steps);
+    // Wakes the registrar if the child never said its pid, before its answer is awaited.
+    child_end.spawned();
+    let registered = match registrar.answer() {
+        Ok(r) => r,
+        Err(e) => {
+            // Only if the registrar panicked: a child it let exec is not left running.
+            if let Ok(mut child) = spawned {
+                kill_group(&mut child);
+            }
+            return Err(e);
+        }
+    };
     match (spawned, registered) {
         (Ok(child), Some(Ok(r))) => Ok(Started::Running(child, r)),
         (Err(e), Some(Err(why))) if crate::hold::was_withdrawn(&e) => {
