@@ -64,3 +64,60 @@ fn a_command_starts_with_no_signal_blocked_sigpipe_default_and_only_its_stdio() 
     // `ls` has its directory open as 3.
     assert_eq!(out.lines().skip(1).collect::<Vec<_>>(), ["0", "1", "2", "3"], "{out}");
 }
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// Whether `pid` is gone or a zombie (its new parent may not have reaped it yet).
+fn dead(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+}
+
+#[test]
+fn a_held_command_dies_unrun_with_its_killed_worker() {
+    // The child shares the worker's memory until its exec: the worker is killed while the
+    // child is held for a registration that the stopped daemon does not answer. The child
+    // must die with it, and the command never run.
+    let d = Daemon::start();
+    ok(&d.run(&["create", "q"]));
+    let ran = d.dir().join("ran");
+    let script = format!("echo ran >> '{}'", ran.display());
+    let mut worker = d
+        .xtcq()
+        .args(["work", "q", "--max-jobs", "1", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn work");
+    d.wait_attached(worker.id());
+    let c = d.client();
+    let injector = c.attach_injector("q").expect("injector");
+    d.signal(libc::SIGSTOP);
+    injector.push(b"h0").expect("push");
+    let mut held = Vec::new();
+    wait_until(Duration::from_secs(20), "the worker spawned its command", || {
+        held = children_of(worker.id());
+        !held.is_empty() || ran.exists()
+    });
+    assert!(!ran.exists(), "the command ran before the daemon registered it");
+    let _ = worker.kill();
+    let _ = worker.wait();
+    wait_until(Duration::from_secs(20), "the held command dead", || held.iter().all(|&p| dead(p)));
+    d.signal(libc::SIGCONT);
+    // Long enough for a command let go to have run.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!ran.exists(), "the command of a killed worker ran");
+}
