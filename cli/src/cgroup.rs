@@ -12,8 +12,8 @@
 //! new children take processes.
 //!
 //! Rules kept:
-//! - the child moves itself into the cgroup (a `write` of `0` to its `cgroup.procs`, between
-//!   fork and exec, before the hold), so the command and all it starts are in it from its
+//! - the child moves itself into the cgroup (a `write` of `0` to its `cgroup.procs`, before
+//!   the hold and its exec), so the command and all it starts are in it from its
 //!   first instruction, and the daemon sees it there when it registers it;
 //! - whether it works is tried once at the start (a cgroup made, a child moved in, removed);
 //!   elsewhere the process group alone fences, as the start line says;
@@ -23,7 +23,7 @@
 //!   daemon forgets a registration whose cgroup a newer command of the worker runs in.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -174,6 +174,15 @@ impl CgroupHome {
     }
 }
 
+/// In a command's child, before the hold (so that the daemon finds the command in its
+/// cgroup) and the exec: moves it into the cgroup of `procs` (see `procs_descriptor`).
+/// Async-signal-safe: one write.
+pub fn child_joins(procs: RawFd) -> Result<(), i32> {
+    // SAFETY: the caller keeps the cgroup, and so the descriptor, open until the exec.
+    let procs = unsafe { BorrowedFd::borrow_raw(procs) };
+    rustix::io::write(procs, b"0").map(drop).map_err(|e| e.raw_os_error())
+}
+
 /// `EALREADY`: the probe's child says it joined its cgroup (and did not exec).
 fn libc_ealready() -> i32 {
     rustix::io::Errno::ALREADY.raw_os_error()
@@ -217,18 +226,20 @@ impl<'h> CommandCgroup<'h> {
         }
     }
 
-    /// Makes `cmd`'s child move itself into this cgroup before its exec. Add it before the
-    /// hold (`hold::HoldChild::arm`), so that the daemon finds the command in it.
-    pub fn join_before_exec(&self, cmd: &mut Command) {
-        let procs = self.procs.as_raw_fd();
-        // SAFETY: write is an async-signal-safe system call; the descriptor stays open in the
-        // parent (this cgroup outlives the spawn), so it is open in the child.
+    /// Makes `cmd`'s child move itself into this cgroup before its exec (the probe's way).
+    fn join_before_exec(&self, cmd: &mut Command) {
+        let procs = self.procs_descriptor();
+        // SAFETY: `child_joins` is an async-signal-safe system call; the descriptor stays
+        // open in the parent (this cgroup outlives the spawn), so it is open in the child.
         unsafe {
-            cmd.pre_exec(move || {
-                rustix::io::write(BorrowedFd::borrow_raw(procs), b"0").map_err(errno)?;
-                Ok(())
-            });
+            cmd.pre_exec(move || child_joins(procs).map_err(io::Error::from_raw_os_error));
         }
+    }
+
+    /// The `cgroup.procs` descriptor `child_joins` takes in a command's child; open as long
+    /// as this cgroup is.
+    pub fn procs_descriptor(&self) -> RawFd {
+        self.procs.as_raw_fd()
     }
 
     /// The directory and `cgroup.kill` descriptors the daemon is given.

@@ -6,30 +6,21 @@
 //! never blocks a running command's watch on the daemon.
 
 use std::os::fd::BorrowedFd;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use xtcq_client::{Client, JobId};
 
-/// Makes the command die (SIGKILL) with the worker thread that spawns it, and refuse to
-/// start if the worker died before the death signal was armed.
-pub fn die_with_worker(cmd: &mut Command) {
-    let parent = rustix::process::getpid();
-    // SAFETY: prctl and getppid are async-signal-safe system calls; nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))?;
-            // The worker exited before the death signal was armed. (No message: allocating
-            // between fork and exec is not safe in a multi-threaded process.)
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::from_raw_os_error(rustix::io::Errno::CHILD.raw_os_error()));
-            }
-            Ok(())
-        });
+/// In the child, before its exec: makes it die (SIGKILL) with the worker thread that spawns
+/// it, and refuses to go on (`ECHILD`) if the worker `parent` died before the death signal was
+/// armed. Async-signal-safe: prctl and getppid, nothing allocated (no message either).
+pub fn child_dies_with_worker(parent: rustix::process::Pid) -> Result<(), i32> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| e.raw_os_error())?;
+    if rustix::process::getppid() != Some(parent) {
+        return Err(rustix::io::Errno::CHILD.raw_os_error());
     }
+    Ok(())
 }
 
 /// A command registered with the daemon for its job; forgotten by the daemon on drop.

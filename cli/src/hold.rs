@@ -1,5 +1,5 @@
-//! A command of `xtcq work` starts held: its child process, after the other `pre_exec` steps
-//! and before its `exec`, writes its pid on one pipe and waits for a go-ahead on another. A
+//! A command of `xtcq work` starts held: its child process (see `spawn`), after the other
+//! steps before its `exec`, writes its pid on one pipe and waits for a go-ahead on another. A
 //! thread of the worker reads the pid, registers it with the daemon for fencing, and only
 //! then lets the child exec the command; the process the daemon registered is the one that
 //! runs (an exec changes neither pid, process group nor start time).
@@ -8,19 +8,16 @@
 //! - nothing of the command runs before the daemon has answered its registration; a refusal
 //!   (the job's lease ran out meanwhile, the daemon cannot fence it) makes the child exit
 //!   without exec (`ECANCELED` from the spawn), so nothing ran;
-//! - the child does only async-signal-safe system calls between fork and exec (it is the
-//!   fork of a multi-threaded process): no allocation, no lock;
+//! - the child does only async-signal-safe system calls before its exec (it shares the
+//!   memory of a multi-threaded process): no allocation, no lock;
 //! - the go-ahead and its withdrawal are both bytes, never an end of file: another thread's
-//!   child, forked meanwhile, holds copies of these pipes until its own exec;
+//!   child, spawned meanwhile, holds copies of these pipes until its own exec;
 //! - the pipes are close-on-exec: the command inherits none of them.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use anyhow::{Context, Result};
-use rustix::pipe::{pipe_with, PipeFlags};
 
 const GO: u8 = b'1';
 const WITHDRAW: u8 = b'0';
@@ -44,50 +41,41 @@ pub fn hold() -> Result<(HoldChild, HoldParent)> {
     Ok((HoldChild { ready_w, go_r }, HoldParent { ready_r, go_w }))
 }
 
-/// A close-on-exec pipe above the standard descriptors: the child's stdio is set up over 0-2
-/// before it waits, which would replace an end that had one of those numbers.
+/// A pipe of the hold: close-on-exec, above the standard descriptors.
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let above_stdio = |fd: OwnedFd| -> Result<OwnedFd> {
-        Ok(if fd.as_raw_fd() < 3 { rustix::io::fcntl_dupfd_cloexec(&fd, 3)? } else { fd })
-    };
-    let (r, w) =
-        pipe_with(PipeFlags::CLOEXEC).context("cannot create a pipe to hold a command until it is fenced")?;
-    Ok((above_stdio(r)?, above_stdio(w)?))
-}
-
-fn errno(e: rustix::io::Errno) -> io::Error {
-    io::Error::from_raw_os_error(e.raw_os_error())
+    crate::spawn::pipe_above_stdio().context("cannot create a pipe to hold a command until it is fenced")
 }
 
 impl HoldChild {
-    /// Makes `cmd`'s child wait, just before its exec, until the go-ahead. Arm it after every
-    /// other `pre_exec` step.
-    pub fn arm(&self, cmd: &mut Command) {
-        let (ready, go) = (self.ready_w.as_raw_fd(), self.go_r.as_raw_fd());
-        // SAFETY: getpid, write and read are async-signal-safe system calls; the descriptors
-        // stay open in the parent until the spawn returned, so they are open in the child.
-        unsafe {
-            cmd.pre_exec(move || {
-                let (ready, go) = (BorrowedFd::borrow_raw(ready), BorrowedFd::borrow_raw(go));
-                let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-                rustix::io::write(ready, &pid.to_ne_bytes()).map_err(errno)?;
-                let mut byte = [0u8; 1];
-                loop {
-                    match rustix::io::read(go, &mut byte) {
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Ok(1) if byte[0] == GO => return Ok(()),
-                        Err(e) => return Err(errno(e)),
-                        Ok(_) => return Err(errno(rustix::io::Errno::CANCELED)),
-                    }
-                }
-            });
-        }
+    /// The descriptors `child_waits` takes in the child: (ready, go). They stay open until
+    /// `spawned`, so they are open in the child.
+    pub fn descriptors(&self) -> (RawFd, RawFd) {
+        (self.ready_w.as_raw_fd(), self.go_r.as_raw_fd())
     }
 
     /// After the spawn returned: wakes the registering thread if the child never said its
     /// pid (the spawn failed before), then closes the child's ends.
     pub fn spawned(self) {
         let _ = rustix::io::write(&self.ready_w, &0u32.to_ne_bytes());
+    }
+}
+
+/// In the child, last before its exec: says its pid on `ready` and waits for the go-ahead on
+/// `go` (see `HoldChild::descriptors`); `Err(errno)`, `ECANCELED` when it was withdrawn.
+/// Async-signal-safe: getpid, write and read, nothing allocated.
+pub fn child_waits(ready: RawFd, go: RawFd) -> Result<(), i32> {
+    // SAFETY: `spawn` keeps both descriptors open until the child execs or exits.
+    let (ready, go) = unsafe { (BorrowedFd::borrow_raw(ready), BorrowedFd::borrow_raw(go)) };
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    rustix::io::write(ready, &pid.to_ne_bytes()).map_err(|e| e.raw_os_error())?;
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(go, &mut byte) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(1) if byte[0] == GO => return Ok(()),
+            Err(e) => return Err(e.raw_os_error()),
+            Ok(_) => return Err(rustix::io::Errno::CANCELED.raw_os_error()),
+        }
     }
 }
 

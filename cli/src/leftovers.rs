@@ -8,13 +8,14 @@
 //! - only "no such group" is an empty group: EPERM means members of another uid, which are
 //!   the daemon's to stop, not gone; a cgroup that cannot be read is taken for populated.
 
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rustix::process::Pid;
 
 use crate::cgroup::CommandCgroup;
+use crate::spawn::Child;
 
 /// How long the processes a finished command left in its group get to die.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);

@@ -43,11 +43,13 @@ mod quota;
 mod rate;
 mod room;
 mod runnable;
+mod spawn;
 mod stats;
 mod top;
 mod unique;
 mod work;
 mod work_pool;
+mod work_start;
 mod work_summary;
 
 use std::path::PathBuf;

@@ -17,20 +17,22 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use xtcq_client::{Client, Job, QueueInfo, RetryBackoff, ThiefHandle};
 
 use crate::cgroup::{CgroupHome, CommandCgroup};
 use crate::cmd::{connect, for_each_stdin_job};
-use crate::leftovers::{has_exited, kill_group, Scope};
+use crate::leftovers::{has_exited, Scope};
 use crate::room::Room;
+use crate::spawn::Child;
 use crate::work_pool::{self, Stop};
+use crate::work_start::{start_registered, Registrar, Started};
 use crate::work_summary::{self, Counters, Settled};
 use crate::{exit, parse_duration};
 
@@ -103,10 +105,13 @@ pub struct WorkArgs {
     verbose: bool,
     /// The command and its arguments, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
-    cmd: Vec<String>,
+    pub(crate) cmd: Vec<String>,
     /// The file the command's name resolved to (see `runnable::resolve`), once.
     #[arg(skip)]
-    program: Option<std::path::PathBuf>,
+    pub(crate) program: Option<std::path::PathBuf>,
+    /// The worker's environment, less the variables set per job, read once.
+    #[arg(skip)]
+    pub(crate) environ: Vec<std::ffi::CString>,
 }
 
 /// The most commands `work` runs at once: each is a thread, a child process and a few file
@@ -152,10 +157,6 @@ fn raise_fd_limit() {
     }
 }
 
-/// Payloads up to this size also go in `$XTCQ_PAYLOAD`; the kernel refuses any one
-/// environment string over 128 KiB (MAX_ARG_STRLEN), and the command could not start at all.
-const ENV_PAYLOAD_MAX: usize = 64 * 1024;
-
 /// What became of a job's command.
 enum Ran<'h> {
     /// It exited.
@@ -185,98 +186,11 @@ fn describe(st: &ExitStatus) -> String {
     }
 }
 
-/// The command of a job, started once the daemon registered it for fencing (see `hold`).
-enum Started<'c> {
-    Running(std::process::Child, crate::fence::Registration<'c>),
-    /// The daemon refused to register it: nothing ran.
-    Refused(String),
-}
-
-/// The command line of the job's command, with its environment and process group.
-fn command_for(a: &WorkArgs, job: &Job<'_>, payload: &[u8]) -> Command {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(a.program.as_deref().unwrap_or(Path::new(&a.cmd[0])));
-    cmd.arg0(&a.cmd[0])
-        .args(&a.cmd[1..])
-        .stdin(Stdio::piped())
-        .env("XTCQ_QUEUE", &a.queue)
-        // The stable id, the same at every attempt (with $XTCQ_ATTEMPT beside it).
-        .env("XTCQ_JOB", job.id().to_string())
-        .env("XTCQ_ATTEMPT", job.attempts().to_string())
-        // Its own process group: a Ctrl-C at the terminal reaches `work`, which lets the
-        // command finish, instead of killing it and failing its job.
-        .process_group(0);
-    match std::str::from_utf8(payload) {
-        // An environment string cannot hold a NUL byte or pass the kernel's limit: such a
-        // payload is on stdin only.
-        Ok(s) if !s.contains('\0') && s.len() <= ENV_PAYLOAD_MAX => {
-            cmd.env("XTCQ_PAYLOAD", s);
-        }
-        _ => {
-            cmd.env_remove("XTCQ_PAYLOAD");
-        }
-    }
-    cmd
-}
-
-/// Spawns the job's command held (in `cgroup`, if any), registers it from a second thread
-/// while this one (the parent the death signal watches) waits in the spawn, and lets it exec
-/// once registered.
-fn start_registered<'c>(
-    a: &WorkArgs,
-    c: &'c Client,
-    job: &Job<'_>,
-    payload: &[u8],
-    cgroup: Option<&CommandCgroup<'_>>,
-) -> Result<Started<'c>> {
-    let mut cmd = command_for(a, job, payload);
-    crate::fence::die_with_worker(&mut cmd);
-    if let Some(g) = cgroup {
-        g.join_before_exec(&mut cmd);
-    }
-    let in_cgroup = cgroup.map(|g| g.descriptors());
-    let (child_end, parent_end) = crate::hold::hold()?;
-    child_end.arm(&mut cmd);
-    let id = job.id();
-    // The claim as held now: nothing extends the lease until the command is registered (this
-    // thread waits in the spawn), so the generation cannot move meanwhile.
-    let generation = job.handle().generation;
-    let (spawned, registered) = std::thread::scope(|s| {
-        let registering = s.spawn(move || {
-            let pid = parent_end.pid()?;
-            let r = crate::fence::Registration::new(c, id, generation, pid, in_cgroup);
-            parent_end.answer(r.is_ok());
-            Some(r)
-        });
-        let spawned = cmd.spawn();
-        child_end.spawned();
-        (spawned, registering.join())
-    });
-    let registered = registered.map_err(|_| anyhow::anyhow!("the thread registering a command panicked"))?;
-    match (spawned, registered) {
-        (Ok(child), Some(Ok(r))) => Ok(Started::Running(child, r)),
-        (Err(e), Some(Err(why))) if crate::hold::was_withdrawn(&e) => {
-            Ok(Started::Refused(format!("{why:#}")))
-        }
-        (Ok(mut child), _) => {
-            // Cannot happen (the child execs only once registered); never leave it running.
-            kill_group(&mut child);
-            Ok(Started::Refused("its registration was lost".into()))
-        }
-        // Not the job's fault (the program went away, its interpreter line names nothing):
-        // given back uncounted, and this worker stops (see `runnable`).
-        (Err(e), _) if cgroup.is_some() => {
-            Ok(Started::Refused(format!("cannot run {:?} (or move it into its cgroup): {e}", a.cmd[0])))
-        }
-        (Err(e), _) => Ok(Started::Refused(format!("cannot run {:?}: {e}", a.cmd[0]))),
-    }
-}
-
 /// Runs the command for one job (in a cgroup of its own under `home`, if any), extending the
 /// lease while it runs.
 fn run_one<'h>(
     a: &WorkArgs,
-    (c, home): (&Client, Option<&'h CgroupHome>),
+    (registrar, home): (&Registrar<'_>, Option<&'h CgroupHome>),
     job: &Job<'_>,
     lease: Option<Duration>,
     stop: &Stop,
@@ -295,7 +209,7 @@ fn run_one<'h>(
             )))
         }
     };
-    let (mut child, fence) = match start_registered(a, c, job, &payload, cgroup.as_ref())? {
+    let (mut child, fence) = match start_registered(a, registrar, job, &payload, cgroup.as_ref())? {
         Started::Running(child, fence) => (child, fence),
         Started::Refused(why) => return Ok(Ran::Unfenced(why)),
     };
@@ -324,7 +238,7 @@ const STDIN_AT_ONCE: usize = 4096;
 /// Writes the payload to the command's stdin: at once when it fits an empty pipe, else from
 /// its own thread (a command that does not read a payload larger than a pipe holds would
 /// otherwise block us, with no heartbeat, until it exits).
-fn feed_stdin(child: &mut std::process::Child, payload: Vec<u8>) -> Option<std::thread::JoinHandle<()>> {
+fn feed_stdin(child: &mut Child, payload: Vec<u8>) -> Option<std::thread::JoinHandle<()>> {
     let mut stdin = child.stdin.take()?;
     if payload.len() <= STDIN_AT_ONCE {
         // A command that does not read its stdin closes the pipe: that is not an error.
@@ -340,7 +254,7 @@ fn feed_stdin(child: &mut std::process::Child, payload: Vec<u8>) -> Option<std::
 /// three times a lease and stopping the command on a second interrupt or a lost lease; with
 /// its cgroup, if empty, for the worker's next command.
 fn supervise<'h>(
-    child: &mut std::process::Child,
+    child: &mut Child,
     scope: Scope<'h>,
     job: &Job<'_>,
     lease: Option<Duration>,
@@ -552,6 +466,20 @@ pub(crate) fn worker(
     stop: &Stop,
     n: &Counters,
 ) -> Result<()> {
+    std::thread::scope(|s| {
+        let registrar = Registrar::start(s, c)?;
+        take_and_run(a, (c, &registrar, home), thief, stop, n)
+    })
+}
+
+/// The worker thread's loop: takes a job, runs its command, settles it, until told to stop.
+fn take_and_run(
+    a: &WorkArgs,
+    (c, registrar, home): (&Client, &Registrar<'_>, Option<&CgroupHome>),
+    thief: ThiefHandle,
+    stop: &Stop,
+    n: &Counters,
+) -> Result<()> {
     let lease = work_lease(a, thief.queue().lease_ms)?;
     let mut idle_since = Instant::now();
     let mut spare = None;
@@ -578,7 +506,7 @@ pub(crate) fn worker(
         n.running.fetch_add(1, Ordering::Relaxed);
         let id = job.id();
         let attempt = job.attempts();
-        let outcome = run_one(a, (c, home), &job, lease, stop, &mut spare);
+        let outcome = run_one(a, (registrar, home), &job, lease, stop, &mut spare);
         n.running.fetch_sub(1, Ordering::Relaxed);
         if let Ok(Ran::LeftRunning(why, scope)) = &outcome {
             eprintln!(
@@ -602,6 +530,8 @@ pub fn work(socket: Option<&Path>, mut a: WorkArgs) -> Result<i32> {
         bail!("--jobs must be between 1 and {MAX_JOBS}, not {}", a.jobs);
     }
     a.program = Some(crate::runnable::resolve(&a.cmd[0])?);
+    a.environ = crate::spawn::environment_except(&crate::work_start::JOB_VARIABLES)
+        .context("cannot read this process's environment for the commands")?;
     raise_fd_limit();
     check_jobs_fit(a.jobs)?;
     let home = fence_in_force();

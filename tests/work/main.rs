@@ -19,5 +19,6 @@ mod fence_cgroup;
 mod fence_escape;
 mod fence_other_uid;
 mod fence_soak;
+mod spawned;
 mod stopped;
 mod summary;
