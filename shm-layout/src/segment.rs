@@ -556,6 +556,7 @@ impl Segment {
             limit: self.running_words(queue)?,
             rate: self.rate_words(queue)?,
             asleep: None,
+            searching: None,
         })
     }
 
