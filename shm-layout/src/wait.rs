@@ -137,15 +137,18 @@ impl<'a> Waker<'a> {
 
     /// A searcher stops searching (it took a job, gave up, or met an error): off the count
     /// first, then unrecorded (the order of errors of [`search_begins`](Self::search_begins)).
-    /// True when it was the last searcher and `jobs_left` says jobs are left: producers
-    /// skipped their wakes while it was counted, so the caller hands the search on (it took
-    /// a job: [`notify`]) or searches again (it gave up).
+    /// True when it was the last searcher and jobs are left that a consumer could take now
+    /// (`jobs_left`, on a queue neither closed nor out of rate tokens): producers skipped
+    /// their wakes while it was counted, so the caller hands the search on (it took a job, or
+    /// stops waiting: [`notify`]) or searches again (it gave up). Jobs of a closed queue wait
+    /// for the event that opens it, which wakes a sleeper itself (read after the fence, as a
+    /// push reads it: `notify_sleeper`), and a sleeper wakes for the next rate token.
     fn search_ends(&self, jobs_left: impl FnOnce() -> bool) -> bool {
         let last = self.word.searchers().end();
         if let Some(r) = self.searching {
             r.fetch_sub(1, Ordering::Relaxed);
         }
-        last && jobs_left()
+        last && !self.closed() && self.rate_wait_ns() == 0 && jobs_left()
     }
 
     /// A futex sleeper begins to sleep: counted in `sleepers` (the Dekker pair's increment),
@@ -373,8 +376,12 @@ fn search<T, E>(
         }
         // Gave up. The last searcher looks whether pushes came that skipped their wakes for
         // it, and searches again if so (a searcher that is not the last leaves that to the
-        // others); past the deadline the sleep protocol's look decides.
-        if !waker.search_ends(jobs_left) || deadline.is_some_and(|d| Instant::now() >= d) {
+        // others); past its deadline it hands the search on instead, as it stops waiting.
+        if !waker.search_ends(jobs_left) {
+            return Ok(None);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            notify(waker);
             return Ok(None);
         }
     }

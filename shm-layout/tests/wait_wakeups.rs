@@ -209,3 +209,28 @@ fn bursts_to_waiting_consumers_are_each_taken_once() {
         "a searcher left counted"
     );
 }
+
+/// A consumer that searches a paused queue holding jobs goes to sleep, as before searchers: the
+/// last searcher searches again only for jobs it could take now (it would spin for as long as
+/// the pause lasted), and the resume wakes it for them.
+#[test]
+fn a_searcher_sleeps_on_a_paused_queue_with_jobs_and_the_resume_wakes_it() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    owner.push(b"held").expect("push");
+    seg.set_paused(q.index, true);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let thief = Thief::new(seg.clone(), &q, 1).expect("thief");
+            // A deadline only so that a searcher that never sleeps fails the test instead of
+            // hanging it (`until_sleeping` gives up first).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let job = thief.steal_wait(Some(deadline)).expect("wait").expect("the job, after the resume");
+            job.ack().expect("ack");
+        });
+        until_sleeping(&seg, q.index, 1);
+        seg.set_paused(q.index, false);
+        h.join().expect("consumer");
+    });
+    assert_eq!(seg.wait_word(q.index).expect("wait word").searching.load(Ordering::SeqCst), 0);
+}
