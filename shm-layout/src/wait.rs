@@ -100,12 +100,11 @@ pub struct Waker<'a> {
     pub limit: (&'a AtomicU32, &'a AtomicU64),
     /// The queue's rate limit (`segment::rate`), read while the flow word says so.
     pub rate: &'a crate::layout::RateWords,
-    /// This process slot's record of its futex sleepers on the queue (`MetricsBlock::asleep`),
-    /// when the waker belongs to a consumer ([`Waker::of_slot`]).
-    pub asleep: Option<&'a AtomicU64>,
-    /// This process slot's record of its searchers on the queue (`MetricsBlock::searching`),
-    /// when the waker belongs to a consumer.
-    pub searching: Option<&'a AtomicU64>,
+    /// This process slot's metrics block for the queue, when the waker belongs to a consumer
+    /// ([`Waker::of_slot`]): its futex sleepers (`MetricsBlock::asleep`) and searchers
+    /// (`MetricsBlock::searching`) on the queue are recorded there. One reference for both:
+    /// the waker is copied into every handle's context, where it stays as wide as it was.
+    pub slot: Option<&'a crate::layout::MetricsBlock>,
 }
 
 impl<'a> Waker<'a> {
@@ -113,8 +112,7 @@ impl<'a> Waker<'a> {
     /// recorded in the slot's block, so that the daemon can take them off the queue's count if
     /// the process dies asleep.
     pub fn of_slot(self, seg: &'a crate::segment::Segment, slot: u32) -> Waker<'a> {
-        let block = seg.slot_metrics(self.queue, slot);
-        Waker { asleep: block.map(|b| &b.asleep), searching: block.map(|b| &b.searching), ..self }
+        Waker { slot: seg.slot_metrics(self.queue, slot), ..self }
     }
 
     /// Tries to become one of the queue's searchers (at most [`search_bound`] look for work at
@@ -122,14 +120,14 @@ impl<'a> Waker<'a> {
     /// count one low, never one high (a high count could make a producer skip a sleeper; a
     /// low one only costs a wake, and the count never goes below zero).
     fn search_begins(&self) -> bool {
-        if let Some(r) = self.searching {
+        if let Some(r) = self.slot.map(|b| &b.searching) {
             r.fetch_add(1, Ordering::Relaxed);
         }
         if self.word.searchers().begin(search_bound()) {
             crate::fail_point!("search.after_begin");
             return true;
         }
-        if let Some(r) = self.searching {
+        if let Some(r) = self.slot.map(|b| &b.searching) {
             r.fetch_sub(1, Ordering::Relaxed);
         }
         false
@@ -145,7 +143,7 @@ impl<'a> Waker<'a> {
     /// push reads it: `notify_sleeper`), and a sleeper wakes for the next rate token.
     fn search_ends(&self, jobs_left: impl FnOnce() -> bool) -> bool {
         let last = self.word.searchers().end();
-        if let Some(r) = self.searching {
+        if let Some(r) = self.slot.map(|b| &b.searching) {
             r.fetch_sub(1, Ordering::Relaxed);
         }
         last && !self.closed() && self.rate_wait_ns() == 0 && jobs_left()
@@ -156,7 +154,7 @@ impl<'a> Waker<'a> {
     /// one low (a low count could make a producer skip a sleeper).
     pub fn sleep_begins(&self) {
         self.word.sleepers().enter();
-        if let Some(a) = self.asleep {
+        if let Some(a) = self.slot.map(|b| &b.asleep) {
             a.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -164,7 +162,7 @@ impl<'a> Waker<'a> {
     /// A futex sleeper stops sleeping: unrecorded first, then off the count (the same order
     /// of errors as [`sleep_begins`](Self::sleep_begins)).
     pub fn sleep_ends(&self) {
-        if let Some(a) = self.asleep {
+        if let Some(a) = self.slot.map(|b| &b.asleep) {
             a.fetch_sub(1, Ordering::Relaxed);
         }
         self.word.sleepers().leave();
