@@ -28,6 +28,10 @@
 //!   two cores here, 1 producer + 2 consumers already take turns, so only the device machine's
 //!   rows say how the job path scales (benches/results/2026-12-04.md, "Scaling").
 //! - Every figure is the median over `XTCQ_BENCH_RUNS` runs (default 3).
+//! - Built with `--features cas-count`, each row also says how many CASes on a deque's `top`
+//!   the consumers lost per job (`xtcq_shm::cas_count`: each consumer counts its own, in a
+//!   thread-local cell; a lost CAS is a transfer of the `top` line that took no job). Without
+//!   the feature the column says `-`.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -73,6 +77,8 @@ struct Ctl {
     go: Line,
     /// Jobs taken by consumer k, stored (not added) by k alone.
     taken: [Line; MAX_CONSUMERS],
+    /// CASes on `top` consumer k lost, stored by k alone before it exits.
+    lost: [Line; MAX_CONSUMERS],
 }
 
 /// What a consumer does when a look found no job (`XTCQ_BENCH_POLL`).
@@ -150,6 +156,8 @@ fn consumer() {
     } else {
         taker.run(&thief, batch);
     }
+    let lost = xtcq_shm::cas_count::lost_top_cases().unwrap_or(0);
+    ctl.lost[index].0.store(lost, Ordering::Release);
     let path = std::env::var_os("XTCQ_BENCH_SEQS").expect("seqs path");
     let mut out = BufWriter::new(File::create(path).expect("seqs file"));
     for s in &taker.seqs {
@@ -261,6 +269,8 @@ struct Run {
     mjobs_per_s: f64,
     /// Smallest and largest share of the jobs one consumer took.
     share: (f64, f64),
+    /// CASes on `top` the consumers lost, per job.
+    lost_per_job: f64,
 }
 
 struct Bench {
@@ -374,10 +384,13 @@ impl Bench {
             assert!(st.success(), "producer failed: {st}");
         }
         let counts = self.check_exactly_once(children);
+        // Read after the consumers exited: each stored its count before it wrote its file.
+        let lost: u64 = ctl.lost[..consumers].iter().map(|l| l.0.load(Ordering::Acquire)).sum();
         let (lo, hi) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
         Run {
             mjobs_per_s: self.n as f64 * 1e3 / (t_end - t0) as f64,
             share: (lo as f64 / self.n as f64, hi as f64 / self.n as f64),
+            lost_per_job: lost as f64 / self.n as f64,
         }
     }
 
@@ -506,8 +519,11 @@ fn main() {
         }
     );
     println!();
-    println!("| consumers | M jobs/s | x 1 consumer | smallest-largest share | processes / CPUs |");
-    println!("|---:|---:|---:|---|---|");
+    println!(
+        "| consumers | M jobs/s | x 1 consumer | smallest-largest share | lost `top` CASes / job | processes / CPUs |"
+    );
+    println!("|---:|---:|---:|---|---:|---|");
+    let counted = xtcq_shm::cas_count::lost_top_cases().is_some();
     let mut base = None;
     for &c in &counts {
         let rs: Vec<Run> = (0..runs).map(|k| bench.one(c, k)).collect();
@@ -517,8 +533,13 @@ fn main() {
         let base_rate = *base.get_or_insert(rate);
         let procs = c + producers;
         let load = if procs > cpus { "oversubscribed" } else { "fits" };
+        let lost = if counted {
+            format!("{:.3}", median(rs.iter().map(|r| r.lost_per_job).collect()))
+        } else {
+            "-".to_string()
+        };
         println!(
-            "| {c} | {rate:.2} | {:.2} | {:.0}%-{:.0}% | {}/{cpus} {load} |",
+            "| {c} | {rate:.2} | {:.2} | {:.0}%-{:.0}% | {lost} | {}/{cpus} {load} |",
             rate / base_rate,
             lo * 100.0,
             hi * 100.0,

@@ -379,7 +379,7 @@ impl ThiefHandle {
             return Err(Error::Corrupt(format!("queue {} has no wait word", self.att.queue.name)));
         };
         let w = w.of_slot(&self.seg, self.att.process_slot);
-        Ok(xtcq_shm::wait::wait_for(w, deadline, || self.steal_claimed())?
+        Ok(xtcq_shm::wait::wait_for(w, deadline, || self.steal_claimed(), || !self.thief.is_empty())?
             .map(Job::new(&self.seg, &self.conn)))
     }
 }

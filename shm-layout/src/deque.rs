@@ -228,7 +228,10 @@ impl<'a> DequeRef<'a> {
         // Acquire load of `top` before it reuses the slot.
         match self.top.compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Steal::Success(v),
-            Err(_) => Steal::Retry,
+            Err(_) => {
+                crate::cas_count::top_lost();
+                Steal::Retry
+            }
         }
     }
 }

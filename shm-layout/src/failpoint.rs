@@ -16,6 +16,7 @@ pub const POINTS: &[(&str, &str)] = &[
     ("pop.after_bottom_decrement", "an owner's LIFO pop lowered bottom and has not re-read top"),
     ("steal.after_cas", "a thief won the CAS on top and has not claimed the record"),
     ("steal_batch.after_cas", "a thief took a batch of handles with one CAS and has claimed none"),
+    ("search.after_begin", "a consumer in a wait counted itself a searcher and has not looked"),
     ("claim.after_cas", "a consumer claimed a job and has not read its payload"),
     ("overflow.push.after_cell", "a pusher filled an overflow cell and has not advanced tail"),
     ("overflow.pop.after_cell", "a popper emptied an overflow cell and has not claimed the record"),

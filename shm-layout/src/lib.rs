@@ -34,6 +34,7 @@
 
 pub mod batch_seal;
 pub mod cache_line;
+pub mod cas_count;
 pub mod deque;
 pub mod failpoint;
 /// Fork detection, shared by the client and the C API.

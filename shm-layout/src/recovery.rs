@@ -36,7 +36,7 @@ use crate::metrics::Counter;
 use crate::overflow::RingError;
 use crate::record::state::{next_generation, JobHandle, RecordState, State, StateWord, NO_HOLDER};
 use crate::segment::Segment;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 
 /// More sleepers than any process could have on one queue: a record above it is garbage an
 /// attached process wrote, and is not taken off the count.
@@ -49,29 +49,57 @@ const MAX_RECORDED_SLEEPERS: u64 = 1 << 20;
 /// those sleeps then ends without taking the count down again (`wait::Waker::sleep_ends`
 /// sees the generation moved), so the count is never left below the sleepers it counts.
 pub fn forget_sleepers(seg: &Segment, slot: u32) -> u64 {
+    // Cleared and moved on in one step: a sleep that began before ends under the old
+    // generation (not taken off twice), one that begins after under the new.
+    let take = |b: &crate::layout::MetricsBlock| {
+        let next = |v| Some(u64::from(crate::wait::asleep_generation(v).wrapping_add(1)) << 32);
+        b.asleep.fetch_update(Ordering::Relaxed, Ordering::Relaxed, next).map_or(0, crate::wait::asleep_count)
+    };
+    forget_counted(seg, slot, take, |w| &w.sleepers, |_| {})
+}
+
+/// Takes the searchers dead process slot `slot` recorded off each queue's `searching`
+/// (`wake_protocol::Searchers`), as [`forget_sleepers`] does its sleepers: a consumer that
+/// died looking for work must not keep producers from waking sleepers. Each queue it
+/// searched is nudged (one sleeper woken): pushes it saw may have skipped their wakes while
+/// it was counted. Returns how many.
+pub fn forget_searchers(seg: &Segment, slot: u32) -> u64 {
+    let nudge = |q| {
+        if let Some(w) = seg.waker(q) {
+            crate::wait::nudge(w);
+        }
+    };
+    forget_counted(seg, slot, |b| b.searching.swap(0, Ordering::Relaxed), |w| &w.searching, nudge)
+}
+
+/// Takes what `slot` recorded in its metrics blocks off each queue's count (`count`),
+/// saturating: `take` clears a block's record and returns what it held; a record too large to
+/// be real is taken off nothing. `after` is called with each queue something was taken off.
+fn forget_counted(
+    seg: &Segment,
+    slot: u32,
+    take: impl Fn(&crate::layout::MetricsBlock) -> u64,
+    count: impl Fn(&crate::layout::WaitWord) -> &AtomicU32,
+    after: impl Fn(u32),
+) -> u64 {
     let mut forgotten = 0;
     for q in 0..seg.config().queues {
         let (Some(block), Some(w)) = (seg.slot_metrics(q, slot), seg.wait_word(q)) else { continue };
-        // Cleared and moved on in one step: a sleep that began before ends under the old
-        // generation (not taken off twice), one that begins after under the new.
-        let Ok(was) = block.asleep.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(u64::from(crate::wait::asleep_generation(v).wrapping_add(1)) << 32)
-        }) else {
-            continue;
-        };
-        let n = crate::wait::asleep_count(was);
+        let n = take(block);
         if n == 0 || n > MAX_RECORDED_SLEEPERS {
             continue;
         }
-        let mut cur = w.sleepers.load(Ordering::Relaxed);
+        let count = count(w);
+        let mut cur = count.load(Ordering::Relaxed);
         loop {
             let next = cur.saturating_sub(n as u32);
-            match w.sleepers.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+            match count.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(v) => cur = v,
             }
         }
         forgotten += n;
+        after(q);
     }
     forgotten
 }
@@ -513,5 +541,22 @@ mod tests {
         assert_eq!(count(), 1, "the thread asleep since the forget is still counted");
         slot.sleep_ends(after);
         assert_eq!(count(), 0, "each sleep counted once");
+    }
+
+    /// A dead slot's recorded searchers come off the queue's `searching`, a live slot's
+    /// stay: a consumer killed while it looked for work leaves no count that would keep
+    /// producers from waking sleepers.
+    #[test]
+    fn forget_searchers_takes_off_what_the_slot_recorded() {
+        let (_dir, seg, q) = crate::segment::one_queue_segment();
+        let w = seg.waker(q.index).unwrap();
+        for slot in [1, 2] {
+            seg.slot_metrics(q.index, slot).unwrap().searching.fetch_add(1, Ordering::Relaxed);
+            w.word.searching.fetch_add(1, Ordering::Relaxed);
+        }
+        assert_eq!(forget_searchers(&seg, 1), 1);
+        assert_eq!(w.word.searching.load(Ordering::Relaxed), 1, "the live slot's searcher stays counted");
+        assert_eq!(forget_searchers(&seg, 1), 0, "forgotten once");
+        assert_eq!(w.word.sleepers.load(Ordering::Relaxed), 0, "sleepers untouched");
     }
 }

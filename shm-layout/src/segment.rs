@@ -555,7 +555,7 @@ impl Segment {
             flow: self.flow_word(queue)?,
             limit: self.running_words(queue)?,
             rate: self.rate_words(queue)?,
-            asleep: None,
+            slot: None,
         })
     }
 

@@ -100,9 +100,11 @@ pub struct Waker<'a> {
     pub limit: (&'a AtomicU32, &'a AtomicU64),
     /// The queue's rate limit (`segment::rate`), read while the flow word says so.
     pub rate: &'a crate::layout::RateWords,
-    /// This process slot's record of its futex sleepers on the queue (`MetricsBlock::asleep`),
-    /// when the waker belongs to a consumer ([`Waker::of_slot`]).
-    pub asleep: Option<&'a AtomicU64>,
+    /// This process slot's metrics block for the queue, when the waker belongs to a consumer
+    /// ([`Waker::of_slot`]): its futex sleepers (`MetricsBlock::asleep`) and searchers
+    /// (`MetricsBlock::searching`) on the queue are recorded there. One reference for both:
+    /// the waker is copied into every handle's context, where it stays as wide as it was.
+    pub slot: Option<&'a crate::layout::MetricsBlock>,
 }
 
 /// One futex sleep, from [`Waker::sleep_begins`] to [`Waker::sleep_ends`]: the generation of
@@ -142,7 +144,41 @@ impl<'a> Waker<'a> {
     /// recorded in the slot's block, so that the daemon can take them off the queue's count if
     /// the process dies asleep.
     pub fn of_slot(self, seg: &'a crate::segment::Segment, slot: u32) -> Waker<'a> {
-        Waker { asleep: seg.slot_metrics(self.queue, slot).map(|b| &b.asleep), ..self }
+        Waker { slot: seg.slot_metrics(self.queue, slot), ..self }
+    }
+
+    /// Tries to become one of the queue's searchers (at most [`search_bound`] look for work at
+    /// once). Recorded for the slot first, then counted: a death between the two leaves the
+    /// count one low, never one high (a high count could make a producer skip a sleeper; a
+    /// low one only costs a wake, and the count never goes below zero).
+    fn search_begins(&self) -> bool {
+        if let Some(r) = self.slot.map(|b| &b.searching) {
+            r.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.word.searchers().begin(search_bound()) {
+            crate::fail_point!("search.after_begin");
+            return true;
+        }
+        if let Some(r) = self.slot.map(|b| &b.searching) {
+            r.fetch_sub(1, Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// A searcher stops searching (it took a job, gave up, or met an error): off the count
+    /// first, then unrecorded (the order of errors of [`search_begins`](Self::search_begins)).
+    /// True when it was the last searcher and jobs are left that a consumer could take now
+    /// (`jobs_left`, on a queue neither closed nor out of rate tokens): producers skipped
+    /// their wakes while it was counted, so the caller hands the search on (it took a job, or
+    /// stops waiting: [`notify`]) or searches again (it gave up). Jobs of a closed queue wait
+    /// for the event that opens it, which wakes a sleeper itself (read after the fence, as a
+    /// push reads it: `notify_sleeper`), and a sleeper wakes for the next rate token.
+    fn search_ends(&self, jobs_left: impl FnOnce() -> bool) -> bool {
+        let last = self.word.searchers().end();
+        if let Some(r) = self.slot.map(|b| &b.searching) {
+            r.fetch_sub(1, Ordering::Relaxed);
+        }
+        last && !self.closed() && self.rate_wait_ns() == 0 && jobs_left()
     }
 
     /// A futex sleeper begins to sleep: counted in `sleepers` (the Dekker pair's increment),
@@ -152,7 +188,7 @@ impl<'a> Waker<'a> {
     #[must_use = "the sleep ends with `sleep_ends`, given this"]
     pub fn sleep_begins(&self) -> Sleep {
         self.word.sleepers().enter();
-        let generation = self.asleep.map(|a| asleep_generation(a.fetch_add(1, Ordering::Relaxed)));
+        let generation = self.slot.map(|b| asleep_generation(b.asleep.fetch_add(1, Ordering::Relaxed)));
         Sleep { generation }
     }
 
@@ -162,7 +198,7 @@ impl<'a> Waker<'a> {
     /// record's generation on) is not taken off again: that would take the count below the
     /// sleepers still asleep, and a producer would skip one of them.
     pub fn sleep_ends(&self, sleep: Sleep) {
-        if let (Some(a), Some(generation)) = (self.asleep, sleep.generation) {
+        if let (Some(a), Some(generation)) = (self.slot.map(|b| &b.asleep), sleep.generation) {
             let ours = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 (asleep_generation(v) == generation && asleep_count(v) != 0).then(|| v - 1)
             });
@@ -201,10 +237,14 @@ impl<'a> Waker<'a> {
     }
 }
 
-/// Called by a producer after it published work.
+/// Called by a producer after it published work: wakes a sleeper when one sleeps and nobody
+/// searches (a searcher will find the work, and hands the search on to a sleeper if it leaves
+/// work behind: `wake_protocol::Searchers`).
 #[inline]
 pub fn notify(w: Waker<'_>) {
-    if w.word.sleepers().any() {
+    // `searching` is read only once a sleeper was seen: the push's path when nobody sleeps
+    // is still the fence and one load.
+    if w.word.sleepers().any() && w.word.searchers().idle() {
         notify_sleeper(w);
     }
 }
@@ -270,6 +310,18 @@ pub fn wake_all(w: Waker<'_>) {
 /// for each. Short enough that an idle consumer is asleep within tens of µs.
 const LOOK_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(20);
 
+/// How many consumers of a queue look for work at once, in all processes: half the CPUs,
+/// at least one (as tokio keeps at most half its idle workers searching). More spent the
+/// producer's core on handing the line of `top` around (each of them looks at each new
+/// `bottom` and races for `top`); fewer would leave a burst of jobs to a chain of wakes.
+pub fn search_bound() -> u32 {
+    static BOUND: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        u32::try_from(cpus / 2).unwrap_or(u32::MAX).max(1)
+    })
+}
+
 /// The longest one futex sleep lasts before the sleeper looks again (an idle consumer pays
 /// one wake-up per slice).
 const SLICE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -277,58 +329,44 @@ const SLICE: std::time::Duration = std::time::Duration::from_secs(1);
 /// Calls `poll` until it yields something, sleeping on `waker`'s word between tries, until
 /// `deadline` (`None`: forever). `Ok(None)` means the deadline passed. A queue out of rate
 /// tokens is looked at again when the next one is due: no event announces it.
+///
+/// Between the first look and the sleep, a consumer keeps looking only as one of the queue's
+/// searchers ([`search_bound`] at most); over the bound it sleeps at once. `jobs_left` says
+/// whether the queue still holds work: a searcher that took a job asks it before it hands
+/// the search on (`wake_protocol::Searchers`).
 pub fn wait_for<T, E>(
     waker: Waker<'_>,
     deadline: Option<Instant>,
     mut poll: impl FnMut() -> Result<Option<T>, E>,
+    jobs_left: impl Fn() -> bool,
 ) -> Result<Option<T>, E> {
     let w = waker.word;
+    // A consumer back from a job looks once before it counts itself a searcher: under load
+    // it takes the next job at once and never touches the count. One woken from its sleep
+    // searches at once: it was woken for a job, and if it leaves others behind it wakes the
+    // next sleeper.
+    let mut woken = false;
     loop {
-        // The clock is read only once a look found nothing: a consumer that finds a job at
-        // once (the common case under load) pays no clock read for the wait.
-        let mut look_until = None;
-        loop {
+        if !woken {
             if let Some(v) = poll()? {
                 return Ok(Some(v));
             }
-            let now = Instant::now();
-            let until = *look_until.get_or_insert(now + LOOK_BEFORE_SLEEP);
-            if now >= until || deadline.is_some_and(|d| now >= d) {
-                break;
-            }
-            std::thread::yield_now();
         }
+        if let Some(v) = search(waker, deadline, &mut poll, &jobs_left)? {
+            return Ok(Some(v));
+        }
+        woken = true;
         let s = w.seq.load(Ordering::Acquire);
         let slept = waker.sleep_begins();
         let found = poll();
-        let sleep = matches!(&found, Ok(None));
-        let timed_out = if sleep {
-            // Never longer than one slice: a wake-up that can never come (the segment's file
-            // was truncated, so no wake reaches this futex) must not leave the sleeper asleep
-            // for good; the next look then sees the segment retired.
-            let timeout = match deadline {
-                None => SLICE,
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        waker.sleep_ends(slept);
-                        return Ok(None);
-                    }
-                    (d - now).min(SLICE)
+        let timed_out = if matches!(&found, Ok(None)) {
+            match sleep(waker, s, deadline) {
+                Some(timed_out) => timed_out,
+                None => {
+                    waker.sleep_ends(slept);
+                    return Ok(None);
                 }
-            };
-            let timeout = match waker.rate_wait_ns() {
-                0 => timeout,
-                ns => timeout.min(std::time::Duration::from_nanos(ns)),
-            };
-            let timeout = rustix::time::Timespec {
-                tv_sec: timeout.as_secs() as _,
-                tv_nsec: timeout.subsec_nanos() as _,
-            };
-            // EAGAIN (seq moved), EINTR and ETIMEDOUT all mean: look again.
-            let _ =
-                rustix::thread::futex::wait(&w.seq, rustix::thread::futex::Flags::empty(), s, Some(&timeout));
-            deadline.is_some_and(|d| Instant::now() >= d)
+            }
         } else {
             false
         };
@@ -340,6 +378,86 @@ pub fn wait_for<T, E>(
             Ok(None) => {}
         }
     }
+}
+
+/// Looks for work as one of the queue's searchers, yielding the CPU between looks, for
+/// [`LOOK_BEFORE_SLEEP`] or until `deadline`; `Ok(None)` when it found nothing or the
+/// searchers were at their bound (the caller sleeps).
+fn search<T, E>(
+    waker: Waker<'_>,
+    deadline: Option<Instant>,
+    poll: &mut impl FnMut() -> Result<Option<T>, E>,
+    jobs_left: &impl Fn() -> bool,
+) -> Result<Option<T>, E> {
+    loop {
+        if !waker.search_begins() {
+            // Enough consumers look already; one look of our own, not counted, then sleep.
+            return poll();
+        }
+        // The clock is read only once a look found nothing: a searcher that finds a job at
+        // once pays no clock read for the search.
+        let mut look_until = None;
+        loop {
+            match poll() {
+                Ok(None) => {}
+                found => {
+                    // Taken (or an error, after which it looks no more): hand the search on.
+                    if waker.search_ends(jobs_left) {
+                        notify(waker);
+                    }
+                    return found;
+                }
+            }
+            let now = Instant::now();
+            let until = *look_until.get_or_insert(now + LOOK_BEFORE_SLEEP);
+            if now >= until || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        // Gave up. The last searcher looks whether pushes came that skipped their wakes for
+        // it, and searches again if so (a searcher that is not the last leaves that to the
+        // others); past its deadline it hands the search on instead, as it stops waiting.
+        if !waker.search_ends(jobs_left) {
+            return Ok(None);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            notify(waker);
+            return Ok(None);
+        }
+    }
+}
+
+/// One futex sleep on `waker`'s word while `seq` still holds `s`: `Some(timed_out)` (whether
+/// `deadline` passed meanwhile), or `None` when `deadline` had passed before it.
+fn sleep(waker: Waker<'_>, s: u32, deadline: Option<Instant>) -> Option<bool> {
+    // Never longer than one slice: a wake-up that can never come (the segment's file was
+    // truncated, so no wake reaches this futex) must not leave the sleeper asleep for good;
+    // the next look then sees the segment retired.
+    let timeout = match deadline {
+        None => SLICE,
+        Some(d) => {
+            let now = Instant::now();
+            if now >= d {
+                return None;
+            }
+            (d - now).min(SLICE)
+        }
+    };
+    let timeout = match waker.rate_wait_ns() {
+        0 => timeout,
+        ns => timeout.min(std::time::Duration::from_nanos(ns)),
+    };
+    let timeout =
+        rustix::time::Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+    // EAGAIN (seq moved), EINTR and ETIMEDOUT all mean: look again.
+    let _ = rustix::thread::futex::wait(
+        &waker.word.seq,
+        rustix::thread::futex::Flags::empty(),
+        s,
+        Some(&timeout),
+    );
+    Some(deadline.is_some_and(|d| Instant::now() >= d))
 }
 
 /// Wakes every futex sleeper on `word` (a batch's, say); the word is changed by the caller

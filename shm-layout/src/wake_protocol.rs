@@ -159,3 +159,82 @@ impl Sleepers<'_> {
         None
     }
 }
+
+/// A queue's count of searchers: consumers in a wait that keep looking for work instead of
+/// sleeping. At most a bound of them look at once; the others sleep at once, and are woken one
+/// at a time (by a push while nobody searches, or by the last searcher, which hands the
+/// search on when it takes a job and more are left). Without the bound every idle consumer
+/// looked at each new `bottom` and raced for `top`: a transfer of one line per consumer per
+/// job, through the producer's core.
+///
+/// ```text
+///  searcher                                      producer
+///  searching += 1 if under the bound (SeqCst),   publish the job (Release)
+///      else not counted: look once, then sleep   fence(SeqCst)
+///  look, look, ... (a while)                     sleepers != 0 && searching == 0:
+///  took a job, or gives up:                          wake one sleeper
+///      searching -= 1 (SeqCst)
+///      the last one: fence(SeqCst), look whether jobs are left:
+///          took a job: notify (wake one sleeper, as a push does)
+///          gave up: search again instead of sleeping
+///  (gave up, nothing left: the sleep protocol)
+/// ```
+///
+/// No lost wake-up: a producer that skips the wake saw a searcher counted, after its fence.
+/// The decrement that brings the count back to zero comes after that fence in the single
+/// total order, and its searcher then fences and looks, so it sees the job (or the job was
+/// taken): it hands the search on to a sleeper, or keeps searching itself. Every leaver that
+/// is not the last leaves someone counted, whose own leaving does the same. A refused
+/// consumer was never counted, so no producer skipped a wake for it. The count is in shared
+/// memory and not trusted: it only decides whether a wake is skipped, and a count left high
+/// (garbage, or a searcher that died and was not yet taken off) leaves a job to the
+/// daemon's nudge, never lost.
+#[derive(Clone, Copy)]
+pub struct Searchers<'a> {
+    /// Consumers looking for work now.
+    pub searching: &'a AtomicU32,
+}
+
+impl Searchers<'_> {
+    /// Tries to become a searcher: false (and not counted) when `bound` already search.
+    pub fn begin(&self, bound: u32) -> bool {
+        // SeqCst: the count a producer's `idle` reads after its fence. A CAS, not an
+        // increment undone when over the bound: a consumer refused and briefly counted would
+        // make a producer skip its wake, and could then take a job at its own look and leave
+        // without looking whether others were left (loom found it).
+        self.searching
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < bound).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// A searcher stops searching (it took a job, or gives up). True when it was the last
+    /// one: the caller must then look whether jobs are left, and if so wake a sleeper (it
+    /// took a job) or search again (it gave up), for producers skipped their wakes while it
+    /// was counted.
+    pub fn end(&self) -> bool {
+        // SeqCst: the decrement the Dekker pair orders. Never below zero: a dead searcher's
+        // record taken off by recovery may have taken a live one's count with it, and a
+        // count wrapped round would read as searchers for good.
+        let was = self.searching.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if was.unwrap_or(0) != 1 {
+            // Another searcher is still counted: its own leaving looks for what is left.
+            return false;
+        }
+        // SeqCst fence: pairs with the producer's (`Sleepers::any`). Before it, our
+        // decrement; after it, the caller's look at the queue. Of the two fences one comes
+        // first: if ours, the producer's load of `searching` sees zero and wakes a sleeper
+        // itself; if theirs, our look sees its job. `.ci/loom` compiles it out once to see
+        // `tests/loom_search.rs` find a job left with its sleeper asleep.
+        #[cfg(not(xtcq_loom_drop_search_fence))]
+        fence(Ordering::SeqCst);
+        true
+    }
+
+    /// The producer's check, after [`Sleepers::any`]'s fence saw a sleeper: true when
+    /// nobody searches, so a sleeper must be woken for the job just published.
+    #[inline]
+    pub fn idle(&self) -> bool {
+        // Relaxed: ordered by the fence in `any`, which comes before this load.
+        self.searching.load(Ordering::Relaxed) == 0
+    }
+}

@@ -374,6 +374,8 @@ fn every_protocol_fail_point_has_a_test() {
     let batches = include_str!("../../tests/shapes/batches.rs");
     // And the key-table points (pushes with a key).
     let keys = include_str!("crash_keys.rs");
+    // And the searchers' point (a consumer that dies in a wait).
+    let search = include_str!("crash_search.rs");
     for (p, _) in xtcq_shm::failpoint::POINTS {
         if p.starts_with("daemon.") {
             continue;
@@ -392,6 +394,11 @@ fn every_protocol_fail_point_has_a_test() {
         if p.starts_with("batch.") {
             let armed = format!("\"{p}=kill");
             assert!(batches.contains(&armed), "no crash test for fail point {p} in tests/shapes/batches.rs");
+            continue;
+        }
+        if p.starts_with("search.") {
+            let armed = format!("\"{p}=abort\"");
+            assert!(search.contains(&armed), "no crash test for fail point {p} in crash_search.rs");
             continue;
         }
         if p.starts_with("delay.") {

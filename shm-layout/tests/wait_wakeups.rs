@@ -123,3 +123,114 @@ fn a_push_with_nobody_asleep_leaves_the_futex_word_alone() {
     });
     assert_ne!(w.seq.load(Ordering::SeqCst), before);
 }
+
+/// While a consumer searches, a push wakes no sleeper (the searcher will find the job: no
+/// system call, no second consumer racing for `top`); once nobody searches, it does. The
+/// searcher and the sleeper are counted by hand, so that no timing decides what the push saw.
+#[test]
+fn a_push_while_a_consumer_searches_wakes_no_sleeper() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let waker = seg.waker(q.index).expect("waker");
+    let sleep = waker.sleep_begins();
+    assert!(w.searchers().begin(1), "the first searcher is let in");
+    assert!(!w.searchers().begin(1), "a second one is over the bound of one");
+    let before = w.seq.load(Ordering::SeqCst);
+    owner.push(b"one").expect("push");
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "a searcher is counted: no wake");
+    assert!(w.searchers().end(), "the only searcher was the last");
+    assert!(!w.searchers().end(), "never below zero");
+    assert_eq!(w.searching.load(Ordering::SeqCst), 0);
+    owner.push(b"two").expect("push");
+    assert_ne!(w.seq.load(Ordering::SeqCst), before, "nobody searches: the sleeper is woken");
+    waker.sleep_ends(sleep);
+}
+
+/// Stress: consumer threads in `steal_wait` loops (searching, sleeping, woken one at a time)
+/// against a producer pushing bursts with pauses between: every job is taken exactly once,
+/// and no searcher is left counted when they are done.
+#[test]
+fn bursts_to_waiting_consumers_are_each_taken_once() {
+    const CONSUMERS: u32 = 6;
+    const JOBS: u32 = 4000;
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let taken: Vec<u32> = std::thread::scope(|s| {
+        let consumers: Vec<_> = (0..CONSUMERS)
+            .map(|k| {
+                let (seg, q, stop) = (seg.clone(), q.clone(), &stop);
+                s.spawn(move || {
+                    let thief = Thief::new(seg, &q, 1 + k).expect("thief");
+                    let mut got = Vec::new();
+                    loop {
+                        let deadline = Instant::now() + Duration::from_millis(20);
+                        match thief.steal_wait(Some(deadline)).expect("wait") {
+                            Some(j) => {
+                                got.push(u32::from_le_bytes(
+                                    j.payload().expect("payload")[..4].try_into().expect("4"),
+                                ));
+                                j.ack().expect("ack");
+                            }
+                            None if stop.load(Ordering::Acquire) => return got,
+                            None => {}
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut i = 0;
+        while i < JOBS {
+            // Bursts of 1 to 16, then a pause long enough for the consumers to go to sleep.
+            for _ in 0..(i % 16 + 1).min(JOBS - i) {
+                while owner.push(&i.to_le_bytes()).is_err() {
+                    std::thread::yield_now();
+                }
+                i += 1;
+            }
+            std::thread::sleep(Duration::from_micros(if i % 3 == 0 { 200 } else { 5 }));
+        }
+        let thief = Thief::new(seg.clone(), &q, 15).expect("thief");
+        while !thief.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Release);
+        consumers.into_iter().flat_map(|h| h.join().expect("consumer")).collect()
+    });
+    let mut sorted = taken.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), taken.len(), "a job taken twice");
+    assert_eq!(sorted, (0..JOBS).collect::<Vec<_>>(), "a job never taken");
+    assert_eq!(
+        seg.wait_word(q.index).expect("wait word").searching.load(Ordering::SeqCst),
+        0,
+        "a searcher left counted"
+    );
+}
+
+/// A consumer that searches a paused queue holding jobs goes to sleep, as before searchers: the
+/// last searcher searches again only for jobs it could take now (it would spin for as long as
+/// the pause lasted), and the resume wakes it for them.
+#[test]
+fn a_searcher_sleeps_on_a_paused_queue_with_jobs_and_the_resume_wakes_it() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    owner.push(b"held").expect("push");
+    seg.set_paused(q.index, true);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let thief = Thief::new(seg.clone(), &q, 1).expect("thief");
+            // A deadline only so that a searcher that never sleeps fails the test instead of
+            // hanging it (`until_sleeping` gives up first).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let job = thief.steal_wait(Some(deadline)).expect("wait").expect("the job, after the resume");
+            job.ack().expect("ack");
+        });
+        until_sleeping(&seg, q.index, 1);
+        seg.set_paused(q.index, false);
+        h.join().expect("consumer");
+    });
+    assert_eq!(seg.wait_word(q.index).expect("wait word").searching.load(Ordering::SeqCst), 0);
+}

@@ -74,6 +74,15 @@ impl Registry {
         if asleep > 0 {
             info!(slot = slot.slot, pid, asleep, "took the sleepers of an exited process off their queues");
         }
+        // Searching when it died: off the counts, or producers would leave sleepers asleep
+        // for a searcher that is gone (until the nudge of jobs that outlast two scans).
+        let searching = recovery::forget_searchers(&self.seg, slot.slot);
+        if searching > 0 {
+            info!(
+                slot = slot.slot,
+                pid, searching, "took the searchers of an exited process off their queues"
+            );
+        }
         // A thief that died between its winning CAS on `top` and its claim leaves a queued
         // record nothing indexes; a dying injector or overflow popper likewise.
         let orphans = recovery::reindex_orphans(&self.seg);

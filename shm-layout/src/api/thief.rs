@@ -446,6 +446,11 @@ impl Thief {
     /// Like [`steal`](Self::steal), sleeping on the queue's wait word until a job arrives or
     /// `deadline` passes (`None`: forever). `Ok(None)`: timed out.
     pub fn steal_wait(&self, deadline: Option<Instant>) -> Result<Option<ClaimedJob<'_>>, RingError> {
-        crate::wait::wait_for(self.ctx.wait.of_slot(&self.seg, self.me), deadline, || self.steal())
+        crate::wait::wait_for(
+            self.ctx.wait.of_slot(&self.seg, self.me),
+            deadline,
+            || self.steal(),
+            || !self.all_empty(),
+        )
     }
 }

@@ -92,7 +92,10 @@ impl<'a> DequeRef<'a> {
         // in `steal`.
         match self.top.compare_exchange(t, t.wrapping_add(want as i64), Ordering::SeqCst, Ordering::Relaxed) {
             Ok(_) => Steal::Success(want),
-            Err(_) => Steal::Retry,
+            Err(_) => {
+                crate::cas_count::top_lost();
+                Steal::Retry
+            }
         }
     }
 
@@ -106,6 +109,7 @@ impl<'a> DequeRef<'a> {
             let v = self.slot(t).load(Ordering::Relaxed);
             if self.top.compare_exchange(t, t.wrapping_add(1), Ordering::SeqCst, Ordering::Relaxed).is_err() {
                 // Another consumer moved `top`: stop with what we have.
+                crate::cas_count::top_lost();
                 return if n == 0 { Steal::Retry } else { Steal::Success(n) };
             }
             put(n, v);
