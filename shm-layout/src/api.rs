@@ -27,6 +27,7 @@ mod owned;
 mod owner;
 #[cfg(test)]
 mod priorities_tests;
+mod publish;
 mod thief;
 pub use batch::ClaimedBatch;
 pub use claim::Claim;

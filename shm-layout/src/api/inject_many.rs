@@ -16,7 +16,8 @@
 //!   and its index does, several at once: recovery indexes them. (One stopped there, alive,
 //!   shows in the daemon's next full walk rather than its next scan: its count is not made.)
 
-use super::owner::{check_priority, publish_uncounted, unindexed, Injector, Joins};
+use super::owner::Injector;
+use super::publish::{check_priority, publish_uncounted, unindexed, Joins};
 use super::{PushBatchError, PushError};
 use crate::metrics::Counter;
 use crate::overflow::OverflowRef;
