@@ -157,8 +157,7 @@ impl<'a> OverflowRef<'a> {
     /// Appends a record index.
     pub fn push(&self, index: u32) -> Result<(), RingError> {
         let t = self.fill_at_tail(index)?;
-        // Failure means someone helped us already.
-        let _ = self.tail.compare_exchange(t, t.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed);
+        self.move_tail(t, t.wrapping_add(1));
         Ok(())
     }
 
@@ -200,15 +199,25 @@ impl<'a> OverflowRef<'a> {
     /// tells which).
     #[inline]
     fn fill_after_run(&self, pos: u64, index: u32) -> bool {
-        let lap = self.lap(pos);
-        let cell = self.cell(pos);
         // Acquire, as in `fill_at_tail`: the popper of the previous lap read its index first.
-        let c = cell.load(Ordering::Acquire);
-        if index > MAX_INDEX || c != empty(lap) {
-            return false;
-        }
+        let c = self.cell(pos).load(Ordering::Acquire);
+        index <= MAX_INDEX && c == empty(self.lap(pos)) && self.fill_free(pos, index)
+    }
+
+    /// The cell CAS of a push into the cell at `pos`, which the caller saw free for `pos`'s
+    /// lap: the last lap's index there was popped and `head` belongs past it; its popper may
+    /// have died before moving it, so `head` is helped first, and `tail` never passes `head +
+    /// capacity`. False when another pusher filled it first.
+    #[inline]
+    fn fill_free(&self, pos: u64, index: u32) -> bool {
+        let lap = self.lap(pos);
         self.help_head_past(pos.wrapping_sub(self.mask + 1));
-        let filled = cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok();
+        // AcqRel: Release publishes nothing extra here (the record was published by its own
+        // state word) but orders us after the popper of the previous lap.
+        let filled = self
+            .cell(pos)
+            .compare_exchange(empty(lap), full(lap, index), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
         if filled {
             crate::fail_point!("overflow.push.after_cell");
         }
@@ -216,7 +225,7 @@ impl<'a> OverflowRef<'a> {
     }
 
     /// Moves `tail` to `to` from `from` or wherever helpers took it on the way: every cell in
-    /// `[from, to)` was filled by this thread's run. Stops once `tail` is at or past `to`,
+    /// `[from, to)` was filled by this thread (a push, or a run). Stops once `tail` is at or past `to`,
     /// or found behind `from` (it never moves back: garbage, left to the others' checks).
     fn move_tail(&self, from: u64, to: u64) {
         let mut t = from;
@@ -246,14 +255,7 @@ impl<'a> OverflowRef<'a> {
             // of the old index is done before we overwrite it.
             let c = cell.load(Ordering::Acquire);
             if c == empty(lap) {
-                // The cell is free for this lap, so the last lap's index there was popped and
-                // `head` belongs past it; its popper may have died before moving it. Help
-                // first, so `tail` never passes `head + capacity`.
-                self.help_head_past(t.wrapping_sub(self.mask + 1));
-                // AcqRel: Release publishes nothing extra here (the record was published by
-                // its own state CAS) but orders us after the popper of the previous lap.
-                if cell.compare_exchange(c, full(lap, index), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    crate::fail_point!("overflow.push.after_cell");
+                if self.fill_free(t, index) {
                     return Ok(t);
                 }
                 continue;
@@ -481,6 +483,7 @@ mod tests {
         assert_eq!(v.pop().unwrap(), Some(5));
         assert_eq!(v.positions(), (2, 2));
     }
+
     /// A run across a lap boundary, into a ring with room for part of it: the part goes in,
     /// in order, `tail` past it, and the error says how many.
     #[test]
