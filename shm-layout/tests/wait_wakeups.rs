@@ -234,3 +234,28 @@ fn a_searcher_sleeps_on_a_paused_queue_with_jobs_and_the_resume_wakes_it() {
     });
     assert_eq!(seg.wait_word(q.index).expect("wait word").searching.load(Ordering::SeqCst), 0);
 }
+
+/// Garbage in `searching` (a huge count an attached process wrote, no searcher behind it)
+/// makes every push skip its wake: nobody is searching to take the job. The daemon's nudge
+/// (sent when jobs outlast two scans) must wake a sleeper *and* bring the count back, or
+/// every later push skips its wake too and each job waits for a nudge or a sleeper's slice.
+/// Counted by hand, as above, so that no timing decides what a push saw.
+#[test]
+fn a_nudge_clears_a_garbage_searcher_count_so_pushes_wake_again() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let waker = seg.waker(q.index).expect("waker");
+    let sleep = waker.sleep_begins();
+    w.searching.store(u32::MAX, Ordering::SeqCst);
+    let before = w.seq.load(Ordering::SeqCst);
+    owner.push(b"one").expect("push");
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "the garbage count reads as a searcher");
+    xtcq_shm::wait::nudge_stranded(waker);
+    let nudged = w.seq.load(Ordering::SeqCst);
+    assert_ne!(nudged, before, "the nudge wakes a sleeper whatever the count says");
+    assert_eq!(w.searching.load(Ordering::SeqCst), 0, "the nudge leaves no garbage count behind");
+    owner.push(b"two").expect("push");
+    assert_ne!(w.seq.load(Ordering::SeqCst), nudged, "nobody searches: the next push wakes the sleeper");
+    waker.sleep_ends(sleep);
+}
