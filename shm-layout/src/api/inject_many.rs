@@ -469,4 +469,27 @@ mod tests {
         }
         all_given_back(&seg, queue.index, "the end");
     }
+
+    /// A push of many into a batch whose ring fills inside the run: the withdrawn jobs never
+    /// ran, so the batch must not show them as pushed, nor (once every queued one is acked
+    /// and it completes) as acked.
+    #[test]
+    fn a_batch_joined_by_a_push_of_many_counts_only_the_jobs_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SegmentConfig::small().with_queues(1, 1).with_records(32).with_overflow_capacity(8);
+        let (seg, inj) = injector_with(&dir, &QueueSpec::new("jobs"), config);
+        let batch = crate::batch::open(&seg, 0, "b", None).unwrap();
+        inj.set_batch(Some(batch));
+        let payloads: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        let e = inj.push_many(&refs, 0, |_, _| {}).unwrap_err();
+        assert_eq!(e.queued, 8, "{:?}", e.error);
+        let pushed = |seg: &Segment| crate::batch::progress(seg, batch.slot).unwrap().pushed;
+        assert_eq!(pushed(&seg), 8, "the 4 withdrawn are not pushed");
+        assert_eq!(drain(&seg), payloads[..8]);
+        crate::batch::seal(&seg, batch).unwrap();
+        let done = crate::batch::complete_sealed(&seg);
+        assert_eq!(done.len(), 1, "every queued job ended");
+        assert_eq!(done[0].progress.acked(), 8, "only the jobs that ran were acked");
+    }
 }
