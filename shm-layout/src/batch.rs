@@ -191,6 +191,21 @@ pub fn count_pushed(seg: &Segment, batch: BatchRef) {
     }
 }
 
+/// The push side, after a job counted by [`count_pushed`] was withdrawn (no ring had room
+/// for it): one fewer shown as pushed, for it never ran, and `acked` (pushed less the
+/// others) would otherwise show it acked. Only while the batch is the one the job joined
+/// and not complete: a complete batch's counts are final (as `count_cancelled`). Saturating:
+/// the count is in the segment, where any attached process may have written any value.
+pub fn uncount_pushed(seg: &Segment, batch: BatchRef) {
+    let Some(e) = seg.batch_entry(batch.slot) else { return };
+    let w = BatchWord(e.word.load(Ordering::Relaxed));
+    if w.generation() == batch.generation
+        && matches!(w.status(), Some(BatchStatus::Open | BatchStatus::Sealed))
+    {
+        let _ = e.pushed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
 /// Jobs of each batch still to end, and dead letters, as one walk of the records found them.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {

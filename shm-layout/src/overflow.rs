@@ -534,4 +534,112 @@ mod tests {
         let popped: Vec<u32> = std::iter::from_fn(|| v.pop().unwrap()).collect();
         assert_eq!(popped, [20, 21, 22, 23, 24]);
     }
+
+    /// Stress on a ring of 8 (many laps, full inside most runs): two threads pushing runs
+    /// of 1 to 13, one pushing singly, two popping, and a watcher reading `span` between.
+    /// Every index a push said went in comes out exactly once, none that it said did not,
+    /// each pusher's in its order, and `head <= tail <= head + capacity` in every sample.
+    #[test]
+    fn runs_singles_and_pops_on_a_small_ring_index_each_job_once() {
+        use std::collections::HashSet;
+        use std::sync::atomic::AtomicBool;
+        const PER: u32 = 10_000;
+        let ring = HeapOverflow::new(8);
+        let v = ring.view().unwrap();
+        let done = AtomicBool::new(false);
+        let (pushed, popped) = std::thread::scope(|s| {
+            let pushers: Vec<_> = (0..3u32)
+                .map(|t| {
+                    s.spawn(move || {
+                        let mut ok = Vec::new();
+                        let mut next = 0u32;
+                        while next < PER {
+                            let len = if t == 2 { 1 } else { 1 + (next % 13) };
+                            let run: Vec<u32> = (next..(next + len).min(PER)).map(|k| t << 24 | k).collect();
+                            let n = match v.push_run(&run) {
+                                Ok(()) => run.len(),
+                                Err((n, RingError::Full)) => n,
+                                Err(e) => panic!("{e:?}"),
+                            };
+                            ok.extend_from_slice(&run[..n]);
+                            // What did not go in is pushed again later: order within a
+                            // pusher stays the order of `ok`.
+                            next = run.get(n).map_or(next + len, |i| i & 0xFF_FFFF);
+                            if n == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                        ok
+                    })
+                })
+                .collect();
+            let poppers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut got = Vec::new();
+                        loop {
+                            let finished = done.load(Ordering::Acquire);
+                            match v.pop().unwrap() {
+                                Some(i) => got.push(i),
+                                None if finished => break got,
+                                None => std::thread::yield_now(),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let watcher = s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    let (head, tail, head_after) = v.span();
+                    assert!(head <= tail, "head {head} passed tail {tail}");
+                    assert!(tail <= head_after + 8, "tail {tail} more than a ring past head {head_after}");
+                }
+            });
+            let pushed: Vec<Vec<u32>> = pushers.into_iter().map(|h| h.join().unwrap()).collect();
+            done.store(true, Ordering::Release);
+            let popped: Vec<Vec<u32>> = poppers.into_iter().map(|h| h.join().unwrap()).collect();
+            watcher.join().unwrap();
+            (pushed, popped)
+        });
+        assert_eq!(v.pop().unwrap(), None);
+        let (head, tail) = v.positions();
+        assert_eq!(head, tail, "drained");
+        let all: Vec<u32> = popped.iter().flatten().copied().collect();
+        let unique: HashSet<u32> = all.iter().copied().collect();
+        assert_eq!(unique.len(), all.len(), "an index came out twice");
+        let want: HashSet<u32> = pushed.iter().flatten().copied().collect();
+        assert_eq!(unique, want, "what came out is what went in");
+        for got in &popped {
+            for t in 0..3u32 {
+                let mine: Vec<u32> = got.iter().copied().filter(|i| i >> 24 == t).collect();
+                assert!(mine.windows(2).all(|w| w[0] < w[1]), "pusher {t}'s jobs out of order");
+            }
+        }
+    }
+
+    /// Garbage in `tail` written in the middle of a run (moved back, moved far on, at the
+    /// top of the word): the run's move of `tail` ends, nothing panics, and the ring says
+    /// corrupt or keeps working.
+    #[test]
+    fn garbage_tail_or_head_mid_run_ends_every_call() {
+        for garbage in [0u64, 1, 3, 1 << 40, u64::MAX - 2, u64::MAX] {
+            for word in 0..2 {
+                let ring = HeapOverflow::new(8);
+                let v = ring.view().unwrap();
+                v.push_run(&[1, 2, 3]).unwrap();
+                assert_eq!(v.pop().unwrap(), Some(1));
+                // As an attached process could, between a run's cells and its move of tail.
+                let target = if word == 0 { &ring.tail } else { &ring.head };
+                target.store(garbage, Ordering::Release);
+                let _ = v.push_run(&[4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+                for _ in 0..20 {
+                    let _ = v.pop();
+                    let _ = v.push(14);
+                }
+                let (head, tail) = v.positions();
+                let _ = v.held(head, tail).count();
+                let _ = v.len();
+            }
+        }
+    }
 }

@@ -257,6 +257,18 @@ pub fn nudge(w: Waker<'_>) {
     notify_sleeper(w);
 }
 
+/// The daemon's nudge of a queue whose jobs outlast two scans ([`nudge`]), which also zeroes
+/// its count of searchers: a live searcher takes a job within microseconds, so a count
+/// standing beside jobs for two scans is garbage (or a dead one's recovery could not take
+/// off), and left standing it makes every later push skip its wake, for good. Zeroed
+/// before the wake, so that the wake covers the jobs pushes skipped for it
+/// (`Searchers::forget` says why a live searcher is safe from it).
+#[cold]
+pub fn nudge_stranded(w: Waker<'_>) {
+    w.word.searchers().forget();
+    notify_sleeper(w);
+}
+
 #[cold]
 fn notify_sleeper(w: Waker<'_>) {
     // Read after the Dekker pair's fence: a resume clears the bit before it wakes every

@@ -230,6 +230,21 @@ impl Searchers<'_> {
         true
     }
 
+    /// Sets the count to zero (the daemon's nudge of stranded jobs, `wait::nudge_stranded`): a count no searcher is
+    /// behind (garbage, or one a dead searcher left that recovery could not take off) would
+    /// otherwise make every push skip its wake for good, and `end` never takes it below
+    /// zero. Safe under live searchers: a low count only costs wakes (pushes
+    /// wake sleepers themselves), a live searcher that then ends finds itself not the last
+    /// and sleeps by the sleep protocol, which looks once more after it is counted asleep,
+    /// and the jobs pushes skipped their wakes for are the nudge's, which wakes a sleeper
+    /// after this store. Only written when nonzero, so an idle queue's line is not taken.
+    pub fn forget(&self) {
+        // SeqCst: in the total order with the producers' fences, as `end`'s decrement.
+        if self.searching.load(Ordering::SeqCst) != 0 {
+            self.searching.store(0, Ordering::SeqCst);
+        }
+    }
+
     /// The producer's check, after [`Sleepers::any`]'s fence saw a sleeper: true when
     /// nobody searches, so a sleeper must be woken for the job just published.
     #[inline]

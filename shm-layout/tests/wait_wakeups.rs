@@ -234,3 +234,79 @@ fn a_searcher_sleeps_on_a_paused_queue_with_jobs_and_the_resume_wakes_it() {
     });
     assert_eq!(seg.wait_word(q.index).expect("wait word").searching.load(Ordering::SeqCst), 0);
 }
+
+/// Garbage in `searching` (a huge count an attached process wrote, no searcher behind it)
+/// makes every push skip its wake: nobody is searching to take the job. The daemon's nudge
+/// (sent when jobs outlast two scans) must wake a sleeper *and* bring the count back, or
+/// every later push skips its wake too and each job waits for a nudge or a sleeper's slice.
+/// Counted by hand, as above, so that no timing decides what a push saw.
+#[test]
+fn a_nudge_clears_a_garbage_searcher_count_so_pushes_wake_again() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let waker = seg.waker(q.index).expect("waker");
+    let sleep = waker.sleep_begins();
+    w.searching.store(u32::MAX, Ordering::SeqCst);
+    let before = w.seq.load(Ordering::SeqCst);
+    owner.push(b"one").expect("push");
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "the garbage count reads as a searcher");
+    xtcq_shm::wait::nudge_stranded(waker);
+    let nudged = w.seq.load(Ordering::SeqCst);
+    assert_ne!(nudged, before, "the nudge wakes a sleeper whatever the count says");
+    assert_eq!(w.searching.load(Ordering::SeqCst), 0, "the nudge leaves no garbage count behind");
+    owner.push(b"two").expect("push");
+    assert_ne!(w.seq.load(Ordering::SeqCst), nudged, "nobody searches: the next push wakes the sleeper");
+    waker.sleep_ends(sleep);
+}
+
+/// A concurrency-limited queue at its limit, a searcher and a sleeper: a push while the
+/// searcher is counted skips its wake; the searcher, last and finding the queue closed,
+/// leaves to sleep instead of searching again; so the ack that frees the running slot must
+/// wake the sleeper for the job left waiting. Counted by hand, so that no timing decides.
+#[test]
+fn an_ack_that_frees_a_running_slot_wakes_a_sleeper_a_searcher_left() {
+    let (_dir, seg, q) = setup();
+    seg.set_max_running(q.index, 1);
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let thief = Thief::new(seg.clone(), &q, 1).expect("thief");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let waker = seg.waker(q.index).expect("waker");
+    owner.push(b"running").expect("push");
+    let running = thief.steal().expect("steal").expect("the first job");
+    assert!(waker.closed(), "at its limit of one");
+    let sleep = waker.sleep_begins();
+    assert!(w.searchers().begin(1), "a searcher");
+    let before = w.seq.load(Ordering::SeqCst);
+    owner.push(b"waiting").expect("push");
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "a searcher is counted: no wake");
+    assert!(thief.steal().expect("steal").is_none(), "closed: the searcher finds nothing");
+    assert!(w.searchers().end(), "the last searcher");
+    assert!(waker.closed(), "still closed: it sleeps rather than search again");
+    running.ack().expect("ack");
+    assert_ne!(w.seq.load(Ordering::SeqCst), before, "the freed slot wakes the sleeper");
+    waker.sleep_ends(sleep);
+    let job = thief.steal().expect("steal").expect("the waiting job");
+    assert_eq!(job.payload().expect("payload"), b"waiting");
+    job.ack().expect("ack");
+}
+
+/// A paused queue with garbage in `searching` (a huge count no searcher is behind): the
+/// resume must wake the sleeper whatever the count says, or the job pushed during the pause
+/// waits for the daemon's nudge. Counted by hand, so that no timing decides.
+#[test]
+fn a_resume_wakes_a_sleeper_beside_a_garbage_searcher_count() {
+    let (_dir, seg, q) = setup();
+    let owner = Owner::new(seg.clone(), &q, 0, 0).expect("owner");
+    let w = seg.wait_word(q.index).expect("wait word");
+    let waker = seg.waker(q.index).expect("waker");
+    let sleep = waker.sleep_begins();
+    w.searching.store(u32::MAX, Ordering::SeqCst);
+    seg.set_paused(q.index, true);
+    let before = w.seq.load(Ordering::SeqCst);
+    owner.push(b"held").expect("push");
+    assert_eq!(w.seq.load(Ordering::SeqCst), before, "paused: no wake");
+    seg.set_paused(q.index, false);
+    assert_ne!(w.seq.load(Ordering::SeqCst), before, "the resume wakes the sleeper");
+    waker.sleep_ends(sleep);
+}

@@ -14,7 +14,9 @@
 //!   longer than two scan intervals. The sleeper count is not asked: any attached process can
 //!   zero it while waiters sleep, and a futex-kind descriptor waiter (no timeout, unlike a
 //!   consumer in `steal_wait`) would then sleep forever; a nudge nobody hears costs one
-//!   `FUTEX_WAKE` a scan.
+//!   `FUTEX_WAKE` a scan. The queue's count of searchers is zeroed with it: a count that
+//!   stands beside jobs for two scans has no live searcher behind it (garbage, or a dead
+//!   one's), and would make every later push skip its wake.
 
 use std::collections::BTreeSet;
 use std::os::fd::OwnedFd;
@@ -135,7 +137,7 @@ impl Registry {
                 continue;
             }
             if t.stranded.contains(&q.index) {
-                xtcq_shm::wait::nudge(w);
+                xtcq_shm::wait::nudge_stranded(w);
             }
             waiting.insert(q.index);
         }

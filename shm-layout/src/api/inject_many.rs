@@ -292,4 +292,204 @@ mod tests {
             assert!(held.is_empty(), "round {round}: records {held:?} were left behind");
         }
     }
+
+    /// Every record is free and the queue's quota holds nothing: what a push of many that
+    /// failed part way, then a drain, must leave.
+    fn all_given_back(seg: &Segment, queue: u32, why: &str) {
+        let records = seg.records();
+        let held: Vec<u32> = (0..records.len())
+            .filter(|&i| records.state(i).unwrap().load().state() != Some(crate::State::Free))
+            .collect();
+        assert!(held.is_empty(), "{why}: records {held:?} were left behind");
+        assert_eq!(seg.held(queue), 0, "{why}: the quota still counts jobs");
+    }
+
+    /// Takes every job of queue "jobs", acking each; the payloads in the order they came.
+    fn drain(seg: &Arc<Segment>) -> Vec<Vec<u8>> {
+        let thief = Thief::new(seg.clone(), &seg.queue_by_name("jobs").unwrap(), 7).unwrap();
+        std::iter::from_fn(|| thief.steal().unwrap())
+            .map(|job| {
+                let p = job.payload().unwrap();
+                job.ack().unwrap();
+                p
+            })
+            .collect()
+    }
+
+    /// The record quota runs out inside a run (10 of a run of 64), and in a second call the
+    /// ring runs out inside the quota (8 cells, 10 allowed): each time the jobs told of come
+    /// out once, in order, the rest were given back (records and quota), and a drain leaves
+    /// the quota empty.
+    #[test]
+    fn a_quota_full_inside_a_run_gives_back_what_was_not_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = Arc::new(
+            Segment::create(
+                &dir.path().join("segment"),
+                &SegmentConfig::small().with_queues(1, 1).with_records(64).with_overflow_capacity(8),
+                0o600,
+            )
+            .unwrap(),
+        );
+        let quota = crate::segment::QueueQuota { max_records: 10, max_dead: 0 };
+        let queue = seg.create_queue_limited(&QueueSpec::new("jobs"), quota).unwrap();
+        let inj = Injector::new(seg.clone(), &queue, 0).unwrap();
+        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        for round in 0..3 {
+            let mut told = Vec::new();
+            let e = inj.push_many(&refs, 0, |i, _| told.push(i)).unwrap_err();
+            assert_eq!(e.queued, 8, "round {round}: the ring holds 8: {:?}", e.error);
+            assert_eq!(told, (0..8).collect::<Vec<_>>(), "round {round}");
+            assert!(matches!(e.error, PushError::QueueFull { .. }), "round {round}: {:?}", e.error);
+            assert_eq!(seg.held(queue.index), 8, "round {round}: the two withdrawn gave theirs back");
+            let e = inj.push_many(&refs, 0, |_, _| {}).unwrap_err();
+            assert_eq!(e.queued, 0, "round {round}");
+            assert_eq!(seg.held(queue.index), 8, "round {round}: a refused push holds nothing");
+            assert_eq!(drain(&seg), payloads[..8], "round {round}");
+            all_given_back(&seg, queue.index, &format!("round {round}"));
+        }
+        // A ring big enough: the quota is what ends the run, at 10.
+        let dir = tempfile::tempdir().unwrap();
+        let seg = Arc::new(
+            Segment::create(
+                &dir.path().join("segment"),
+                &SegmentConfig::small().with_queues(1, 1).with_records(64).with_overflow_capacity(64),
+                0o600,
+            )
+            .unwrap(),
+        );
+        let queue = seg.create_queue_limited(&QueueSpec::new("jobs"), quota).unwrap();
+        let inj = Injector::new(seg.clone(), &queue, 0).unwrap();
+        let e = inj.push_many(&refs, 0, |_, _| {}).unwrap_err();
+        assert_eq!(e.queued, 10);
+        assert!(matches!(e.error, PushError::QuotaFull { .. }), "{:?}", e.error);
+        assert_eq!(drain(&seg), payloads[..10]);
+        all_given_back(&seg, queue.index, "quota");
+    }
+
+    /// Payload blocks run out inside a run (3 blocks for payloads past the inline area):
+    /// the jobs before are queued, the one that found no block holds nothing, and a drain
+    /// gives every block back (a second call queues 3 again).
+    #[test]
+    fn blocks_running_out_inside_a_run_leave_nothing_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = SegmentConfig::small().with_queues(1, 1).with_records(64).with_overflow_capacity(64);
+        config.payload_bytes = 256;
+        config.inline_bytes = 16;
+        config.payload_blocks = [0; crate::layout::payload::PAYLOAD_CLASSES];
+        config.payload_blocks[crate::layout::payload::class_for(200).unwrap()] = 3;
+        let (seg, inj) = injector_with(&dir, &QueueSpec::new("jobs"), config);
+        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 200]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        for round in 0..3 {
+            let e = inj.push_many(&refs, 0, |_, _| {}).unwrap_err();
+            assert_eq!(e.queued, 3, "round {round}: {:?}", e.error);
+            assert!(matches!(e.error, PushError::BlocksFull(_)), "round {round}: {:?}", e.error);
+            assert_eq!(drain(&seg), payloads[..3], "round {round}");
+            all_given_back(&seg, 0, &format!("round {round}"));
+        }
+    }
+
+    /// Several threads pushing many (runs cut by a ring of 8 and a quota of 12) and singly,
+    /// with a thief taking and acking, on one queue: every job a push told of comes out
+    /// exactly once, each thread's in its order, and at the end every record and the whole
+    /// quota are back.
+    #[test]
+    fn pushes_of_many_beside_single_pushes_and_a_thief_queue_each_job_once() {
+        use std::collections::HashSet;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let seg = Arc::new(
+            Segment::create(
+                &dir.path().join("segment"),
+                &SegmentConfig::small().with_queues(1, 1).with_records(64).with_overflow_capacity(8),
+                0o600,
+            )
+            .unwrap(),
+        );
+        let quota = crate::segment::QueueQuota { max_records: 12, max_dead: 0 };
+        let queue = seg.create_queue_limited(&QueueSpec::new("jobs"), quota).unwrap();
+        const PER: u32 = 3000;
+        let stop = AtomicBool::new(false);
+        let (told, got) = std::thread::scope(|s| {
+            let pushers: Vec<_> = (0..3u32)
+                .map(|t| {
+                    let (seg, queue) = (seg.clone(), queue.clone());
+                    s.spawn(move || {
+                        let inj = Injector::new(seg, &queue, t + 1).unwrap();
+                        let mut told = Vec::new();
+                        let mut next = 0u32;
+                        while next < PER {
+                            let len = if t == 2 { 1 } else { 1 + next % 70 };
+                            let ids: Vec<[u8; 8]> = (next..(next + len).min(PER))
+                                .map(|k| (u64::from(t) << 32 | u64::from(k)).to_le_bytes())
+                                .collect();
+                            let refs: Vec<&[u8]> = ids.iter().map(|p| p.as_slice()).collect();
+                            let mut n = 0;
+                            let _ = inj.push_many(&refs, 0, |i, _| {
+                                assert_eq!(i, n, "told in order");
+                                n += 1;
+                            });
+                            told.extend(ids[..n].iter().map(|p| u64::from_le_bytes(*p)));
+                            next += n as u32;
+                            if n == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                        told
+                    })
+                })
+                .collect();
+            let thief = s.spawn(|| {
+                let thief = Thief::new(seg.clone(), &queue, 5).unwrap();
+                let mut got = Vec::new();
+                loop {
+                    let finished = stop.load(Ordering::Acquire);
+                    match thief.steal().unwrap() {
+                        Some(job) => {
+                            got.push(u64::from_le_bytes(job.payload().unwrap().try_into().unwrap()));
+                            job.ack().unwrap();
+                        }
+                        None if finished => break got,
+                        None => std::thread::yield_now(),
+                    }
+                }
+            });
+            let told: Vec<u64> = pushers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            stop.store(true, Ordering::Release);
+            (told, thief.join().unwrap())
+        });
+        let unique: HashSet<u64> = got.iter().copied().collect();
+        assert_eq!(unique.len(), got.len(), "a job came out twice");
+        assert_eq!(unique, told.iter().copied().collect::<HashSet<_>>(), "what came out is what was told");
+        for t in 0..3u64 {
+            let mine: Vec<u64> = got.iter().copied().filter(|i| i >> 32 == t).collect();
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "thread {t}'s jobs out of order");
+        }
+        all_given_back(&seg, queue.index, "the end");
+    }
+
+    /// A push of many into a batch whose ring fills inside the run: the withdrawn jobs never
+    /// ran, so the batch must not show them as pushed, nor (once every queued one is acked
+    /// and it completes) as acked.
+    #[test]
+    fn a_batch_joined_by_a_push_of_many_counts_only_the_jobs_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SegmentConfig::small().with_queues(1, 1).with_records(32).with_overflow_capacity(8);
+        let (seg, inj) = injector_with(&dir, &QueueSpec::new("jobs"), config);
+        let batch = crate::batch::open(&seg, 0, "b", None).unwrap();
+        inj.set_batch(Some(batch));
+        let payloads: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        let e = inj.push_many(&refs, 0, |_, _| {}).unwrap_err();
+        assert_eq!(e.queued, 8, "{:?}", e.error);
+        let pushed = |seg: &Segment| crate::batch::progress(seg, batch.slot).unwrap().pushed;
+        assert_eq!(pushed(&seg), 8, "the 4 withdrawn are not pushed");
+        assert_eq!(drain(&seg), payloads[..8]);
+        crate::batch::seal(&seg, batch).unwrap();
+        let done = crate::batch::complete_sealed(&seg);
+        assert_eq!(done.len(), 1, "every queued job ended");
+        assert_eq!(done[0].progress.acked(), 8, "only the jobs that ran were acked");
+    }
 }

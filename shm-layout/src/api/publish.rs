@@ -284,16 +284,18 @@ pub(super) fn unindexed(
     queue: &str,
     e: RingError,
 ) -> PushError {
-    // The block is read before the withdraw frees the record, and given back after.
+    // The block and the batch are read before the withdraw frees the record (its batch
+    // reference names the batch only while the job is live), and given back after.
     let block = ctx.records.held_block(h.index);
-    let withdrawn = ctx
-        .records
-        .state(h.index)
-        .map(|st| st.withdraw(h.generation, State::Queued).is_ok())
-        .unwrap_or(false);
+    let st = ctx.records.state(h.index);
+    let batch = st.and_then(|st| crate::batch::batch_of(ctx.seg, h.index, st.load()));
+    let withdrawn = st.map(|st| st.withdraw(h.generation, State::Queued).is_ok()).unwrap_or(false);
     if withdrawn {
         ctx.records.release_block(block);
         Held::give_if_limited(ctx.limits);
+        if let Some(b) = batch {
+            crate::batch::uncount_pushed(ctx.seg, b);
+        }
     }
     match e {
         RingError::Full if withdrawn => {
